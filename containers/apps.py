@@ -1,0 +1,14 @@
+from django.apps import AppConfig
+
+
+class ContainersConfig(AppConfig):
+    """Container lifecycles; registers its request handlers with the outbox relay."""
+
+    name = "containers"
+    verbose_name = "Containers"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from containers import handlers
+
+        handlers.register()

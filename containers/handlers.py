@@ -1,0 +1,224 @@
+"""Outbox handlers for container requests, registered with the relay at start.
+
+Each handler follows the same steps:
+1. Lock the instance and check its state matches the request; if not, the request is
+   superseded (a queued create whose instance is now ``delete_pending``). Create and
+   start pass the global capacity gate here or ``Defer``.
+2. Commit, then call the runtime with no transaction open.
+3. Lock again, inspect what the engine did and apply it.
+Replayed after success, every handler finds the state moved on and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from django.conf import settings
+from django.db import transaction
+
+from containers.lifecycle import CONTROL_QUEUE, CREATE_QUEUE, capacity_available, move, record
+from containers.models import ContainerInstance
+from containers.observe import apply_observation, target_for
+from containers.runtime import runtime_for
+from containers.runtime.base import (
+    ContainerSpec,
+    Mount,
+    PermanentRuntimeError,
+    RuntimeFailure,
+)
+from containers.services import CREATE, DELETE, START, STOP
+from containers.states import Status, can_move
+from outbox import registry
+from outbox.models import OutboxEvent
+from outbox.registry import Defer, Outcome, PermanentFailure, RetryLater
+
+log = logging.getLogger(__name__)
+WORKER = "worker"
+
+
+def _locked(instance_id: str) -> ContainerInstance | None:
+    return ContainerInstance.objects.select_for_update().filter(id=instance_id).first()
+
+
+def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> ContainerInstance | None:
+    """Step 1: move ``ready → doing`` (or resume ``doing`` after a crash); None if superseded."""
+    with transaction.atomic():
+        instance = _locked(event.aggregate_id)
+        if instance is None:
+            return None
+        if instance.status == ready:
+            if gated and not capacity_available():
+                raise Defer(f"no create/start slot free for {instance.id}")
+            move(instance, doing, actor=WORKER, message=f"outbox #{event.id}")
+        elif instance.status != doing:
+            return None
+        return instance
+
+
+def _spec(instance: ContainerInstance) -> ContainerSpec:
+    data = dict(instance.spec)
+    data["mounts"] = [Mount(**m) for m in data.get("mounts", [])]
+    return ContainerSpec(**data)
+
+
+def _ref(instance: ContainerInstance) -> str:
+    return instance.container_id or instance.container_name
+
+
+def _apply(instance_id: str, runtime_id: str, doing: str) -> None:
+    """Step 3: record the runtime id and apply what the engine says now."""
+    instance = ContainerInstance.objects.get(id=instance_id)
+    runtime = runtime_for(instance.runtime)
+    state = runtime.inspect(runtime_id)
+    node = runtime.node_name() if state else ""
+    with transaction.atomic():
+        instance = _locked(instance_id)
+        if instance is None:
+            return
+        instance.container_id = runtime_id
+        instance.runtime_node_name = (state.node_name if state else "") or node
+        instance.runtime_missing = state is None
+        instance.save(update_fields=["container_id", "runtime_node_name", "runtime_missing"])
+        if instance.status == doing:
+            observation = target_for(state, instance.status)
+            if observation is not None:
+                apply_observation(instance, observation, actor=WORKER)
+        elif instance.status == Status.FAILED and doing in (Status.CREATING, Status.STARTING):
+            # The reconciler gave up on us (start_timeout): undo what we made.
+            transaction.on_commit(lambda: runtime.remove(runtime_id))
+            record(
+                instance,
+                kind="cleanup",
+                actor=WORKER,
+                from_status=instance.status,
+                to_status=instance.status,
+                message="removed a container made after the timeout",
+            )
+
+
+def handle_create(event: OutboxEvent) -> Outcome:
+    instance = _begin(event, ready=Status.PENDING, doing=Status.CREATING, gated=True)
+    if instance is None:
+        return Outcome.SUPERSEDED
+    runtime = runtime_for(instance.runtime)
+    runtime_id = runtime.create(_spec(instance))
+    runtime.start(runtime_id)
+    _apply(str(instance.id), runtime_id, Status.CREATING)
+    return Outcome.SENT
+
+
+def handle_start(event: OutboxEvent) -> Outcome:
+    instance = _begin(event, ready=Status.START_PENDING, doing=Status.STARTING, gated=True)
+    if instance is None:
+        return Outcome.SUPERSEDED
+    runtime = runtime_for(instance.runtime)
+    state = runtime.inspect(_ref(instance))
+    if state is None:
+        raise PermanentFailure(
+            f"container {instance.container_name} is missing (removed outside gobrave)"
+        )
+    runtime.start(state.runtime_id)
+    _apply(str(instance.id), state.runtime_id, Status.STARTING)
+    return Outcome.SENT
+
+
+def handle_stop(event: OutboxEvent) -> Outcome:
+    instance = _begin(event, ready=Status.STOP_PENDING, doing=Status.STOPPING, gated=False)
+    if instance is None:
+        return Outcome.SUPERSEDED
+    runtime = runtime_for(instance.runtime)
+    runtime.stop(_ref(instance), int(settings.GOBRAVE["container"]["stop_timeout"]))
+    state = runtime.inspect(_ref(instance))
+    with transaction.atomic():
+        instance = _locked(str(instance.id))
+        if instance is not None and instance.status == Status.STOPPING:
+            instance.runtime_missing = state is None
+            instance.save(update_fields=["runtime_missing"])
+            exit_code = state.exit_code if state else None
+            move(
+                instance,
+                Status.STOPPED,
+                actor=WORKER,
+                exit_code=exit_code,
+                message="stopped" if state else "stopped (container was already gone)",
+            )
+    return Outcome.SENT
+
+
+def handle_delete(event: OutboxEvent) -> Outcome:
+    instance = _begin(event, ready=Status.DELETE_PENDING, doing=Status.DELETING, gated=False)
+    if instance is None:
+        return Outcome.SUPERSEDED
+    runtime = runtime_for(instance.runtime)
+    runtime.remove(_ref(instance))
+    if instance.container_id and instance.container_id != instance.container_name:
+        runtime.remove(instance.container_name)  # a create that raced us may have adopted it
+    with transaction.atomic():
+        instance = _locked(str(instance.id))
+        if instance is not None and instance.status == Status.DELETING:
+            record(
+                instance,
+                kind="ContainerDeleted",
+                actor=WORKER,
+                from_status=Status.DELETING,
+                message="container removed and instance deleted",
+            )
+            instance.delete()
+    return Outcome.SENT
+
+
+def on_dead(event: OutboxEvent, reason: str) -> None:
+    """A request went dead: fail its instance with the reason, where its state allows."""
+    instance = _locked(event.aggregate_id)
+    if instance is None:
+        return
+    if not can_move(instance.status, Status.FAILED):
+        record(
+            instance,
+            kind="dead_letter",
+            actor="relay",
+            from_status=instance.status,
+            to_status=instance.status,
+            message=f"{event.kind} #{event.id} dead: {reason}",
+        )
+        return
+    move(
+        instance,
+        Status.FAILED,
+        actor="relay",
+        kind="dead_letter",
+        reason=f"{event.kind} failed: {reason}"[:2000],
+    )
+
+
+def _translated(handler: Callable[[OutboxEvent], Outcome]) -> Callable[[OutboxEvent], Outcome]:
+    """Map the runtime's error classes onto the relay's (the relay knows no runtime)."""
+
+    def run(event: OutboxEvent) -> Outcome:
+        try:
+            return handler(event)
+        except PermanentRuntimeError as exc:
+            raise PermanentFailure(str(exc)) from exc
+        except RuntimeFailure as exc:
+            if exc.retry_after:
+                raise RetryLater(str(exc), retry_after=exc.retry_after) from exc
+            raise
+
+    run.__name__ = handler.__name__
+    return run
+
+
+HANDLERS: dict[str, tuple[str, Callable[[OutboxEvent], Outcome]]] = {
+    CREATE: (CREATE_QUEUE, handle_create),
+    START: (CREATE_QUEUE, handle_start),
+    STOP: (CONTROL_QUEUE, handle_stop),
+    DELETE: (CONTROL_QUEUE, handle_delete),
+}
+
+
+def register() -> None:
+    registry.register_queue(CREATE_QUEUE, settings.GOBRAVE_CREATE_WORKERS)
+    registry.register_queue(CONTROL_QUEUE, settings.GOBRAVE_CONTROL_WORKERS)
+    for kind, (queue, handler) in HANDLERS.items():
+        registry.register(kind, queue=queue, handler=_translated(handler), on_dead=on_dead)

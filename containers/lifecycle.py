@@ -1,0 +1,116 @@
+"""Moving an instance between states, with its history and its capacity slot.
+
+Every state change in gobrave goes through ``move()``: requests (``services``),
+workers (``handlers``), the monitor and the reconciler. The caller holds the
+instance's row lock inside a transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from containers.errors import InvalidTransition
+from containers.models import ContainerEvent, ContainerInstance, Gate
+from containers.states import ACTIVE_SLOTS, Status, can_move
+from outbox.services import counter_bump, outbox_release_deferred
+
+log = logging.getLogger(__name__)
+
+CREATE_QUEUE = "create"
+CONTROL_QUEUE = "control"
+
+
+def record(
+    instance: ContainerInstance,
+    *,
+    kind: str,
+    actor: str,
+    message: str = "",
+    from_status: str = "",
+    to_status: str = "",
+    data: dict[str, Any] | None = None,
+) -> ContainerEvent:
+    """Append one entry to the instance's history."""
+    return ContainerEvent.objects.create(
+        instance_id=instance.id,
+        instance_name=instance.name,
+        kind=kind,
+        from_status=from_status,
+        to_status=to_status,
+        message=message,
+        actor=actor,
+        data=data or {},
+    )
+
+
+def move(
+    instance: ContainerInstance,
+    target: str,
+    *,
+    actor: str,
+    kind: str = "transition",
+    message: str = "",
+    data: dict[str, Any] | None = None,
+    **fields: Any,
+) -> ContainerInstance:
+    """Transition ``instance`` to ``target``, save it and record the change.
+
+    Must run inside a transaction on a row locked with ``select_for_update()``.
+    Raises ``InvalidTransition`` (and changes nothing) when the move is not allowed.
+    ``fields`` are passed to the transition method (``reason``, ``exit_code``).
+    When the instance leaves a create/start slot, deferred creates are woken.
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("move() must run inside transaction.atomic()")
+    source = instance.status
+    if not can_move(source, target):
+        raise InvalidTransition(
+            f"cannot move {instance.container_name} from {source} to {target}",
+            status=source,
+            target=target,
+        )
+    instance.transition_method(target)(**fields)
+    instance.save(
+        update_fields=[
+            "status",
+            "status_changed_at",
+            "status_reason",
+            "started_at",
+            "finished_at",
+            "exit_code",
+        ]
+    )
+    record(
+        instance,
+        kind=kind,
+        actor=actor,
+        message=message or instance.status_reason,
+        from_status=source,
+        to_status=target,
+        data=data,
+    )
+    log.info("instance %s %s -> %s by %s %s", instance.id, source, target, actor, message)
+    if source in ACTIVE_SLOTS and target not in ACTIVE_SLOTS:
+        outbox_release_deferred(queue=CREATE_QUEUE)
+    if target == Status.FAILED:
+        transaction.on_commit(lambda: counter_bump("instance_failed"))
+    return instance
+
+
+def lock_gate(name: str) -> None:
+    """Take the global gate ``name`` for the rest of the current transaction."""
+    Gate.objects.select_for_update().get(name=name)
+
+
+def capacity_available() -> bool:
+    """Hold the capacity gate and say whether a create/start slot is free.
+
+    Must run inside the transaction that then moves the instance into its slot.
+    """
+    lock_gate("capacity")
+    active = ContainerInstance.objects.filter(status__in=ACTIVE_SLOTS).count()
+    return active < settings.GOBRAVE["container"]["create_queue_max_concurrency"]

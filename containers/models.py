@@ -1,0 +1,261 @@
+"""Containers: engines, templates, instances and their history."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+from django_fsm import FSMField, FSMModelMixin, transition
+
+from containers.states import Status, sources_of
+
+
+class PullPolicy(models.TextChoices):
+    NEVER = "never"
+    IF_NOT_PRESENT = "if_not_present"
+    ALWAYS = "always"
+
+
+class Runtime(models.Model):
+    """A container engine gobrave schedules onto (a Docker endpoint today).
+
+    ``labels`` are matched against a template's scheduling constraints; only
+    ``enabled`` runtimes receive new instances. The local engine's row is created by a
+    migration.
+    """
+
+    class Driver(models.TextChoices):
+        DOCKER = "docker"
+        FAKE = "fake", "fake (tests)"
+
+    name = models.SlugField(max_length=64, unique=True)
+    driver = models.CharField(max_length=16, choices=Driver.choices, default=Driver.DOCKER)
+    base_url = models.CharField(max_length=255, default="unix:///var/run/docker.sock")
+    labels = models.JSONField(default=dict, blank=True)
+    enabled = models.BooleanField(default=True)
+    node_name = models.CharField(max_length=255, blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ContainerTemplate(models.Model):
+    """What to run: image, command, env, volumes, resources and where it may run.
+
+    ``env``, ``command`` and volume paths may use runtime variables (``$OWNER_ID``,
+    ``${INSTANCE_ID}``...), expanded per instance at request time (``containers.spec``).
+    ``volumes`` is a list of ``{"source", "target", "read_only"}``; ``resources`` holds
+    ``cpu`` (cores) and ``memory`` (bytes or "256m"); ``constraints`` maps runtime label
+    names to required values.
+    """
+
+    class ImageStatus(models.TextChoices):
+        UNKNOWN = "unknown"
+        PRESENT = "present"
+        MISSING = "missing"
+
+    name = models.CharField(max_length=128, unique=True)
+    image = models.CharField(max_length=255)
+    command = models.JSONField(
+        default=list, blank=True, help_text="A list of strings or one string."
+    )
+    env = models.JSONField(default=dict, blank=True)
+    volumes = models.JSONField(default=list, blank=True)
+    resources = models.JSONField(default=dict, blank=True)
+    constraints = models.JSONField(default=dict, blank=True)
+    pull_policy = models.CharField(
+        max_length=16, choices=PullPolicy.choices, default=PullPolicy.IF_NOT_PRESENT
+    )
+    image_status = models.CharField(
+        max_length=16, choices=ImageStatus.choices, default=ImageStatus.UNKNOWN
+    )
+    image_checked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ContainerInstance(FSMModelMixin, models.Model):
+    """One container gobrave manages, and where it is in its lifecycle.
+
+    ``status`` is a protected django-fsm field: it changes only through the transition
+    methods below, whose allowed sources come from ``containers.states.TRANSITIONS``.
+    Transition methods set fields and nothing else (no I/O, no enqueueing); services
+    call them on a row they hold with ``select_for_update()`` and save with
+    ``update_fields``. ``spec`` is the resolved container spec, fixed at request time;
+    workers use only it.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=128)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="containers"
+    )
+    template = models.ForeignKey(
+        ContainerTemplate, on_delete=models.PROTECT, related_name="instances"
+    )
+    runtime = models.ForeignKey(Runtime, on_delete=models.PROTECT, related_name="instances")
+    status = FSMField(default=Status.PENDING, choices=Status.choices, protected=True)
+    container_id = models.CharField(max_length=128, blank=True, help_text="The engine's id.")
+    runtime_node_name = models.CharField(max_length=255, blank=True)
+    runtime_missing = models.BooleanField(
+        default=False, help_text="The engine no longer has this container."
+    )
+    exit_code = models.IntegerField(null=True, blank=True)
+    status_reason = models.TextField(blank=True)
+    spec = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    status_changed_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["status"]),
+            models.Index(fields=["owner", "-created_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.id})"
+
+    @property
+    def container_name(self) -> str:
+        """The deterministic engine-side name: the same on every retry."""
+        return f"gb-{self.id}"
+
+    # --- transitions: guards and fields only -------------------------------------------
+
+    def _changed(self, reason: str = "") -> None:
+        self.status_changed_at = timezone.now()
+        self.status_reason = reason
+
+    @transition(field=status, source=sources_of(Status.CREATING), target=Status.CREATING)
+    def mark_creating(self) -> None:
+        self._changed()
+
+    @transition(field=status, source=sources_of(Status.RUNNING), target=Status.RUNNING)
+    def mark_running(self) -> None:
+        self._changed()
+        self.started_at = timezone.now()
+        self.finished_at = None
+        self.exit_code = None
+
+    @transition(field=status, source=sources_of(Status.PAUSED), target=Status.PAUSED)
+    def mark_paused(self) -> None:
+        self._changed()
+
+    @transition(field=status, source=sources_of(Status.STOP_PENDING), target=Status.STOP_PENDING)
+    def mark_stop_pending(self) -> None:
+        self._changed()
+
+    @transition(field=status, source=sources_of(Status.STOPPING), target=Status.STOPPING)
+    def mark_stopping(self) -> None:
+        self._changed()
+
+    @transition(field=status, source=sources_of(Status.STOPPED), target=Status.STOPPED)
+    def mark_stopped(self, exit_code: int | None = None, reason: str = "") -> None:
+        self._changed(reason)
+        self.exit_code = exit_code
+        self.finished_at = timezone.now()
+
+    @transition(field=status, source=sources_of(Status.START_PENDING), target=Status.START_PENDING)
+    def mark_start_pending(self) -> None:
+        self._changed()
+
+    @transition(field=status, source=sources_of(Status.STARTING), target=Status.STARTING)
+    def mark_starting(self) -> None:
+        self._changed()
+
+    @transition(
+        field=status, source=sources_of(Status.DELETE_PENDING), target=Status.DELETE_PENDING
+    )
+    def mark_delete_pending(self) -> None:
+        self._changed()
+
+    @transition(field=status, source=sources_of(Status.DELETING), target=Status.DELETING)
+    def mark_deleting(self) -> None:
+        self._changed()
+
+    @transition(field=status, source=sources_of(Status.FAILED), target=Status.FAILED)
+    def mark_failed(self, reason: str, exit_code: int | None = None) -> None:
+        self._changed(reason)
+        if exit_code is not None:
+            self.exit_code = exit_code
+        self.finished_at = timezone.now()
+
+    def transition_method(self, target: str):
+        """The bound transition method that moves this instance to ``target``."""
+        return getattr(self, f"mark_{target}")
+
+
+class ContainerEvent(models.Model):
+    """Append-only history of an instance: requests, transitions, runtime events.
+
+    Keeps the instance's uuid and name as plain values (no foreign key), so the history
+    survives the instance's deletion. Never updated, never deleted by gobrave.
+    """
+
+    instance_id = models.UUIDField(db_index=True)
+    instance_name = models.CharField(max_length=128)
+    kind = models.CharField(max_length=64, db_index=True)
+    from_status = models.CharField(max_length=32, blank=True)
+    to_status = models.CharField(max_length=32, blank=True)
+    message = models.TextField(blank=True)
+    actor = models.CharField(max_length=150, blank=True, db_index=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.instance_name}: {self.kind} {self.from_status}->{self.to_status}"
+
+
+class Gate(models.Model):
+    """A named row that serializes a global decision across every process and host.
+
+    ``admission`` is locked by every create request (maxPending), ``capacity`` by every
+    move into ``creating``/``starting`` (maxConcurrency). Both rows are created by a
+    migration; ``select_for_update()`` on PostgreSQL, the IMMEDIATE write lock on SQLite.
+    """
+
+    name = models.CharField(max_length=32, primary_key=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class OrphanContainer(models.Model):
+    """A container that carries our labels but has no instance (found by the reconciler)."""
+
+    runtime = models.ForeignKey(Runtime, on_delete=models.CASCADE, related_name="orphans")
+    container_id = models.CharField(max_length=128)
+    name = models.CharField(max_length=255)
+    labels = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=32, blank=True)
+    first_seen_at = models.DateTimeField(default=timezone.now)
+    last_seen_at = models.DateTimeField(default=timezone.now)
+    removed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["runtime", "container_id"], name="orphan_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} on {self.runtime}"

@@ -1,0 +1,94 @@
+"""What the engine says, applied to an instance (SPEC section 5).
+
+``target_for`` maps an observed container state to the instance state it implies (pure,
+unit-tested); ``apply_observation`` moves the instance there by the shortest path that is
+true to what happened, or keeps its state and records why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from containers.lifecycle import move, record
+from containers.models import ContainerInstance
+from containers.runtime.base import ContainerState
+from containers.states import Status, can_move
+
+REMOVED_OUTSIDE = "removed outside gobrave"
+ASKED_TO_STOP = frozenset(
+    {Status.STOP_PENDING, Status.STOPPING, Status.DELETE_PENDING, Status.DELETING}
+)
+
+
+@dataclass(frozen=True)
+class Observation:
+    target: str
+    reason: str = ""
+    exit_code: int | None = None
+    started: bool = False  # the container did run (so "running" is a true step)
+
+
+def target_for(state: ContainerState | None, current: str) -> Observation | None:
+    """The state the engine's view implies for an instance now in ``current``.
+
+    None when the engine's view says nothing new (a created container not yet started).
+    """
+    if state is None:
+        return Observation(Status.FAILED, REMOVED_OUTSIDE)
+    if state.status == "running":
+        return Observation(Status.RUNNING, started=True)
+    if state.status == "paused":
+        return Observation(Status.PAUSED, started=True)
+    if state.status in ("exited", "dead"):
+        code = state.exit_code
+        if state.oom_killed:
+            return Observation(Status.FAILED, "OOMKilled", code, started=True)
+        if code == 0 or current in ASKED_TO_STOP:
+            return Observation(Status.STOPPED, "", code, started=True)
+        message = f"exited with code {code}" + (f": {state.error}" if state.error else "")
+        return Observation(Status.FAILED, message, code, started=True)
+    return None
+
+
+def apply_observation(instance: ContainerInstance, observation: Observation, *, actor: str) -> bool:
+    """Move a locked instance as the observation says. True when its state changed.
+
+    1. Already there: nothing to do.
+    2. The move is allowed: make it.
+    3. The container did run and ``current → running → target`` is allowed: take both.
+    4. Otherwise keep the state and record the observation with the reason (a stopped
+       instance whose container vanished stays stopped, marked missing).
+    """
+    current, target = instance.status, observation.target
+    fields = {}
+    if target in (Status.STOPPED, Status.FAILED):
+        fields["exit_code"] = observation.exit_code
+    if target == Status.FAILED:
+        fields["reason"] = observation.reason
+    if observation.reason == REMOVED_OUTSIDE and not instance.runtime_missing:
+        instance.runtime_missing = True
+        instance.save(update_fields=["runtime_missing"])
+    if current == target:
+        return False
+    if can_move(current, target):
+        move(instance, target, actor=actor, kind="runtime", message=observation.reason, **fields)
+        return True
+    if (
+        observation.started
+        and can_move(current, Status.RUNNING)
+        and can_move(Status.RUNNING, target)
+    ):
+        move(instance, Status.RUNNING, actor=actor, kind="runtime", message="started")
+        move(instance, target, actor=actor, kind="runtime", message=observation.reason, **fields)
+        return True
+    record(
+        instance,
+        kind="runtime",
+        actor=actor,
+        from_status=current,
+        to_status=current,
+        message=f"engine reports {target}"
+        + (f" ({observation.reason})" if observation.reason else "")
+        + f"; kept {current}",
+    )
+    return False

@@ -1,0 +1,131 @@
+"""The runtime interface: the one seam between gobrave and a container engine.
+
+Every call to an engine goes through a ``ContainerRuntime``. Docker is the first
+implementation (``docker.py``); ``fake.py`` is a file-backed engine that tests
+drive across processes. A Kubernetes runtime would plug in here.
+
+Errors: ``RuntimeFailure`` is retriable (the relay backs off and tries again),
+``PermanentRuntimeError`` is not (the request goes dead and the instance fails).
+Every method is idempotent where the docstring says so: the relay delivers at
+least once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class RuntimeFailure(Exception):
+    """A retriable engine error (daemon unreachable, timeout, conflict in flight)."""
+
+    retry_after: float | None = None
+
+
+class PermanentRuntimeError(RuntimeFailure):
+    """An error that retrying cannot fix (image missing under pull policy never, bad spec)."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything the engine needs to create one container, resolved at request time."""
+
+    name: str
+    image: str
+    labels: dict[str, str]
+    command: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    mounts: list[Mount] = field(default_factory=list)
+    cpu: float | None = None  # cores, e.g. 0.5
+    memory: int | None = None  # bytes
+    pull_policy: str = "if_not_present"  # never | if_not_present | always
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    """What the engine says about one container right now."""
+
+    runtime_id: str
+    name: str
+    status: str  # created | running | paused | restarting | removing | exited | dead
+    labels: dict[str, str] = field(default_factory=dict)
+    exit_code: int | None = None
+    oom_killed: bool = False
+    error: str = ""
+    node_name: str = ""
+    started_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class RuntimeEvent:
+    """One lifecycle event of one of our containers, as the engine reported it.
+
+    ``action`` is one of: ``start``, ``die``, ``oom``, ``pause``, ``unpause``,
+    ``destroy``, ``stop``, ``kill``, ``create``. ``time_nano`` orders events and
+    is the monitor's resume cursor.
+    """
+
+    action: str
+    runtime_id: str
+    name: str
+    labels: dict[str, str]
+    time_nano: int
+    exit_code: int | None = None
+
+
+class ContainerRuntime(Protocol):
+    """What gobrave asks of an engine. One instance per process; never shared across fork."""
+
+    def ping(self) -> bool:
+        """True when the engine answers."""
+
+    def node_name(self) -> str:
+        """The engine host's name (for backfilling ``runtime_node_name``)."""
+
+    def image_present(self, image: str) -> bool:
+        """True when the image is in the engine's local store."""
+
+    def ensure_image(self, image: str, pull_policy: str) -> None:
+        """Make the image available per policy; missing under ``never`` is permanent."""
+
+    def create(self, spec: ContainerSpec) -> str:
+        """Create the container named ``spec.name`` and return its runtime id.
+
+        Idempotent: if a container with that name and our instance label exists,
+        it is adopted and its id returned; a name held by a foreign container is a
+        permanent error.
+        """
+
+    def start(self, ref: str) -> None:
+        """Start (or unpause) the container. Idempotent on a running container."""
+
+    def stop(self, ref: str, timeout: int) -> None:
+        """Stop, killing after ``timeout`` seconds. Idempotent; a missing container is fine."""
+
+    def remove(self, ref: str) -> None:
+        """Force-remove the container. Idempotent; a missing container is fine."""
+
+    def inspect(self, ref: str) -> ContainerState | None:
+        """The container's state, or None when it does not exist."""
+
+    def logs(self, ref: str, tail: int = 100) -> str:
+        """The last ``tail`` lines of output (stdout and stderr), '' when missing."""
+
+    def list_ours(self, installation: str) -> list[ContainerState]:
+        """Every container (any state) that carries our installation label."""
+
+    def events(self, installation: str, since_nano: int | None = None) -> Iterator[RuntimeEvent]:
+        """Follow lifecycle events of our containers, from ``since_nano`` (inclusive).
+
+        The iterator ends when the stream drops; the caller reconnects.
+        """

@@ -1,0 +1,405 @@
+"""The Docker Engine runtime: ``ContainerRuntime`` over the ``docker`` SDK.
+
+Pure library code (no Django). Every public method turns engine and transport errors
+into ``RuntimeFailure`` (retriable: daemon unreachable, timeouts, 5xx, conflicts in
+flight) or ``PermanentRuntimeError`` (4xx that no retry can fix, image missing under
+``never``, a foreign container holding our name); no raw ``docker``/``requests``
+exception escapes.
+
+One ``docker.DockerClient`` per process: it is created lazily and recreated when the pid
+changes, so a runtime object inherited across ``fork`` never reuses the parent's sockets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import re
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import docker
+import docker.errors
+import requests.exceptions
+import urllib3.exceptions
+from docker.types import Mount as DockerMount
+
+from containers.runtime.base import (
+    ContainerSpec,
+    ContainerState,
+    PermanentRuntimeError,
+    RuntimeEvent,
+    RuntimeFailure,
+)
+from containers.runtime.labels import LABEL_INSTALLATION, LABEL_INSTANCE
+
+__all__ = ["DockerRuntime", "EVENT_ACTIONS", "PULL_POLICIES"]
+
+PULL_POLICIES = frozenset({"never", "if_not_present", "always"})
+EVENT_ACTIONS = frozenset(
+    {"create", "start", "die", "oom", "pause", "unpause", "destroy", "stop", "kill"}
+)
+# Actor.Attributes of a container event mixes the container's labels with these keys.
+_EVENT_ATTRIBUTES = frozenset({"name", "image", "exitCode", "signal", "execDuration"})
+# 4xx statuses a retry can fix: timeout, conflict in flight (e.g. removal in progress),
+# rate limit. Every other 4xx is permanent.
+_RETRIABLE_4XX = frozenset({408, 409, 429})
+_NANO = 1_000_000_000
+_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
+# Transport-level failures: the daemon is unreachable, slow, or the connection broke.
+_TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+    requests.exceptions.RequestException,
+    urllib3.exceptions.HTTPError,
+    OSError,
+)
+
+
+def _api_error(what: str, exc: docker.errors.APIError) -> RuntimeFailure:
+    """Classify an engine HTTP error: 5xx and retriable 4xx → retry, other 4xx → permanent."""
+    status = exc.status_code
+    message = f"{what}: {exc.explanation or exc} (HTTP {status})"
+    if status is not None and 400 <= status < 500 and status not in _RETRIABLE_4XX:
+        return PermanentRuntimeError(message)
+    return RuntimeFailure(message)
+
+
+@contextlib.contextmanager
+def _translated(what: str) -> Iterator[None]:
+    """Re-raise any docker/requests/socket error as RuntimeFailure or PermanentRuntimeError."""
+    try:
+        yield
+    except RuntimeFailure:
+        raise
+    except docker.errors.APIError as exc:
+        raise _api_error(what, exc) from exc
+    except (docker.errors.InvalidArgument, docker.errors.InvalidRepository) as exc:
+        raise PermanentRuntimeError(f"{what}: {exc}") from exc
+    except (docker.errors.DockerException, *_TRANSPORT_ERRORS) as exc:
+        raise RuntimeFailure(f"{what}: {exc}") from exc
+
+
+def _parse_time(value: str | None) -> dt.datetime | None:
+    """Docker's RFC 3339 nanosecond timestamps as aware datetimes; the zero time is None."""
+    if not value or value.startswith("0001-01-01"):
+        return None
+    match = _TIMESTAMP.match(value)
+    if match is None:
+        return None
+    base, fraction, zone = match.groups()
+    micros = (fraction or "")[:6].ljust(6, "0")
+    return dt.datetime.fromisoformat(f"{base}.{micros}{'+00:00' if zone == 'Z' else zone}")
+
+
+def _to_event(raw: dict[str, Any]) -> RuntimeEvent | None:
+    """One decoded /events message as a RuntimeEvent, or None when it is not one we follow."""
+    action = raw.get("Action") or raw.get("status") or ""
+    if raw.get("Type", "container") != "container" or action not in EVENT_ACTIONS:
+        return None
+    actor = raw.get("Actor") or {}
+    attributes: dict[str, str] = actor.get("Attributes") or {}
+    exit_code = attributes.get("exitCode")
+    time_nano = raw.get("timeNano") or int(raw.get("time", 0)) * _NANO
+    return RuntimeEvent(
+        action=action,
+        runtime_id=actor.get("ID") or raw.get("id", ""),
+        name=attributes.get("name", ""),
+        labels={k: v for k, v in attributes.items() if k not in _EVENT_ATTRIBUTES},
+        time_nano=int(time_nano),
+        exit_code=int(exit_code) if action == "die" and exit_code is not None else None,
+    )
+
+
+class DockerRuntime:
+    """``ContainerRuntime`` for one Docker Engine at ``base_url``.
+
+    ``stop_grace`` is the SIGTERM→SIGKILL grace the engine gives our containers when it
+    stops them on its own (the container's StopTimeout), and ``stop()``'s default.
+    ``timeout`` bounds every HTTP call except the events stream (which has none).
+    """
+
+    def __init__(self, base_url: str, stop_grace: int = 10, *, timeout: float = 30.0) -> None:
+        self.base_url = base_url
+        self.stop_grace = stop_grace
+        self.timeout = timeout
+        self._client: docker.DockerClient | None = None
+        self._client_pid: int | None = None
+        self._lock = threading.Lock()
+        self._node_name: str | None = None
+
+    def __repr__(self) -> str:
+        return f"DockerRuntime({self.base_url!r})"
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _docker(self) -> docker.DockerClient:
+        """This process's client; created on first use and after a fork (never shared)."""
+        pid = os.getpid()
+        if self._client is not None and self._client_pid == pid:
+            return self._client
+        if self._client_pid != pid:
+            # A lock inherited across fork may be held by a thread that no longer exists.
+            self._lock = threading.Lock()
+        with self._lock:
+            if self._client is None or self._client_pid != pid:
+                # version="auto" negotiates with the daemon (may raise: callers translate).
+                self._client = docker.DockerClient(
+                    base_url=self.base_url, version="auto", timeout=int(self.timeout)
+                )
+                self._client_pid = pid
+            return self._client
+
+    def _api(self) -> docker.APIClient:
+        return self._docker().api
+
+    # -- engine -----------------------------------------------------------------------------
+
+    def ping(self) -> bool:
+        """True when the engine answers; never raises."""
+        try:
+            with _translated("ping"):
+                return bool(self._api().ping())
+        except RuntimeFailure:
+            return False
+
+    def node_name(self) -> str:
+        """The engine host's name (``docker info`` Name), cached after the first answer."""
+        if self._node_name is None:
+            with _translated("info"):
+                self._node_name = str(self._api().info().get("Name", ""))
+        return self._node_name
+
+    # -- images -----------------------------------------------------------------------------
+
+    def image_present(self, image: str) -> bool:
+        """True when ``image`` is in the engine's local store."""
+        with _translated(f"inspect image {image}"):
+            try:
+                self._api().inspect_image(image)
+            except docker.errors.NotFound:
+                return False
+            return True
+
+    def ensure_image(self, image: str, pull_policy: str) -> None:
+        """Make ``image`` available per policy.
+
+        ``never``: missing is a PermanentRuntimeError. ``if_not_present``: pull only when
+        missing. ``always``: pull; when the pull fails but a local copy exists, use it.
+        Pull errors are classified like other engine errors (registry unreachable →
+        RuntimeFailure; e.g. repository not found → PermanentRuntimeError).
+        """
+        if pull_policy not in PULL_POLICIES:
+            raise PermanentRuntimeError(
+                f"unknown pull_policy {pull_policy!r} for image {image!r} "
+                f"(expected one of {', '.join(sorted(PULL_POLICIES))})"
+            )
+        if pull_policy == "never":
+            if not self.image_present(image):
+                raise PermanentRuntimeError(
+                    f"image {image!r} is not present on the engine and pull_policy is 'never'"
+                )
+            return
+        if pull_policy == "if_not_present" and self.image_present(image):
+            return
+        try:
+            self._pull(image)
+        except RuntimeFailure:
+            if pull_policy == "always" and self.image_present(image):
+                return
+            raise
+
+    def _pull(self, image: str) -> None:
+        """Pull ``image`` (tag defaults to latest), surfacing errors reported mid-stream."""
+        repository, tag = docker.utils.parse_repository_tag(image)
+        with _translated(f"pull {image}"):
+            for chunk in self._api().pull(
+                repository, tag=tag or "latest", stream=True, decode=True
+            ):
+                if isinstance(chunk, dict) and chunk.get("error"):
+                    raise RuntimeFailure(f"pull {image}: {chunk['error']}")
+        if not self.image_present(image):
+            raise RuntimeFailure(f"pull {image}: finished but the image is not present")
+
+    # -- containers -------------------------------------------------------------------------
+
+    def create(self, spec: ContainerSpec) -> str:
+        """Create the container ``spec.name`` (not started) and return its id.
+
+        Idempotent: when the name is taken by a container whose instance label equals
+        ``spec.labels[LABEL_INSTANCE]``, that container is adopted. A name held by any
+        other container is a PermanentRuntimeError. Memory swap is capped at the memory
+        limit so exceeding it OOM-kills instead of swapping; no restart policy.
+        """
+        self.ensure_image(spec.image, spec.pull_policy)
+        with _translated(f"create {spec.name}"):
+            api = self._api()
+            host_config = api.create_host_config(
+                mounts=[
+                    DockerMount(m.target, m.source, type="bind", read_only=m.read_only)
+                    for m in spec.mounts
+                ],
+                nano_cpus=round(spec.cpu * _NANO) if spec.cpu else None,
+                mem_limit=spec.memory,
+                memswap_limit=spec.memory,
+                restart_policy={"Name": "no"},
+            )
+            try:
+                created = api.create_container(
+                    spec.image,
+                    command=spec.command,
+                    name=spec.name,
+                    labels=dict(spec.labels),
+                    environment=dict(spec.env),
+                    host_config=host_config,
+                    stop_timeout=self.stop_grace,
+                    detach=True,
+                )
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:
+                    raise
+                return self._adopt(spec)
+            return str(created["Id"])
+
+    def _adopt(self, spec: ContainerSpec) -> str:
+        """Resolve a name conflict: return the existing container's id when it is ours."""
+        existing = self.inspect(spec.name)
+        if existing is None:
+            raise RuntimeFailure(f"create {spec.name}: name conflict, but the holder vanished")
+        wanted = spec.labels.get(LABEL_INSTANCE)
+        if wanted is None or existing.labels.get(LABEL_INSTANCE) != wanted:
+            raise PermanentRuntimeError(
+                f"create {spec.name}: the name is held by container {existing.runtime_id[:12]} "
+                f"with {LABEL_INSTANCE}={existing.labels.get(LABEL_INSTANCE)!r}, "
+                f"not {wanted!r}"
+            )
+        if existing.status == "removing":
+            raise RuntimeFailure(f"create {spec.name}: the existing container is being removed")
+        return existing.runtime_id
+
+    def start(self, ref: str) -> None:
+        """Start the container, or unpause it when paused. Nothing when already running.
+
+        A missing container is a PermanentRuntimeError (HTTP 404), as is a command that
+        cannot be executed (HTTP 400).
+        """
+        with _translated(f"start {ref}"):
+            api = self._api()
+            state = api.inspect_container(ref).get("State") or {}
+            if state.get("Paused"):
+                api.unpause(ref)
+            elif not state.get("Running"):
+                api.start(ref)
+
+    def stop(self, ref: str, timeout: int | None = None) -> None:
+        """SIGTERM, then SIGKILL after ``timeout`` s (default ``stop_grace``).
+
+        Idempotent: stopping a stopped or missing container is fine. Paused containers
+        are stopped too.
+        """
+        grace = self.stop_grace if timeout is None else timeout
+        with _translated(f"stop {ref}"), contextlib.suppress(docker.errors.NotFound):
+            self._api().stop(ref, timeout=grace)
+
+    def remove(self, ref: str) -> None:
+        """Force-remove the container and its anonymous volumes. Idempotent."""
+        with _translated(f"remove {ref}"):
+            try:
+                self._api().remove_container(ref, force=True, v=True)
+            except docker.errors.NotFound:
+                return
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409 and "already in progress" in str(exc.explanation):
+                    return
+                raise
+
+    def inspect(self, ref: str) -> ContainerState | None:
+        """The container's state, or None when it does not exist.
+
+        ``exit_code`` is set only once the container has exited (or is dead).
+        """
+        with _translated(f"inspect {ref}"):
+            try:
+                data = self._api().inspect_container(ref)
+            except docker.errors.NotFound:
+                return None
+        state = data.get("State") or {}
+        status = str(state.get("Status", ""))
+        return ContainerState(
+            runtime_id=data["Id"],
+            name=str(data.get("Name", "")).lstrip("/"),
+            status=status,
+            labels=dict((data.get("Config") or {}).get("Labels") or {}),
+            exit_code=state.get("ExitCode") if status in ("exited", "dead") else None,
+            oom_killed=bool(state.get("OOMKilled")),
+            error=str(state.get("Error") or ""),
+            node_name=self.node_name(),
+            started_at=_parse_time(state.get("StartedAt")),
+            finished_at=_parse_time(state.get("FinishedAt")),
+        )
+
+    def logs(self, ref: str, tail: int = 100) -> str:
+        """The last ``tail`` lines of stdout and stderr (interleaved), '' when missing."""
+        with _translated(f"logs {ref}"):
+            try:
+                raw = self._api().logs(ref, stdout=True, stderr=True, tail=tail)
+            except docker.errors.NotFound:
+                return ""
+        return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+
+    def list_ours(self, installation: str) -> list[ContainerState]:
+        """Every container, in any state, labelled ``io.gobrave.installation=installation``."""
+        with _translated(f"list {installation}"):
+            found = self._api().containers(
+                all=True, filters={"label": f"{LABEL_INSTALLATION}={installation}"}
+            )
+        states = (self.inspect(summary["Id"]) for summary in found)
+        return [state for state in states if state is not None]
+
+    # -- events -----------------------------------------------------------------------------
+
+    def events(
+        self,
+        installation: str,
+        since_nano: int | None = None,
+        *,
+        until_nano: int | None = None,
+    ) -> Iterator[RuntimeEvent]:
+        """Follow lifecycle events of this installation's containers.
+
+        From ``since_nano`` inclusive, at whole-second granularity, so events at the
+        cursor's second may be delivered again (callers drop duplicates by time_nano).
+        Without ``since_nano`` only new events arrive. ``until_nano`` (not in the
+        protocol) ends the stream at that time instead of following. Raises
+        RuntimeFailure when the daemon is unreachable; the iterator simply ends when the
+        stream drops.
+        """
+        filters = {
+            "type": "container",
+            "label": f"{LABEL_INSTALLATION}={installation}",
+            "event": sorted(EVENT_ACTIONS),
+        }
+        since = None if since_nano is None else since_nano // _NANO
+        until = None if until_nano is None else f"{until_nano // _NANO}.{until_nano % _NANO:09d}"
+        with _translated("events"):
+            stream = self._api().events(since=since, until=until, filters=filters, decode=True)
+        return self._follow(stream)
+
+    @staticmethod
+    def _follow(stream: Any) -> Iterator[RuntimeEvent]:
+        try:
+            while True:
+                try:
+                    raw = next(stream)
+                except StopIteration:
+                    return
+                except docker.errors.APIError as exc:
+                    raise _api_error("events", exc) from exc
+                except (*_TRANSPORT_ERRORS, docker.errors.DockerException, ValueError):
+                    return  # the stream dropped or was cut mid-message: the caller reconnects
+                event = _to_event(raw) if isinstance(raw, dict) else None
+                if event is not None:
+                    yield event
+        finally:
+            with contextlib.suppress(Exception):
+                stream.close()

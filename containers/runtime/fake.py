@@ -1,0 +1,182 @@
+"""A file-backed engine for tests, controlled from any process.
+
+State lives in a directory (``fake:///tmp/dir``): one JSON file per container, an
+append-only ``calls.log`` of every call, and control files the test writes:
+
+- ``block-<op>``: the op waits while this file exists (op: create, start, stop, remove);
+- ``fail-<op>``: holds a count; each call fails (retriably) and decrements it;
+- ``permanent-<op>``: the op fails permanently with the file's text;
+- ``exit-on-start``: holds an exit code; ``start`` leaves the container exited with it.
+
+It honours the runtime contract (idempotent create by name, stop/remove of a missing
+container succeed), so relay tests exercise the same paths as the Docker engine.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+from containers.runtime.base import (
+    ContainerSpec,
+    ContainerState,
+    PermanentRuntimeError,
+    RuntimeEvent,
+    RuntimeFailure,
+)
+
+
+class FakeRuntime:
+    def __init__(self, base_url: str) -> None:
+        self.root = Path(base_url.removeprefix("fake://"))
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "containers").mkdir(exist_ok=True)
+
+    # --- control ------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self):
+        with open(self.root / ".lock", "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _gate(self, op: str, ref: str) -> None:
+        with self._locked(), open(self.root / "calls.log", "a") as log:
+            log.write(f"{op} {ref}\n")
+        while (self.root / f"block-{op}").exists():
+            time.sleep(0.02)
+        permanent = self.root / f"permanent-{op}"
+        if permanent.exists():
+            raise PermanentRuntimeError(permanent.read_text() or f"{op} refused")
+        with self._locked():
+            fail = self.root / f"fail-{op}"
+            if fail.exists():
+                left = int(fail.read_text() or "0")
+                if left > 0:
+                    fail.write_text(str(left - 1))
+                    raise RuntimeFailure(f"injected {op} failure ({left - 1} left)")
+
+    def _path(self, ref: str) -> Path | None:
+        direct = self.root / "containers" / f"{ref}.json"
+        if direct.exists():
+            return direct
+        for path in (self.root / "containers").glob("*.json"):
+            if json.loads(path.read_text())["runtime_id"] == ref:
+                return path
+        return None
+
+    def _load(self, ref: str) -> dict | None:
+        path = self._path(ref)
+        return json.loads(path.read_text()) if path else None
+
+    def _save(self, data: dict) -> None:
+        path = self.root / "containers" / f"{data['name']}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, default=str))
+        tmp.replace(path)
+
+    def calls(self, op: str | None = None) -> list[str]:
+        log = self.root / "calls.log"
+        lines = log.read_text().splitlines() if log.exists() else []
+        return [line for line in lines if op is None or line.startswith(f"{op} ")]
+
+    # --- the runtime interface ------------------------------------------------------------
+
+    def ping(self) -> bool:
+        return True
+
+    def node_name(self) -> str:
+        return "fake-node"
+
+    def image_present(self, image: str) -> bool:
+        return not (self.root / f"missing-image-{image.replace('/', '_')}").exists()
+
+    def ensure_image(self, image: str, pull_policy: str) -> None:
+        if not self.image_present(image) and pull_policy == "never":
+            raise PermanentRuntimeError(f"image {image} is missing and pull_policy is never")
+
+    def create(self, spec: ContainerSpec) -> str:
+        self._gate("create", spec.name)
+        self.ensure_image(spec.image, spec.pull_policy)
+        with self._locked():
+            existing = self._load(spec.name)
+            if existing:
+                return existing["runtime_id"]
+            data = {
+                "runtime_id": uuid.uuid4().hex,
+                "name": spec.name,
+                "labels": spec.labels,
+                "status": "created",
+                "exit_code": None,
+                "spec": asdict(spec),
+            }
+            self._save(data)
+            with open(self.root / "created.log", "a") as log:
+                log.write(f"{spec.name}\n")
+            return data["runtime_id"]
+
+    def start(self, ref: str) -> None:
+        self._gate("start", ref)
+        with self._locked():
+            data = self._load(ref)
+            if data is None:
+                raise PermanentRuntimeError(f"container {ref} does not exist")
+            exit_file = self.root / "exit-on-start"
+            if exit_file.exists():
+                data.update(status="exited", exit_code=int(exit_file.read_text() or "0"))
+            else:
+                data.update(status="running", exit_code=None)
+            data["started_at"] = dt.datetime.now(dt.UTC).isoformat()
+            self._save(data)
+
+    def stop(self, ref: str, timeout: int) -> None:
+        self._gate("stop", ref)
+        with self._locked():
+            data = self._load(ref)
+            if data and data["status"] in ("running", "paused"):
+                data.update(status="exited", exit_code=0)
+                self._save(data)
+
+    def remove(self, ref: str) -> None:
+        self._gate("remove", ref)
+        with self._locked():
+            path = self._path(ref)
+            if path:
+                path.unlink()
+
+    def inspect(self, ref: str) -> ContainerState | None:
+        data = self._load(ref)
+        if data is None:
+            return None
+        return ContainerState(
+            runtime_id=data["runtime_id"],
+            name=data["name"],
+            status=data["status"],
+            labels=data["labels"],
+            exit_code=data["exit_code"],
+            node_name="fake-node",
+        )
+
+    def logs(self, ref: str, tail: int = 100) -> str:
+        return "" if self._load(ref) is None else "fake log line\n"
+
+    def list_ours(self, installation: str) -> list[ContainerState]:
+        states = []
+        for path in sorted((self.root / "containers").glob("*.json")):
+            data = json.loads(path.read_text())
+            if data["labels"].get("io.gobrave.installation") == installation:
+                states.append(self.inspect(data["name"]))
+        return [s for s in states if s]
+
+    def events(self, installation: str, since_nano: int | None = None) -> Iterator[RuntimeEvent]:
+        return iter(())

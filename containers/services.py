@@ -1,0 +1,224 @@
+"""Requests: create, start, stop, delete. The one way in, for the API, admin and CLI.
+
+Each request is one transaction: lock, check, transition, write one ``OutboxEvent`` and
+one ``ContainerEvent``, commit. A refused request raises a ``DomainError`` and leaves
+nothing behind. Repeats of a request already under way are accepted as no-ops.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Count, Q
+
+from containers.errors import InvalidSpec, InvalidTransition, NoMatchingRuntime, NotFound, QueueFull
+from containers.lifecycle import lock_gate, move, record
+from containers.models import ContainerInstance, ContainerTemplate, Runtime
+from containers.spec import clean_constraints, resolve_spec
+from containers.states import IN_FLIGHT, Status, sources_of
+from outbox.services import counter_bump, outbox_enqueue
+
+CREATE = "ContainerCreateRequest"
+START = "ContainerStartRequest"
+STOP = "ContainerStopRequest"
+DELETE = "ContainerDeleteRequest"
+
+
+def _config() -> dict[str, Any]:
+    return settings.GOBRAVE["container"]
+
+
+def runtime_select(*, template: ContainerTemplate) -> Runtime:
+    """The enabled runtime whose labels satisfy the template's constraints.
+
+    Among several matches, the one with the fewest instances under way wins.
+    """
+    constraints = clean_constraints(template.constraints)
+    candidates = Runtime.objects.filter(enabled=True).annotate(
+        load=Count("instances", filter=Q(instances__status__in=IN_FLIGHT | {Status.RUNNING}))
+    )
+    matching = [
+        runtime
+        for runtime in candidates.order_by("load", "name")
+        if all(str(runtime.labels.get(k)) == v for k, v in constraints.items())
+    ]
+    if not matching:
+        wanted = ", ".join(f"{k}={v}" for k, v in constraints.items()) or "(none)"
+        raise NoMatchingRuntime(
+            f"no enabled runtime matches the constraints {wanted} of template {template.name}",
+            constraints=constraints,
+        )
+    return matching[0]
+
+
+def _variables(
+    *,
+    instance_id: uuid.UUID,
+    name: str,
+    owner: AbstractBaseUser,
+    template: ContainerTemplate,
+    runtime: Runtime,
+) -> dict[str, str]:
+    group = owner.groups.order_by("id").first() if hasattr(owner, "groups") else None
+    workspace = Path(_config()["workspace_root"]) / str(owner.pk)
+    return {
+        "USERID": str(owner.pk),
+        "GROUPID": str(group.pk if group else owner.pk),
+        "OWNER_ID": str(owner.pk),
+        "USERNAME": owner.get_username(),
+        "INSTANCE_ID": str(instance_id),
+        "INSTANCE_NAME": name,
+        "CONTAINER_NAME": f"gb-{instance_id}",
+        "TEMPLATE_ID": str(template.pk),
+        "TEMPLATE_NAME": template.name,
+        "RUNTIME_NAME": runtime.name,
+        "WORKSPACE_PATH": str(workspace),
+        "WORKSPACE_ROOT": _config()["workspace_root"],
+    }
+
+
+def _retry_after(pending: int) -> int:
+    """A whole number of seconds (at least 1) after which a slot is likely free."""
+    return max(1, math.ceil(pending / _config()["create_queue_max_concurrency"]))
+
+
+def container_create_by_template(
+    *,
+    template: ContainerTemplate,
+    owner: AbstractBaseUser,
+    actor: str,
+    name: str | None = None,
+    env: dict[str, Any] | None = None,
+) -> ContainerInstance:
+    """Accept a create request, or refuse it with ``QueueFull`` or ``InvalidSpec``.
+
+    1. Choose the runtime and resolve the spec (no lock held; a bad spec stops here).
+    2. In one transaction: take the global admission gate (every create, whatever its
+       template, runtime or owner), count ``pending`` instances, refuse at
+       ``create_queue_max_pending``, else insert the instance, its history entry and
+       its ``ContainerCreateRequest`` outbox row.
+    A refusal is counted for the dashboard and leaves no row anywhere.
+    """
+    runtime = runtime_select(template=template)
+    instance_id = uuid.uuid4()
+    name = (name or f"{template.name}-{str(instance_id)[:8]}").strip()
+    if not name or len(name) > 128:
+        raise InvalidSpec("name: must be 1 to 128 characters", field="name")
+    variables = _variables(
+        instance_id=instance_id, name=name, owner=owner, template=template, runtime=runtime
+    )
+    roots = [_config()["workspace_root"], *_config()["allowed_volume_roots"]]
+    spec = resolve_spec(
+        template=template,
+        variables=variables,
+        env_overrides=env,
+        roots=roots,
+        installation=_config()["installation_id"],
+    )
+    limit = _config()["create_queue_max_pending"]
+    try:
+        with transaction.atomic():
+            lock_gate("admission")
+            pending = ContainerInstance.objects.filter(status=Status.PENDING).count()
+            if pending >= limit:
+                raise QueueFull(
+                    f"the create queue is full ({pending} pending, limit {limit}); retry later",
+                    retry_after=_retry_after(pending),
+                    pending=pending,
+                    limit=limit,
+                )
+            instance = ContainerInstance.objects.create(
+                id=instance_id,
+                name=name,
+                owner=owner,
+                template=template,
+                runtime=runtime,
+                spec=spec,
+            )
+            record(
+                instance,
+                kind=CREATE,
+                actor=actor,
+                to_status=Status.PENDING,
+                message=f"create requested from template {template.name} on {runtime.name}",
+            )
+            outbox_enqueue(kind=CREATE, aggregate_id=str(instance.id), payload={"by": actor})
+    except QueueFull:
+        counter_bump("create_refused")
+        raise
+    counter_bump("create_accepted")
+    instance.queued = True
+    return instance
+
+
+def _request(
+    *,
+    instance_id: uuid.UUID | str,
+    action: str,
+    target: str,
+    noop: frozenset[str],
+    kind: str,
+    actor: str,
+) -> ContainerInstance:
+    """The shared shape of start, stop and delete (see the module docstring)."""
+    with transaction.atomic():
+        try:
+            instance = ContainerInstance.objects.select_for_update().get(id=instance_id)
+        except (ContainerInstance.DoesNotExist, ValidationError, ValueError, TypeError):
+            raise NotFound(f"no container instance {instance_id}", id=str(instance_id)) from None
+        instance.queued = False
+        if instance.status in noop:
+            return instance
+        if instance.status not in sources_of(target):
+            raise InvalidTransition(
+                f"cannot {action} {instance.name}: it is {instance.status}",
+                status=instance.status,
+                action=action,
+            )
+        move(instance, target, actor=actor, kind=kind, message=f"{action} requested")
+        outbox_enqueue(kind=kind, aggregate_id=str(instance.id), payload={"by": actor})
+        instance.queued = True
+        return instance
+
+
+def container_start(*, instance_id: uuid.UUID | str, actor: str) -> ContainerInstance:
+    """running/paused/stopped → start_pending; a no-op while start_pending or starting."""
+    return _request(
+        instance_id=instance_id,
+        action="start",
+        target=Status.START_PENDING,
+        noop=frozenset({Status.START_PENDING, Status.STARTING}),
+        kind=START,
+        actor=actor,
+    )
+
+
+def container_stop(*, instance_id: uuid.UUID | str, actor: str) -> ContainerInstance:
+    """running/paused → stop_pending; a no-op while stop_pending, stopping, stopped or failed."""
+    return _request(
+        instance_id=instance_id,
+        action="stop",
+        target=Status.STOP_PENDING,
+        noop=frozenset({Status.STOP_PENDING, Status.STOPPING, Status.STOPPED, Status.FAILED}),
+        kind=STOP,
+        actor=actor,
+    )
+
+
+def container_delete(*, instance_id: uuid.UUID | str, actor: str) -> ContainerInstance:
+    """Any state but start_pending/starting → delete_pending; a no-op while deleting."""
+    return _request(
+        instance_id=instance_id,
+        action="delete",
+        target=Status.DELETE_PENDING,
+        noop=frozenset({Status.DELETE_PENDING, Status.DELETING}),
+        kind=DELETE,
+        actor=actor,
+    )

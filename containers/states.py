@@ -1,0 +1,62 @@
+"""The container state machine, defined once (SPEC section 1).
+
+``TRANSITIONS`` is the contract's table; the model's django-fsm transitions are built
+from it, and nothing else decides which moves are allowed.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Status(models.TextChoices):
+    PENDING = "pending"
+    CREATING = "creating"
+    RUNNING = "running"
+    PAUSED = "paused"
+    STOP_PENDING = "stop_pending"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    START_PENDING = "start_pending"
+    STARTING = "starting"
+    DELETE_PENDING = "delete_pending"
+    DELETING = "deleting"
+    FAILED = "failed"
+
+
+S = Status
+
+TRANSITIONS: dict[str, frozenset[str]] = {
+    S.PENDING: frozenset({S.CREATING, S.FAILED, S.DELETE_PENDING}),
+    S.CREATING: frozenset({S.RUNNING, S.FAILED, S.STOPPED, S.DELETE_PENDING}),
+    S.RUNNING: frozenset(
+        {S.STOPPED, S.STOP_PENDING, S.START_PENDING, S.DELETE_PENDING, S.PAUSED, S.FAILED}
+    ),
+    S.PAUSED: frozenset(
+        {S.RUNNING, S.STOPPED, S.STOP_PENDING, S.START_PENDING, S.DELETE_PENDING, S.FAILED}
+    ),
+    S.STOP_PENDING: frozenset({S.STOPPING, S.DELETE_PENDING, S.FAILED}),
+    S.STOPPING: frozenset({S.STOPPED, S.DELETE_PENDING, S.FAILED}),
+    S.START_PENDING: frozenset({S.STARTING, S.FAILED}),
+    S.STARTING: frozenset({S.RUNNING, S.FAILED}),
+    S.DELETE_PENDING: frozenset({S.DELETING, S.FAILED}),
+    S.DELETING: frozenset({S.STOPPED, S.FAILED}),
+    S.STOPPED: frozenset({S.RUNNING, S.START_PENDING, S.DELETE_PENDING}),
+    S.FAILED: frozenset({S.DELETE_PENDING}),
+}
+
+# States that hold a create/start slot (maxConcurrency counts these).
+ACTIVE_SLOTS = frozenset({S.CREATING, S.STARTING})
+# States in which nothing happens until someone asks for something.
+RESTING = frozenset({S.RUNNING, S.PAUSED, S.STOPPED, S.FAILED})
+# States with a request queued or in flight.
+IN_FLIGHT = frozenset(set(Status) - RESTING)
+
+
+def sources_of(target: str) -> list[str]:
+    """Every state from which ``target`` may be reached, in declaration order."""
+    return [source for source in Status if target in TRANSITIONS[source]]
+
+
+def can_move(source: str, target: str) -> bool:
+    return target in TRANSITIONS.get(source, frozenset())

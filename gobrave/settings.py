@@ -1,0 +1,192 @@
+"""Django settings for gobrave.
+
+Reads ``config.yml`` once (``gobrave.config``), chooses the database from
+``DATABASE_URL`` (SQLite file when unset) and derives django-q2's two clusters from
+the container and outbox sections, so that a task can never outlive its outbox lease.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from gobrave.config import ConfigError, load_config
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+try:
+    GOBRAVE = load_config(os.environ.get("GOBRAVE_CONFIG") or BASE_DIR / "config.yml")
+except ConfigError as exc:  # stop at start with the key named, not a traceback
+    raise SystemExit(f"gobrave: invalid configuration: {exc}") from None
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "gobrave-insecure-development-key-change-me")
+DEBUG = os.environ.get("DJANGO_DEBUG", "false").lower() in {"1", "true", "yes"}
+ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [
+    o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "django_q",
+    "outbox",
+    "containers",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "gobrave.urls"
+WSGI_APPLICATION = "gobrave.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database(url: str | None) -> dict:
+    """``DATABASE_URL`` (postgres://user:pass@host:port/name) or a SQLite file."""
+    if not url:
+        path = Path(os.environ.get("GOBRAVE_SQLITE_PATH", BASE_DIR / "var" / "gobrave.sqlite3"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": path,
+            "OPTIONS": {
+                # IMMEDIATE takes the write lock at BEGIN, so admission and capacity
+                # checks serialize on SQLite as the row locks do on PostgreSQL.
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    parts = urlparse(url)
+    if parts.scheme not in {"postgres", "postgresql"}:
+        raise SystemExit(f"gobrave: DATABASE_URL must be postgres://..., got {parts.scheme!r}")
+    pool_max = int(os.environ.get("DATABASE_POOL_MAX", "10"))
+    options: dict = {"application_name": os.environ.get("GOBRAVE_APP_NAME", "gobrave")}
+    if pool_max > 0:
+        options["pool"] = {"min_size": 0, "max_size": pool_max, "timeout": 30}
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")) or "gobrave",
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+        "OPTIONS": options,
+        "TEST": {"NAME": os.environ.get("GOBRAVE_TEST_DB_NAME") or None},
+    }
+
+
+DATABASES = {"default": _database(os.environ.get("DATABASE_URL"))}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "gobrave API",
+    "DESCRIPTION": "Container lifecycles through a transactional outbox.",
+    "VERSION": "0.1.0",
+}
+
+# --- django-q2: two clusters fed only by the outbox dispatcher -------------------------
+# "create" runs create/start requests with create_queue_max_concurrency workers;
+# "control" runs stop/delete so they never wait behind slow creates. django-q2 tries
+# each task once (the outbox owns retries, backoff and dead letters); its timeout is
+# the outbox delivery_timeout, and the broker's redelivery (retry) comes well after any
+# prefetched task could have run, so a redelivery is only ever a duplicate that the
+# claim's compare-and-set turns away.
+_container, _outbox, _queue = GOBRAVE["container"], GOBRAVE["outbox"], GOBRAVE["queue"]
+_timeout = math.ceil(_outbox["delivery_timeout"])
+
+
+def _cluster(name: str, workers: int) -> dict:
+    waits = math.ceil((_queue["queue_limit"] + _queue["bulk"] + 1) / workers)
+    return {
+        "name": name,
+        "workers": workers,
+        "timeout": _timeout,
+        "retry": _timeout * (2 + waits),
+        "max_attempts": 1,
+        "ack_failures": True,
+        "queue_limit": _queue["queue_limit"],
+        "bulk": _queue["bulk"],
+        "poll": _queue["poll"],
+        "save_limit": _queue["save_limit"],
+        "catch_up": False,
+        "recycle": 500,
+        "label": f"gobrave {name} cluster",
+        **({"orm": "default"} if _queue["broker"] == "orm" else {"redis": _queue["broker"]}),
+    }
+
+
+GOBRAVE_CREATE_WORKERS = _container["create_queue_max_concurrency"]
+GOBRAVE_CONTROL_WORKERS = _queue["control_workers"]
+Q_CLUSTER = {
+    **_cluster("create", GOBRAVE_CREATE_WORKERS),
+    "ALT_CLUSTERS": {"control": _cluster("control", GOBRAVE_CONTROL_WORKERS)},
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("GOBRAVE_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
+
+# The outbox relay reads its own section only (it is reusable outside gobrave).
+OUTBOX = GOBRAVE["outbox"]

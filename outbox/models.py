@@ -1,0 +1,94 @@
+"""The outbox table: requests written in the caller's transaction, relayed later."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class OutboxStatus(models.TextChoices):
+    PENDING = "pending"
+    PROCESSING = "processing"
+    SENT = "sent"
+    DEAD = "dead"
+
+
+UNFINISHED = (OutboxStatus.PENDING, OutboxStatus.PROCESSING)
+
+
+class OutboxEvent(models.Model):
+    """One request to relay, written in the same transaction as the change that caused it.
+
+    Guarantees (see ``outbox.services`` and ``outbox.relay``):
+    - ``id`` orders rows; rows of one ``aggregate_id`` run in ``id`` order, one at a time.
+    - A row in ``processing`` belongs to the holder of ``claim_token`` until
+      ``lease_expires_at``; outcomes are recorded only under a matching token.
+    - ``started_at`` is set once per claim, by compare-and-set, before the handler runs.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    kind = models.CharField(max_length=64, db_index=True)
+    queue = models.CharField(max_length=32, help_text="The worker cluster that runs this kind.")
+    aggregate_id = models.CharField(max_length=64, help_text="The entity this request is for.")
+    payload = models.JSONField(default=dict, blank=True)
+    status = models.CharField(
+        max_length=16, choices=OutboxStatus.choices, default=OutboxStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    available_at = models.DateTimeField()
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    claim_token = models.UUIDField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    outcome = models.CharField(max_length=32, blank=True, help_text="sent, superseded, dead")
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            # The claim's scan: due pending rows in id order, tiny however big the table.
+            models.Index(
+                fields=["available_at", "id"],
+                name="outbox_due_pending",
+                condition=Q(status="pending"),
+            ),
+            # Expired leases, and the in-flight count per queue.
+            models.Index(
+                fields=["queue", "lease_expires_at"],
+                name="outbox_processing",
+                condition=Q(status="processing"),
+            ),
+            # "Is there an older unfinished row of this aggregate?"
+            models.Index(
+                fields=["aggregate_id", "id"],
+                name="outbox_unfinished_by_aggregate",
+                condition=Q(status__in=["pending", "processing"]),
+            ),
+            # Retention purge.
+            models.Index(fields=["sent_at"], name="outbox_sent", condition=Q(status="sent")),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.id} {self.kind} {self.aggregate_id} [{self.status}]"
+
+
+class RelayCounter(models.Model):
+    """Per-minute relay statistics (claimed, sent, superseded, deferred, retried, dead).
+
+    Rows are bumped with ``F()`` updates so that every dispatcher and worker process adds
+    to the same numbers; the dashboard, the API and ``/metrics`` read them.
+    """
+
+    minute = models.DateTimeField()
+    name = models.CharField(max_length=32)
+    count = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["minute", "name"], name="relay_counter_unique")
+        ]
+        indexes = [models.Index(fields=["name", "minute"])]
+
+    def __str__(self) -> str:
+        return f"{self.minute:%H:%M} {self.name}={self.count}"

@@ -1,0 +1,76 @@
+"""Which handler runs each kind of outbox row, and on which worker queue.
+
+Apps fill the registry in ``AppConfig.ready()``; the relay never imports them.
+
+A handler receives the claimed ``OutboxEvent`` and returns an ``Outcome``, or raises:
+``Defer`` (not now, no attempt counted), ``PermanentFailure`` (dead at once) or any
+other exception (retriable, counted, with its traceback kept).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from outbox.models import OutboxEvent
+
+
+class Outcome(enum.StrEnum):
+    SENT = "sent"
+    SUPERSEDED = "superseded"
+
+
+class Defer(Exception):  # noqa: N818 - a signal, not an error
+    """Capacity denied: back to pending without counting an attempt."""
+
+
+class PermanentFailure(Exception):
+    """Retrying cannot help: the row goes dead now."""
+
+
+class RetryLater(Exception):  # noqa: N818
+    """A retriable failure that names a floor for the backoff (e.g. a Retry-After)."""
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+Handler = Callable[["OutboxEvent"], Outcome]
+DeadHook = Callable[["OutboxEvent", str], None]
+
+
+@dataclass(frozen=True)
+class Route:
+    kind: str
+    queue: str
+    handler: Handler
+    on_dead: DeadHook | None = None
+
+
+_routes: dict[str, Route] = {}
+_queues: dict[str, int] = {}
+
+
+def register_queue(name: str, workers: int) -> None:
+    """Declare a worker queue (a django-q2 cluster) and how many workers it has."""
+    _queues[name] = workers
+
+
+def register(kind: str, *, queue: str, handler: Handler, on_dead: DeadHook | None = None) -> None:
+    """Route ``kind`` to ``handler`` on ``queue``; ``on_dead`` runs in the dead-letter txn."""
+    if queue not in _queues:
+        raise ValueError(f"unknown queue {queue!r}; register_queue() it first")
+    _routes[kind] = Route(kind=kind, queue=queue, handler=handler, on_dead=on_dead)
+
+
+def route(kind: str) -> Route | None:
+    return _routes.get(kind)
+
+
+def queues() -> dict[str, int]:
+    """Queue name → worker count."""
+    return dict(_queues)

@@ -1,0 +1,231 @@
+"""The relay's state machine for one outbox row: claim, start, outcome (SPEC section 3).
+
+Every write here is a compare-and-set on the row's claim token, so a worker whose claim
+expired (and was handed to someone else) changes nothing. Nothing here holds a
+transaction open across a handler.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import random
+import traceback
+import uuid
+
+from django.db import connection, transaction
+from django.db.models import Exists, F, OuterRef, Q
+from django.utils import timezone
+
+from outbox import conf, hooks, registry
+from outbox.models import UNFINISHED, OutboxEvent, OutboxStatus
+from outbox.registry import Defer, Outcome, PermanentFailure, RetryLater
+from outbox.services import counter_bump
+
+log = logging.getLogger(__name__)
+
+
+def backoff(attempts: int) -> float:
+    """Seconds before retry number ``attempts``: exponential, capped, spread by up to +50%."""
+    base = min(conf.value("backoff_cap"), conf.value("backoff_base") * 2 ** max(0, attempts - 1))
+    return base * (1 + random.uniform(0, 0.5))
+
+
+def _due(queue: str, now: dt.datetime):
+    older_unfinished = OutboxEvent.objects.filter(
+        aggregate_id=OuterRef("aggregate_id"), id__lt=OuterRef("id"), status__in=UNFINISHED
+    )
+    return (
+        OutboxEvent.objects.filter(queue=queue)
+        .filter(
+            Q(status=OutboxStatus.PENDING, available_at__lte=now)
+            | Q(status=OutboxStatus.PROCESSING, lease_expires_at__lt=now)
+        )
+        .filter(~Exists(older_unfinished))
+        .order_by("id")
+    )
+
+
+def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
+    """Claim up to ``limit`` due rows of ``queue``; return ``(id, claim token)`` pairs.
+
+    1. Serialize claimers of this queue (advisory lock on PostgreSQL, the IMMEDIATE
+       write lock on SQLite) so that the in-flight count below is exact.
+    2. Room = the queue's in-flight limit minus its live ``processing`` rows.
+    3. Select due rows (pending and due, or processing with an expired lease) that have
+       no older unfinished row of the same aggregate, ``FOR UPDATE SKIP LOCKED``.
+    4. Mark them ``processing`` under a fresh token and a lease. A row reclaimed after
+       it had started (its worker died) counts an attempt.
+    Runs in its own transaction; the caller hands the rows to workers after it.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        if conf.is_postgres(connection):
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"outbox:{queue}"])
+        live = OutboxEvent.objects.filter(
+            queue=queue, status=OutboxStatus.PROCESSING, lease_expires_at__gte=now
+        ).count()
+        room = min(limit, conf.in_flight_limit(queue) - live)
+        if room <= 0:
+            return []
+        rows = list(
+            _due(queue, now)
+            .select_for_update(skip_locked=True, of=("self",))
+            .values_list("id", "status", "started_at")[:room]
+        )
+        if not rows:
+            return []
+        token = uuid.uuid4()
+        crashed = [row_id for row_id, status, started in rows if status == "processing" and started]
+        OutboxEvent.objects.filter(id__in=[row[0] for row in rows]).update(
+            status=OutboxStatus.PROCESSING,
+            claim_token=token,
+            lease_expires_at=now + conf.lease(),
+            started_at=None,
+        )
+        if crashed:
+            _count_crashes(crashed)
+    counter_bump("claimed", len(rows))
+    return [(row[0], token) for row in rows]
+
+
+def _count_crashes(ids: list[int]) -> None:
+    OutboxEvent.objects.filter(id__in=ids).update(
+        attempts=F("attempts") + 1, last_error="lease expired while the handler ran"
+    )
+    for row_id in ids:
+        log.warning("outbox #%s: lease expired mid-run; reclaimed", row_id)
+
+
+def begin(event_id: int, token: uuid.UUID) -> bool:
+    """Compare-and-set ``started_at`` for this claim; False for a duplicate delivery.
+
+    Also restarts the lease from now, so the handler gets a full ``delivery_timeout``
+    however long the row waited in the worker queue.
+    """
+    now = timezone.now()
+    return (
+        OutboxEvent.objects.filter(
+            id=event_id,
+            claim_token=token,
+            status=OutboxStatus.PROCESSING,
+            started_at__isnull=True,
+            lease_expires_at__gt=now,
+        ).update(started_at=now, lease_expires_at=now + conf.lease())
+        == 1
+    )
+
+
+def _finish(event_id: int, token: uuid.UUID, **fields) -> bool:
+    """Record an outcome only while the claim is still ours."""
+    return (
+        OutboxEvent.objects.filter(
+            id=event_id, claim_token=token, status=OutboxStatus.PROCESSING
+        ).update(**fields)
+        == 1
+    )
+
+
+def execute(event_id: int, token: uuid.UUID | str) -> str:
+    """Run the handler for one claimed row and record its outcome. Never raises.
+
+    Returns what happened: ``duplicate``, ``sent``, ``superseded``, ``deferred``,
+    ``retried``, ``dead`` or ``stale`` (the claim was lost before the outcome).
+    """
+    token = uuid.UUID(str(token))
+    if not begin(event_id, token):
+        log.info("outbox #%s: duplicate or expired delivery of claim %s ignored", event_id, token)
+        return "duplicate"
+    event = OutboxEvent.objects.get(id=event_id)
+    route = registry.route(event.kind)
+    try:
+        if route is None:
+            raise PermanentFailure(f"no handler registered for {event.kind}")
+        if event.attempts >= conf.value("max_attempts"):
+            raise PermanentFailure(f"gave up after {event.attempts} attempts: {event.last_error}")
+        outcome = route.handler(event)
+    except Defer as exc:
+        return _record(event, token, "deferred", str(exc))
+    except PermanentFailure as exc:
+        return _dead(event, token, route, str(exc))
+    except Exception as exc:  # noqa: BLE001 - any handler error is a retriable failure
+        detail = "".join(traceback.format_exception(exc))
+        retry_after = exc.retry_after if isinstance(exc, RetryLater) else 0.0
+        return _retry(event, token, route, detail, retry_after)
+    return _record(event, token, str(outcome), "")
+
+
+def _record(event: OutboxEvent, token: uuid.UUID, outcome: str, note: str) -> str:
+    now = timezone.now()
+    if outcome == "deferred":
+        fields = dict(
+            status=OutboxStatus.PENDING,
+            available_at=now + dt.timedelta(seconds=conf.value("poll_interval")),
+            claim_token=None,
+            lease_expires_at=None,
+            started_at=None,
+            outcome="deferred",
+        )
+    else:
+        fields = dict(status=OutboxStatus.SENT, sent_at=now, outcome=outcome, lease_expires_at=None)
+    if not _finish(event.id, token, **fields):
+        return "stale"
+    counter_bump(outcome)
+    if outcome == Outcome.SUPERSEDED:
+        log.info("outbox #%s %s for %s superseded", event.id, event.kind, event.aggregate_id)
+    return outcome
+
+
+def _retry(event, token, route, detail: str, retry_after: float) -> str:
+    attempts = event.attempts + 1
+    if attempts >= conf.value("max_attempts"):
+        return _dead(event, token, route, detail, attempts=attempts)
+    delay = max(backoff(attempts), retry_after)
+    if not _finish(
+        event.id,
+        token,
+        status=OutboxStatus.PENDING,
+        attempts=attempts,
+        available_at=timezone.now() + dt.timedelta(seconds=delay),
+        last_error=detail[-8000:],
+        claim_token=None,
+        lease_expires_at=None,
+        started_at=None,
+        outcome="retrying",
+    ):
+        return "stale"
+    counter_bump("retried")
+    hooks.emit("retry", event=event, attempts=attempts, delay=delay, error=detail)
+    return "retried"
+
+
+def _dead(event, token, route, reason: str, attempts: int | None = None) -> str:
+    with transaction.atomic():
+        if not _finish(
+            event.id,
+            token,
+            status=OutboxStatus.DEAD,
+            attempts=attempts if attempts is not None else event.attempts + 1,
+            last_error=reason[-8000:],
+            lease_expires_at=None,
+            outcome="dead",
+        ):
+            return "stale"
+        if route is not None and route.on_dead is not None:
+            route.on_dead(event, _last_line(reason))
+    counter_bump("dead")
+    hooks.emit("dead", event=event, error=reason)
+    return "dead"
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else text
+
+
+def purge_sent(older_than: dt.timedelta | None = None) -> int:
+    """Delete ``sent`` rows older than ``retention``; returns how many went."""
+    cutoff = timezone.now() - (older_than or dt.timedelta(seconds=conf.value("retention")))
+    deleted, _ = OutboxEvent.objects.filter(status=OutboxStatus.SENT, sent_at__lt=cutoff).delete()
+    return deleted

@@ -1,0 +1,92 @@
+"""Writes to the outbox from the caller's side: enqueue, wake, retry now, counters."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from outbox import conf, registry
+from outbox.models import OutboxEvent, OutboxStatus, RelayCounter
+
+log = logging.getLogger(__name__)
+
+
+def outbox_notify() -> None:
+    """Wake the dispatchers (PostgreSQL delivers the NOTIFY when the transaction commits)."""
+    if conf.is_postgres(connection):
+        with connection.cursor() as cursor:
+            cursor.execute(f"NOTIFY {conf.NOTIFY_CHANNEL}")
+
+
+def outbox_enqueue(*, kind: str, aggregate_id: str, payload: dict) -> OutboxEvent:
+    """Write one request row. Must run inside the caller's transaction.
+
+    The caller holds the aggregate's row lock, so rows of one aggregate commit in id
+    order (the relay's per-aggregate ordering relies on it).
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("outbox_enqueue() must run inside transaction.atomic()")
+    route = registry.route(kind)
+    if route is None:
+        raise ValueError(f"no outbox handler registered for {kind!r}")
+    event = OutboxEvent.objects.create(
+        kind=kind,
+        queue=route.queue,
+        aggregate_id=str(aggregate_id),
+        payload=payload,
+        available_at=timezone.now(),
+    )
+    outbox_notify()
+    return event
+
+
+def outbox_retry_now(*, event_id: int) -> OutboxEvent:
+    """Make a pending row that waits on backoff due now. Refuses rows in other states."""
+    with transaction.atomic():
+        event = OutboxEvent.objects.select_for_update().get(id=event_id)
+        if event.status != OutboxStatus.PENDING:
+            raise ValueError(f"outbox row #{event_id} is {event.status}, not pending")
+        event.available_at = timezone.now()
+        event.save(update_fields=["available_at"])
+        outbox_notify()
+    return event
+
+
+def outbox_release_deferred(*, queue: str) -> int:
+    """A capacity slot freed: make the rows deferred on ``queue`` due now, and wake."""
+    count = OutboxEvent.objects.filter(
+        status=OutboxStatus.PENDING,
+        queue=queue,
+        outcome="deferred",
+        available_at__gt=timezone.now(),
+    ).update(available_at=timezone.now())
+    outbox_notify()
+    return count
+
+
+def counter_bump(name: str, by: int = 1) -> None:
+    """Add to this minute's counter ``name``. Runs in its own short transaction if none."""
+    if by <= 0:
+        return
+    minute = timezone.now().replace(second=0, microsecond=0)
+    for _ in range(3):
+        if RelayCounter.objects.filter(minute=minute, name=name).update(count=F("count") + by):
+            return
+        try:
+            with transaction.atomic():
+                RelayCounter.objects.create(minute=minute, name=name, count=by)
+            return
+        except IntegrityError:
+            continue
+    log.warning("counter %s not bumped after 3 tries", name)
+
+
+def counters_since(since: dt.datetime) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for name, count in RelayCounter.objects.filter(minute__gte=since).values_list("name", "count"):
+        totals[name] = totals.get(name, 0) + count
+    return totals

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Bring up a local Docker Engine for the integration tests and build the test image.
+#
+# Idempotent: installs docker.io and busybox-static only when missing, starts dockerd only
+# when `docker info` does not answer, builds gobrave-test-busybox:latest only when absent.
+# Never pulls from a registry: the image is built FROM scratch around the static busybox.
+#
+# Environment:
+#   DOCKERD_LOG   where dockerd logs (default /var/log/dockerd.log)
+#   ENGINE_WAIT   seconds to wait for each dockerd attempt (default 60)
+set -euo pipefail
+
+IMAGE="gobrave-test-busybox:latest"
+DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd.log}"
+ENGINE_WAIT="${ENGINE_WAIT:-60}"
+export DEBIAN_FRONTEND=noninteractive
+
+say() { printf '[test-engine] %s\n' "$*"; }
+die() { printf '[test-engine] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# --- 1. packages -----------------------------------------------------------------------------
+missing=()
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
+if [ "${#missing[@]}" -gt 0 ]; then
+    [ "$(id -u)" -eq 0 ] || die "need root to install: ${missing[*]}"
+    say "installing ${missing[*]}"
+    if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
+        say "apt-get update"
+        apt-get update -q >/dev/null
+        apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null \
+            || die "apt-get install ${missing[*]} failed"
+    fi
+else
+    say "packages present (docker.io, busybox-static)"
+fi
+command -v docker >/dev/null 2>&1 || die "no docker CLI on PATH after installing docker.io"
+
+# --- 2. engine -------------------------------------------------------------------------------
+engine_up() { docker info >/dev/null 2>&1; }
+
+# Start dockerd with the given extra flags; succeed once `docker info` answers.
+try_dockerd() {
+    say "starting dockerd${*:+ $*} (log: $DOCKERD_LOG)"
+    nohup dockerd "$@" >>"$DOCKERD_LOG" 2>&1 </dev/null &
+    local pid=$! waited=0
+    while [ "$waited" -lt "$ENGINE_WAIT" ]; do
+        if engine_up; then
+            say "dockerd is up (pid $pid, after ${waited}s)"
+            return 0
+        fi
+        if ! kill -0 "$pid" 2>/dev/null; then
+            say "dockerd $* exited early; see $DOCKERD_LOG"
+            return 1
+        fi
+        sleep 1
+        waited=$((waited + 1))
+    done
+    say "dockerd $* did not answer within ${ENGINE_WAIT}s; stopping it"
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    return 1
+}
+
+if engine_up; then
+    say "engine already answering"
+else
+    [ "$(id -u)" -eq 0 ] || die "engine not running and not root: cannot start dockerd"
+    # Plain defaults work on this sandbox (overlay2, bridge + iptables); the fallbacks cover
+    # kernels without overlayfs or without netfilter.
+    try_dockerd \
+        || try_dockerd --storage-driver=vfs \
+        || try_dockerd --storage-driver=vfs --iptables=false --bridge=none \
+        || die "could not start the Docker Engine; last lines of $DOCKERD_LOG:
+$(tail -n 15 "$DOCKERD_LOG" 2>/dev/null)"
+fi
+say "server $(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})'),"\
+" storage $(docker info --format '{{.Driver}}'), cgroup v$(docker info --format '{{.CgroupVersion}}')"
+
+# --- 3. test image ---------------------------------------------------------------------------
+if docker image inspect "$IMAGE" >/dev/null 2>&1; then
+    say "image $IMAGE present"
+else
+    busybox_bin="$(dpkg -L busybox-static | grep -E '/bin/busybox$' | head -1)"
+    [ -x "$busybox_bin" ] || die "static busybox not found (busybox-static installed?)"
+    ctx="$(mktemp -d)"
+    trap 'rm -rf "$ctx"' EXIT
+    cp "$busybox_bin" "$ctx/busybox"
+    cat >"$ctx/Dockerfile" <<'EOF'
+FROM scratch
+COPY busybox /bin/busybox
+RUN ["/bin/busybox", "mkdir", "-p", "/tmp", "/usr/bin", "/sbin", "/usr/sbin"]
+RUN ["/bin/busybox", "chmod", "1777", "/tmp"]
+RUN ["/bin/busybox", "--install", "-s"]
+CMD ["sh"]
+EOF
+    say "building $IMAGE from scratch + $busybox_bin"
+    DOCKER_BUILDKIT=0 docker build --pull=false -q -t "$IMAGE" "$ctx" >/dev/null 2>"$ctx/err" \
+        || die "docker build failed: $(cat "$ctx/err")"
+fi
+
+# --- 4. smoke checks -------------------------------------------------------------------------
+out="$(docker run --rm "$IMAGE" sh -c 'echo ok' 2>&1)" || die "container run failed: $out"
+[ "$out" = "ok" ] || die "container run printed '$out', expected 'ok'"
+say "container run: ok"
+
+oom_name="gobrave-test-engine-oom-$$"
+docker run --name "$oom_name" --memory 6m --memory-swap 6m "$IMAGE" \
+    sh -c 'x=$(head -c 50000000 /dev/zero | tr "\0" a); echo survived' >/dev/null 2>&1 || true
+oom="$(docker inspect --format '{{.State.OOMKilled}}' "$oom_name" 2>/dev/null || echo unknown)"
+docker rm -f "$oom_name" >/dev/null 2>&1 || true
+if [ "$oom" = "true" ]; then
+    say "memory limits: enforced (6m container was OOMKilled)"
+else
+    say "WARNING: memory limits not enforced here (OOMKilled=$oom); OOM tests will skip"
+fi
+say "ready"

@@ -1,0 +1,62 @@
+"""Shared fixtures. The suite runs on PostgreSQL (DATABASE_URL); see README."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from tests.factories import RuntimeFactory, TemplateFactory, UserFactory
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def pytest_collection_modifyitems(config, items):
+    if IN_CI and "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
+        raise pytest.UsageError("CI=true: the suite must run on PostgreSQL (set DATABASE_URL)")
+
+
+@pytest.fixture
+def postgres():
+    """Skip (or fail in CI) a test that needs PostgreSQL's locking."""
+    if connection.vendor != "postgresql":
+        if IN_CI:
+            pytest.fail("this test needs PostgreSQL and CI=true")
+        pytest.skip("needs PostgreSQL: set DATABASE_URL=postgres://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture
+def gobrave_config():
+    """Change settings.GOBRAVE keys for one test: ``gobrave_config(container={...})``."""
+    saved = copy.deepcopy(settings.GOBRAVE)
+
+    def change(**sections):
+        for section, values in sections.items():
+            settings.GOBRAVE[section].update(values)
+            if section == "outbox":
+                settings.OUTBOX.update(values)
+
+    yield change
+    for section, values in saved.items():
+        settings.GOBRAVE[section].clear()
+        settings.GOBRAVE[section].update(values)
+    settings.OUTBOX.clear()
+    settings.OUTBOX.update(saved["outbox"])
+
+
+@pytest.fixture
+def fake_runtime(tmp_path):
+    return RuntimeFactory(name="fake", base_url=f"fake://{tmp_path / 'engine'}")
+
+
+@pytest.fixture
+def template(fake_runtime):
+    return TemplateFactory(name="sleeper")
+
+
+@pytest.fixture
+def owner():
+    return UserFactory(username="alice")

@@ -1,0 +1,144 @@
+"""SPEC section 2: every request in every state, and admission under maxPending."""
+
+from __future__ import annotations
+
+import pytest
+
+from containers.errors import InvalidTransition, NoMatchingRuntime, NotFound, QueueFull
+from containers.models import ContainerEvent, ContainerInstance
+from containers.services import (
+    container_create_by_template,
+    container_delete,
+    container_start,
+    container_stop,
+)
+from outbox.models import OutboxEvent, RelayCounter
+from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory
+
+pytestmark = pytest.mark.django_db
+
+STATES = [
+    "pending", "creating", "running", "paused", "stop_pending", "stopping", "stopped",
+    "start_pending", "starting", "delete_pending", "deleting", "failed",
+]  # fmt: skip
+ACCEPT = {
+    "start": ({"running", "paused", "stopped"}, "start_pending", "ContainerStartRequest"),
+    "stop": ({"running", "paused"}, "stop_pending", "ContainerStopRequest"),
+    "delete": (
+        {"pending", "creating", "running", "paused", "stop_pending", "stopping", "stopped",
+         "failed"},
+        "delete_pending",
+        "ContainerDeleteRequest",
+    ),
+}  # fmt: skip
+NOOP = {
+    "start": {"start_pending", "starting"},
+    "stop": {"stop_pending", "stopping", "stopped", "failed"},
+    "delete": {"delete_pending", "deleting"},
+}
+SERVICES = {"start": container_start, "stop": container_stop, "delete": container_delete}
+
+
+def _instance_in(state):
+    instance = InstanceFactory()
+    ContainerInstance.objects.filter(pk=instance.pk).update(status=state)
+    return instance
+
+
+def _expected(action, state):
+    if state in ACCEPT[action][0]:
+        return "accepted"
+    return "noop" if state in NOOP[action] else "refused"
+
+
+@pytest.mark.parametrize("state", STATES)
+@pytest.mark.parametrize("action", ["start", "stop", "delete"])
+def test_request_in_every_state(action, state):
+    instance = _instance_in(state)
+    events_before = ContainerEvent.objects.count()
+    expected = _expected(action, state)
+    if expected == "refused":
+        with pytest.raises(InvalidTransition) as refused:
+            SERVICES[action](instance_id=instance.pk, actor="test")
+        assert refused.value.details == {"status": state, "action": action}
+        assert ContainerInstance.objects.get(pk=instance.pk).status == state
+        assert OutboxEvent.objects.count() == 0
+        assert ContainerEvent.objects.count() == events_before
+        return
+    result = SERVICES[action](instance_id=instance.pk, actor="test")
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    if expected == "noop":
+        assert result.queued is False
+        assert stored.status == state
+        assert OutboxEvent.objects.count() == 0
+        assert ContainerEvent.objects.count() == events_before
+    else:
+        _, target, kind = ACCEPT[action]
+        assert result.queued is True
+        assert stored.status == target
+        row = OutboxEvent.objects.get()
+        assert (row.kind, row.aggregate_id, row.status) == (kind, str(instance.pk), "pending")
+        event = ContainerEvent.objects.filter(instance_id=instance.pk).get()
+        assert (event.kind, event.from_status, event.to_status) == (kind, state, target)
+
+
+def test_request_for_unknown_instance_is_not_found():
+    with pytest.raises(NotFound):
+        container_stop(instance_id="00000000-0000-0000-0000-000000000000", actor="test")
+    with pytest.raises(NotFound):
+        container_stop(instance_id="not-a-uuid", actor="test")
+
+
+def test_create_writes_instance_outbox_row_and_history(template, owner):
+    instance = container_create_by_template(template=template, owner=owner, actor="test")
+    assert instance.status == "pending"
+    assert instance.runtime.name == "fake"
+    row = OutboxEvent.objects.get()
+    assert (row.kind, row.aggregate_id, row.queue) == (
+        "ContainerCreateRequest",
+        str(instance.pk),
+        "create",
+    )
+    assert ContainerEvent.objects.get().to_status == "pending"
+    assert instance.spec["name"] == f"gb-{instance.pk}"
+    assert instance.spec["labels"]["io.gobrave.instance"] == str(instance.pk)
+
+
+def test_create_refused_at_max_pending_leaves_no_row(template, owner, gobrave_config):
+    gobrave_config(container={"create_queue_max_pending": 2})
+    for _ in range(2):
+        container_create_by_template(template=template, owner=owner, actor="test")
+    with pytest.raises(QueueFull) as full:
+        container_create_by_template(template=template, owner=owner, actor="test")
+    assert full.value.retry_after >= 1
+    assert full.value.details["limit"] == 2
+    assert ContainerInstance.objects.count() == 2
+    assert OutboxEvent.objects.count() == 2
+    assert ContainerEvent.objects.count() == 2
+    assert RelayCounter.objects.get(name="create_refused").count == 1
+    assert RelayCounter.objects.get(name="create_accepted").count == 2
+
+
+def test_only_pending_instances_count_against_max_pending(template, owner, gobrave_config):
+    gobrave_config(container={"create_queue_max_pending": 1})
+    first = container_create_by_template(template=template, owner=owner, actor="test")
+    ContainerInstance.objects.filter(pk=first.pk).update(status="running")
+    container_create_by_template(template=template, owner=owner, actor="test")
+    assert ContainerInstance.objects.count() == 2
+
+
+def test_create_on_template_whose_constraints_match_no_runtime_is_refused(fake_runtime, owner):
+    template = TemplateFactory(constraints={"gpu": "yes"})
+    with pytest.raises(NoMatchingRuntime, match="gpu=yes"):
+        container_create_by_template(template=template, owner=owner, actor="test")
+    assert ContainerInstance.objects.count() == 0
+    assert OutboxEvent.objects.count() == 0
+
+
+def test_disabled_runtime_is_never_chosen(owner):
+    RuntimeFactory(name="off", labels={"engine": "fake"}, enabled=False)
+    on = RuntimeFactory(name="on", labels={"engine": "fake"})
+    template = TemplateFactory(constraints={"engine": "fake"})
+    for _ in range(3):
+        instance = container_create_by_template(template=template, owner=owner, actor="test")
+        assert instance.runtime == on

@@ -1,0 +1,78 @@
+"""Test data factories."""
+
+from __future__ import annotations
+
+import factory
+from django.contrib.auth import get_user_model
+
+from containers.models import ContainerInstance, ContainerTemplate, Runtime
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ("username",)
+
+    username = factory.Sequence(lambda n: f"user{n}")
+
+
+class RuntimeFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Runtime
+
+    name = factory.Sequence(lambda n: f"fake{n}")
+    driver = Runtime.Driver.FAKE
+    base_url = factory.LazyAttribute(lambda o: f"fake:///tmp/gobrave-fake/{o.name}")
+    labels = factory.LazyAttribute(lambda o: {"engine": "fake", "node": o.name})
+
+
+class TemplateFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ContainerTemplate
+
+    name = factory.Sequence(lambda n: f"tmpl{n}")
+    image = "gobrave-test-busybox:latest"
+    command = ["sleep", "600"]
+    constraints = {"engine": "fake"}
+    pull_policy = "never"
+
+
+class InstanceFactory(factory.django.DjangoModelFactory):
+    """An instance placed directly in any state (bypassing requests), for table tests."""
+
+    class Meta:
+        model = ContainerInstance
+        skip_postgeneration_save = True
+
+    name = factory.Sequence(lambda n: f"inst{n}")
+    owner = factory.SubFactory(UserFactory)
+    template = factory.SubFactory(TemplateFactory)
+    runtime = factory.SubFactory(RuntimeFactory)
+    status = "pending"
+    spec = factory.LazyAttribute(
+        lambda o: {
+            "name": "",
+            "image": o.template.image,
+            "labels": {},
+            "command": o.template.command,
+            "env": {},
+            "mounts": [],
+            "cpu": None,
+            "memory": None,
+            "pull_policy": "never",
+        }
+    )
+
+    @factory.post_generation
+    def fix_spec_name(obj, create, extracted, **kwargs):
+        if create and not obj.spec.get("name"):
+            obj.spec = {
+                **obj.spec,
+                "name": obj.container_name,
+                "labels": {
+                    "io.gobrave.installation": "gobrave",
+                    "io.gobrave.instance": str(obj.id),
+                    "io.gobrave.template": obj.template.name,
+                },
+            }
+            obj.save(update_fields=["spec"])

@@ -1,0 +1,106 @@
+"""config.yml: defaults, validation naming the key, environment overrides."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gobrave.config import SCHEMA, ConfigError, load_config
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _write(tmp_path, text: str) -> Path:
+    path = tmp_path / "config.yml"
+    path.write_text(text)
+    return path
+
+
+def test_shipped_config_yml_matches_the_defaults():
+    shipped = load_config(REPO / "config.yml", environ={})
+    for section, keys in SCHEMA.items():
+        for key, (_check, default) in keys.items():
+            if key == "workspace_root":
+                assert shipped[section][key] == str(REPO / "var" / "workspaces")
+            else:
+                assert shipped[section][key] == default, f"{section}.{key}"
+
+
+def test_missing_file_means_defaults(tmp_path):
+    config = load_config(tmp_path / "absent.yml", environ={})
+    assert config["container"]["create_queue_max_pending"] == 50
+    assert config["container"]["create_queue_max_concurrency"] == 3
+    assert config["outbox"]["retention"] == 7 * 86400
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("container:\n  create_queue_max_pending: -1\n", "container.create_queue_max_pending"),
+        ("container:\n  create_queue_max_concurrency: 0\n", "create_queue_max_concurrency"),
+        ("container:\n  dag_node_cleanup_on_failed: explode\n", "dag_node_cleanup_on_failed"),
+        ("container:\n  orphan_policy: keep\n", "container.orphan_policy"),
+        ("container:\n  no_such_key: 1\n", "container.no_such_key"),
+        ("nosection:\n  a: 1\n", "nosection"),
+        ("outbox:\n  delivery_timeout: 10y\n", "outbox.delivery_timeout"),
+        ("outbox:\n  delivery_timeout: 999999\n", "outbox.delivery_timeout"),
+        ("outbox:\n  max_attempts: true\n", "outbox.max_attempts"),
+        ("queue:\n  broker: rabbit://x\n", "queue.broker"),
+        ("container:\n  allowed_volume_roots: [relative/path]\n", "allowed_volume_roots"),
+        ("container: [1, 2]\n", "container"),
+        ("container: {a: [}\n", "not valid YAML"),
+    ],
+)
+def test_bad_config_is_refused_naming_the_key(tmp_path, text, named):
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load_config(_write(tmp_path, text), environ={})
+
+
+def test_durations_accept_units(tmp_path):
+    config = load_config(
+        _write(tmp_path, "outbox:\n  poll_interval: 250ms\n  retention: 2h\n"), environ={}
+    )
+    assert config["outbox"]["poll_interval"] == 0.25
+    assert config["outbox"]["retention"] == 7200
+
+
+def test_environment_overrides_one_key(tmp_path):
+    path = _write(tmp_path, "container:\n  create_queue_max_pending: 10\n")
+    config = load_config(
+        path,
+        environ={
+            "GOBRAVE_CONTAINER_CREATE_QUEUE_MAX_PENDING": "77",
+            "GOBRAVE_QUEUE_BROKER": "redis://127.0.0.1:6379/3",
+            "GOBRAVE_CONTAINER_ALLOWED_VOLUME_ROOTS": "[/srv/data]",
+        },
+    )
+    assert config["container"]["create_queue_max_pending"] == 77
+    assert config["queue"]["broker"] == "redis://127.0.0.1:6379/3"
+    assert config["container"]["allowed_volume_roots"] == ["/srv/data"]
+
+
+def test_environment_override_is_validated_too(tmp_path):
+    with pytest.raises(ConfigError, match="create_queue_max_pending"):
+        load_config(
+            tmp_path / "x.yml", environ={"GOBRAVE_CONTAINER_CREATE_QUEUE_MAX_PENDING": "-5"}
+        )
+    with pytest.raises(ConfigError, match="GOBRAVE_OUTBOX_NOPE"):
+        load_config(tmp_path / "x.yml", environ={"GOBRAVE_OUTBOX_NOPE": "1"})
+
+
+def test_a_bad_config_stops_manage_py_with_the_key_named(tmp_path):
+    path = _write(tmp_path, "container:\n  create_queue_max_pending: -3\n")
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", "GOBRAVE_CONFIG": str(path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "container.create_queue_max_pending" in result.stderr
+    assert "Traceback" not in result.stderr
