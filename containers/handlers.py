@@ -67,7 +67,11 @@ def _ref(instance: ContainerInstance) -> str:
 
 
 def _apply(instance_id: str, runtime_id: str, doing: str) -> None:
-    """Step 3: record the runtime id and apply what the engine says now."""
+    """Step 3: record the runtime id and apply what the engine says now.
+
+    If the reconciler failed the instance meanwhile (start_timeout), remove what this
+    worker created, after the transaction.
+    """
     instance = ContainerInstance.objects.get(id=instance_id)
     runtime = runtime_for(instance.runtime)
     state = runtime.inspect(runtime_id)
@@ -80,21 +84,22 @@ def _apply(instance_id: str, runtime_id: str, doing: str) -> None:
         instance.runtime_node_name = (state.node_name if state else "") or node
         instance.runtime_missing = state is None
         instance.save(update_fields=["container_id", "runtime_node_name", "runtime_missing"])
+        abandoned = instance.status == Status.FAILED and doing in (Status.CREATING, Status.STARTING)
         if instance.status == doing:
             observation = target_for(state, instance.status)
             if observation is not None:
                 apply_observation(instance, observation, actor=WORKER)
-        elif instance.status == Status.FAILED and doing in (Status.CREATING, Status.STARTING):
-            # The reconciler gave up on us (start_timeout): undo what we made.
-            transaction.on_commit(lambda: runtime.remove(runtime_id))
+        elif abandoned:
             record(
                 instance,
                 kind="cleanup",
                 actor=WORKER,
                 from_status=instance.status,
                 to_status=instance.status,
-                message="removed a container made after the timeout",
+                message="removing the container made after the instance had failed",
             )
+    if abandoned:
+        runtime.remove(runtime_id)
 
 
 def handle_create(event: OutboxEvent) -> Outcome:

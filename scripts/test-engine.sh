@@ -50,13 +50,13 @@ try_dockerd() {
             return 0
         fi
         if ! kill -0 "$pid" 2>/dev/null; then
-            say "dockerd $* exited early; see $DOCKERD_LOG"
+            say "dockerd${*:+ $*} exited early; see $DOCKERD_LOG"
             return 1
         fi
         sleep 1
         waited=$((waited + 1))
     done
-    say "dockerd $* did not answer within ${ENGINE_WAIT}s; stopping it"
+    say "dockerd${*:+ $*} did not answer within ${ENGINE_WAIT}s; stopping it"
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     return 1

@@ -155,7 +155,8 @@ def test_create_passes_env_mounts_and_limits(
     ref = run(runtime, spec)
     state = wait_for(runtime, ref, {"exited"})
     assert state.exit_code != 0  # the mount is read-only
-    assert runtime.logs(ref).startswith("hi env\nfrom host\n")
+    logs = runtime.logs(ref)  # stdout and stderr lines may interleave either way
+    assert "hi env\nfrom host\n" in logs and "Read-only file system" in logs
     assert not (tmp_path / "new").exists()
     host = raw.inspect_container(ref)["HostConfig"]
     assert host["NanoCpus"] == 500_000_000
@@ -240,11 +241,18 @@ def test_bad_command_is_permanent_and_recorded(runtime: DockerRuntime, make_spec
 def test_oom_killed(runtime: DockerRuntime, raw: docker.APIClient, make_spec: MakeSpec) -> None:
     if not raw.info().get("MemoryLimit"):
         pytest.skip("this engine's cgroup setup does not enforce memory limits")
-    ref = run(runtime, make_spec(["sh", "-c", HOG], memory=6 * 1024 * 1024))
-    state = wait_for(runtime, ref, {"exited"}, timeout=20)
-    assert state.oom_killed
-    assert state.exit_code == 137
-    assert "survived" not in runtime.logs(ref)
+    # The kernel always kills the hog, but Docker 20.10 on cgroup v1 misses the OOM
+    # notification for a few percent of containers that die at once (OOMKilled stays
+    # false, no ``oom`` event). Allow a couple of retries so that race cannot flake us.
+    states = []
+    for _ in range(3):
+        ref = run(runtime, make_spec(["sh", "-c", HOG], memory=6 * 1024 * 1024))
+        states.append(wait_for(runtime, ref, {"exited"}, timeout=20))
+        assert states[-1].exit_code == 137
+        assert "survived" not in runtime.logs(ref)
+        if states[-1].oom_killed:
+            break
+    assert states[-1].oom_killed, states
 
 
 # -- stop / remove / pause ------------------------------------------------------------------------

@@ -1,0 +1,82 @@
+#!/usr/bin/env python
+"""Run the whole app in one terminal: web, dispatcher, both worker clusters, monitor.
+
+Migrates first, then starts each part as its own process and keeps them running
+(a part that dies is restarted after a short pause). Ctrl-C or SIGTERM stops them all:
+each process gets SIGTERM on its main pid (django-q2 clusters stop cleanly that way).
+
+Environment: GOBRAVE_WEB_ADDR (default 127.0.0.1:8000), plus everything in README.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def parts() -> dict[str, tuple[list[str], dict[str, str]]]:
+    addr = os.environ.get("GOBRAVE_WEB_ADDR", "127.0.0.1:8000")
+    manage = [PY, "manage.py"]
+    result = {
+        "web": ([*manage, "runserver", "--noreload", addr], {"GOBRAVE_APP_NAME": "gobrave-web"}),
+        "dispatcher": ([*manage, "run_dispatcher"], {"GOBRAVE_APP_NAME": "gobrave-dispatcher"}),
+        "create-cluster": ([*manage, "qcluster"], {"Q_CLUSTER_NAME": "create"}),
+        "control-cluster": ([*manage, "qcluster"], {"Q_CLUSTER_NAME": "control"}),
+    }
+    if (ROOT / "containers" / "management" / "commands" / "run_monitor.py").exists():
+        result["monitor"] = ([*manage, "run_monitor"], {"GOBRAVE_APP_NAME": "gobrave-monitor"})
+    return result
+
+
+def main() -> int:
+    os.chdir(ROOT)
+    subprocess.run([PY, "manage.py", "migrate", "--no-input", "-v0"], check=True)
+    stopping = False
+
+    def stop(*_args):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    running: dict[str, subprocess.Popen] = {}
+    specs = parts()
+
+    def launch(name: str) -> None:
+        command, extra = specs[name]
+        running[name] = subprocess.Popen(command, env={**os.environ, **extra})
+        print(f"[run_all] started {name} (pid {running[name].pid})", flush=True)
+
+    for name in specs:
+        launch(name)
+    addr = os.environ.get("GOBRAVE_WEB_ADDR", "127.0.0.1:8000")
+    print(f"[run_all] gobrave is up: http://{addr}/admin/ and http://{addr}/api/", flush=True)
+    while not stopping:
+        time.sleep(0.5)
+        for name, process in list(running.items()):
+            if process.poll() is not None and not stopping:
+                print(f"[run_all] {name} exited with {process.returncode}; restarting", flush=True)
+                time.sleep(2)
+                launch(name)
+    for process in running.values():
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for process in running.values():
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+    print("[run_all] stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

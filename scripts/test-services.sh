@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Make sure every service the test suite talks to answers: PostgreSQL, Redis, the Docker
+# Engine (with its FROM-scratch test image) and headless Chromium. Idempotent; used by
+# `make test` and therefore by .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { printf '[test-services] %s\n' "$*"; }
+
+# PostgreSQL (127.0.0.1:5432, trust auth, user postgres, database test).
+if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+    say "starting PostgreSQL"
+    if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -q >/dev/null && apt-get install -y -q postgresql >/dev/null
+    fi
+    version=$(ls /etc/postgresql | sort -V | tail -n 1)
+    pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+    for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 1; done
+fi
+pg_isready -h 127.0.0.1 -p 5432 -q || { say "PostgreSQL does not answer"; exit 1; }
+psql -h 127.0.0.1 -U postgres -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname='test'" \
+    | grep -q 1 || psql -h 127.0.0.1 -U postgres -d postgres -qc "CREATE DATABASE test"
+say "PostgreSQL answers"
+
+# Redis (127.0.0.1:6379), for the Redis-broker tests.
+if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
+    say "starting Redis"
+    command -v redis-server >/dev/null 2>&1 || {
+        apt-get update -q >/dev/null && apt-get install -y -q redis-server >/dev/null; }
+    mkdir -p /var/lib/redis /var/log/redis
+    redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+        --dir /var/lib/redis --logfile /var/log/redis/ci.log
+    sleep 1
+fi
+say "Redis answers"
+
+bash scripts/test-engine.sh
+if [ -f scripts/browser-setup.sh ]; then
+    bash scripts/browser-setup.sh
+fi

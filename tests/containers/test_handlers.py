@@ -1,0 +1,181 @@
+"""Worker handlers (SPEC section 4) through the relay, in-process, on the fake engine."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from containers.models import ContainerEvent, ContainerInstance
+from containers.runtime import runtime_for
+from containers.services import (
+    container_create_by_template,
+    container_delete,
+    container_start,
+    container_stop,
+)
+from outbox import registry, relay
+from outbox.models import OutboxEvent
+
+pytestmark = pytest.mark.django_db
+
+
+def drain(rounds: int = 20) -> list[str]:
+    """Claim and execute until nothing is claimable; returns every outcome in order."""
+    outcomes = []
+    for _ in range(rounds):
+        claimed = [(q, c) for q in ("create", "control") for c in relay.claim(q, 16)]
+        if not claimed:
+            break
+        outcomes += [relay.execute(event_id, token) for _, (event_id, token) in claimed]
+    return outcomes
+
+
+@pytest.fixture
+def engine(fake_runtime):
+    return runtime_for(fake_runtime)
+
+
+@pytest.fixture
+def create(template, owner):
+    def make(**kwargs):
+        return container_create_by_template(template=template, owner=owner, actor="t", **kwargs)
+
+    return make
+
+
+def status(instance) -> str:
+    return ContainerInstance.objects.get(pk=instance.pk).status
+
+
+def history(instance) -> list[tuple[str, str]]:
+    rows = ContainerEvent.objects.filter(instance_id=instance.pk).order_by("id")
+    return [(row.from_status, row.to_status) for row in rows]
+
+
+def test_create_runs_the_container_and_records_each_step(create, engine):
+    instance = create()
+    assert drain() == ["sent"]
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    assert stored.status == "running"
+    assert stored.container_id and stored.runtime_node_name == "fake-node"
+    assert history(instance) == [("", "pending"), ("pending", "creating"), ("creating", "running")]
+    assert engine.calls("create") == [f"create gb-{instance.pk}"]
+    assert engine.inspect(f"gb-{instance.pk}").status == "running"
+
+
+def test_create_that_exits_zero_at_once_ends_stopped(create, engine):
+    (engine.root / "exit-on-start").write_text("0")
+    instance = create()
+    drain()
+    assert status(instance) == "stopped"
+
+
+def test_create_that_exits_non_zero_ends_failed_with_the_code(create, engine):
+    (engine.root / "exit-on-start").write_text("3")
+    instance = create()
+    drain()
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    assert (stored.status, stored.exit_code) == ("failed", 3)
+    assert "exited with code 3" in stored.status_reason
+
+
+def test_capacity_denied_defers_without_an_attempt(create, gobrave_config):
+    gobrave_config(container={"create_queue_max_concurrency": 1})
+    busy, waiting = create(), create()
+    ContainerInstance.objects.filter(pk=busy.pk).update(status="creating")
+    OutboxEvent.objects.filter(aggregate_id=str(busy.pk)).update(status="sent")
+    assert drain(rounds=1) == ["deferred"]
+    row = OutboxEvent.objects.get(aggregate_id=str(waiting.pk))
+    assert (row.status, row.attempts, row.outcome) == ("pending", 0, "deferred")
+    assert status(waiting) == "pending"
+    assert row.available_at > timezone.now()
+
+
+def test_a_freed_slot_makes_deferred_creates_due_at_once(create, gobrave_config):
+    gobrave_config(container={"create_queue_max_concurrency": 1}, outbox={"poll_interval": 30})
+    first, second = create(), create()
+    ContainerInstance.objects.filter(pk=first.pk).update(status="creating")
+    OutboxEvent.objects.filter(aggregate_id=str(first.pk)).update(status="sent")
+    drain(rounds=1)
+    assert OutboxEvent.objects.get(aggregate_id=str(second.pk)).available_at > timezone.now()
+    container_delete(instance_id=first.pk, actor="t")  # creating -> delete_pending frees it
+    assert OutboxEvent.objects.get(aggregate_id=str(second.pk)).available_at <= timezone.now()
+    drain()
+    assert status(second) == "running"
+
+
+def test_stop_then_start_then_delete(create, engine):
+    instance = create()
+    drain()
+    container_stop(instance_id=instance.pk, actor="t")
+    assert drain() == ["sent"]
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    assert (stored.status, stored.exit_code) == ("stopped", 0)
+    container_start(instance_id=instance.pk, actor="t")
+    assert drain() == ["sent"]
+    assert status(instance) == "running"
+    container_delete(instance_id=instance.pk, actor="t")
+    assert drain() == ["sent"]
+    assert not ContainerInstance.objects.filter(pk=instance.pk).exists()
+    assert engine.inspect(f"gb-{instance.pk}") is None
+    assert ContainerEvent.objects.filter(instance_id=instance.pk, kind="ContainerDeleted").exists()
+
+
+def test_delete_of_a_queued_create_supersedes_the_create(create, engine):
+    instance = create()
+    container_delete(instance_id=instance.pk, actor="t")
+    assert drain() == ["superseded", "sent"]
+    assert engine.calls("create") == []
+    assert not ContainerInstance.objects.filter(pk=instance.pk).exists()
+
+
+def test_every_handler_replayed_after_success_changes_nothing(create, engine):
+    instance = create()
+    drain()
+    container_stop(instance_id=instance.pk, actor="t")
+    drain()
+    container_start(instance_id=instance.pk, actor="t")
+    drain()
+    container_delete(instance_id=instance.pk, actor="t")
+    drain()
+    calls_before = engine.calls()
+    events_before = list(ContainerEvent.objects.values_list("id", flat=True))
+    for row in OutboxEvent.objects.order_by("id"):
+        assert registry.route(row.kind).handler(row) == "superseded"
+    assert engine.calls() == calls_before
+    assert list(ContainerEvent.objects.values_list("id", flat=True)) == events_before
+
+
+def test_image_missing_under_never_is_dead_and_fails_the_instance(create, engine):
+    (engine.root / "missing-image-gobrave-test-busybox:latest").write_text("")
+    instance = create()
+    assert drain() == ["dead"]
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    assert stored.status == "failed"
+    assert "missing and pull_policy is never" in stored.status_reason
+    assert OutboxEvent.objects.get().last_error.endswith("pull_policy is never")
+
+
+def test_start_of_a_container_removed_outside_gobrave_fails_with_that_reason(create, engine):
+    instance = create()
+    drain()
+    container_stop(instance_id=instance.pk, actor="t")
+    drain()
+    engine.remove(f"gb-{instance.pk}")
+    container_start(instance_id=instance.pk, actor="t")
+    assert drain() == ["dead"]
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    assert stored.status == "failed"
+    assert "removed outside gobrave" in stored.status_reason
+
+
+def test_worker_that_finds_its_instance_failed_removes_what_it_created(create, engine):
+    from containers.handlers import _apply
+
+    instance = create()
+    drain()
+    ContainerInstance.objects.filter(pk=instance.pk).update(status="failed")
+    _apply(str(instance.pk), f"gb-{instance.pk}", "creating")
+    assert engine.inspect(f"gb-{instance.pk}") is None
+    assert status(instance) == "failed"
+    assert ContainerEvent.objects.filter(instance_id=instance.pk, kind="cleanup").exists()

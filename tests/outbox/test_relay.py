@@ -1,0 +1,225 @@
+"""The relay's row semantics (SPEC section 3), driven in-process with a test handler."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from outbox import registry, relay
+from outbox.models import OutboxEvent
+from outbox.registry import Defer, Outcome, PermanentFailure, RetryLater
+from outbox.services import outbox_enqueue, outbox_retry_now
+
+pytestmark = pytest.mark.django_db
+KIND = "TestProbe"
+calls: list[int] = []
+behaviour: dict[str, object] = {}
+dead: list[tuple[int, str]] = []
+
+
+def probe(event):
+    calls.append(event.id)
+    action = behaviour.get(event.aggregate_id, "ok")
+    if action == "defer":
+        raise Defer("full")
+    if action == "boom":
+        raise ValueError("boom from the handler")
+    if action == "permanent":
+        raise PermanentFailure("cannot ever work")
+    if action == "later":
+        raise RetryLater("busy", retry_after=120)
+    return Outcome.SUPERSEDED if action == "superseded" else Outcome.SENT
+
+
+@pytest.fixture(autouse=True)
+def probe_kind(gobrave_config):
+    registry.register_queue("probe", 4)
+    registry.register(
+        KIND, queue="probe", handler=probe, on_dead=lambda e, r: dead.append((e.id, r))
+    )
+    calls.clear()
+    behaviour.clear()
+    dead.clear()
+    gobrave_config(outbox={"backoff_base": 1, "backoff_cap": 600, "max_attempts": 3})
+    yield
+    registry._routes.pop(KIND, None)
+    registry._queues.pop("probe", None)
+
+
+def enqueue(aggregate: str = "a") -> OutboxEvent:
+    with transaction.atomic():
+        return outbox_enqueue(kind=KIND, aggregate_id=aggregate, payload={})
+
+
+def run_once(limit: int = 16) -> list[str]:
+    return [relay.execute(event_id, token) for event_id, token in relay.claim("probe", limit)]
+
+
+def test_success_marks_the_row_sent():
+    row = enqueue()
+    assert run_once() == ["sent"]
+    row.refresh_from_db()
+    assert (row.status, row.outcome, row.attempts) == ("sent", "sent", 0)
+    assert row.sent_at is not None and row.started_at is not None
+
+
+def test_rows_of_one_aggregate_run_one_at_a_time_in_order():
+    first, second = enqueue("a"), enqueue("a")
+    other = enqueue("b")
+    claimed = [event_id for event_id, _ in relay.claim("probe", 16)]
+    assert claimed == [first.id, other.id]  # second waits behind first
+    assert relay.claim("probe", 16) == []
+    for event_id, token in [(first.id, OutboxEvent.objects.get(id=first.id).claim_token)]:
+        relay.execute(event_id, token)
+    assert [event_id for event_id, _ in relay.claim("probe", 16)] == [second.id]
+
+
+def test_in_flight_is_bounded_by_the_queue_workers():
+    for index in range(10):
+        enqueue(f"agg{index}")
+    assert len(relay.claim("probe", 16)) == 4
+    assert relay.claim("probe", 16) == []
+    assert OutboxEvent.objects.filter(status="processing").count() == 4
+
+
+def test_max_in_flight_caps_further(gobrave_config):
+    gobrave_config(outbox={"max_in_flight": 2})
+    for index in range(5):
+        enqueue(f"agg{index}")
+    assert len(relay.claim("probe", 16)) == 2
+
+
+def test_a_duplicate_delivery_of_one_claim_executes_once():
+    enqueue()
+    [(event_id, token)] = relay.claim("probe", 16)
+    assert relay.execute(event_id, token) == "sent"
+    assert relay.execute(event_id, token) == "duplicate"
+    assert calls == [event_id]
+
+
+def test_a_stale_worker_changes_nothing():
+    row = enqueue()
+    [(event_id, token)] = relay.claim("probe", 16)
+    # The lease ran out and another dispatcher took the row over.
+    OutboxEvent.objects.filter(id=event_id).update(
+        lease_expires_at=timezone.now() - dt.timedelta(seconds=1)
+    )
+    [(_, new_token)] = relay.claim("probe", 16)
+    assert new_token != token
+    assert relay.execute(event_id, token) == "duplicate"
+    row.refresh_from_db()
+    assert (row.status, row.claim_token) == ("processing", new_token)
+    assert relay._finish(event_id, token, status="sent") is False
+
+
+def test_expired_lease_is_due_again_and_counts_an_attempt_if_it_had_started():
+    row = enqueue()
+    [(event_id, token)] = relay.claim("probe", 16)
+    assert relay.begin(event_id, token)
+    OutboxEvent.objects.filter(id=event_id).update(
+        lease_expires_at=timezone.now() - dt.timedelta(seconds=1)
+    )
+    assert run_once() == ["sent"]
+    row.refresh_from_db()
+    assert (row.status, row.attempts) == ("sent", 1)
+
+
+def test_deferred_row_goes_back_to_pending_without_an_attempt():
+    behaviour["a"] = "defer"
+    row = enqueue()
+    assert run_once() == ["deferred"]
+    row.refresh_from_db()
+    assert (row.status, row.attempts, row.outcome) == ("pending", 0, "deferred")
+    assert row.available_at > timezone.now()
+
+
+def test_failure_retries_with_backoff_then_goes_dead(gobrave_config):
+    behaviour["a"] = "boom"
+    row = enqueue()
+    before = timezone.now()
+    assert run_once() == ["retried"]
+    row.refresh_from_db()
+    assert (row.status, row.attempts) == ("pending", 1)
+    assert "ValueError: boom from the handler" in row.last_error
+    assert "Traceback" in row.last_error
+    delay = (row.available_at - before).total_seconds()
+    assert 1.0 <= delay <= 1.6  # backoff_base * 2^0, spread by up to +50%
+    outbox_retry_now(event_id=row.id)
+    assert run_once() == ["retried"]
+    row.refresh_from_db()
+    assert row.attempts == 2
+    outbox_retry_now(event_id=row.id)
+    assert run_once() == ["dead"]
+    row.refresh_from_db()
+    assert (row.status, row.attempts) == ("dead", 3)
+    assert dead == [(row.id, "ValueError: boom from the handler")]
+
+
+def test_backoff_grows_exponentially_and_is_capped(gobrave_config):
+    gobrave_config(outbox={"backoff_base": 2, "backoff_cap": 10})
+    for attempt, base in [(1, 2), (2, 4), (3, 8), (4, 10), (9, 10)]:
+        samples = [relay.backoff(attempt) for _ in range(200)]
+        assert min(samples) >= base and max(samples) <= base * 1.5
+        assert max(samples) > base * 1.2  # it is spread, not fixed
+
+
+def test_retry_after_is_a_floor_for_the_backoff():
+    behaviour["a"] = "later"
+    row = enqueue()
+    run_once()
+    row.refresh_from_db()
+    assert (row.available_at - timezone.now()).total_seconds() > 110
+
+
+def test_permanent_failure_goes_dead_at_once():
+    behaviour["a"] = "permanent"
+    row = enqueue()
+    assert run_once() == ["dead"]
+    row.refresh_from_db()
+    assert (row.status, row.last_error) == ("dead", "cannot ever work")
+    assert dead == [(row.id, "cannot ever work")]
+
+
+def test_superseded_is_sent_and_noted():
+    behaviour["a"] = "superseded"
+    row = enqueue()
+    assert run_once() == ["superseded"]
+    row.refresh_from_db()
+    assert (row.status, row.outcome) == ("sent", "superseded")
+
+
+def test_retry_now_refuses_rows_that_are_not_pending():
+    row = enqueue()
+    run_once()
+    with pytest.raises(ValueError, match="not pending"):
+        outbox_retry_now(event_id=row.id)
+
+
+def test_an_unknown_kind_goes_dead_with_a_reason():
+    row = OutboxEvent.objects.create(
+        kind="Nobody", queue="probe", aggregate_id="x", available_at=timezone.now()
+    )
+    assert run_once() == ["dead"]
+    row.refresh_from_db()
+    assert "no handler registered for Nobody" in row.last_error
+
+
+def test_purge_removes_only_old_sent_rows():
+    old, fresh, failed = enqueue("1"), enqueue("2"), enqueue("3")
+    behaviour["3"] = "permanent"
+    run_once()
+    OutboxEvent.objects.filter(id__in=[old.id, failed.id]).update(
+        sent_at=timezone.now() - dt.timedelta(days=8)
+    )
+    assert relay.purge_sent() == 1
+    assert set(OutboxEvent.objects.values_list("id", flat=True)) == {fresh.id, failed.id}
+
+
+def test_begin_refuses_an_unknown_token():
+    enqueue()
+    [(event_id, _)] = relay.claim("probe", 16)
+    assert relay.begin(event_id, uuid.uuid4()) is False
