@@ -102,8 +102,14 @@ def move(
 
 
 def lock_gate(name: str) -> None:
-    """Take the global gate ``name`` for the rest of the current transaction."""
-    Gate.objects.select_for_update().get(name=name)
+    """Take the global gate ``name`` for the rest of the current transaction.
+
+    The rows come from a migration; one that went missing (a flushed database) is made
+    again, without a race, before it is locked.
+    """
+    if not Gate.objects.select_for_update().filter(name=name).exists():
+        Gate.objects.bulk_create([Gate(name=name)], ignore_conflicts=True)
+        Gate.objects.select_for_update().get(name=name)
 
 
 def capacity_available() -> bool:

@@ -29,3 +29,305 @@ def template_by_ref(ref: str | int) -> ContainerTemplate:
     if template is None:
         raise NotFound(f"no template {ref!r}", template=str(ref))
     return template
+
+
+# --- API reads (appended for the REST API; the admin dashboard reuses queue_stats) -------
+
+_BIGINT_MAX = 2**63 - 1
+INSTANCE_ORDERINGS = ("created_at", "name", "status", "status_changed_at")
+
+
+def _as_id(ref: object) -> int | None:
+    """``ref`` as a database id when it is a plain decimal number in range, else None."""
+    text = str(ref)
+    if text.isascii() and text.isdigit() and int(text) <= _BIGINT_MAX:
+        return int(text)
+    return None
+
+
+def template_get(*, ref: str | int) -> ContainerTemplate:
+    """A template by id or by name; ``NotFound`` for anything else (never a DB error)."""
+    template_id = _as_id(ref)
+    query = Q(name=str(ref))
+    if template_id is not None:
+        query |= Q(pk=template_id)
+    template = ContainerTemplate.objects.filter(query).order_by("pk").first()
+    if template is None:
+        raise NotFound(f"no template {str(ref)!r}", template=str(ref))
+    return template
+
+
+def template_list() -> QuerySet[ContainerTemplate]:
+    return ContainerTemplate.objects.order_by("name")
+
+
+def instance_search(
+    *,
+    user,
+    statuses: Iterable[str] = (),
+    template: str | None = None,
+    owner: str | None = None,
+    ordering: str | None = None,
+) -> QuerySet[ContainerInstance]:
+    """``instance_list`` narrowed by template and owner (each an id or a name) and ordered.
+
+    ``ordering`` is one of ``INSTANCE_ORDERINGS``, optionally prefixed with ``-``; ties
+    break on the id so that pages never overlap.
+    """
+    rows = instance_list(statuses=statuses, user=user)
+    if template:
+        template_id = _as_id(template)
+        query = Q(template__name=template)
+        if template_id is not None:
+            query |= Q(template_id=template_id)
+        rows = rows.filter(query)
+    if owner:
+        owner_id = _as_id(owner)
+        query = Q(owner__username=owner)
+        if owner_id is not None:
+            query |= Q(owner_id=owner_id)
+        rows = rows.filter(query)
+    if ordering:
+        field = ordering.lstrip("-")
+        if field not in INSTANCE_ORDERINGS:
+            raise ValueError(f"cannot order by {ordering!r}")
+        descending = ordering.startswith("-")
+        rows = rows.order_by(ordering, "-id" if descending else "id")
+    return rows
+
+
+def instance_get(*, instance_id: object, user) -> ContainerInstance:
+    """One instance the ``user`` may see (staff: any); ``NotFound`` otherwise.
+
+    Another user's instance is answered exactly like a missing one.
+    """
+    import uuid
+
+    try:
+        key = uuid.UUID(str(instance_id))
+    except ValueError:
+        raise NotFound(f"no container instance {instance_id}", id=str(instance_id)) from None
+    instance = instance_list(user=user).filter(id=key).first()
+    if instance is None:
+        raise NotFound(f"no container instance {key}", id=str(key))
+    return instance
+
+
+def instance_events(*, instance: ContainerInstance) -> QuerySet:
+    """The instance's history, newest first."""
+    from containers.models import ContainerEvent
+
+    return ContainerEvent.objects.filter(instance_id=instance.id).order_by("-created_at", "-id")
+
+
+def instance_logs(*, instance: ContainerInstance, tail: int = 100) -> str:
+    """The last ``tail`` lines of the container's output, from its runtime.
+
+    Raises the runtime's errors (``RuntimeFailure``, or the engine client's) unchanged;
+    '' when the container does not exist (yet, or any more).
+    """
+    from containers.runtime import runtime_for
+
+    return runtime_for(instance.runtime).logs(
+        instance.container_id or instance.container_name, tail=tail
+    )
+
+
+RELAY_STATS = ("claimed", "sent", "superseded", "deferred", "retried", "dead")
+RELAY_WINDOW_SECONDS = 3600
+
+
+def queue_stats() -> dict[str, object]:
+    """The create queue and the relay at a glance (API ``/api/queue/``, dashboard, metrics).
+
+    Counts come from the database, so every process answers the same. ``relay`` sums
+    the per-minute counters over the last hour (``window_seconds``); ``in_flight`` is the
+    number of outbox rows in ``processing`` right now.
+    """
+    import datetime as dt
+
+    from django.conf import settings
+    from django.db.models import Count
+    from django.utils import timezone
+
+    from containers.states import ACTIVE_SLOTS, Status
+    from outbox.models import OutboxEvent, OutboxStatus
+    from outbox.services import counters_since
+
+    config = settings.GOBRAVE["container"]
+    now = timezone.now()
+    counts = dict(
+        ContainerInstance.objects.filter(status__in=[Status.PENDING, *ACTIVE_SLOTS])
+        .order_by()
+        .values_list("status")
+        .annotate(n=Count("id"))
+        .values_list("status", "n")
+    )
+    oldest = (
+        ContainerInstance.objects.filter(status=Status.PENDING)
+        .order_by("created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    outbox = dict(
+        OutboxEvent.objects.filter(status__in=[OutboxStatus.DEAD, OutboxStatus.PROCESSING])
+        .order_by()
+        .values_list("status")
+        .annotate(n=Count("id"))
+        .values_list("status", "n")
+    )
+    counters = counters_since(now - dt.timedelta(seconds=RELAY_WINDOW_SECONDS))
+    return {
+        "pending_count": counts.get(Status.PENDING, 0),
+        "active_count": sum(counts.get(status, 0) for status in ACTIVE_SLOTS),
+        "max_pending": config["create_queue_max_pending"],
+        "max_concurrency": config["create_queue_max_concurrency"],
+        "dead_count": outbox.get(OutboxStatus.DEAD, 0),
+        "oldest_pending_age_seconds": (
+            max(0.0, round((now - oldest).total_seconds(), 3)) if oldest else None
+        ),
+        "relay": {
+            "window_seconds": RELAY_WINDOW_SECONDS,
+            **{name: counters.get(name, 0) for name in RELAY_STATS},
+            "in_flight": outbox.get(OutboxStatus.PROCESSING, 0),
+        },
+    }
+
+
+# --- Operator console reads (appended for the admin; numbers shared with the API above) ---
+
+ENGINE_CALL_SECONDS = 5.0
+DASHBOARD_SERIES = ("create_accepted", "create_refused", "instance_failed")
+DASHBOARD_BUCKET_MINUTES = 5
+_engine_calls = None
+
+
+def _bounded_engine_call(call, *, seconds: float = ENGINE_CALL_SECONDS):
+    """Run ``call()`` on a helper thread; ``(value, "")`` or ``(None, reason)``, never raises.
+
+    An engine that hangs must not hang an operator's page: after ``seconds`` the caller
+    gets a reason and the call finishes (or times out) on its own thread.
+    """
+    import concurrent.futures
+
+    global _engine_calls
+    if _engine_calls is None:
+        _engine_calls = concurrent.futures.ThreadPoolExecutor(
+            max_workers=4, thread_name_prefix="console-engine"
+        )
+    future = _engine_calls.submit(call)
+    try:
+        return future.result(timeout=seconds), ""
+    except concurrent.futures.TimeoutError:
+        return None, f"the engine did not answer within {seconds:g} s"
+    except Exception as exc:  # noqa: BLE001 - any engine error is shown, not raised
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def instance_logs_for_console(*, instance: ContainerInstance, tail: int = 100) -> tuple[str, str]:
+    """``(logs, problem)`` for the admin page: ``problem`` says why there are no logs.
+
+    Never raises and never waits on the engine longer than ``ENGINE_CALL_SECONDS``.
+    """
+    if not instance.container_id and instance.status in ("pending", "creating"):
+        return "", "no container yet: the create request has not reached the engine"
+    runtime = instance.runtime  # read here: the helper thread must not touch the database
+    logs, problem = _bounded_engine_call(lambda: instance_logs(instance=instance, tail=tail))
+    if problem:
+        return "", f"logs unavailable from runtime {runtime.name}: {problem}"
+    if not logs:
+        return "", "the engine has no output for this container (it may not exist any more)"
+    return logs, ""
+
+
+def runtime_health(*, runtime) -> tuple[bool, str]:
+    """``(answers, problem)`` for one ``Runtime`` row, asked now with a bounded wait."""
+    from containers.runtime import runtime_for
+
+    answered, problem = _bounded_engine_call(lambda: runtime_for(runtime).ping())
+    if problem:
+        return False, problem
+    return bool(answered), "" if answered else "ping failed"
+
+
+def failure_list(*, limit: int = 10) -> QuerySet:
+    """The latest failures: instances moved to ``failed`` and dead-lettered requests."""
+    from containers.models import ContainerEvent
+
+    return ContainerEvent.objects.filter(Q(to_status="failed") | Q(kind="dead_letter")).order_by(
+        "-created_at", "-id"
+    )[:limit]
+
+
+def orphan_list(*, include_removed: bool = False) -> QuerySet:
+    """Containers with our labels and no instance, as the reconciler last saw them."""
+    from containers.models import OrphanContainer
+
+    rows = OrphanContainer.objects.select_related("runtime").order_by("-last_seen_at")
+    return rows if include_removed else rows.filter(removed_at__isnull=True)
+
+
+def request_series(*, now=None, minutes: int = 60, bucket: int = DASHBOARD_BUCKET_MINUTES):
+    """Accepted, refused and failed requests per ``bucket`` minutes over the last ``minutes``.
+
+    Read from the per-minute ``RelayCounter`` rows (``create_accepted``,
+    ``create_refused``, ``instance_failed``). Returns the buckets oldest first, each
+    ``{"start": datetime, <name>: count...}``, and the totals over the whole window.
+    """
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from outbox.models import RelayCounter
+
+    now = now or timezone.now()
+    end = now.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
+    start = end - dt.timedelta(minutes=minutes)
+    count = minutes // bucket
+    buckets = [
+        {"start": start + dt.timedelta(minutes=i * bucket), **dict.fromkeys(DASHBOARD_SERIES, 0)}
+        for i in range(count)
+    ]
+    totals = dict.fromkeys(DASHBOARD_SERIES, 0)
+    rows = RelayCounter.objects.filter(
+        name__in=DASHBOARD_SERIES, minute__gte=start, minute__lt=end
+    ).values_list("minute", "name", "count")
+    for minute, name, value in rows:
+        index = min(count - 1, int((minute - start).total_seconds() // (bucket * 60)))
+        buckets[index][name] += value
+        totals[name] += value
+    return {"buckets": buckets, "totals": totals, "bucket_minutes": bucket, "minutes": minutes}
+
+
+def dashboard_stats(*, now=None) -> dict[str, object]:
+    """Everything the queue dashboard shows: ``queue_stats()`` plus what only it needs."""
+    return {
+        **queue_stats(),
+        "series": request_series(now=now),
+        "failures": list(failure_list()),
+        "orphan_count": orphan_list().count(),
+    }
+
+
+def template_by_id(*, template_id: object) -> ContainerTemplate:
+    """A template by its id only (detail URLs); ``NotFound`` for anything else."""
+    key = _as_id(template_id)
+    template = ContainerTemplate.objects.filter(pk=key).first() if key is not None else None
+    if template is None:
+        raise NotFound(f"no template {template_id}", template=str(template_id))
+    return template
+
+
+def runtime_list() -> QuerySet:
+    from containers.models import Runtime
+
+    return Runtime.objects.order_by("name")
+
+
+def runtime_by_id(*, runtime_id: object):
+    """A runtime by its id; ``NotFound`` for anything else."""
+    key = _as_id(runtime_id)
+    runtime = runtime_list().filter(pk=key).first() if key is not None else None
+    if runtime is None:
+        raise NotFound(f"no runtime {runtime_id}", runtime=str(runtime_id))
+    return runtime

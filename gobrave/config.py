@@ -133,6 +133,7 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     },
     "queue": {
         "broker": (_broker, "orm"),
+        "create_workers": (_optional(_integer(1, 100)), None),
         "control_workers": (_integer(1, 100), 2),
         "queue_limit": (_integer(1, 1000), 4),
         "bulk": (_integer(1, 100), 1),

@@ -74,8 +74,8 @@ else
         || die "could not start the Docker Engine; last lines of $DOCKERD_LOG:
 $(tail -n 15 "$DOCKERD_LOG" 2>/dev/null)"
 fi
-say "server $(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})'),"\
-" storage $(docker info --format '{{.Driver}}'), cgroup v$(docker info --format '{{.CgroupVersion}}')"
+server="$(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')"
+say "server $server, $(docker info --format 'storage {{.Driver}}, cgroup v{{.CgroupVersion}}')"
 
 # --- 3. test image ---------------------------------------------------------------------------
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
@@ -104,14 +104,20 @@ out="$(docker run --rm "$IMAGE" sh -c 'echo ok' 2>&1)" || die "container run fai
 [ "$out" = "ok" ] || die "container run printed '$out', expected 'ok'"
 say "container run: ok"
 
-oom_name="gobrave-test-engine-oom-$$"
-docker run --name "$oom_name" --memory 6m --memory-swap 6m "$IMAGE" \
-    sh -c 'x=$(head -c 50000000 /dev/zero | tr "\0" a); echo survived' >/dev/null 2>&1 || true
-oom="$(docker inspect --format '{{.State.OOMKilled}}' "$oom_name" 2>/dev/null || echo unknown)"
-docker rm -f "$oom_name" >/dev/null 2>&1 || true
+# Docker 20.10 on cgroup v1 misses the OOM notice for a few percent of containers that die
+# at once, so give it three tries before calling memory limits unenforced.
+oom=unknown
+for attempt in 1 2 3; do
+    oom_name="gobrave-test-engine-oom-$$-$attempt"
+    docker run --name "$oom_name" --memory 6m --memory-swap 6m "$IMAGE" \
+        sh -c 'x=$(head -c 50000000 /dev/zero | tr "\0" a); echo survived' >/dev/null 2>&1 || true
+    oom="$(docker inspect --format '{{.State.OOMKilled}}' "$oom_name" 2>/dev/null || echo unknown)"
+    docker rm -f "$oom_name" >/dev/null 2>&1 || true
+    [ "$oom" = "true" ] && break
+done
 if [ "$oom" = "true" ]; then
     say "memory limits: enforced (6m container was OOMKilled)"
 else
-    say "WARNING: memory limits not enforced here (OOMKilled=$oom); OOM tests will skip"
+    say "WARNING: memory limits not enforced here (OOMKilled=$oom); OOM tests will fail or skip"
 fi
 say "ready"

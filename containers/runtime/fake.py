@@ -4,6 +4,7 @@ State lives in a directory (``fake:///tmp/dir``): one JSON file per container, a
 append-only ``calls.log`` of every call, and control files the test writes:
 
 - ``block-<op>``: the op waits while this file exists (op: create, start, stop, remove);
+- ``delay-<op>``: holds seconds; the op sleeps that long;
 - ``fail-<op>``: holds a count; each call fails (retriably) and decrements it;
 - ``permanent-<op>``: the op fails permanently with the file's text;
 - ``exit-on-start``: holds an exit code; ``start`` leaves the container exited with it.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import fcntl
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -52,9 +54,12 @@ class FakeRuntime:
 
     def _gate(self, op: str, ref: str) -> None:
         with self._locked(), open(self.root / "calls.log", "a") as log:
-            log.write(f"{op} {ref}\n")
+            log.write(f"{op} {ref} {os.getpid()} {time.time():.6f}\n")
         while (self.root / f"block-{op}").exists():
             time.sleep(0.02)
+        delay = self.root / f"delay-{op}"
+        if delay.exists():
+            time.sleep(float(delay.read_text() or "0"))
         permanent = self.root / f"permanent-{op}"
         if permanent.exists():
             raise PermanentRuntimeError(permanent.read_text() or f"{op} refused")
@@ -85,10 +90,24 @@ class FakeRuntime:
         tmp.write_text(json.dumps(data, default=str))
         tmp.replace(path)
 
-    def calls(self, op: str | None = None) -> list[str]:
+    def call_records(self, op: str | None = None) -> list[tuple[str, str, int, float]]:
+        """Every call so far as ``(op, ref, pid, unix time)``, oldest first."""
         log = self.root / "calls.log"
-        lines = log.read_text().splitlines() if log.exists() else []
-        return [line for line in lines if op is None or line.startswith(f"{op} ")]
+        records = []
+        for line in log.read_text().splitlines() if log.exists() else []:
+            name, ref, pid, at = line.split()
+            if op is None or name == op:
+                records.append((name, ref, int(pid), float(at)))
+        return records
+
+    def calls(self, op: str | None = None) -> list[str]:
+        """Every call so far as ``"op ref"``, oldest first."""
+        return [f"{name} {ref}" for name, ref, _, _ in self.call_records(op)]
+
+    def created(self) -> list[str]:
+        """Names of every container actually made (adoptions are not listed)."""
+        log = self.root / "created.log"
+        return log.read_text().splitlines() if log.exists() else []
 
     # --- the runtime interface ------------------------------------------------------------
 

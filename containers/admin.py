@@ -1,0 +1,453 @@
+"""The operator console: instances, templates, runtimes, history, orphans, the dashboard.
+
+Every change goes through ``containers.services`` (actor ``admin:<username>``); nothing
+here assigns a status or deletes a row. Django's delete view and ``delete_selected`` are
+off for instances and their history: removing a row there would orphan a container or
+erase what happened. Changelists use ``list_select_related`` so a page costs the same
+number of queries however many rows it shows.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable
+from functools import partial
+from urllib.parse import urlencode
+
+from django import forms
+from django.contrib import admin, messages
+from django.http import HttpResponseRedirect, StreamingHttpResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.http import url_has_allowed_host_and_scheme
+
+from containers import admin_views, selectors
+from containers.errors import DomainError, InvalidSpec
+from containers.models import (
+    ContainerEvent,
+    ContainerInstance,
+    ContainerTemplate,
+    OrphanContainer,
+    Runtime,
+)
+from containers.services import (
+    container_create_by_template,
+    container_delete,
+    container_start,
+    container_stop,
+)
+from containers.spec import clean_template_fields
+from containers.states import Status
+from outbox import admin as outbox_admin
+
+STATUS_COLOURS = {
+    Status.PENDING: "#6c757d",
+    Status.CREATING: "#0d6efd",
+    Status.STARTING: "#0d6efd",
+    Status.START_PENDING: "#0dcaf0",
+    Status.RUNNING: "#198754",
+    Status.PAUSED: "#fd7e14",
+    Status.STOP_PENDING: "#adb5bd",
+    Status.STOPPING: "#adb5bd",
+    Status.STOPPED: "#495057",
+    Status.DELETE_PENDING: "#6f42c1",
+    Status.DELETING: "#6f42c1",
+    Status.FAILED: "#dc3545",
+}
+IMAGE_COLOURS = {"present": "#198754", "missing": "#dc3545", "unknown": "#6c757d"}
+TEMPLATE_JSON_FIELDS = ("command", "env", "volumes", "resources", "constraints")
+
+
+def badge(text: str, colour: str, *, title: str = ""):
+    return format_html(
+        '<span class="gb-badge" title="{}" style="background:{};color:#fff;padding:2px 8px;'
+        'border-radius:10px;font-size:11px;font-weight:600;white-space:nowrap">{}</span>',
+        title,
+        colour,
+        text,
+    )
+
+
+def status_badge(status: str, *, title: str = ""):
+    return badge(status, STATUS_COLOURS.get(status, "#6c757d"), title=title)
+
+
+def actor_of(request) -> str:
+    return f"admin:{request.user.get_username()}"
+
+
+def history_url(instance_id) -> str:
+    changelist = reverse("admin:containers_containerevent_changelist")
+    return f"{changelist}?{urlencode({'instance_id': str(instance_id)})}"
+
+
+@outbox_admin.register_history_link
+def _outbox_history_link(event) -> str | None:
+    """Outbox rows of container requests link to their instance's history."""
+    return history_url(event.aggregate_id) if event.kind.startswith("Container") else None
+
+
+# --- instances -------------------------------------------------------------------------------
+
+
+class InstanceCreateForm(forms.ModelForm):
+    """The add form: which template, for whom, under what name. The service does the rest."""
+
+    name = forms.CharField(
+        max_length=128, required=False, help_text="Leave empty for <template>-<short id>."
+    )
+
+    class Meta:
+        model = ContainerInstance
+        fields = ["template", "owner", "name"]
+
+
+@admin.register(ContainerInstance)
+class ContainerInstanceAdmin(admin.ModelAdmin):
+    """Instances. Created through the create service; changed only by the actions."""
+
+    add_form = InstanceCreateForm
+    list_display = (
+        "name",
+        "status_display",
+        "template",
+        "runtime",
+        "owner",
+        "runtime_node_name",
+        "created_at",
+        "status_changed_at",
+    )
+    list_filter = ("status", "template", "runtime", "owner")
+    list_select_related = ("template", "runtime", "owner")
+    search_fields = ("name", "id")
+    ordering = ("-created_at",)
+    actions = ("start_instances", "stop_instances", "delete_instances")
+    readonly_fields = ("status_display", "history_link")
+    fieldsets = (
+        (None, {"fields": ("name", "id", "status_display", "status_reason", "history_link")}),
+        ("Placement", {"fields": ("template", "runtime", "owner", "runtime_node_name")}),
+        (
+            "Container",
+            {"fields": ("container_id", "runtime_missing", "exit_code", "spec")},
+        ),
+        (
+            "Times",
+            {"fields": ("created_at", "status_changed_at", "started_at", "finished_at")},
+        ),
+    )
+    change_form_template = "admin/containers/containerinstance/change_form.html"
+
+    # -- display ------------------------------------------------------------------------------
+
+    @admin.display(description="status", ordering="status")
+    def status_display(self, obj: ContainerInstance):
+        return status_badge(obj.status, title=obj.status_reason)
+
+    @admin.display(description="history")
+    def history_link(self, obj: ContainerInstance):
+        return format_html('<a href="{}">full event history</a>', history_url(obj.id))
+
+    # -- permissions: no delete view, no edits (the actions are the only way to change) ------
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        # The changelist-level check gates the actions; an object's page is view-only.
+        return obj is None and super().has_change_permission(request)
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    # -- add: through container_create_by_template --------------------------------------------
+
+    def get_fieldsets(self, request, obj=None):
+        if obj is None:
+            return ((None, {"fields": ("template", "owner", "name")}),)
+        return super().get_fieldsets(request, obj)
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = self.add_form
+            kwargs["fields"] = ["template", "owner", "name"]
+        return super().get_form(request, obj, change, **kwargs)
+
+    def get_changeform_initial_data(self, request):
+        initial = super().get_changeform_initial_data(request)
+        initial.setdefault("owner", request.user.pk)
+        return initial
+
+    def save_model(self, request, obj, form, change) -> None:
+        """Add: ask the create service (a refusal is reported, not raised). Change: nothing."""
+        if change:
+            return
+        try:
+            created = container_create_by_template(
+                template=form.cleaned_data["template"],
+                owner=form.cleaned_data["owner"],
+                actor=actor_of(request),
+                name=form.cleaned_data.get("name") or None,
+            )
+        except DomainError as exc:
+            obj._refusal = exc.message
+            return
+        obj.id, obj.name, obj.runtime = created.id, created.name, created.runtime
+
+    def log_addition(self, request, obj, message):
+        if getattr(obj, "_refusal", None):
+            return None
+        return super().log_addition(request, obj, message)
+
+    def response_add(self, request, obj, post_url_continue=None):
+        refusal = getattr(obj, "_refusal", None)
+        if refusal:
+            self.message_user(request, f"Create refused: {refusal}", messages.ERROR)
+            again = {k: request.POST.get(k, "") for k in ("template", "owner", "name")}
+            return HttpResponseRedirect(f"{request.path}?{urlencode(again)}")
+        self.message_user(
+            request, f"Create of {obj.name} queued: it starts when a slot is free.", messages.INFO
+        )
+        return super().response_add(request, obj, post_url_continue)
+
+    # -- the change page: history, logs and the action buttons --------------------------------
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = extra_context or {}
+        instance = self.get_object(request, object_id)
+        if instance is not None:
+            logs, logs_problem = selectors.instance_logs_for_console(instance=instance)
+            extra_context.update(
+                events=list(selectors.instance_events(instance=instance)[:50]),
+                history_url=history_url(instance.id),
+                logs=logs,
+                logs_problem=logs_problem,
+                can_operate=self.has_change_permission(request),
+                changelist_url=reverse("admin:containers_containerinstance_changelist"),
+            )
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    # -- actions: one service call per row, one line per row ----------------------------------
+
+    def _request_each(self, request, queryset, *, service: Callable, verb: str):
+        for instance_id, name in queryset.values_list("id", "name"):
+            try:
+                result = service(instance_id=instance_id, actor=actor_of(request))
+            except DomainError as exc:
+                self.message_user(request, f"{name}: refused: {exc.message}", messages.WARNING)
+                continue
+            if result.queued:
+                self.message_user(request, f"{name}: {verb} requested", messages.SUCCESS)
+            else:
+                self.message_user(
+                    request, f"{name}: {verb} already under way ({result.status})", messages.INFO
+                )
+        back = request.POST.get("_next", "")
+        if back and url_has_allowed_host_and_scheme(back, {request.get_host()}):
+            return HttpResponseRedirect(back)
+        return None
+
+    @admin.action(description="Start selected instances", permissions=["change"])
+    def start_instances(self, request, queryset):
+        return self._request_each(request, queryset, service=container_start, verb="start")
+
+    @admin.action(description="Stop selected instances", permissions=["change"])
+    def stop_instances(self, request, queryset):
+        return self._request_each(request, queryset, service=container_stop, verb="stop")
+
+    @admin.action(
+        description="Delete selected instances (stop and remove the container)",
+        permissions=["change"],
+    )
+    def delete_instances(self, request, queryset):
+        return self._request_each(request, queryset, service=container_delete, verb="delete")
+
+    # -- the queue dashboard lives under this admin's URLs ------------------------------------
+
+    def get_urls(self):
+        dashboard = self.admin_site.admin_view(partial(admin_views.queue_dashboard, admin=self))
+        return [path("dashboard/", dashboard, name="containers_dashboard"), *super().get_urls()]
+
+
+# --- templates -------------------------------------------------------------------------------
+
+
+class ContainerTemplateForm(forms.ModelForm):
+    """Validates the JSON fields with the same rules the create service applies."""
+
+    class Meta:
+        model = ContainerTemplate
+        fields = [
+            "name",
+            "image",
+            "pull_policy",
+            "command",
+            "env",
+            "volumes",
+            "resources",
+            "constraints",
+        ]
+
+    def clean(self):
+        cleaned = super().clean()
+        for name in TEMPLATE_JSON_FIELDS:
+            if name not in cleaned:  # already invalid JSON, or not on the form
+                continue
+            try:
+                clean_template_fields(**{name: cleaned[name]})
+            except InvalidSpec as exc:
+                self.add_error(name, exc.message)
+        return cleaned
+
+
+@admin.register(ContainerTemplate)
+class ContainerTemplateAdmin(admin.ModelAdmin):
+    form = ContainerTemplateForm
+    list_display = ("name", "image", "image_display", "image_checked_at", "pull_policy")
+    list_filter = ("image_status", "pull_policy")
+    search_fields = ("name", "image")
+    readonly_fields = ("image_status", "image_checked_at", "created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("name", "image", "pull_policy", "command")}),
+        (
+            "Environment and mounts",
+            {
+                "fields": ("env", "volumes"),
+                "description": "Values may use $OWNER_ID, ${INSTANCE_ID}, $WORKSPACE_PATH... "
+                'Volumes: [{"source": "$WORKSPACE_PATH", "target": "/work", '
+                '"read_only": false}].',
+            },
+        ),
+        ("Placement", {"fields": ("resources", "constraints")}),
+        ("Image", {"fields": ("image_status", "image_checked_at", "created_at", "updated_at")}),
+    )
+
+    @admin.display(description="image status", ordering="image_status")
+    def image_display(self, obj: ContainerTemplate):
+        return badge(obj.image_status, IMAGE_COLOURS.get(obj.image_status, "#6c757d"))
+
+
+# --- runtimes --------------------------------------------------------------------------------
+
+
+@admin.register(Runtime)
+class RuntimeAdmin(admin.ModelAdmin):
+    list_display = (
+        "name",
+        "driver",
+        "base_url",
+        "enabled",
+        "answers",
+        "node_name",
+        "last_seen_at",
+        "labels",
+    )
+    list_filter = ("driver", "enabled")
+    search_fields = ("name", "base_url", "node_name")
+    readonly_fields = ("answers", "node_name", "last_seen_at", "last_error", "created_at")
+
+    @admin.display(description="engine answers")
+    def answers(self, obj: Runtime):
+        if obj.pk is None:
+            return "-"
+        ok, problem = selectors.runtime_health(runtime=obj)
+        if ok:
+            return badge("answers", "#198754")
+        return badge("no answer", "#dc3545", title=problem)
+
+
+# --- history, orphans ------------------------------------------------------------------------
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows gobrave writes and operators only read."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+CSV_COLUMNS = (
+    "created_at",
+    "instance_id",
+    "instance_name",
+    "kind",
+    "from_status",
+    "to_status",
+    "actor",
+    "message",
+)
+
+
+@admin.register(ContainerEvent)
+class ContainerEventAdmin(ReadOnlyAdmin):
+    """The audit log: every request, transition and runtime event, never edited."""
+
+    list_display = (
+        "created_at",
+        "instance_name",
+        "kind",
+        "from_display",
+        "to_display",
+        "actor",
+        "message",
+    )
+    list_filter = ("kind", ("actor", admin.AllValuesFieldListFilter), "created_at")
+    search_fields = ("instance_name", "=instance_id", "message")
+    date_hierarchy = "created_at"
+    actions = ("export_csv",)
+
+    @admin.display(description="from", ordering="from_status")
+    def from_display(self, obj: ContainerEvent):
+        return status_badge(obj.from_status) if obj.from_status else "-"
+
+    @admin.display(description="to", ordering="to_status")
+    def to_display(self, obj: ContainerEvent):
+        return status_badge(obj.to_status) if obj.to_status else "-"
+
+    @admin.action(description="Export selected events as CSV", permissions=["view"])
+    def export_csv(self, request, queryset):
+        writer = csv.writer(_Echo())
+        rows = queryset.order_by("created_at", "id").values_list(*CSV_COLUMNS)
+
+        def lines():
+            yield writer.writerow(CSV_COLUMNS)
+            for row in rows.iterator(chunk_size=2000):
+                yield writer.writerow(
+                    [v.isoformat() if hasattr(v, "isoformat") else v for v in row]
+                )
+
+        stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+        response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="container-events-{stamp}.csv"'
+        return response
+
+
+@admin.register(OrphanContainer)
+class OrphanContainerAdmin(ReadOnlyAdmin):
+    """Containers with our labels and no instance, as the reconciler reports them."""
+
+    list_display = (
+        "name",
+        "container_id",
+        "runtime",
+        "status",
+        "first_seen_at",
+        "last_seen_at",
+        "removed_at",
+    )
+    list_filter = ("runtime", ("removed_at", admin.EmptyFieldListFilter))
+    list_select_related = ("runtime",)
+    search_fields = ("name", "container_id")

@@ -1,0 +1,254 @@
+"""Input and output serializers for the containers API. Serializers validate and render; the
+services in ``containers.services`` and ``containers.template_services`` do the writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from containers.models import (
+    ContainerEvent,
+    ContainerInstance,
+    ContainerTemplate,
+    PullPolicy,
+    Runtime,
+)
+from containers.selectors import INSTANCE_ORDERINGS
+from containers.states import Status
+
+# --- shared -----------------------------------------------------------------------------
+
+
+def _no_nul(value: Any, where: str = "") -> None:
+    """PostgreSQL cannot store U+0000 in text or jsonb: refuse it here, as a 400."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise serializers.ValidationError(
+                f"{where or 'value'}: NUL characters are not allowed."
+            )
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _no_nul(key, where)
+            _no_nul(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _no_nul(item, f"{where}[{index}]")
+
+
+class StoredJSONField(serializers.JSONField):
+    """Any JSON value that PostgreSQL's jsonb can store (the spec cleaners judge the rest)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        _no_nul(value)
+        return value
+
+
+@extend_schema_field(
+    {"oneOf": [{"type": "integer"}, {"type": "string"}], "description": "Template id or name."}
+)
+class TemplateRefField(serializers.Field):
+    """A template id or name (the value is passed on as text; the view resolves it)."""
+
+    default_error_messages = {"invalid": "Give a template id or name."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if isinstance(data, bool) or not isinstance(data, int | str):
+            self.fail("invalid")
+        text = str(data).strip()
+        if not text or len(text) > 128 or "\x00" in text:
+            self.fail("invalid")
+        return text
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+# --- instances --------------------------------------------------------------------------
+
+
+class InstanceCreateInputSerializer(serializers.Serializer):
+    template = TemplateRefField()
+    name = serializers.CharField(required=False, max_length=128)
+    env = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=32768),
+        required=False,
+        help_text="Overrides of the template's env (NAME: value).",
+    )
+
+
+class InstanceQuerySerializer(serializers.Serializer):
+    """Filters and ordering of ``GET /api/containers/``."""
+
+    status = serializers.MultipleChoiceField(
+        choices=Status.choices,
+        required=False,
+        help_text="One or more statuses (repeat the parameter).",
+    )
+    template = serializers.CharField(required=False, max_length=128, help_text="Id or name.")
+    owner = serializers.CharField(required=False, max_length=150, help_text="Id or username.")
+    ordering = serializers.ChoiceField(
+        choices=[*INSTANCE_ORDERINGS, *(f"-{field}" for field in INSTANCE_ORDERINGS)],
+        required=False,
+        help_text="Sort field, '-' for descending (default: -created_at).",
+    )
+
+
+class LogsQuerySerializer(serializers.Serializer):
+    tail = serializers.IntegerField(min_value=1, max_value=10_000, default=100)
+
+
+class NamedRefSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+
+
+class InstanceOutputSerializer(serializers.ModelSerializer):
+    template = NamedRefSerializer()
+    runtime = NamedRefSerializer()
+    owner = serializers.CharField(source="owner.get_username")
+
+    class Meta:
+        model = ContainerInstance
+        fields = [
+            "id",
+            "name",
+            "status",
+            "status_reason",
+            "owner",
+            "template",
+            "runtime",
+            "container_id",
+            "runtime_node_name",
+            "runtime_missing",
+            "exit_code",
+            "spec",
+            "created_at",
+            "status_changed_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+
+class InstanceAcceptedSerializer(InstanceOutputSerializer):
+    """An accepted request: the instance, and whether a new request was queued.
+
+    ``queued`` is false for a repeat of a request already under way (a no-op).
+    """
+
+    queued = serializers.BooleanField(read_only=True)
+
+    class Meta(InstanceOutputSerializer.Meta):
+        fields = [*InstanceOutputSerializer.Meta.fields, "queued"]
+        read_only_fields = fields
+
+
+class EventOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ContainerEvent
+        fields = [
+            "id",
+            "kind",
+            "from_status",
+            "to_status",
+            "message",
+            "actor",
+            "data",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class LogsOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    tail = serializers.IntegerField()
+    logs = serializers.CharField(allow_blank=True)
+
+
+# --- templates --------------------------------------------------------------------------
+
+
+class TemplateInputSerializer(serializers.Serializer):
+    """A template to create (all required but the JSON fields) or update (PATCH: any)."""
+
+    name = serializers.CharField(max_length=128)
+    image = serializers.CharField(max_length=255)
+    command = StoredJSONField(
+        required=False, help_text="A list of strings, or one string run with sh -c."
+    )
+    env = StoredJSONField(required=False, help_text="NAME: value; values may use $VARIABLES.")
+    volumes = StoredJSONField(
+        required=False, help_text='[{"source", "target", "read_only"}] or "src:dst[:ro]".'
+    )
+    resources = StoredJSONField(
+        required=False, help_text='{"cpu": cores, "memory": bytes or "256m"}'
+    )
+    constraints = StoredJSONField(required=False, help_text="Runtime label name: required value.")
+    pull_policy = serializers.ChoiceField(choices=PullPolicy.choices, required=False)
+
+
+class TemplateOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ContainerTemplate
+        fields = [
+            "id",
+            "name",
+            "image",
+            "command",
+            "env",
+            "volumes",
+            "resources",
+            "constraints",
+            "pull_policy",
+            "image_status",
+            "image_checked_at",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+# --- runtimes and the queue -------------------------------------------------------------
+
+
+class RuntimeOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Runtime
+        fields = [
+            "id",
+            "name",
+            "driver",
+            "base_url",
+            "labels",
+            "enabled",
+            "node_name",
+            "last_seen_at",
+            "last_error",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class RelayStatsSerializer(serializers.Serializer):
+    window_seconds = serializers.IntegerField(help_text="The counters cover this many seconds.")
+    claimed = serializers.IntegerField()
+    sent = serializers.IntegerField()
+    superseded = serializers.IntegerField()
+    deferred = serializers.IntegerField()
+    retried = serializers.IntegerField()
+    dead = serializers.IntegerField()
+    in_flight = serializers.IntegerField(help_text="Outbox rows in processing right now.")
+
+
+class QueueOutputSerializer(serializers.Serializer):
+    pending_count = serializers.IntegerField()
+    active_count = serializers.IntegerField(help_text="Instances in creating or starting.")
+    max_pending = serializers.IntegerField()
+    max_concurrency = serializers.IntegerField()
+    dead_count = serializers.IntegerField(help_text="Outbox rows that went dead.")
+    oldest_pending_age_seconds = serializers.FloatField(allow_null=True)
+    relay = RelayStatsSerializer()

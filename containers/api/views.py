@@ -1,0 +1,309 @@
+"""The containers REST API. Views are thin: validate input, call a selector or a service,
+render. Errors are raised (``DomainError`` or DRF's) and shaped by ``gobrave.api_errors``.
+
+A user sees and acts on their own instances only; another user's instance answers 404
+exactly as a missing one does. Staff see and act on every instance.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import docker.errors
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
+from rest_framework import permissions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.reverse import reverse
+from rest_framework.views import APIView
+
+from containers import selectors, template_services
+from containers.api import serializers as s
+from containers.errors import DomainError, NotFound
+from containers.models import ContainerInstance, ContainerTemplate, Runtime
+from containers.runtime.base import RuntimeFailure
+from containers.services import (
+    container_create_by_template,
+    container_delete,
+    container_start,
+    container_stop,
+)
+from gobrave.api_defaults import JSONParser
+from gobrave.api_errors import RETRY_AFTER, error_responses
+
+log = logging.getLogger(__name__)
+
+
+class RuntimeUnavailable(DomainError):
+    """The instance's container engine did not answer (HTTP 503)."""
+
+    code = "runtime_unavailable"
+    http_status = 503
+
+
+class IsStaffOrReadOnly(permissions.BasePermission):
+    message = "Only staff may change templates."
+
+    def has_permission(self, request, view) -> bool:
+        return request.method in permissions.SAFE_METHODS or bool(request.user.is_staff)
+
+
+def _actor(request) -> str:
+    return request.user.get_username()
+
+
+def _accepted(instance: ContainerInstance, **headers: str) -> Response:
+    return Response(
+        s.InstanceAcceptedSerializer(instance).data,
+        status=status.HTTP_202_ACCEPTED,
+        headers=headers,
+    )
+
+
+_ACTION_RESPONSES = {
+    202: s.InstanceAcceptedSerializer,
+    **error_responses(404, 409),
+}
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List container instances",
+        parameters=[s.InstanceQuerySerializer],
+        responses={200: s.InstanceOutputSerializer(many=True), **error_responses(400)},
+    ),
+    retrieve=extend_schema(
+        summary="Get a container instance",
+        responses={200: s.InstanceOutputSerializer, **error_responses(404)},
+    ),
+    create=extend_schema(
+        summary="Request a new instance from a template",
+        description="Accepted requests are queued (status `pending`); a full queue answers "
+        "429 with `Retry-After`.",
+        request=s.InstanceCreateInputSerializer,
+        parameters=[RETRY_AFTER],
+        responses={202: s.InstanceAcceptedSerializer, **error_responses(400, 429)},
+        examples=[
+            OpenApiExample("by name", value={"template": "sleeper"}, request_only=True),
+            OpenApiExample(
+                "with overrides",
+                value={"template": "sleeper", "name": "my-box", "env": {"MODE": "debug"}},
+                request_only=True,
+            ),
+        ],
+    ),
+    destroy=extend_schema(
+        summary="Request deletion",
+        description="202 also when a delete is already under way (a no-op, `queued` false).",
+        responses=_ACTION_RESPONSES,
+    ),
+)
+class ContainerViewSet(viewsets.GenericViewSet):
+    """Container instances: list, get, create, start, stop, delete, history and logs."""
+
+    parser_classes = [JSONParser]
+    serializer_class = s.InstanceOutputSerializer
+    queryset = ContainerInstance.objects.none()  # the schema's path type; rows come below
+
+    def _instance(self, pk: str) -> ContainerInstance:
+        return selectors.instance_get(instance_id=pk, user=self.request.user)
+
+    def list(self, request):
+        query = s.InstanceQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        rows = selectors.instance_search(
+            user=request.user,
+            statuses=sorted(query.validated_data.get("status", ())),
+            template=query.validated_data.get("template"),
+            owner=query.validated_data.get("owner"),
+            ordering=query.validated_data.get("ordering"),
+        )
+        page = self.paginate_queryset(rows)
+        return self.get_paginated_response(s.InstanceOutputSerializer(page, many=True).data)
+
+    def retrieve(self, request, pk: str):
+        return Response(s.InstanceOutputSerializer(self._instance(pk)).data)
+
+    def create(self, request):
+        data = s.InstanceCreateInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            template = selectors.template_get(ref=data.validated_data["template"])
+        except NotFound as exc:
+            raise ValidationError({"template": [exc.message]}) from None
+        instance = container_create_by_template(
+            template=template,
+            owner=request.user,
+            actor=_actor(request),
+            name=data.validated_data.get("name"),
+            env=data.validated_data.get("env"),
+        )
+        location = reverse("container-detail", kwargs={"pk": instance.id}, request=request)
+        return _accepted(instance, Location=location)
+
+    def destroy(self, request, pk: str):
+        instance = self._instance(pk)
+        return _accepted(container_delete(instance_id=instance.id, actor=_actor(request)))
+
+    @extend_schema(
+        summary="Request a start",
+        description="202 also while a start is already under way (a no-op, `queued` false).",
+        request=None,
+        responses=_ACTION_RESPONSES,
+    )
+    @action(detail=True, methods=["post"])
+    def start(self, request, pk: str):
+        instance = self._instance(pk)
+        return _accepted(container_start(instance_id=instance.id, actor=_actor(request)))
+
+    @extend_schema(
+        summary="Request a stop",
+        description="202 also when stopping, stopped or failed (a no-op, `queued` false).",
+        request=None,
+        responses=_ACTION_RESPONSES,
+    )
+    @action(detail=True, methods=["post"])
+    def stop(self, request, pk: str):
+        instance = self._instance(pk)
+        return _accepted(container_stop(instance_id=instance.id, actor=_actor(request)))
+
+    @extend_schema(
+        summary="The instance's history, newest first",
+        responses={200: s.EventOutputSerializer(many=True), **error_responses(400, 404)},
+    )
+    @action(detail=True, methods=["get"])
+    def events(self, request, pk: str):
+        rows = selectors.instance_events(instance=self._instance(pk))
+        page = self.paginate_queryset(rows)
+        return self.get_paginated_response(s.EventOutputSerializer(page, many=True).data)
+
+    @extend_schema(
+        summary="The last lines of the container's output",
+        parameters=[s.LogsQuerySerializer],
+        responses={200: s.LogsOutputSerializer, **error_responses(400, 404, 503)},
+    )
+    @action(detail=True, methods=["get"])
+    def logs(self, request, pk: str):
+        query = s.LogsQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        instance = self._instance(pk)
+        tail = query.validated_data["tail"]
+        try:
+            text = selectors.instance_logs(instance=instance, tail=tail)
+        except (RuntimeFailure, docker.errors.DockerException, OSError) as exc:
+            # requests' errors are OSErrors; the engine may be down or unreachable.
+            log.warning("logs of instance %s: runtime %s: %s", instance.id, instance.runtime, exc)
+            raise RuntimeUnavailable(
+                f"the runtime {instance.runtime.name} did not answer: {exc}",
+                runtime=instance.runtime.name,
+            ) from None
+        return Response(
+            s.LogsOutputSerializer({"id": instance.id, "tail": tail, "logs": text}).data
+        )
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List templates",
+        responses={200: s.TemplateOutputSerializer(many=True), **error_responses(400)},
+    ),
+    retrieve=extend_schema(
+        summary="Get a template",
+        responses={200: s.TemplateOutputSerializer, **error_responses(404)},
+    ),
+    create=extend_schema(
+        summary="Create a template (staff)",
+        request=s.TemplateInputSerializer,
+        responses={201: s.TemplateOutputSerializer, **error_responses(400)},
+    ),
+    update=extend_schema(
+        summary="Replace a template (staff)",
+        request=s.TemplateInputSerializer,
+        responses={200: s.TemplateOutputSerializer, **error_responses(400, 404)},
+    ),
+    partial_update=extend_schema(
+        summary="Change a template (staff)",
+        request=s.TemplateInputSerializer(partial=True),
+        responses={200: s.TemplateOutputSerializer, **error_responses(400, 404)},
+    ),
+    destroy=extend_schema(
+        summary="Delete a template no instance uses (staff)",
+        responses={204: None, **error_responses(404, 409)},
+    ),
+)
+class TemplateViewSet(viewsets.GenericViewSet):
+    """Templates: every user reads them, staff write them (validated like a request)."""
+
+    parser_classes = [JSONParser]
+    permission_classes = [permissions.IsAuthenticated, IsStaffOrReadOnly]
+    serializer_class = s.TemplateOutputSerializer
+    queryset = ContainerTemplate.objects.none()
+
+    def list(self, request):
+        page = self.paginate_queryset(selectors.template_list())
+        return self.get_paginated_response(s.TemplateOutputSerializer(page, many=True).data)
+
+    def retrieve(self, request, pk: str):
+        template = selectors.template_by_id(template_id=pk)
+        return Response(s.TemplateOutputSerializer(template).data)
+
+    def create(self, request):
+        data = s.TemplateInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        template = template_services.template_create(**data.validated_data)
+        return Response(s.TemplateOutputSerializer(template).data, status=status.HTTP_201_CREATED)
+
+    def _update(self, request, pk: str, *, partial: bool) -> Response:
+        template = selectors.template_by_id(template_id=pk)
+        data = s.TemplateInputSerializer(data=request.data, partial=partial)
+        data.is_valid(raise_exception=True)
+        template = template_services.template_update(template_id=template.pk, **data.validated_data)
+        return Response(s.TemplateOutputSerializer(template).data)
+
+    def update(self, request, pk: str):
+        return self._update(request, pk, partial=False)
+
+    def partial_update(self, request, pk: str):
+        return self._update(request, pk, partial=True)
+
+    def destroy(self, request, pk: str):
+        template = selectors.template_by_id(template_id=pk)
+        template_services.template_delete(template_id=template.pk)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List runtimes (staff)",
+        responses={200: s.RuntimeOutputSerializer(many=True), **error_responses(400)},
+    ),
+    retrieve=extend_schema(
+        summary="Get a runtime (staff)",
+        responses={200: s.RuntimeOutputSerializer, **error_responses(404)},
+    ),
+)
+class RuntimeViewSet(viewsets.GenericViewSet):
+    """The container engines gobrave schedules onto (read-only; edit them in the admin)."""
+
+    permission_classes = [permissions.IsAdminUser]
+    serializer_class = s.RuntimeOutputSerializer
+    queryset = Runtime.objects.none()
+
+    def list(self, request):
+        page = self.paginate_queryset(selectors.runtime_list())
+        return self.get_paginated_response(s.RuntimeOutputSerializer(page, many=True).data)
+
+    def retrieve(self, request, pk: str):
+        return Response(s.RuntimeOutputSerializer(selectors.runtime_by_id(runtime_id=pk)).data)
+
+
+class QueueView(APIView):
+    """The create queue and the relay (counters over the last hour, see ``queue_stats``)."""
+
+    @extend_schema(
+        summary="Queue and relay statistics",
+        responses={200: s.QueueOutputSerializer, **error_responses()},
+    )
+    def get(self, request):
+        return Response(s.QueueOutputSerializer(selectors.queue_stats()).data)

@@ -1,0 +1,101 @@
+"""``/metrics`` in the Prometheus text format, correct however many processes serve it.
+
+Nothing is kept in process memory: every scrape builds a fresh ``CollectorRegistry``
+whose collector reads the database (instance counts by status, outbox rows by status,
+the queue numbers of ``containers.selectors.queue_stats`` and the relay counters summed
+over all time), so every web process answers the same. Counters are totals of the
+per-minute ``RelayCounter`` rows; Prometheus treats a drop (old rows purged) as a reset.
+"""
+
+from __future__ import annotations
+
+from django.db.models import Count, Sum
+from django.http import HttpResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from containers.models import ContainerInstance
+from containers.selectors import queue_stats
+from containers.states import Status
+from outbox.models import OutboxEvent, OutboxStatus, RelayCounter
+
+RELAY_COUNTERS = ("claimed", "sent", "superseded", "deferred", "retried", "dead")
+REQUEST_COUNTERS = ("create_accepted", "create_refused", "instance_failed")
+
+
+class DatabaseCollector:
+    """Reads every number at collect time (one scrape: six small queries)."""
+
+    def collect(self):
+        stats = queue_stats()
+
+        by_status = dict(
+            ContainerInstance.objects.order_by()
+            .values_list("status")
+            .annotate(n=Count("id"))
+            .values_list("status", "n")
+        )
+        instances = GaugeMetricFamily(
+            "gobrave_instances", "Container instances by status.", labels=["status"]
+        )
+        for state in Status:
+            instances.add_metric([state.value], by_status.get(state, 0))
+        yield instances
+
+        rows = dict(
+            OutboxEvent.objects.order_by()
+            .values_list("status")
+            .annotate(n=Count("id"))
+            .values_list("status", "n")
+        )
+        outbox = GaugeMetricFamily(
+            "gobrave_outbox_rows", "Outbox rows by status.", labels=["status"]
+        )
+        for state in OutboxStatus:
+            outbox.add_metric([state.value], rows.get(state, 0))
+        yield outbox
+
+        for name, help_text in (
+            ("pending_count", "Create requests waiting (instances in pending)."),
+            ("active_count", "Instances holding a create/start slot (creating, starting)."),
+            ("max_pending", "create_queue_max_pending."),
+            ("max_concurrency", "create_queue_max_concurrency."),
+        ):
+            yield GaugeMetricFamily(f"gobrave_queue_{name}", help_text, value=stats[name])
+        yield GaugeMetricFamily(
+            "gobrave_queue_oldest_pending_age_seconds",
+            "Age of the oldest pending instance (0 when none).",
+            value=stats["oldest_pending_age_seconds"] or 0,
+        )
+        yield GaugeMetricFamily(
+            "gobrave_relay_in_flight",
+            "Outbox rows in processing.",
+            value=stats["relay"]["in_flight"],
+        )
+
+        totals = dict(
+            RelayCounter.objects.order_by()
+            .values_list("name")
+            .annotate(total=Sum("count"))
+            .values_list("name", "total")
+        )
+        relay = CounterMetricFamily(
+            "gobrave_relay_events", "Relay outcomes since the counters began.", labels=["event"]
+        )
+        for name in RELAY_COUNTERS:
+            relay.add_metric([name], totals.get(name) or 0)
+        yield relay
+        requests = CounterMetricFamily(
+            "gobrave_requests", "Create admissions and instance failures.", labels=["event"]
+        )
+        for name in REQUEST_COUNTERS:
+            requests.add_metric([name], totals.get(name) or 0)
+        yield requests
+
+
+@require_GET
+def metrics_view(request) -> HttpResponse:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DatabaseCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

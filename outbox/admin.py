@@ -1,0 +1,157 @@
+"""The outbox in the admin: watch requests move, make a backed-off row due now.
+
+Rows are read-only here (the relay owns them); dead rows stay for diagnosis with their
+reason. The outbox never imports the apps that own the aggregates: an app registers a
+function that turns a row into a link to its aggregate's history
+(``register_history_link``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.contrib import admin, messages
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.timesince import timesince
+
+from outbox.models import OutboxEvent, OutboxStatus
+from outbox.services import outbox_retry_now
+
+STATUS_COLOURS = {
+    OutboxStatus.PENDING: "#6c757d",
+    OutboxStatus.PROCESSING: "#0d6efd",
+    OutboxStatus.SENT: "#198754",
+    OutboxStatus.DEAD: "#dc3545",
+}
+
+_history_links: list[Callable[[OutboxEvent], str | None]] = []
+
+
+def register_history_link(func: Callable[[OutboxEvent], str | None]):
+    """Register ``func(event) -> url | None``: where the history of a row's aggregate lives."""
+    _history_links.append(func)
+    return func
+
+
+def history_link_for(event: OutboxEvent) -> str | None:
+    for func in _history_links:
+        url = func(event)
+        if url:
+            return url
+    return None
+
+
+def _first_line(text: str, limit: int = 120) -> str:
+    line = next((part for part in reversed(text.strip().splitlines()) if part.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+@admin.register(OutboxEvent)
+class OutboxEventAdmin(admin.ModelAdmin):
+    """Outbox rows: filter by status and kind; "retry now" for rows waiting on backoff."""
+
+    list_display = (
+        "id",
+        "kind",
+        "status_display",
+        "aggregate",
+        "attempts",
+        "age",
+        "due",
+        "outcome",
+        "error_display",
+    )
+    list_filter = ("status", "kind", "queue", "outcome")
+    search_fields = ("=aggregate_id", "kind")
+    actions = ("retry_now",)
+    fieldsets = (
+        (None, {"fields": ("id", "kind", "queue", "status_display", "outcome", "aggregate")}),
+        ("Delivery", {"fields": ("attempts", "available_at", "lease_expires_at", "started_at")}),
+        ("Reason", {"fields": ("last_error_display",)}),
+        ("Payload", {"fields": ("payload", "created_at", "sent_at")}),
+    )
+
+    # -- read-only: the relay owns these rows ------------------------------------------------
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        # The changelist-level check gates "retry now"; a row's page is view-only.
+        return obj is None and super().has_change_permission(request)
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    # -- display ------------------------------------------------------------------------------
+
+    @admin.display(description="status", ordering="status")
+    def status_display(self, obj: OutboxEvent):
+        return format_html(
+            '<span style="background:{};color:#fff;padding:2px 8px;border-radius:10px;'
+            'font-size:11px;font-weight:600">{}</span>',
+            STATUS_COLOURS.get(obj.status, "#6c757d"),
+            obj.status,
+        )
+
+    @admin.display(description="aggregate", ordering="aggregate_id")
+    def aggregate(self, obj: OutboxEvent):
+        url = history_link_for(obj)
+        if url:
+            return format_html('<a href="{}" title="its history">{}</a>', url, obj.aggregate_id)
+        return obj.aggregate_id
+
+    @admin.display(description="age", ordering="created_at")
+    def age(self, obj: OutboxEvent):
+        return timesince(obj.created_at) if obj.created_at else "-"
+
+    @admin.display(description="due", ordering="available_at")
+    def due(self, obj: OutboxEvent):
+        if obj.status != OutboxStatus.PENDING:
+            return "-"
+        if obj.available_at <= timezone.now():
+            return "now"
+        return f"in {timesince(timezone.now(), obj.available_at)}"
+
+    @admin.display(description="last error")
+    def error_display(self, obj: OutboxEvent):
+        return _first_line(obj.last_error) if obj.last_error else ""
+
+    @admin.display(description="last error (the reason for dead rows)")
+    def last_error_display(self, obj: OutboxEvent):
+        if not obj.last_error:
+            return "-"
+        return format_html(
+            '<pre style="white-space:pre-wrap;max-height:30em;overflow:auto">{}</pre>',
+            obj.last_error,
+        )
+
+    # -- actions ------------------------------------------------------------------------------
+
+    @admin.action(description="Retry now (rows waiting on backoff)", permissions=["change"])
+    def retry_now(self, request, queryset):
+        now = timezone.now()
+        for event in queryset.only("id", "status", "available_at").order_by("id"):
+            label = f"#{event.id}"
+            if event.status != OutboxStatus.PENDING:
+                self.message_user(
+                    request,
+                    f"{label}: refused: it is {event.status}; only pending rows wait on backoff",
+                    messages.WARNING,
+                )
+                continue
+            if event.available_at <= now:
+                self.message_user(request, f"{label}: already due", messages.INFO)
+                continue
+            try:
+                outbox_retry_now(event_id=event.id)
+            except (ValueError, OutboxEvent.DoesNotExist) as exc:  # changed meanwhile
+                self.message_user(request, f"{label}: refused: {exc}", messages.WARNING)
+                continue
+            self.message_user(request, f"{label}: due now", messages.SUCCESS)

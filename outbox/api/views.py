@@ -1,0 +1,102 @@
+"""The outbox REST API (staff): list and filter rows, and make a backing-off row due now."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import exceptions, permissions, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from gobrave.api_defaults import JSONParser
+from gobrave.api_errors import error_responses
+from outbox.api import serializers as s
+from outbox.models import OutboxEvent
+from outbox.services import outbox_retry_now
+
+_BIGINT_MAX = 2**63 - 1
+
+
+class NotRetriable(exceptions.APIException):
+    """Only a pending row can be made due now (HTTP 409)."""
+
+    status_code = 409
+    default_code = "not_retriable"
+    default_detail = "Only a pending outbox row can be retried."
+
+
+def outbox_rows(
+    *,
+    statuses=(),
+    kind: str | None = None,
+    queue: str | None = None,
+    aggregate_id: str | None = None,
+    ordering: str | None = None,
+) -> QuerySet[OutboxEvent]:
+    rows = OutboxEvent.objects.all()
+    if statuses:
+        rows = rows.filter(status__in=list(statuses))
+    if kind:
+        rows = rows.filter(kind=kind)
+    if queue:
+        rows = rows.filter(queue=queue)
+    if aggregate_id:
+        rows = rows.filter(aggregate_id=aggregate_id)
+    return rows.order_by(ordering or "-id", "-id")
+
+
+def _event_id(pk: str) -> int:
+    if not (pk.isascii() and pk.isdigit()) or int(pk) > _BIGINT_MAX:
+        raise exceptions.NotFound(f"No outbox row {pk}.")
+    return int(pk)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List outbox rows (staff)",
+        parameters=[s.OutboxQuerySerializer],
+        responses={200: s.OutboxEventOutputSerializer(many=True), **error_responses(400)},
+    ),
+    retrieve=extend_schema(
+        summary="Get an outbox row (staff)",
+        responses={200: s.OutboxEventOutputSerializer, **error_responses(404)},
+    ),
+)
+class OutboxViewSet(viewsets.GenericViewSet):
+    """Outbox rows, for diagnosis. Dead rows stay; the remedy is a new request."""
+
+    parser_classes = [JSONParser]
+    permission_classes = [permissions.IsAdminUser]
+    serializer_class = s.OutboxEventOutputSerializer
+    queryset = OutboxEvent.objects.none()
+
+    def list(self, request):
+        query = s.OutboxQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        filters = dict(query.validated_data)
+        rows = outbox_rows(statuses=sorted(filters.pop("status", ())), **filters)
+        page = self.paginate_queryset(rows)
+        return self.get_paginated_response(s.OutboxEventOutputSerializer(page, many=True).data)
+
+    def retrieve(self, request, pk: str):
+        event = OutboxEvent.objects.filter(id=_event_id(pk)).first()
+        if event is None:
+            raise exceptions.NotFound(f"No outbox row {pk}.")
+        return Response(s.OutboxEventOutputSerializer(event).data)
+
+    @extend_schema(
+        summary="Retry now (staff)",
+        description="Make a pending row that waits on backoff due now. Rows in any other "
+        "status answer 409.",
+        request=None,
+        responses={200: s.OutboxEventOutputSerializer, **error_responses(404, 409)},
+    )
+    @action(detail=True, methods=["post"])
+    def retry(self, request, pk: str):
+        try:
+            event = outbox_retry_now(event_id=_event_id(pk))
+        except OutboxEvent.DoesNotExist:
+            raise exceptions.NotFound(f"No outbox row {pk}.") from None
+        except ValueError as exc:
+            raise NotRetriable(str(exc)) from None
+        return Response(s.OutboxEventOutputSerializer(event).data)

@@ -1,0 +1,258 @@
+"""The whole relay with real processes: dispatchers, django-q2 clusters, PostgreSQL.
+
+These tests start ``run_dispatcher`` and ``qcluster`` processes against the test
+database and drive them with requests made through the services, on the fake engine
+(a directory that every process shares), so the runtime can block, fail or be watched.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import defaultdict
+
+import pytest
+from django.db import close_old_connections, connection
+
+from containers.models import ContainerEvent, ContainerInstance
+from containers.runtime import runtime_for
+from containers.services import container_create_by_template, container_delete, container_stop
+from outbox.models import OutboxEvent
+from tests.factories import TemplateFactory
+from tests.processes import running_app, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+BASE = {
+    "outbox_poll_interval": "0.2",
+    "outbox_backoff_base": "0.3",
+    "queue_poll": "0.05",
+}
+
+
+@pytest.fixture
+def engine(fake_runtime):
+    return runtime_for(fake_runtime)
+
+
+@pytest.fixture
+def template(fake_runtime):
+    return TemplateFactory(name="sleeper")
+
+
+def app_with(tmp_path, **overrides):
+    return running_app(tmp_path, **{**BASE, **overrides})
+
+
+def statuses() -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for status in ContainerInstance.objects.values_list("status", flat=True):
+        counts[status] += 1
+    return dict(counts)
+
+
+def all_sent() -> bool:
+    return not OutboxEvent.objects.exclude(status="sent").exists()
+
+
+def assert_each_aggregate_ran_in_order() -> None:
+    """Rows of one instance started in id order, each after the previous one finished."""
+    by_aggregate = defaultdict(list)
+    for row in OutboxEvent.objects.order_by("id"):
+        by_aggregate[row.aggregate_id].append(row)
+    for rows in by_aggregate.values():
+        for earlier, later in zip(rows, rows[1:], strict=False):
+            assert later.started_at >= earlier.sent_at, (earlier, later)
+
+
+def test_two_dispatchers_and_both_clusters_drain_100_instances(
+    postgres, tmp_path, template, owner, engine, gobrave_config
+):
+    gobrave_config(container={"create_queue_max_pending": 500})
+    with app_with(
+        tmp_path, container_create_queue_max_concurrency=4, queue_control_workers=3
+    ) as app:
+        app.dispatcher("dispatcher-1")
+        app.dispatcher("dispatcher-2")
+        app.cluster("create")
+        app.cluster("control")
+        instances = [
+            container_create_by_template(template=template, owner=owner, actor="t")
+            for _ in range(100)
+        ]
+        # 20 of them are deleted while their create may still be queued.
+        for instance in instances[:20]:
+            container_delete(instance_id=instance.pk, actor="t")
+        wait_for(lambda: statuses().get("running") == 80, timeout=120, message="80 running")
+        for instance in instances[20:60]:
+            container_stop(instance_id=instance.pk, actor="t")
+        wait_for(lambda: statuses().get("stopped") == 40, timeout=120, message="40 stopped")
+        for instance in instances[20:60]:
+            container_delete(instance_id=instance.pk, actor="t")
+        wait_for(all_sent, timeout=120, message="every row sent")
+        assert statuses() == {"running": 40}
+        assert OutboxEvent.objects.count() == 100 + 20 + 40 + 40
+        assert OutboxEvent.objects.filter(attempts__gt=0).count() == 0
+        # Exactly once: one start call per made container, no container made twice.
+        created = engine.created()
+        assert len(created) == len(set(created))
+        superseded = OutboxEvent.objects.filter(outcome="superseded").count()
+        assert len(created) + superseded == 100  # a create either ran once or was superseded
+        assert len(engine.calls("stop")) == 40
+        assert_each_aggregate_ran_in_order()
+        deleted = ContainerEvent.objects.filter(kind="ContainerDeleted").count()
+        assert deleted == 60
+        assert ContainerInstance.objects.count() == 40
+
+
+def test_capacity_holds_globally_with_more_workers_than_slots(
+    postgres, tmp_path, template, owner, engine, gobrave_config
+):
+    """Two create clusters of 6 workers each, maxConcurrency 3: only the DB gate holds."""
+    gobrave_config(container={"create_queue_max_concurrency": 3})
+    (engine.root / "block-create").write_text("")
+    samples: list[int] = []
+    sampling = threading.Event()
+
+    def sample() -> None:
+        try:
+            while not sampling.is_set():
+                samples.append(
+                    ContainerInstance.objects.filter(status__in=["creating", "starting"]).count()
+                )
+                time.sleep(0.003)
+        finally:
+            connection.close()
+
+    with app_with(
+        tmp_path,
+        container_create_queue_max_concurrency=3,
+        queue_create_workers=6,
+        outbox_max_in_flight=12,
+        outbox_delivery_timeout=60,
+    ) as app:
+        app.dispatcher("dispatcher-1")
+        app.dispatcher("dispatcher-2")
+        app.cluster("create", "create-cluster-1")
+        app.cluster("create", "create-cluster-2")
+        for _ in range(30):
+            container_create_by_template(template=template, owner=owner, actor="t")
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            deadline = time.monotonic() + 180
+            while statuses().get("running", 0) < 30 and time.monotonic() < deadline:
+                # Let the blocked creates go in waves once all three slots are taken.
+                waiting = ContainerInstance.objects.filter(status="creating").count()
+                if waiting >= 3 or statuses().get("pending", 0) == 0:
+                    (engine.root / "block-create").unlink(missing_ok=True)
+                    time.sleep(0.05)
+                    (engine.root / "block-create").write_text("")
+                time.sleep(0.05)
+            (engine.root / "block-create").unlink(missing_ok=True)
+        finally:
+            sampling.set()
+            sampler.join()
+        close_old_connections()
+        assert statuses() == {"running": 30}
+        assert max(samples) == 3, "the gate must have been tested at full capacity"
+        assert all(count <= 3 for count in samples)
+        assert OutboxEvent.objects.filter(outcome="deferred").count() == 0  # all done now
+        assert set(OutboxEvent.objects.values_list("attempts", flat=True)) == {0}
+        assert len(engine.created()) == 30
+
+
+def test_worker_killed_mid_handler_is_retried_after_its_lease_without_a_duplicate(
+    postgres, tmp_path, template, owner, engine
+):
+    (engine.root / "block-start").write_text("")
+    with app_with(tmp_path, outbox_delivery_timeout=3, outbox_lease_margin=1) as app:
+        app.dispatcher()
+        app.cluster("create")
+        instance = container_create_by_template(template=template, owner=owner, actor="t")
+        # The worker made the container and is stuck starting it: kill it there.
+        [(_, _, pid, _)] = wait_for(
+            lambda: engine.call_records("start"), timeout=30, message="start call"
+        )
+        os.kill(pid, signal.SIGKILL)
+        (engine.root / "block-start").unlink()
+        wait_for(
+            lambda: ContainerInstance.objects.get(pk=instance.pk).status == "running",
+            timeout=60,
+            message="running after the lease expired",
+        )
+        row = OutboxEvent.objects.get()
+        wait_for(lambda: OutboxEvent.objects.get().status == "sent", timeout=10)
+        row.refresh_from_db()
+        assert row.attempts == 1
+        assert "lease expired" in row.last_error
+        assert engine.created() == [f"gb-{instance.pk}"]  # adopted, never made twice
+        assert len(engine.calls("create")) == 2
+
+
+def test_a_backlog_with_one_worker_never_outlives_a_lease(
+    postgres, tmp_path, template, owner, engine, gobrave_config
+):
+    gobrave_config(container={"create_queue_max_pending": 200, "create_queue_max_concurrency": 1})
+    (engine.root / "delay-create").write_text("0.05")
+    with app_with(
+        tmp_path,
+        container_create_queue_max_concurrency=1,
+        outbox_delivery_timeout=2,
+        outbox_lease_margin=1,
+    ) as app:
+        for _ in range(100):
+            container_create_by_template(template=template, owner=owner, actor="t")
+        app.dispatcher()
+        app.cluster("create")
+        wait_for(all_sent, timeout=180, message="100 rows sent")
+        assert set(OutboxEvent.objects.values_list("attempts", flat=True)) == {0}
+        assert not OutboxEvent.objects.filter(last_error__contains="lease").exists()
+        assert len(engine.calls("create")) == 100  # no row was ever run twice
+
+
+def test_failing_twice_then_succeeding_ends_sent_after_backoff(
+    postgres, tmp_path, template, owner, engine
+):
+    (engine.root / "fail-create").write_text("2")
+    with app_with(tmp_path, outbox_backoff_base=0.5) as app:
+        app.dispatcher()
+        app.cluster("create")
+        instance = container_create_by_template(template=template, owner=owner, actor="t")
+        wait_for(all_sent, timeout=60, message="sent")
+        row = OutboxEvent.objects.get()
+        assert (row.status, row.attempts) == ("sent", 2)
+        assert ContainerInstance.objects.get(pk=instance.pk).status == "running"
+        times = [at for _, _, _, at in engine.call_records("create")]
+        assert len(times) == 3
+        assert times[1] - times[0] >= 0.5  # backoff(1) = base
+        assert times[2] - times[1] >= 1.0  # backoff(2) = 2 * base
+
+
+def test_always_failing_ends_dead_and_fails_the_instance(
+    postgres, tmp_path, template, owner, engine
+):
+    (engine.root / "fail-create").write_text("99")
+    with app_with(tmp_path, outbox_max_attempts=3, outbox_backoff_base=0.1) as app:
+        app.dispatcher()
+        app.cluster("create")
+        instance = container_create_by_template(template=template, owner=owner, actor="t")
+        wait_for(
+            lambda: OutboxEvent.objects.get().status == "dead", timeout=60, message="dead letter"
+        )
+        row = OutboxEvent.objects.get()
+        assert row.attempts == 3
+        assert "injected create failure" in row.last_error
+        stored = ContainerInstance.objects.get(pk=instance.pk)
+        assert stored.status == "failed"
+        assert "injected create failure" in stored.status_reason
+
+
+def test_dispatcher_exits_zero_on_sigterm(postgres, tmp_path):
+    with app_with(tmp_path) as app:
+        process = app.dispatcher()
+        time.sleep(2)
+        assert app.stop("dispatcher", timeout=10) == 0
+        assert process.returncode == 0

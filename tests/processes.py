@@ -1,0 +1,118 @@
+"""Run the real app processes (dispatchers, django-q2 clusters, monitor) in tests.
+
+The processes use the test database that pytest-django made (so the test must use a
+transactional database), and the same config overrides the test passes in ``env``
+(``GOBRAVE_<SECTION>_<KEY>``). Each process logs to its own file; on failure the tail
+of every log is printed. Processes are stopped with SIGTERM on their main pid (django-q2
+clusters stop cleanly that way), then killed if they linger.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.db import connection
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_database_url() -> str:
+    """A DATABASE_URL for the database this test process is using."""
+    params = connection.settings_dict
+    auth = params["USER"] + (f":{params['PASSWORD']}" if params["PASSWORD"] else "")
+    return f"postgres://{auth}@{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}/{params['NAME']}"
+
+
+@dataclass
+class App:
+    logdir: Path
+    env: dict[str, str]
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def start(self, name: str, *args: str, **extra_env: str) -> subprocess.Popen:
+        log = open(self.logdir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", *args],
+            cwd=REPO,
+            env={**self.env, "GOBRAVE_APP_NAME": f"gobrave-test-{name}", **extra_env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        process.log = log  # type: ignore[attr-defined]
+        self.processes[name] = process
+        return process
+
+    def dispatcher(self, name: str = "dispatcher") -> subprocess.Popen:
+        return self.start(name, "run_dispatcher")
+
+    def cluster(self, queue: str, name: str | None = None, **extra_env: str) -> subprocess.Popen:
+        return self.start(name or f"{queue}-cluster", "qcluster", Q_CLUSTER_NAME=queue, **extra_env)
+
+    def stop(self, name: str, timeout: float = 20) -> int | None:
+        process = self.processes.pop(name)
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        process.log.close()  # type: ignore[attr-defined]
+        return process.returncode
+
+    def stop_all(self) -> None:
+        for name in list(self.processes):
+            self.stop(name)
+
+    def logs(self, lines: int = 40) -> str:
+        out = []
+        for path in sorted(self.logdir.glob("*.log")):
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"==== {path.name}\n" + "\n".join(tail))
+        return "\n".join(out)
+
+
+@contextmanager
+def running_app(tmp_path: Path, **config: object) -> Iterator[App]:
+    """Yield an ``App`` whose processes share this test's database and config.
+
+    ``config`` keys are ``section_key`` names (``container_create_queue_max_concurrency``)
+    passed to every process as ``GOBRAVE_<SECTION>_<KEY>``.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GOBRAVE_")}
+    if os.environ.get("GOBRAVE_CONFIG"):
+        env["GOBRAVE_CONFIG"] = os.environ["GOBRAVE_CONFIG"]
+    env["DATABASE_URL"] = test_database_url()
+    env["DATABASE_POOL_MAX"] = "0"  # worker processes fork: plain connections
+    env["PYTHONUNBUFFERED"] = "1"
+    for key, value in config.items():
+        env[f"GOBRAVE_{key.upper()}"] = str(value)
+    logdir = tmp_path / "logs"
+    logdir.mkdir(exist_ok=True)
+    app = App(logdir=logdir, env=env)
+    try:
+        yield app
+    except BaseException:
+        print(app.logs())
+        raise
+    finally:
+        app.stop_all()
+
+
+def wait_for(predicate, *, timeout: float, interval: float = 0.05, message: str = ""):
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
