@@ -24,11 +24,12 @@ from django.db import connection
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_database_url() -> str:
+def current_database_url() -> str:
     """A DATABASE_URL for the database this test process is using."""
     params = connection.settings_dict
     auth = params["USER"] + (f":{params['PASSWORD']}" if params["PASSWORD"] else "")
-    return f"postgres://{auth}@{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}/{params['NAME']}"
+    host, port = params["HOST"] or "127.0.0.1", params["PORT"] or 5432
+    return f"postgres://{auth}@{host}:{port}/{params['NAME']}"
 
 
 @dataclass
@@ -90,7 +91,7 @@ def running_app(tmp_path: Path, **config: object) -> Iterator[App]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GOBRAVE_")}
     if os.environ.get("GOBRAVE_CONFIG"):
         env["GOBRAVE_CONFIG"] = os.environ["GOBRAVE_CONFIG"]
-    env["DATABASE_URL"] = test_database_url()
+    env["DATABASE_URL"] = current_database_url()
     env["DATABASE_POOL_MAX"] = "0"  # worker processes fork: plain connections
     env["PYTHONUNBUFFERED"] = "1"
     for key, value in config.items():
