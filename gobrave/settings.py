@@ -127,8 +127,8 @@ STATIC_ROOT = BASE_DIR / "var" / "static"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
+        "gobrave.api_defaults.TokenAuthentication",
+        "gobrave.api_defaults.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": ["gobrave.api_defaults.JSONParser"],

@@ -173,22 +173,23 @@ class LogsOutputSerializer(serializers.Serializer):
 
 
 class TemplateInputSerializer(serializers.Serializer):
-    """A template to create (all required but the JSON fields) or update (PATCH: any)."""
+    """A template to create or replace (PUT: omitted fields take their defaults) or to
+    change (PATCH: only the fields given)."""
 
     name = serializers.CharField(max_length=128)
     image = serializers.CharField(max_length=255)
     command = StoredJSONField(
-        required=False, help_text="A list of strings, or one string run with sh -c."
+        default=list, help_text="A list of strings, or one string run with sh -c."
     )
-    env = StoredJSONField(required=False, help_text="NAME: value; values may use $VARIABLES.")
+    env = StoredJSONField(default=dict, help_text="NAME: value; values may use $VARIABLES.")
     volumes = StoredJSONField(
-        required=False, help_text='[{"source", "target", "read_only"}] or "src:dst[:ro]".'
+        default=list, help_text='[{"source", "target", "read_only"}] or "src:dst[:ro]".'
     )
-    resources = StoredJSONField(
-        required=False, help_text='{"cpu": cores, "memory": bytes or "256m"}'
+    resources = StoredJSONField(default=dict, help_text='{"cpu": cores, "memory": bytes or "256m"}')
+    constraints = StoredJSONField(default=dict, help_text="Runtime label name: required value.")
+    pull_policy = serializers.ChoiceField(
+        choices=PullPolicy.choices, default=PullPolicy.IF_NOT_PRESENT
     )
-    constraints = StoredJSONField(required=False, help_text="Runtime label name: required value.")
-    pull_policy = serializers.ChoiceField(choices=PullPolicy.choices, required=False)
 
 
 class TemplateOutputSerializer(serializers.ModelSerializer):

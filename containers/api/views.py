@@ -106,6 +106,9 @@ class ContainerViewSet(viewsets.GenericViewSet):
     serializer_class = s.InstanceOutputSerializer
     queryset = ContainerInstance.objects.none()  # the schema's path type; rows come below
 
+    def get_serializer_class(self):  # the browsable API's forms
+        return s.InstanceCreateInputSerializer if self.action == "create" else self.serializer_class
+
     def _instance(self, pk: str) -> ContainerInstance:
         return selectors.instance_get(instance_id=pk, user=self.request.user)
 
@@ -239,6 +242,10 @@ class TemplateViewSet(viewsets.GenericViewSet):
     permission_classes = [permissions.IsAuthenticated, IsStaffOrReadOnly]
     serializer_class = s.TemplateOutputSerializer
     queryset = ContainerTemplate.objects.none()
+
+    def get_serializer_class(self):  # the browsable API's forms
+        writes = {"create", "update", "partial_update"}
+        return s.TemplateInputSerializer if self.action in writes else self.serializer_class
 
     def list(self, request):
         page = self.paginate_queryset(selectors.template_list())

@@ -1,0 +1,61 @@
+"""API fixtures: token-authenticated clients for the four roles of the authorization matrix."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from tests.api.helpers import token_client
+from tests.factories import InstanceFactory, UserFactory
+
+
+@pytest.fixture
+def staff_user():
+    return UserFactory(username="root", is_staff=True)
+
+
+@pytest.fixture
+def other_user():
+    return UserFactory(username="mallory")
+
+
+@pytest.fixture
+def anon():
+    return APIClient()
+
+
+@pytest.fixture
+def alice(owner):
+    return token_client(owner)
+
+
+@pytest.fixture
+def mallory(other_user):
+    return token_client(other_user)
+
+
+@pytest.fixture
+def staff(staff_user):
+    return token_client(staff_user)
+
+
+@pytest.fixture
+def clients(anon, alice, mallory, staff):
+    return {"anonymous": anon, "owner": alice, "other": mallory, "staff": staff}
+
+
+@pytest.fixture
+def make_instance(owner, template, fake_runtime):
+    """An instance of ``owner`` placed directly in ``status`` (bypassing requests)."""
+
+    def make(status="pending", **fields):
+        from containers.models import ContainerInstance
+
+        instance = InstanceFactory(
+            owner=fields.pop("owner", owner), template=template, runtime=fake_runtime, **fields
+        )
+        ContainerInstance.objects.filter(pk=instance.pk).update(status=status)
+        instance.refresh_from_db()
+        return instance
+
+    return make

@@ -1,0 +1,343 @@
+"""/api/containers/: create, list, get, start, stop, delete, events and logs."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from containers.models import ContainerEvent, ContainerInstance, Runtime
+from outbox.models import OutboxEvent
+from tests.api.helpers import assert_error
+from tests.factories import TemplateFactory
+
+pytestmark = pytest.mark.django_db
+
+STATES = [
+    "pending", "creating", "running", "paused", "stop_pending", "stopping", "stopped",
+    "start_pending", "starting", "delete_pending", "deleting", "failed",
+]  # fmt: skip
+ACCEPT = {
+    "start": {"running", "paused", "stopped"},
+    "stop": {"running", "paused"},
+    "delete": {"pending", "creating", "running", "paused", "stop_pending", "stopping", "stopped",
+               "failed"},
+}  # fmt: skip
+NOOP = {
+    "start": {"start_pending", "starting"},
+    "stop": {"stop_pending", "stopping", "stopped", "failed"},
+    "delete": {"delete_pending", "deleting"},
+}
+
+
+def _request(client, action, instance_id):
+    url = f"/api/containers/{instance_id}/"
+    if action == "delete":
+        return client.delete(url)
+    return client.post(f"{url}{action}/")
+
+
+# --- create -------------------------------------------------------------------------------
+
+
+def test_create_by_template_name_is_accepted_with_location(alice, template, owner):
+    response = alice.post("/api/containers/", {"template": "sleeper"}, format="json")
+    assert response.status_code == 202, response.content
+    body = response.json()
+    assert body["status"] == "pending"
+    assert body["queued"] is True
+    assert body["owner"] == "alice"
+    assert body["template"] == {"id": template.pk, "name": "sleeper"}
+    assert body["runtime"]["name"] == "fake"
+    assert response["Location"].endswith(f"/api/containers/{body['id']}/")
+    instance = ContainerInstance.objects.get(pk=body["id"])
+    assert instance.owner == owner
+    row = OutboxEvent.objects.get()
+    assert (row.kind, row.aggregate_id) == ("ContainerCreateRequest", body["id"])
+    assert row.payload == {"by": "alice"}
+
+
+def test_create_by_template_id_with_name_and_env(alice, template):
+    response = alice.post(
+        "/api/containers/",
+        {"template": template.pk, "name": "box", "env": {"MODE": "debug", "EMPTY": ""}},
+        format="json",
+    )
+    assert response.status_code == 202, response.content
+    body = response.json()
+    assert body["name"] == "box"
+    assert body["spec"]["env"]["MODE"] == "debug"
+    assert body["spec"]["env"]["EMPTY"] == ""
+
+
+def test_location_answers_the_created_instance(alice, template):
+    created = alice.post("/api/containers/", {"template": "sleeper"}, format="json")
+    fetched = alice.get(created["Location"])
+    assert fetched.status_code == 200
+    assert fetched.json()["id"] == created.json()["id"]
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({}, "template"),
+        ({"template": ""}, "template"),
+        ({"template": True}, "template"),
+        ({"template": ["sleeper"]}, "template"),
+        ({"template": "no-such-template"}, "template"),
+        ({"template": "99999999999999999999999"}, "template"),
+        ({"template": "sleeper", "name": ""}, "name"),
+        ({"template": "sleeper", "name": "x" * 129}, "name"),
+        ({"template": "sleeper", "name": "a\x00b"}, "name"),
+        ({"template": "sleeper", "env": ["A=1"]}, "env"),
+        ({"template": "sleeper", "env": {"A": {"nested": 1}}}, "env"),
+        ({"template": "sleeper", "env": {"A": "a\x00"}}, "env"),
+    ],
+)
+def test_create_with_invalid_input_is_400_with_field(alice, template, body, field):
+    response = alice.post("/api/containers/", body, format="json")
+    error = assert_error(response, 400, "invalid")
+    assert field in error["details"], error
+    assert ContainerInstance.objects.count() == 0
+
+
+def test_create_with_invalid_env_name_is_400_invalid_spec(alice, template):
+    response = alice.post(
+        "/api/containers/", {"template": "sleeper", "env": {"1BAD": "x"}}, format="json"
+    )
+    error = assert_error(response, 400, "invalid_spec")
+    assert error["details"]["field"] == "env overrides"
+    assert ContainerInstance.objects.count() == 0
+
+
+def test_create_on_template_no_runtime_matches_is_400(alice, fake_runtime):
+    TemplateFactory(name="gpu-job", constraints={"gpu": "yes"})
+    response = alice.post("/api/containers/", {"template": "gpu-job"}, format="json")
+    error = assert_error(response, 400, "no_matching_runtime")
+    assert error["details"]["constraints"] == {"gpu": "yes"}
+
+
+def test_create_with_volume_outside_roots_is_400_naming_the_path(alice, fake_runtime):
+    TemplateFactory(name="escape", volumes=[{"source": "/etc", "target": "/host"}])
+    response = alice.post("/api/containers/", {"template": "escape"}, format="json")
+    error = assert_error(response, 400, "invalid_spec")
+    assert error["details"]["path"] == "/etc"
+
+
+def test_create_when_queue_full_is_429_with_retry_after(alice, template, gobrave_config):
+    gobrave_config(container={"create_queue_max_pending": 2})
+    for _ in range(2):
+        assert (
+            alice.post("/api/containers/", {"template": "sleeper"}, format="json").status_code
+            == 202
+        )
+    response = alice.post("/api/containers/", {"template": "sleeper"}, format="json")
+    error = assert_error(response, 429, "queue_full")
+    assert int(response["Retry-After"]) >= 1
+    assert error["details"]["limit"] == 2
+    assert ContainerInstance.objects.count() == 2
+    assert OutboxEvent.objects.count() == 2
+
+
+# --- list and get ---------------------------------------------------------------------------
+
+
+def test_list_shows_own_instances_paginated(alice, make_instance, other_user):
+    mine = [make_instance() for _ in range(3)]
+    make_instance(owner=other_user)
+    response = alice.get("/api/containers/?limit=2")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["count"] == 3
+    assert len(body["results"]) == 2
+    assert body["next"] and body["previous"] is None
+    second = alice.get(body["next"]).json()
+    ids = {row["id"] for row in body["results"] + second["results"]}
+    assert ids == {str(instance.pk) for instance in mine}
+
+
+def test_list_filters_by_status(alice, make_instance):
+    running = make_instance("running")
+    stopped = make_instance("stopped")
+    make_instance("failed")
+    body = alice.get("/api/containers/?status=running").json()
+    assert [row["id"] for row in body["results"]] == [str(running.pk)]
+    body = alice.get("/api/containers/?status=running&status=stopped").json()
+    assert {row["id"] for row in body["results"]} == {str(running.pk), str(stopped.pk)}
+
+
+def test_list_filters_by_template_id_or_name(alice, make_instance, owner, fake_runtime):
+    ours = make_instance()
+    other_template = TemplateFactory(name="other")
+    from tests.factories import InstanceFactory
+
+    InstanceFactory(owner=owner, template=other_template, runtime=fake_runtime)
+    for ref in ("sleeper", str(ours.template_id)):
+        body = alice.get(f"/api/containers/?template={ref}").json()
+        assert [row["id"] for row in body["results"]] == [str(ours.pk)]
+
+
+def test_staff_filters_by_owner(staff, make_instance, other_user):
+    make_instance()
+    theirs = make_instance(owner=other_user)
+    for ref in ("mallory", str(other_user.pk)):
+        body = staff.get(f"/api/containers/?owner={ref}").json()
+        assert [row["id"] for row in body["results"]] == [str(theirs.pk)]
+
+
+def test_list_orders_by_name_both_ways(alice, make_instance):
+    for name in ("b", "c", "a"):
+        make_instance(name=name)
+    names = [row["name"] for row in alice.get("/api/containers/?ordering=name").json()["results"]]
+    assert names == ["a", "b", "c"]
+    names = [row["name"] for row in alice.get("/api/containers/?ordering=-name").json()["results"]]
+    assert names == ["c", "b", "a"]
+
+
+@pytest.mark.parametrize(
+    "query, field",
+    [
+        ("status=bogus", "status"),
+        ("ordering=owner__password", "ordering"),
+        ("limit=-1", "limit"),
+        ("offset=99999999999999999999999", "offset"),
+        ("offset=abc", "offset"),
+    ],
+)
+def test_list_with_invalid_query_is_400(alice, make_instance, query, field):
+    make_instance()
+    error = assert_error(alice.get(f"/api/containers/?{query}"), 400, "invalid")
+    assert field in error["details"]
+
+
+def test_get_own_instance(alice, make_instance):
+    instance = make_instance("running")
+    body = alice.get(f"/api/containers/{instance.pk}/").json()
+    assert body["id"] == str(instance.pk)
+    assert body["status"] == "running"
+    assert "queued" not in body
+
+
+@pytest.mark.parametrize("ref", [uuid.uuid4(), "not-a-uuid", "1"])
+def test_get_unknown_instance_is_404(alice, ref):
+    assert_error(alice.get(f"/api/containers/{ref}/"), 404, "not_found")
+
+
+# --- start, stop, delete in every state ------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", STATES)
+@pytest.mark.parametrize("action", ["start", "stop", "delete"])
+def test_request_in_every_state(alice, make_instance, action, state):
+    instance = make_instance(state)
+    response = _request(alice, action, instance.pk)
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    if state in ACCEPT[action]:
+        assert response.status_code == 202, response.content
+        assert response.json()["queued"] is True
+        assert response.json()["status"] == stored.status == f"{action}_pending"
+        assert OutboxEvent.objects.count() == 1
+    elif state in NOOP[action]:
+        assert response.status_code == 202, response.content
+        assert response.json()["queued"] is False
+        assert response.json()["status"] == stored.status == state
+        assert OutboxEvent.objects.count() == 0
+    else:
+        error = assert_error(response, 409, "invalid_transition")
+        assert error["details"] == {"status": state, "action": action}
+        assert stored.status == state
+        assert OutboxEvent.objects.count() == 0
+
+
+@pytest.mark.parametrize("action", ["start", "stop", "delete"])
+def test_request_for_unknown_instance_is_404(alice, action):
+    assert_error(_request(alice, action, uuid.uuid4()), 404, "not_found")
+
+
+def test_repeated_stop_is_accepted_once_queued_once(alice, make_instance):
+    instance = make_instance("running")
+    first = alice.post(f"/api/containers/{instance.pk}/stop/")
+    second = alice.post(f"/api/containers/{instance.pk}/stop/")
+    assert (first.status_code, second.status_code) == (202, 202)
+    assert (first.json()["queued"], second.json()["queued"]) == (True, False)
+    assert OutboxEvent.objects.count() == 1
+
+
+# --- history and logs ---------------------------------------------------------------------
+
+
+def test_events_list_history_newest_first(alice, template):
+    created = alice.post("/api/containers/", {"template": "sleeper"}, format="json").json()
+    ContainerInstance.objects.filter(pk=created["id"]).update(status="running")
+    alice.post(f"/api/containers/{created['id']}/stop/")
+    body = alice.get(f"/api/containers/{created['id']}/events/").json()
+    assert body["count"] == 2
+    kinds = [row["kind"] for row in body["results"]]
+    assert kinds == ["ContainerStopRequest", "ContainerCreateRequest"]
+    assert body["results"][0]["from_status"] == "running"
+    assert body["results"][0]["to_status"] == "stop_pending"
+    assert body["results"][0]["actor"] == "alice"
+
+
+def test_events_of_unknown_instance_is_404(alice):
+    assert_error(alice.get(f"/api/containers/{uuid.uuid4()}/events/"), 404, "not_found")
+
+
+def test_logs_come_from_the_runtime(alice, make_instance, fake_runtime):
+    from containers.runtime import runtime_for
+    from containers.runtime.base import ContainerSpec
+
+    instance = make_instance("running")
+    engine = runtime_for(fake_runtime)
+    engine.create(ContainerSpec(name=instance.container_name, image="busybox", labels={}))
+    response = alice.get(f"/api/containers/{instance.pk}/logs/?tail=5")
+    assert response.status_code == 200, response.content
+    assert response.json() == {"id": str(instance.pk), "tail": 5, "logs": "fake log line\n"}
+
+
+def test_logs_of_a_container_not_yet_created_are_empty(alice, make_instance):
+    instance = make_instance("pending")
+    body = alice.get(f"/api/containers/{instance.pk}/logs/").json()
+    assert body == {"id": str(instance.pk), "tail": 100, "logs": ""}
+
+
+@pytest.mark.parametrize("tail", ["0", "-3", "abc", "10001"])
+def test_logs_with_invalid_tail_is_400(alice, make_instance, tail):
+    instance = make_instance("running")
+    error = assert_error(alice.get(f"/api/containers/{instance.pk}/logs/?tail={tail}"), 400)
+    assert "tail" in error["details"]
+
+
+def test_logs_when_runtime_is_unreachable_is_503(alice, owner, template):
+    from tests.factories import InstanceFactory
+
+    down = Runtime.objects.create(
+        name="down", driver="docker", base_url="tcp://127.0.0.1:1", labels={"engine": "down"}
+    )
+    instance = InstanceFactory(owner=owner, template=template, runtime=down)
+    ContainerInstance.objects.filter(pk=instance.pk).update(status="running")
+    error = assert_error(
+        alice.get(f"/api/containers/{instance.pk}/logs/"), 503, "runtime_unavailable"
+    )
+    assert error["details"] == {"runtime": "down"}
+
+
+def test_logs_when_runtime_raises_runtime_failure_is_503(alice, make_instance, monkeypatch):
+    from containers.runtime.base import RuntimeFailure
+    from containers.runtime.fake import FakeRuntime
+
+    def broken(self, ref, tail=100):
+        raise RuntimeFailure("engine is restarting")
+
+    monkeypatch.setattr(FakeRuntime, "logs", broken)
+    instance = make_instance("running")
+    error = assert_error(
+        alice.get(f"/api/containers/{instance.pk}/logs/"), 503, "runtime_unavailable"
+    )
+    assert "engine is restarting" in error["message"]
+
+
+def test_history_entries_are_not_counted_as_instances(alice, template):
+    alice.post("/api/containers/", {"template": "sleeper"}, format="json")
+    assert ContainerEvent.objects.count() == 1
+    assert alice.get("/api/containers/").json()["count"] == 1

@@ -1,0 +1,108 @@
+"""/metrics: Prometheus text, computed from the database so every process answers the same."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from outbox.models import OutboxEvent, RelayCounter
+
+pytestmark = pytest.mark.django_db
+
+
+def _samples(text: str) -> dict[tuple[str, tuple], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _seed(make_instance):
+    for status in ("pending", "pending", "creating", "running", "failed"):
+        make_instance(status)
+    for status in ("pending", "processing", "dead"):
+        OutboxEvent.objects.create(
+            kind="ContainerCreateRequest", queue="create", aggregate_id="a", status=status,
+            available_at=timezone.now(),
+        )  # fmt: skip
+    minute = timezone.now().replace(second=0, microsecond=0)
+    # Counters as several dispatcher and worker processes leave them: one row per minute.
+    RelayCounter.objects.create(minute=minute, name="sent", count=3)
+    RelayCounter.objects.create(minute=minute - dt.timedelta(days=1), name="sent", count=4)
+    RelayCounter.objects.create(minute=minute, name="create_refused", count=2)
+
+
+def test_metrics_in_prometheus_text_format(anon, make_instance, gobrave_config):
+    gobrave_config(container={"create_queue_max_pending": 9})
+    _seed(make_instance)
+    response = anon.get("/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=")
+    samples = _samples(response.content.decode())
+    assert samples[("gobrave_instances", (("status", "pending"),))] == 2
+    assert samples[("gobrave_instances", (("status", "stopped"),))] == 0
+    assert samples[("gobrave_outbox_rows", (("status", "dead"),))] == 1
+    assert samples[("gobrave_queue_pending_count", ())] == 2
+    assert samples[("gobrave_queue_active_count", ())] == 1
+    assert samples[("gobrave_queue_max_pending", ())] == 9
+    assert samples[("gobrave_relay_in_flight", ())] == 1
+    assert samples[("gobrave_relay_events_total", (("event", "sent"),))] == 7
+    assert samples[("gobrave_relay_events_total", (("event", "dead"),))] == 0
+    assert samples[("gobrave_requests_total", (("event", "create_refused"),))] == 2
+
+
+def test_repeated_scrapes_do_not_accumulate(anon, make_instance):
+    _seed(make_instance)
+    first = _samples(anon.get("/metrics").content.decode())
+    second = _samples(anon.get("/metrics").content.decode())
+    age = ("gobrave_queue_oldest_pending_age_seconds", ())
+    first.pop(age), second.pop(age)
+    assert first == second
+
+
+def test_metrics_refuses_writes(anon):
+    assert anon.post("/metrics").status_code == 405
+
+
+@pytest.mark.django_db(transaction=True)
+def test_another_process_serves_the_same_numbers(make_instance):
+    """A second web process (a fresh interpreter on the same database) answers the same."""
+    _seed(make_instance)
+    here = _samples(Client().get("/metrics").content.decode())
+    db = connection.settings_dict
+    url = f"postgres://{quote(db['USER'])}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/"
+    env = {
+        **os.environ,
+        "DATABASE_URL": url + quote(db["NAME"]),
+        "DATABASE_POOL_MAX": "0",
+        "GOBRAVE_CONTAINER_CREATE_QUEUE_MAX_PENDING": str(
+            settings.GOBRAVE["container"]["create_queue_max_pending"]
+        ),
+    }
+    script = (
+        "import django; django.setup(); from django.test import Client; "
+        "print(Client().get('/metrics').content.decode())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**env, "DJANGO_SETTINGS_MODULE": "gobrave.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    there = _samples(out)
+    age = ("gobrave_queue_oldest_pending_age_seconds", ())
+    assert abs(here.pop(age) - there.pop(age)) < 30
+    assert here == there

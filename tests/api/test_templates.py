@@ -1,0 +1,159 @@
+"""/api/templates/: read for every user, write for staff, validated like a request."""
+
+from __future__ import annotations
+
+import pytest
+
+from containers.models import ContainerTemplate
+from tests.api.helpers import assert_error
+from tests.factories import InstanceFactory
+
+pytestmark = pytest.mark.django_db
+
+VALID = {
+    "name": "web",
+    "image": "nginx:1.27",
+    "command": ["nginx", "-g", "daemon off;"],
+    "env": {"PORT": "8080", "OWNER": "$OWNER_ID"},
+    "volumes": [{"source": "$WORKSPACE_PATH", "target": "/data", "read_only": False}],
+    "resources": {"cpu": 0.5, "memory": "256m"},
+    "constraints": {"engine": "fake"},
+    "pull_policy": "if_not_present",
+}
+
+
+def test_user_lists_and_reads_templates(alice, template):
+    body = alice.get("/api/templates/").json()
+    assert [row["name"] for row in body["results"]] == ["sleeper"]
+    detail = alice.get(f"/api/templates/{template.pk}/").json()
+    assert detail["image"] == template.image
+    assert detail["constraints"] == {"engine": "fake"}
+
+
+@pytest.mark.parametrize("ref", ["999999", "sleeper", "99999999999999999999999"])
+def test_unknown_template_is_404(alice, template, ref):
+    assert_error(alice.get(f"/api/templates/{ref}/"), 404, "not_found")
+
+
+def test_staff_creates_a_template_normalized(staff):
+    response = staff.post("/api/templates/", VALID, format="json")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["resources"] == {"cpu": 0.5, "memory": 256 * 1024**2}
+    stored = ContainerTemplate.objects.get(name="web")
+    assert stored.env == {"PORT": "8080", "OWNER": "$OWNER_ID"}
+    assert stored.volumes[0]["target"] == "/data"
+
+
+def test_user_cannot_write_templates(alice, template):
+    assert_error(alice.post("/api/templates/", VALID, format="json"), 403, "permission_denied")
+    assert_error(
+        alice.patch(f"/api/templates/{template.pk}/", {"image": "x"}, format="json"),
+        403,
+        "permission_denied",
+    )
+    assert_error(alice.delete(f"/api/templates/{template.pk}/"), 403, "permission_denied")
+    assert ContainerTemplate.objects.get(pk=template.pk).image == template.image
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("env", {"1BAD": "x"}),
+        ("env", ["A=1"]),
+        ("env", {"A": {"nested": True}}),
+        ("volumes", "not-a-list"),
+        ("volumes", [{"source": "/a", "target": "relative"}]),
+        ("volumes", [{"source": "/a", "target": "/b", "extra": 1}]),
+        ("resources", {"cpu": -1}),
+        ("resources", {"memory": "1k"}),
+        ("resources", {"gpus": 1}),
+        ("constraints", {"engine": ["fake"]}),
+        ("constraints", "engine=fake"),
+        ("command", [1, 2]),
+    ],
+)
+def test_invalid_json_field_is_400_naming_the_field(staff, field, value):
+    response = staff.post("/api/templates/", {**VALID, field: value}, format="json")
+    error = assert_error(response, 400, "invalid_spec")
+    assert error["details"]["field"].startswith(field)
+    assert ContainerTemplate.objects.filter(name="web").count() == 0
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"image": "x"}, "name"),
+        ({"name": "x"}, "image"),
+        ({"name": "x" * 129, "image": "x"}, "name"),
+        ({"name": "x", "image": "x", "pull_policy": "sometimes"}, "pull_policy"),
+        ({"name": "x", "image": "x", "env": {"A": "\x00"}}, "env"),
+    ],
+)
+def test_invalid_template_input_is_400(staff, body, field):
+    error = assert_error(staff.post("/api/templates/", body, format="json"), 400, "invalid")
+    assert field in error["details"]
+
+
+def test_duplicate_name_is_400(staff, template):
+    response = staff.post("/api/templates/", {**VALID, "name": "sleeper"}, format="json")
+    error = assert_error(response, 400, "invalid_spec")
+    assert error["details"]["field"] == "name"
+
+
+def test_staff_patches_a_template(staff, template):
+    response = staff.patch(
+        f"/api/templates/{template.pk}/", {"env": {"A": 1}, "image": "busybox:2"}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    template.refresh_from_db()
+    assert (template.env, template.image) == ({"A": "1"}, "busybox:2")
+
+
+def test_patch_with_invalid_volumes_changes_nothing(staff, template):
+    response = staff.patch(
+        f"/api/templates/{template.pk}/", {"volumes": [{"source": ""}]}, format="json"
+    )
+    assert_error(response, 400, "invalid_spec")
+    template.refresh_from_db()
+    assert template.volumes == []
+
+
+def test_put_needs_every_required_field(staff, template):
+    error = assert_error(
+        staff.put(f"/api/templates/{template.pk}/", {"image": "x"}, format="json"), 400
+    )
+    assert "name" in error["details"]
+    response = staff.put(f"/api/templates/{template.pk}/", {**VALID}, format="json")
+    assert response.status_code == 200
+    assert response.json()["name"] == "web"
+
+
+def test_put_resets_omitted_fields_to_their_defaults(staff, template):
+    response = staff.put(
+        f"/api/templates/{template.pk}/", {"name": "bare", "image": "busybox"}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    template.refresh_from_db()
+    assert (template.command, template.constraints, template.pull_policy) == (
+        [],
+        {},
+        "if_not_present",
+    )
+
+
+def test_patch_leaves_omitted_fields_alone(staff, template):
+    staff.patch(f"/api/templates/{template.pk}/", {"image": "busybox:2"}, format="json")
+    template.refresh_from_db()
+    assert (template.command, template.pull_policy) == (["sleep", "600"], "never")
+
+
+def test_staff_deletes_an_unused_template(staff, template):
+    assert staff.delete(f"/api/templates/{template.pk}/").status_code == 204
+    assert not ContainerTemplate.objects.filter(pk=template.pk).exists()
+
+
+def test_deleting_a_template_in_use_is_409(staff, template, owner, fake_runtime):
+    InstanceFactory(owner=owner, template=template, runtime=fake_runtime)
+    assert_error(staff.delete(f"/api/templates/{template.pk}/"), 409, "template_in_use")
+    assert ContainerTemplate.objects.filter(pk=template.pk).exists()
