@@ -151,6 +151,7 @@ def execute(event_id: int, token: uuid.UUID | str) -> str:
         return _dead(event, token, route, str(exc))
     except Exception as exc:  # noqa: BLE001 - any handler error is a retriable failure
         detail = "".join(traceback.format_exception(exc))
+        hooks.emit("error", event=event, error=detail)
         retry_after = exc.retry_after if isinstance(exc, RetryLater) else 0.0
         return _retry(event, token, route, detail, retry_after)
     return _record(event, token, str(outcome), "")

@@ -129,6 +129,21 @@ def test_delete_of_a_queued_create_supersedes_the_create(create, engine):
     assert not ContainerInstance.objects.filter(pk=instance.pk).exists()
 
 
+def test_delete_queued_behind_a_stop_runs_after_it_and_supersedes_it(create, engine):
+    instance = create()
+    drain()
+    container_stop(instance_id=instance.pk, actor="t")
+    container_delete(instance_id=instance.pk, actor="t")
+    assert drain() == ["superseded", "sent"]
+    assert engine.calls("stop") == []
+    assert [row.kind for row in OutboxEvent.objects.order_by("id")] == [
+        "ContainerCreateRequest",
+        "ContainerStopRequest",
+        "ContainerDeleteRequest",
+    ]
+    assert not ContainerInstance.objects.filter(pk=instance.pk).exists()
+
+
 def test_every_handler_replayed_after_success_changes_nothing(create, engine):
     instance = create()
     drain()

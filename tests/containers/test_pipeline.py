@@ -250,6 +250,27 @@ def test_always_failing_ends_dead_and_fails_the_instance(
         assert "injected create failure" in stored.status_reason
 
 
+def test_the_redis_broker_carries_the_same_pipeline(postgres, tmp_path, template, owner, engine):
+    import redis
+
+    broker = "redis://127.0.0.1:6379/5"
+    redis.from_url(broker).flushdb()
+    with app_with(tmp_path, queue_broker=broker) as app:
+        app.dispatcher()
+        app.cluster("create")
+        app.cluster("control")
+        instances = [
+            container_create_by_template(template=template, owner=owner, actor="t")
+            for _ in range(5)
+        ]
+        wait_for(lambda: statuses().get("running") == 5, timeout=60, message="5 running")
+        for instance in instances:
+            container_stop(instance_id=instance.pk, actor="t")
+        wait_for(all_sent, timeout=60, message="every row sent")
+        assert statuses() == {"stopped": 5}
+        assert len(engine.created()) == 5
+
+
 def test_dispatcher_exits_zero_on_sigterm(postgres, tmp_path):
     with app_with(tmp_path) as app:
         process = app.dispatcher()
