@@ -95,7 +95,9 @@ class InstanceCreateForm(forms.ModelForm):
     """The add form: which template, for whom, under what name. The service does the rest."""
 
     name = forms.CharField(
-        max_length=128, required=False, help_text="Leave empty for <template>-<short id>."
+        max_length=128,
+        required=False,
+        help_text="Leave empty for the template name plus a short id.",
     )
 
     class Meta:
@@ -236,13 +238,13 @@ class ContainerInstanceAdmin(admin.ModelAdmin):
             try:
                 result = service(instance_id=instance_id, actor=actor_of(request))
             except DomainError as exc:
-                self.message_user(request, f"{name}: refused: {exc.message}", messages.WARNING)
+                self.message_user(request, f"“{name}”: refused: {exc.message}", messages.WARNING)
                 continue
             if result.queued:
-                self.message_user(request, f"{name}: {verb} requested", messages.SUCCESS)
+                self.message_user(request, f"“{name}”: {verb} requested", messages.SUCCESS)
             else:
                 self.message_user(
-                    request, f"{name}: {verb} already under way ({result.status})", messages.INFO
+                    request, f"“{name}”: {verb} already under way ({result.status})", messages.INFO
                 )
         back = request.POST.get("_next", "")
         if back and url_has_allowed_host_and_scheme(back, {request.get_host()}):

@@ -1,0 +1,258 @@
+"""The operator console in a real browser, against a live server.
+
+``test_dashboard_and_changelist_in_the_browser`` needs only the fake engine and no worker
+processes: it proves the browser harness itself. ``test_operator_runs_an_instance_...``
+drives the whole product: the dispatcher, both django-q2 clusters and the monitor (when
+it exists) run as processes on the live server's database, on the fake engine and on the
+real Docker engine. Screenshots land in test-artifacts/<test name>/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from pathlib import Path
+
+import pytest
+from django.db import close_old_connections
+from django.utils import timezone
+
+from containers.models import ContainerEvent, ContainerInstance, Runtime
+from containers.services import container_create_by_template
+from containers.states import Status
+from outbox.models import RelayCounter
+from tests.admin.conftest import make_user, unavailable
+from tests.factories import InstanceFactory, TemplateFactory
+from tests.processes import running_app, wait_for
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKER_URL = "unix:///var/run/docker.sock"
+TEST_IMAGE = "gobrave-test-busybox:latest"
+UUID = re.compile(r"/containerinstance/([0-9a-f-]{36})/change/")
+PROCESS_CONFIG = {
+    "outbox_poll_interval": "0.2",
+    "queue_poll": "0.05",
+    "container_stop_timeout": "2",  # busybox sleep ignores SIGTERM: do not wait 10 s
+}
+
+
+def number(page, card: str) -> str:
+    return page.locator(f"#{card} .gb-num").get_attribute("data-value")
+
+
+def total(page, series: str) -> str:
+    return page.locator(f"#gb-total-{series} strong").get_attribute("data-value")
+
+
+def shown_status(page) -> str:
+    return page.locator(".field-status_display .readonly").inner_text().strip()
+
+
+def reload_until(page, predicate, *, timeout: float, message: str) -> None:
+    """Reload ``page`` until ``predicate(page)`` holds (what an operator would do)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate(page):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(0.4)
+        page.reload()
+
+
+# --- the harness, with the fake engine only --------------------------------------------------
+
+
+def test_dashboard_and_changelist_in_the_browser(
+    live_server, page, admin_login, fake_runtime, template
+):
+    root = make_user("root", superuser=True)
+    InstanceFactory(name="web-run", status=Status.RUNNING, template=template, runtime=fake_runtime)
+    InstanceFactory(
+        name="web-failed", status=Status.FAILED, template=template, runtime=fake_runtime
+    )
+    RelayCounter.objects.create(
+        minute=timezone.now().replace(second=0, microsecond=0), name="create_accepted", count=4
+    )
+    admin_login(page, root)
+    page.shots("index")
+
+    page.click("#gobrave-dashboard-link")
+    page.wait_for_selector("#gb-dashboard")
+    assert number(page, "gb-pending") == "0"
+    assert total(page, "accepted") == "4"
+    assert page.locator("#gb-chart svg rect").count() == 36
+    page.shots("dashboard-empty")
+
+    # A create made elsewhere shows up without a reload: the page refreshes itself.
+    container_create_by_template(template=template, owner=root, actor="test")
+    close_old_connections()
+    page.wait_for_function(
+        "document.querySelector('#gb-pending .gb-num').dataset.value === '1'", timeout=15_000
+    )
+    assert total(page, "accepted") == "5"
+    page.shots("dashboard-refreshed")
+
+    page.goto(f"{live_server.url}/admin/containers/containerinstance/")
+    assert page.locator("span.gb-badge").count() == 3
+    row = page.locator("#result_list tr", has_text="web-run")
+    row.locator("input.action-select").check()
+    page.select_option("select[name=action]", "stop_instances")
+    page.click("button[name=index]")
+    page.wait_for_selector(".messagelist")
+    assert "“web-run”: stop requested" in page.locator(".messagelist").text_content()
+    assert "stop_pending" in page.locator("#result_list tr", has_text="web-run").inner_text()
+    page.shots("changelist-after-stop")
+
+    page.locator("#changelist-filter a", has_text="failed").first.click()
+    page.wait_for_url(re.compile(r"status__exact=failed"))
+    assert page.locator("#result_list tbody tr").count() == 1
+    page.shots("changelist-filtered")
+
+
+# --- the whole product -----------------------------------------------------------------------
+
+
+def _docker_runtime() -> Runtime:
+    from containers.runtime.docker import DockerRuntime
+
+    engine = DockerRuntime(DOCKER_URL, timeout=10)
+    if not engine.ping():
+        unavailable("no Docker engine: run scripts/test-engine.sh")
+    try:
+        present = engine.image_present(TEST_IMAGE)
+    except Exception:  # an engine that half-answers is no engine
+        present = False
+    if not present:
+        unavailable(f"no {TEST_IMAGE} image: run scripts/test-engine.sh")
+    runtime, _ = Runtime.objects.update_or_create(
+        name="browser-docker",
+        defaults={
+            "driver": Runtime.Driver.DOCKER,
+            "base_url": DOCKER_URL,
+            "labels": {"engine": "docker-browser"},
+            "enabled": True,
+        },
+    )
+    return runtime
+
+
+def _remove_leftovers(runtime: Runtime, names: list[str]) -> None:
+    from containers.runtime import runtime_for
+
+    engine = runtime_for(runtime)
+    for name in names:
+        with contextlib.suppress(Exception):  # best effort after a failed test
+            engine.remove(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["fake", pytest.param("docker", marks=pytest.mark.docker)])
+def test_operator_runs_an_instance_through_its_life(
+    engine, live_server, page, admin_login, tmp_path, request
+):
+    if engine == "docker":
+        runtime = _docker_runtime()
+        constraints = {"engine": "docker-browser"}
+    else:
+        runtime = request.getfixturevalue("fake_runtime")
+        constraints = {"engine": "fake"}
+    template = TemplateFactory(
+        name=f"browser-{engine}",
+        image=TEST_IMAGE,
+        command=["sleep", "600"],
+        pull_policy="never",
+        constraints=constraints,
+    )
+    root = make_user("root", superuser=True)
+    created: list[str] = []
+    with running_app(tmp_path, **PROCESS_CONFIG) as app:
+        app.dispatcher()
+        app.cluster("create")
+        app.cluster("control")
+        if (REPO / "containers/management/commands/run_monitor.py").exists():
+            app.start("monitor", "run_monitor")
+        try:
+            _run_the_flow(page, live_server, admin_login, root, template, created)
+        finally:
+            if engine == "docker":
+                _remove_leftovers(runtime, created)
+        for name, process in app.processes.items():
+            assert process.poll() is None, f"{name} died:\n{app.logs()}"
+
+
+def _run_the_flow(page, live_server, admin_login, root, template, created) -> None:
+    base = f"{live_server.url}/admin"
+    dashboard = f"{base}/containers/containerinstance/dashboard/"
+    admin_login(page, root)
+
+    # 1. The dashboard before anything happens.
+    page.goto(dashboard)
+    accepted_before = int(total(page, "accepted"))
+    assert number(page, "gb-pending") == "0"
+    assert number(page, "gb-active") == "0"
+    page.shots("dashboard-before")
+
+    # 2. Create an instance from the template, through the add form.
+    page.goto(f"{base}/containers/containerinstance/add/")
+    page.select_option("#id_template", label=template.name)
+    page.fill("#id_name", f"{template.name}-1")
+    page.shots("add-form")
+    page.click("input[name=_continue]")
+    page.wait_for_url(UUID)
+    instance_id = UUID.search(page.url).group(1)
+    created.append(f"gb-{instance_id}")
+    assert "queued" in page.locator(".messagelist").text_content()
+    page.shots("created")
+
+    # 3. Watch it reach running (dispatcher → create cluster → engine).
+    reload_until(page, lambda p: shown_status(p) == "running", timeout=120, message="running")
+    assert page.locator("#gb-events").inner_text().count("running") >= 1
+    assert page.locator("#gb-logs").is_visible()
+    page.shots("running")
+
+    # 4. The dashboard followed: one more accepted, nothing pending or active.
+    page.goto(dashboard)
+    assert int(total(page, "accepted")) == accepted_before + 1
+    assert number(page, "gb-pending") == "0"
+    assert number(page, "gb-active") == "0"
+    assert total(page, "failed") == "0"
+    page.shots("dashboard-running")
+
+    # 5. Stop it from its page.
+    page.goto(f"{base}/containers/containerinstance/{instance_id}/change/")
+    page.click("#gb-stop")
+    page.wait_for_selector(".messagelist")
+    assert "stop requested" in page.locator(".messagelist").text_content()
+    reload_until(page, lambda p: shown_status(p) == "stopped", timeout=60, message="stopped")
+    page.shots("stopped")
+
+    # 6. Delete it: the row goes, its history stays.
+    page.click("#gb-delete")
+    page.wait_for_selector(".messagelist")
+    assert "delete requested" in page.locator(".messagelist").text_content()
+    page.shots("delete-requested")
+    wait_for(
+        lambda: close_old_connections() or not ContainerInstance.objects.filter(id=instance_id),
+        timeout=60,
+        interval=0.3,
+        message="the instance row to be deleted",
+    )
+    assert ContainerEvent.objects.filter(instance_id=instance_id, kind="ContainerDeleted")
+    page.goto(f"{base}/containers/containerevent/?instance_id={instance_id}")
+    assert "ContainerDeleted" in page.locator("#result_list").inner_text()
+    page.shots("history")
+
+    # 7. The dashboard after: the create counted once, nothing left in flight.
+    page.goto(dashboard)
+    assert int(total(page, "accepted")) == accepted_before + 1
+    assert number(page, "gb-pending") == "0"
+    assert number(page, "gb-active") == "0"
+    assert total(page, "failed") == "0"
+    page.shots("dashboard-after")

@@ -1,0 +1,239 @@
+"""ContainerInstance admin: create through the service, actions per row, no delete view."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.messages import get_messages
+from django.urls import reverse
+
+from containers.models import ContainerEvent, ContainerInstance
+from containers.runtime import runtime_for
+from containers.runtime.base import ContainerSpec
+from containers.states import Status
+from outbox.models import OutboxEvent
+from tests.factories import InstanceFactory, RuntimeFactory
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST = "admin:containers_containerinstance_changelist"
+
+
+def _messages(response) -> list[str]:
+    return [str(m) for m in get_messages(response.wsgi_request)]
+
+
+def _act(client, action: str, *instances, **extra):
+    return client.post(
+        reverse(CHANGELIST),
+        {"action": action, "_selected_action": [str(i.pk) for i in instances], **extra},
+    )
+
+
+# --- create ---------------------------------------------------------------------------------
+
+
+def test_add_goes_through_the_create_service(as_user, operator, template, owner):
+    response = as_user(operator).post(
+        reverse("admin:containers_containerinstance_add"),
+        {"template": template.pk, "owner": owner.pk, "name": "from-admin"},
+    )
+    assert response.status_code == 302
+    instance = ContainerInstance.objects.get()
+    assert (instance.name, instance.status, instance.owner) == ("from-admin", "pending", owner)
+    assert instance.spec["image"] == template.image  # resolved at request time
+    assert OutboxEvent.objects.get().kind == "ContainerCreateRequest"
+    event = ContainerEvent.objects.get(instance_id=instance.id)
+    assert event.actor == "admin:operator"
+
+
+def test_add_refused_by_a_full_queue_says_why_and_leaves_nothing(
+    as_user, operator, template, owner, gobrave_config
+):
+    gobrave_config(container={"create_queue_max_pending": 0})
+    url = reverse("admin:containers_containerinstance_add")
+    response = as_user(operator).post(url, {"template": template.pk, "owner": owner.pk})
+    assert response.status_code == 302
+    assert response["Location"].startswith(url)  # back to the form, choices kept
+    assert f"template={template.pk}" in response["Location"]
+    assert any("Create refused" in m and "queue is full" in m for m in _messages(response))
+    assert not ContainerInstance.objects.exists()
+    assert not OutboxEvent.objects.exists()
+
+
+def test_add_with_no_matching_runtime_names_the_constraint(as_user, operator, owner):
+    from tests.factories import TemplateFactory
+
+    template = TemplateFactory(constraints={"gpu": "yes"})
+    response = as_user(operator).post(
+        reverse("admin:containers_containerinstance_add"),
+        {"template": template.pk, "owner": owner.pk},
+    )
+    assert any("gpu=yes" in m for m in _messages(response))
+    assert not ContainerInstance.objects.exists()
+
+
+# --- actions --------------------------------------------------------------------------------
+
+
+def test_stop_reports_done_under_way_and_refused_per_row(as_user, operator):
+    running = InstanceFactory(name="a-running", status=Status.RUNNING)
+    stopping = InstanceFactory(name="b-stopping", status=Status.STOPPING)
+    starting = InstanceFactory(name="c-starting", status=Status.STARTING)
+    response = _act(as_user(operator), "stop_instances", running, stopping, starting)
+    assert response.status_code == 302
+    messages = _messages(response)
+    assert "“a-running”: stop requested" in messages
+    assert "“b-stopping”: stop already under way (stopping)" in messages
+    assert any(m.startswith("“c-starting”: refused: cannot stop c-starting") for m in messages)
+    running.refresh_from_db()
+    assert running.status == Status.STOP_PENDING
+    assert OutboxEvent.objects.get().kind == "ContainerStopRequest"
+    assert ContainerEvent.objects.get(to_status=Status.STOP_PENDING).actor == "admin:operator"
+
+
+def test_start_action_requests_a_start(as_user, operator):
+    stopped = InstanceFactory(name="s", status=Status.STOPPED)
+    response = _act(as_user(operator), "start_instances", stopped)
+    assert "“s”: start requested" in _messages(response)
+    stopped.refresh_from_db()
+    assert stopped.status == Status.START_PENDING
+
+
+def test_delete_action_requests_a_delete_and_keeps_the_row(as_user, operator):
+    failed = InstanceFactory(name="f", status=Status.FAILED)
+    deleting = InstanceFactory(name="d", status=Status.DELETING)
+    response = _act(as_user(operator), "delete_instances", failed, deleting)
+    messages = _messages(response)
+    assert "“f”: delete requested" in messages
+    assert "“d”: delete already under way (deleting)" in messages
+    failed.refresh_from_db()
+    assert failed.status == Status.DELETE_PENDING
+
+
+def test_action_from_the_instance_page_returns_to_it(as_user, operator):
+    instance = InstanceFactory(status=Status.RUNNING)
+    page = reverse("admin:containers_containerinstance_change", args=[instance.pk])
+    response = _act(as_user(operator), "stop_instances", instance, _next=page)
+    assert response["Location"] == page
+
+
+def test_action_never_redirects_off_site(as_user, operator):
+    instance = InstanceFactory(status=Status.RUNNING)
+    response = _act(as_user(operator), "stop_instances", instance, _next="https://evil.test/")
+    assert response["Location"] == reverse(CHANGELIST)
+
+
+# --- deletion is disabled --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["containers_containerinstance", "outbox_outboxevent", "containers_containerevent"],
+)
+def test_django_delete_is_disabled(as_user, superuser, model):
+    instance = InstanceFactory(status=Status.RUNNING)
+    rows = {
+        "containers_containerinstance": instance,
+        "outbox_outboxevent": OutboxEvent.objects.create(
+            kind="ContainerStopRequest",
+            queue="control",
+            aggregate_id=str(instance.pk),
+            available_at=instance.created_at,
+        ),
+        "containers_containerevent": ContainerEvent.objects.create(
+            instance_id=instance.pk, instance_name=instance.name, kind="x"
+        ),
+    }
+    row = rows[model]
+    client = as_user(superuser)
+    changelist = client.get(reverse(f"admin:{model}_changelist"))
+    form = changelist.context["action_form"]
+    assert form is None or "delete_selected" not in {n for n, _ in form.fields["action"].choices}
+    delete_url = reverse(f"admin:{model}_delete", args=[row.pk])
+    assert client.get(delete_url).status_code == 403
+    assert client.post(delete_url, {"post": "yes"}).status_code == 403
+    client.post(
+        reverse(f"admin:{model}_changelist"),
+        {"action": "delete_selected", "_selected_action": [str(row.pk)], "post": "yes"},
+    )
+    assert type(row).objects.filter(pk=row.pk).exists()
+
+
+def test_status_cannot_be_changed_from_the_instance_page(as_user, superuser):
+    instance = InstanceFactory(status=Status.RUNNING)
+    url = reverse("admin:containers_containerinstance_change", args=[instance.pk])
+    client = as_user(superuser)
+    page = client.get(url)
+    assert 'name="status"' not in page.content.decode()
+    client.post(url, {"status": "stopped", "name": "renamed"})
+    instance.refresh_from_db()
+    assert (instance.status, instance.name) == (Status.RUNNING, instance.name)
+
+
+# --- the instance page -----------------------------------------------------------------------
+
+
+def test_instance_page_shows_history_and_logs(as_user, operator, fake_runtime):
+    instance = InstanceFactory(status=Status.RUNNING, runtime=fake_runtime)
+    engine = runtime_for(fake_runtime)
+    ref = engine.create(ContainerSpec(name=instance.container_name, image="i", labels={}))
+    ContainerInstance.objects.filter(pk=instance.pk).update(container_id=ref)
+    ContainerEvent.objects.create(
+        instance_id=instance.pk, instance_name=instance.name, kind="runtime", message="hello"
+    )
+    url = reverse("admin:containers_containerinstance_change", args=[instance.pk])
+    response = as_user(operator).get(url)
+    content = response.content.decode()
+    assert response.status_code == 200
+    assert "hello" in content
+    assert "fake log line" in content
+    assert f"instance_id={instance.pk}" in content  # link to the full history
+
+
+def test_instance_page_survives_an_unreachable_engine(as_user, operator):
+    runtime = RuntimeFactory(driver="docker", base_url="unix:///nonexistent/docker.sock")
+    instance = InstanceFactory(status=Status.RUNNING, runtime=runtime, container_id="abc")
+    url = reverse("admin:containers_containerinstance_change", args=[instance.pk])
+    response = as_user(operator).get(url)
+    assert response.status_code == 200
+    assert "logs unavailable from runtime" in response.content.decode()
+
+
+def test_search_finds_by_name_and_by_uuid(as_user, operator):
+    wanted = InstanceFactory(name="needle-1")
+    other = InstanceFactory(name="hay")
+    client = as_user(operator)
+    by_name = client.get(reverse(CHANGELIST), {"q": "needle"})
+    assert list(by_name.context["cl"].result_list) == [wanted]
+    by_uuid = client.get(reverse(CHANGELIST), {"q": str(other.pk)})
+    assert list(by_uuid.context["cl"].result_list) == [other]
+    garbage = client.get(reverse(CHANGELIST), {"q": "not-a-uuid"})
+    assert garbage.status_code == 200
+
+
+@pytest.mark.parametrize("param", ["status__exact", "template__id__exact", "runtime__id__exact"])
+def test_filters_narrow_the_changelist(as_user, operator, param):
+    wanted = InstanceFactory(status=Status.FAILED)
+    InstanceFactory(status=Status.RUNNING)
+    value = {
+        "status__exact": "failed",
+        "template__id__exact": wanted.template_id,
+        "runtime__id__exact": wanted.runtime_id,
+    }[param]
+    response = as_user(operator).get(reverse(CHANGELIST), {param: value})
+    assert list(response.context["cl"].result_list) == [wanted]
+
+
+def test_status_template_runtime_and_owner_filters_are_offered(as_user, operator):
+    InstanceFactory()
+    InstanceFactory()  # a filter with a single choice is not shown
+    response = as_user(operator).get(reverse(CHANGELIST))
+    titles = {spec.title for spec in response.context["cl"].filter_specs}
+    assert {"status", "template", "runtime", "owner"} <= titles
+
+
+def test_status_is_shown_as_a_coloured_badge(as_user, operator):
+    InstanceFactory(status=Status.FAILED)
+    response = as_user(operator).get(reverse(CHANGELIST))
+    assert 'class="gb-badge"' in response.content.decode()
+    assert "#dc3545" in response.content.decode()

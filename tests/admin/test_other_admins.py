@@ -1,0 +1,236 @@
+"""Templates, runtimes, the outbox, the audit log and the orphans in the admin."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+
+import pytest
+from django.contrib.messages import get_messages
+from django.urls import reverse
+from django.utils import timezone
+
+from containers.models import ContainerEvent, ContainerTemplate, OrphanContainer
+from outbox.models import OutboxEvent, OutboxStatus
+from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def _messages(response) -> list[str]:
+    return [str(m) for m in get_messages(response.wsgi_request)]
+
+
+# --- templates ------------------------------------------------------------------------------
+
+VALID = {
+    "name": "web",
+    "image": "busybox:latest",
+    "pull_policy": "never",
+    "command": '["sleep", "600"]',
+    "env": '{"HOME": "$WORKSPACE_PATH"}',
+    "volumes": '[{"source": "$WORKSPACE_PATH", "target": "/work", "read_only": false}]',
+    "resources": '{"cpu": 0.5, "memory": "64m"}',
+    "constraints": '{"engine": "fake"}',
+}
+
+
+def test_a_valid_template_is_saved(as_user, operator):
+    response = as_user(operator).post(reverse("admin:containers_containertemplate_add"), VALID)
+    assert response.status_code == 302
+    assert ContainerTemplate.objects.get(name="web").resources == {"cpu": 0.5, "memory": "64m"}
+
+
+@pytest.mark.parametrize(
+    "field, value, says",
+    [
+        ("env", '{"1BAD": "x"}', "env: '1BAD' is not a valid variable name"),
+        ("env", '["A=1"]', "env: must be a mapping"),
+        ("volumes", '[{"source": "/a", "target": "relative"}]', "volumes[0].target"),
+        ("volumes", '{"a": 1}', "volumes: must be a list"),
+        ("resources", '{"memory": "1k"}', "resources.memory: must be at least 4m"),
+        ("resources", '{"gpus": 1}', "resources: keys are cpu and memory"),
+        ("constraints", '{"engine": ["a"]}', "constraints: must map label names"),
+        ("command", '{"a": 1}', "command: must be a list of strings"),
+    ],
+)
+def test_template_validation_names_the_bad_field(as_user, operator, field, value, says):
+    response = as_user(operator).post(
+        reverse("admin:containers_containertemplate_add"), {**VALID, field: value}
+    )
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == [field]
+    assert says in errors[field][0]
+    assert not ContainerTemplate.objects.exists()
+
+
+def test_template_changelist_shows_the_image_status(as_user, operator):
+    TemplateFactory(name="gone", image_status="missing")
+    response = as_user(operator).get(reverse("admin:containers_containertemplate_changelist"))
+    content = response.content.decode()
+    assert "missing" in content and "gb-badge" in content
+
+
+# --- runtimes -------------------------------------------------------------------------------
+
+
+def test_runtime_changelist_says_which_engines_answer(as_user, operator):
+    RuntimeFactory(name="fine")  # fake: always answers
+    RuntimeFactory(name="dead", driver="docker", base_url="unix:///nonexistent/docker.sock")
+    response = as_user(operator).get(reverse("admin:containers_runtime_changelist"))
+    content = response.content.decode()
+    assert response.status_code == 200
+    assert content.count(">answers<") >= 1
+    assert ">no answer<" in content
+
+
+# --- outbox ---------------------------------------------------------------------------------
+
+
+def _row(status=OutboxStatus.PENDING, *, due_in=0, **fields) -> OutboxEvent:
+    return OutboxEvent.objects.create(
+        kind=fields.pop("kind", "ContainerStartRequest"),
+        queue="create",
+        aggregate_id=fields.pop("aggregate_id", "00000000-0000-0000-0000-000000000001"),
+        status=status,
+        available_at=timezone.now() + dt.timedelta(seconds=due_in),
+        **fields,
+    )
+
+
+def test_retry_now_makes_backed_off_rows_due_and_refuses_the_others(as_user, operator):
+    waiting = _row(due_in=600, attempts=3, last_error="boom")
+    due = _row(due_in=-1)
+    dead = _row(OutboxStatus.DEAD, last_error="gave up")
+    response = as_user(operator).post(
+        reverse("admin:outbox_outboxevent_changelist"),
+        {"action": "retry_now", "_selected_action": [waiting.pk, due.pk, dead.pk]},
+    )
+    messages = _messages(response)
+    assert f"#{waiting.pk}: due now" in messages
+    assert f"#{due.pk}: already due" in messages
+    assert any(m.startswith(f"#{dead.pk}: refused: it is dead") for m in messages)
+    waiting.refresh_from_db()
+    assert waiting.available_at <= timezone.now()
+    assert waiting.attempts == 3
+    dead.refresh_from_db()
+    assert dead.status == OutboxStatus.DEAD
+
+
+def test_dead_row_is_read_only_with_its_reason_and_a_history_link(as_user, operator):
+    instance = InstanceFactory()
+    dead = _row(
+        OutboxStatus.DEAD,
+        aggregate_id=str(instance.pk),
+        last_error="Traceback...\nPermanentRuntimeError: image missing",
+        payload={"by": "api:alice"},
+    )
+    client = as_user(operator)
+    url = reverse("admin:outbox_outboxevent_change", args=[dead.pk])
+    page = client.get(url)
+    content = page.content.decode()
+    assert page.status_code == 200
+    assert "PermanentRuntimeError: image missing" in content
+    assert f"?instance_id={instance.pk}" in content
+    assert "<textarea" not in content and 'name="_save"' not in content
+    client.post(url, {"status": "pending", "payload": "{}"})
+    dead.refresh_from_db()
+    assert (dead.status, dead.payload) == (OutboxStatus.DEAD, {"by": "api:alice"})
+
+
+def test_outbox_filters_by_status_and_kind(as_user, operator):
+    wanted = _row(OutboxStatus.DEAD, kind="ContainerCreateRequest")
+    _row(OutboxStatus.DEAD, kind="ContainerStopRequest")
+    _row(OutboxStatus.PENDING, kind="ContainerCreateRequest")
+    response = as_user(operator).get(
+        reverse("admin:outbox_outboxevent_changelist"),
+        {"status__exact": "dead", "kind": "ContainerCreateRequest"},
+    )
+    assert list(response.context["cl"].result_list) == [wanted]
+
+
+# --- audit log ------------------------------------------------------------------------------
+
+
+def _event(**fields) -> ContainerEvent:
+    defaults = {
+        "instance_id": "00000000-0000-0000-0000-0000000000aa",
+        "instance_name": "web-1",
+        "kind": "transition",
+        "actor": "worker",
+    }
+    return ContainerEvent.objects.create(**{**defaults, **fields})
+
+
+def test_events_are_read_only(as_user, superuser):
+    event = _event(message="kept")
+    client = as_user(superuser)
+    assert client.get(reverse("admin:containers_containerevent_add")).status_code == 403
+    url = reverse("admin:containers_containerevent_change", args=[event.pk])
+    client.post(url, {"message": "rewritten"})
+    event.refresh_from_db()
+    assert event.message == "kept"
+
+
+def test_events_filter_by_kind_actor_and_date(as_user, viewer):
+    old = _event(kind="runtime", actor="monitor")
+    ContainerEvent.objects.filter(pk=old.pk).update(
+        created_at=timezone.now() - dt.timedelta(days=40)
+    )
+    new = _event(kind="runtime", actor="monitor")
+    _event(kind="ContainerStopRequest", actor="admin:root")
+    client = as_user(viewer)
+    url = reverse("admin:containers_containerevent_changelist")
+    response = client.get(url, {"kind": "runtime", "actor": "monitor"})
+    assert set(response.context["cl"].result_list) == {old, new}
+    since = str(timezone.now() - dt.timedelta(days=7))  # as DateFieldListFilter writes it
+    response = client.get(url, {"kind": "runtime", "actor": "monitor", "created_at__gte": since})
+    assert list(response.context["cl"].result_list) == [new]
+
+
+def test_events_export_as_csv(as_user, viewer):
+    first = _event(kind="ContainerCreateRequest", to_status="pending", message='a, quoted "x"')
+    second = _event(kind="transition", from_status="pending", to_status="creating")
+    response = as_user(viewer).post(
+        reverse("admin:containers_containerevent_changelist"),
+        {"action": "export_csv", "_selected_action": [first.pk, second.pk]},
+    )
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/csv")
+    assert "attachment" in response["Content-Disposition"]
+    body = b"".join(response.streaming_content).decode()
+    rows = list(csv.reader(io.StringIO(body)))
+    assert rows[0][:4] == ["created_at", "instance_id", "instance_name", "kind"]
+    assert [r[3] for r in rows[1:]] == ["ContainerCreateRequest", "transition"]
+    assert rows[1][7] == 'a, quoted "x"'
+
+
+def test_events_of_one_instance_by_link(as_user, viewer):
+    mine = _event(instance_id="00000000-0000-0000-0000-0000000000bb")
+    _event()
+    response = as_user(viewer).get(
+        reverse("admin:containers_containerevent_changelist"), {"instance_id": mine.instance_id}
+    )
+    assert list(response.context["cl"].result_list) == [mine]
+
+
+# --- orphans --------------------------------------------------------------------------------
+
+
+def test_orphans_are_listed(as_user, viewer):
+    runtime = RuntimeFactory()
+    OrphanContainer.objects.create(runtime=runtime, container_id="c0ffee", name="gb-stray")
+    response = as_user(viewer).get(reverse("admin:containers_orphancontainer_changelist"))
+    assert "gb-stray" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    "url_name",
+    ["admin:containers_containerevent_changelist", "admin:outbox_outboxevent_changelist"],
+)
+def test_search_with_any_text_never_fails(as_user, viewer, url_name):
+    _event()
+    for term in ("not-a-uuid", "00000000-0000-0000-0000-0000000000aa", "'; --", "%"):
+        assert as_user(viewer).get(reverse(url_name), {"q": term}).status_code == 200

@@ -1,0 +1,77 @@
+"""Changelists cost the same number of queries for 3 rows as for 30."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from containers.models import ContainerEvent, OrphanContainer
+from outbox.models import OutboxEvent
+from tests.factories import InstanceFactory, RuntimeFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def _instances(n):
+    # Each row with its own template, runtime and owner: the worst case for N+1.
+    InstanceFactory.create_batch(n)
+
+
+def _outbox(n):
+    for i in range(n):
+        OutboxEvent.objects.create(
+            kind="ContainerCreateRequest",
+            queue="create",
+            aggregate_id=f"00000000-0000-0000-0000-{i:012d}",
+            available_at=timezone.now(),
+        )
+
+
+def _events(n):
+    for i in range(n):
+        ContainerEvent.objects.create(
+            instance_id=f"00000000-0000-0000-0000-{i:012d}",
+            instance_name=f"i{i}",
+            kind="transition",
+            actor=f"actor{i % 3}",
+        )
+
+
+def _orphans(n):
+    for i in range(n):
+        OrphanContainer.objects.create(runtime=RuntimeFactory(), container_id=f"c{i}", name=f"o{i}")
+
+
+# Pinned: session, user, count, paginated rows, and one query per related-field filter
+# (or the date hierarchy); never one per row.
+CASES = {
+    "containers_containerinstance": (_instances, 8),
+    "outbox_outboxevent": (_outbox, 8),
+    "containers_containerevent": (_events, 9),
+    "containers_orphancontainer": (_orphans, 6),
+}
+
+
+@pytest.mark.parametrize("model", list(CASES))
+def test_changelist_query_count_is_flat(as_user, superuser, model, django_assert_num_queries):
+    make, pinned = CASES[model]
+    client = as_user(superuser)
+    url = reverse(f"admin:{model}_changelist")
+    make(3)
+    with django_assert_num_queries(pinned):
+        client.get(url)
+    make(27)
+    with django_assert_num_queries(pinned):
+        client.get(url)
+
+
+def test_dashboard_query_count_is_pinned(as_user, superuser, django_assert_num_queries):
+    client = as_user(superuser)
+    InstanceFactory.create_batch(3)
+    url = reverse("admin:containers_dashboard")
+    with django_assert_num_queries(9):
+        client.get(url)
+    InstanceFactory.create_batch(27, status="pending")
+    with django_assert_num_queries(9):
+        client.get(url)
