@@ -9,6 +9,7 @@ clusters stop cleanly that way), then killed if they linger.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -30,6 +31,24 @@ def current_database_url() -> str:
     auth = params["USER"] + (f":{params['PASSWORD']}" if params["PASSWORD"] else "")
     host, port = params["HOST"] or "127.0.0.1", params["PORT"] or 5432
     return f"postgres://{auth}@{host}:{port}/{params['NAME']}"
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc), deepest first."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found[::-1]
 
 
 @dataclass
@@ -57,15 +76,38 @@ class App:
     def cluster(self, queue: str, name: str | None = None, **extra_env: str) -> subprocess.Popen:
         return self.start(name or f"{queue}-cluster", "qcluster", Q_CLUSTER_NAME=queue, **extra_env)
 
+    def monitor(self, name: str = "monitor", **extra_env: str) -> subprocess.Popen:
+        """Start ``run_monitor`` (event follower and periodic reconciler)."""
+        return self.start(name, "run_monitor", **extra_env)
+
+    def manage(
+        self, *args: str, timeout: float = 60, **extra_env: str
+    ) -> subprocess.CompletedProcess:
+        """Run a one-shot ``manage.py`` command with this app's env; returns its result."""
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=REPO,
+            env={**self.env, "GOBRAVE_APP_NAME": f"gobrave-test-{args[0]}", **extra_env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
     def stop(self, name: str, timeout: float = 20) -> int | None:
         process = self.processes.pop(name)
         if process.poll() is None:
+            descendants = _descendants(process.pid)
             process.send_signal(signal.SIGTERM)
             try:
                 process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+            # A main process that had to be killed leaves its children behind (a wedged
+            # cluster's workers); never let them outlive the test.
+            for pid in descendants:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         process.log.close()  # type: ignore[attr-defined]
         return process.returncode
 
