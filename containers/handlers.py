@@ -86,7 +86,9 @@ def _apply(instance_id: str, runtime_id: str, doing: str) -> None:
         instance.save(update_fields=["container_id", "runtime_node_name", "runtime_missing"])
         abandoned = instance.status == Status.FAILED and doing in (Status.CREATING, Status.STARTING)
         if instance.status == doing:
-            observation = target_for(state, instance.status)
+            observation = target_for(
+                state, instance.status, memory_limited=bool(instance.spec.get("memory"))
+            )
             if observation is not None:
                 apply_observation(instance, observation, actor=WORKER)
         elif abandoned:

@@ -259,3 +259,21 @@ class OrphanContainer(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} on {self.runtime}"
+
+
+class MonitorCursor(models.Model):
+    """Where the monitor's event stream for one engine resumes (SPEC section 5).
+
+    ``time_nano`` is the engine time of the last applied event; the stream is reopened
+    from it (``since`` is inclusive, at whole-second granularity on Docker), and
+    ``seen`` holds the keys of the events already applied at exactly ``time_nano`` so
+    that their replay is recognised as a duplicate. Written only by ``containers.monitor``.
+    """
+
+    runtime = models.OneToOneField(Runtime, on_delete=models.CASCADE, related_name="cursor")
+    time_nano = models.BigIntegerField(default=0)
+    seen = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.runtime} @ {self.time_nano}"

@@ -8,6 +8,7 @@ true to what happened, or keeps its state and records why.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from containers.lifecycle import move, record
 from containers.models import ContainerInstance
@@ -15,6 +16,8 @@ from containers.runtime.base import ContainerState
 from containers.states import Status, can_move
 
 REMOVED_OUTSIDE = "removed outside gobrave"
+OOM_KILLED = "OOMKilled"
+SIGKILLED = 137  # 128 + SIGKILL: the kernel's OOM killer, or a kill -9
 ASKED_TO_STOP = frozenset(
     {Status.STOP_PENDING, Status.STOPPING, Status.DELETE_PENDING, Status.DELETING}
 )
@@ -28,10 +31,17 @@ class Observation:
     started: bool = False  # the container did run (so "running" is a true step)
 
 
-def target_for(state: ContainerState | None, current: str) -> Observation | None:
+def target_for(
+    state: ContainerState | None, current: str, *, memory_limited: bool = False
+) -> Observation | None:
     """The state the engine's view implies for an instance now in ``current``.
 
     None when the engine's view says nothing new (a created container not yet started).
+    ``memory_limited``: the container runs under a memory limit. Docker sometimes misses
+    the OOM flag (``OOMKilled`` false, no ``oom`` event) when a container dies at once,
+    so exit code 137 (SIGKILL) under a limit, when nobody asked it to stop, counts as
+    ``OOMKilled``. An exited container of a ``stopped`` instance says nothing new: its
+    exit is the one already recorded (a restart outside gobrave shows as ``running``).
     """
     if state is None:
         return Observation(Status.FAILED, REMOVED_OUTSIDE)
@@ -41,8 +51,12 @@ def target_for(state: ContainerState | None, current: str) -> Observation | None
         return Observation(Status.PAUSED, started=True)
     if state.status in ("exited", "dead"):
         code = state.exit_code
-        if state.oom_killed:
-            return Observation(Status.FAILED, "OOMKilled", code, started=True)
+        if current == Status.STOPPED:
+            return Observation(Status.STOPPED, "", code, started=True)
+        if state.oom_killed or (
+            memory_limited and code == SIGKILLED and current not in ASKED_TO_STOP
+        ):
+            return Observation(Status.FAILED, OOM_KILLED, code, started=True)
         if code == 0 or current in ASKED_TO_STOP:
             return Observation(Status.STOPPED, "", code, started=True)
         message = f"exited with code {code}" + (f": {state.error}" if state.error else "")
@@ -50,8 +64,17 @@ def target_for(state: ContainerState | None, current: str) -> Observation | None
     return None
 
 
-def apply_observation(instance: ContainerInstance, observation: Observation, *, actor: str) -> bool:
+def apply_observation(
+    instance: ContainerInstance,
+    observation: Observation,
+    *,
+    actor: str,
+    data: dict[str, Any] | None = None,
+) -> bool:
     """Move a locked instance as the observation says. True when its state changed.
+
+    ``data`` (e.g. the runtime event that prompted the look) is kept on every history
+    entry this writes.
 
     1. Already there: nothing to do.
     2. The move is allowed: make it.
@@ -71,15 +94,31 @@ def apply_observation(instance: ContainerInstance, observation: Observation, *, 
     if current == target:
         return False
     if can_move(current, target):
-        move(instance, target, actor=actor, kind="runtime", message=observation.reason, **fields)
+        move(
+            instance,
+            target,
+            actor=actor,
+            kind="runtime",
+            message=observation.reason,
+            data=data,
+            **fields,
+        )
         return True
     if (
         observation.started
         and can_move(current, Status.RUNNING)
         and can_move(Status.RUNNING, target)
     ):
-        move(instance, Status.RUNNING, actor=actor, kind="runtime", message="started")
-        move(instance, target, actor=actor, kind="runtime", message=observation.reason, **fields)
+        move(instance, Status.RUNNING, actor=actor, kind="runtime", message="started", data=data)
+        move(
+            instance,
+            target,
+            actor=actor,
+            kind="runtime",
+            message=observation.reason,
+            data=data,
+            **fields,
+        )
         return True
     record(
         instance,
@@ -90,5 +129,6 @@ def apply_observation(instance: ContainerInstance, observation: Observation, *, 
         message=f"engine reports {target}"
         + (f" ({observation.reason})" if observation.reason else "")
         + f"; kept {current}",
+        data=data,
     )
     return False

@@ -9,6 +9,11 @@ append-only ``calls.log`` of every call, and control files the test writes:
 - ``permanent-<op>``: the op fails permanently with the file's text;
 - ``exit-on-start``: holds an exit code; ``start`` leaves the container exited with it.
 
+Every change is also appended to ``events.log`` (one JSON ``RuntimeEvent`` a line), which
+``events()`` replays from ``since_nano`` (inclusive, whole seconds, like Docker) and then
+ends, as a dropped stream does; ``fail-events``/``permanent-events`` make it unreachable.
+``set_state()`` changes a container behind gobrave's back (an exit, an OOM, a pause).
+
 It honours the runtime contract (idempotent create by name, stop/remove of a missing
 container succeed), so relay tests exercise the same paths as the Docker engine.
 """
@@ -142,6 +147,7 @@ class FakeRuntime:
             self._save(data)
             with open(self.root / "created.log", "a") as log:
                 log.write(f"{spec.name}\n")
+            self._emit("create", data)
             return data["runtime_id"]
 
     def start(self, ref: str) -> None:
@@ -157,6 +163,9 @@ class FakeRuntime:
                 data.update(status="running", exit_code=None)
             data["started_at"] = dt.datetime.now(dt.UTC).isoformat()
             self._save(data)
+            self._emit("start", data)
+            if data["status"] == "exited":
+                self._emit("die", data)
 
     def stop(self, ref: str, timeout: int) -> None:
         self._gate("stop", ref)
@@ -165,13 +174,17 @@ class FakeRuntime:
             if data and data["status"] in ("running", "paused"):
                 data.update(status="exited", exit_code=0)
                 self._save(data)
+                self._emit("die", data)
+                self._emit("stop", data)
 
     def remove(self, ref: str) -> None:
         self._gate("remove", ref)
         with self._locked():
             path = self._path(ref)
             if path:
+                data = json.loads(path.read_text())
                 path.unlink()
+                self._emit("destroy", data)
 
     def inspect(self, ref: str) -> ContainerState | None:
         data = self._load(ref)
@@ -183,6 +196,8 @@ class FakeRuntime:
             status=data["status"],
             labels=data["labels"],
             exit_code=data["exit_code"],
+            oom_killed=bool(data.get("oom_killed")),
+            error=data.get("error", ""),
             node_name="fake-node",
         )
 
@@ -198,4 +213,73 @@ class FakeRuntime:
         return [s for s in states if s]
 
     def events(self, installation: str, since_nano: int | None = None) -> Iterator[RuntimeEvent]:
-        return iter(())
+        """Replay logged events of ``installation`` from ``since_nano``, then end.
+
+        Inclusive and at whole-second granularity (as Docker's ``since``), so events at
+        the cursor's second come again. Without ``since_nano`` nothing is replayed.
+        """
+        self._gate("events", installation)
+        if since_nano is None:
+            return iter(())
+        floor = since_nano // 1_000_000_000 * 1_000_000_000
+        return iter(
+            [
+                event
+                for event in self.event_log()
+                if event.time_nano >= floor
+                and event.labels.get("io.gobrave.installation") == installation
+            ]
+        )
+
+    # --- engine-side changes and their events (tests) --------------------------------------
+
+    def _emit(self, action: str, data: dict) -> RuntimeEvent:
+        """Append one event for the container ``data`` (call with the lock held)."""
+        event = RuntimeEvent(
+            action=action,
+            runtime_id=data["runtime_id"],
+            name=data["name"],
+            labels=dict(data["labels"]),
+            time_nano=time.time_ns(),
+            exit_code=data.get("exit_code") if action == "die" else None,
+        )
+        with open(self.root / "events.log", "a") as log:
+            log.write(json.dumps(asdict(event)) + "\n")
+        return event
+
+    def event_log(self) -> list[RuntimeEvent]:
+        """Every event so far, oldest first."""
+        log = self.root / "events.log"
+        lines = log.read_text().splitlines() if log.exists() else []
+        return [RuntimeEvent(**json.loads(line)) for line in lines]
+
+    def set_state(
+        self,
+        ref: str,
+        status: str,
+        *,
+        exit_code: int | None = None,
+        oom_killed: bool = False,
+        error: str = "",
+    ) -> RuntimeEvent | None:
+        """Change a container as the engine would on its own; returns the event it logs.
+
+        ``running`` (start, or unpause when paused), ``paused`` (pause), ``exited``
+        (die with ``exit_code``; ``oom`` first when ``oom_killed``).
+        """
+        with self._locked():
+            data = self._load(ref)
+            if data is None:
+                raise ValueError(f"no container {ref}")
+            before = data["status"]
+            data.update(status=status, exit_code=exit_code, oom_killed=oom_killed, error=error)
+            self._save(data)
+            if status == "running":
+                return self._emit("unpause" if before == "paused" else "start", data)
+            if status == "paused":
+                return self._emit("pause", data)
+            if status in ("exited", "dead"):
+                if oom_killed:
+                    self._emit("oom", data)
+                return self._emit("die", data)
+            return None

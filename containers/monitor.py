@@ -1,0 +1,327 @@
+"""The monitor: follow each engine's event stream and apply it (SPEC section 5).
+
+``manage.py run_monitor`` runs one ``Monitor``:
+
+1. At start, refresh the templates' image status (``refresh_image_status_on_start``).
+2. One follower thread per engine (enabled runtimes; rows sharing a daemon share one)
+   opens the engine's event stream for our installation label from its stored cursor,
+   asks for a full reconcile (events alone are lossy), and applies each event with
+   ``event_apply``: map it to the instance (label ``io.gobrave.instance``), inspect the
+   container and apply ``target_for`` of what the engine says now (more reliable than
+   the event alone), then advance the cursor. A dropped stream (the SDK just ends the
+   iterator) or an unreachable engine is logged and retried with a backoff capped at
+   ``BACKOFF_CAP``; the monitor never exits on engine trouble.
+3. The main thread runs the reconcile: after every (re)connect and every
+   ``reconcile_interval``, and looks for newly enabled runtimes. It also looks again,
+   a second later, at instances whose event found their worker busy (the worker may
+   have inspected the engine just before the event), until the worker is done.
+4. SIGTERM sets a flag: the main thread finishes its step, waits until no follower is
+   inside one (a follower blocked reading its stream holds nothing), and returns, so the
+   process exits 0.
+Each step calls ``close_old_connections()``; each thread closes its connections at exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+
+from containers.images import template_images_refresh
+from containers.models import ContainerInstance, MonitorCursor, Runtime
+from containers.reconciler import (
+    BUSY,
+    RACED,
+    RECONCILER,
+    SKIPPED,
+    distinct_engines,
+    instance_sync,
+    reconcile,
+)
+from containers.runtime import runtime_for
+from containers.runtime.base import RuntimeEvent, RuntimeFailure
+from containers.runtime.labels import LABEL_INSTANCE
+
+log = logging.getLogger(__name__)
+
+MONITOR = "monitor"
+# Events after which the container's state may differ from what the instance says.
+APPLIED_ACTIONS = frozenset({"start", "die", "oom", "pause", "unpause", "destroy"})
+BACKOFF_FIRST = 1.0
+BACKOFF_CAP = 30.0
+HEALTHY_STREAM = 60.0  # a stream that lasted this long restarts the backoff
+RECHECK_AFTER = 1.0  # an event that found a worker busy is looked at again this soon...
+RECHECK_FOR = 300.0  # ...for at most this long (the periodic reconcile covers the rest)
+SEEN_MAX = 64  # keys remembered at the cursor's exact time (a handful in practice)
+
+# event_apply outcomes, besides instance_sync's
+DUPLICATE = "duplicate"
+IGNORED = "ignored"
+
+
+def _config() -> dict[str, Any]:
+    return settings.GOBRAVE["container"]
+
+
+def event_key(event: RuntimeEvent) -> str:
+    return f"{event.runtime_id}/{event.action}"
+
+
+def cursor_for(runtime: Runtime) -> MonitorCursor:
+    """The runtime's cursor row, made on first use at ``time_nano`` 0 (no cursor yet)."""
+    cursor, _ = MonitorCursor.objects.get_or_create(runtime=runtime)
+    return cursor
+
+
+def is_duplicate(cursor: MonitorCursor, event: RuntimeEvent) -> bool:
+    """True for an event already applied: older than the cursor, or seen at its time.
+
+    ``since`` is inclusive (and whole-second on Docker), so a reopened stream replays
+    the events around the cursor; their keys at exactly ``time_nano`` tell them apart
+    from a new event stamped the same nanosecond.
+    """
+    if event.time_nano < cursor.time_nano:
+        return True
+    return event.time_nano == cursor.time_nano and event_key(event) in cursor.seen
+
+
+def cursor_advance(cursor: MonitorCursor, event: RuntimeEvent) -> None:
+    """Move the cursor to ``event`` (never backwards) and store it."""
+    if event.time_nano > cursor.time_nano:
+        cursor.time_nano, cursor.seen = event.time_nano, [event_key(event)]
+    elif event.time_nano == cursor.time_nano:
+        cursor.seen = [*cursor.seen, event_key(event)][-SEEN_MAX:]
+    else:
+        return
+    cursor.save(update_fields=["time_nano", "seen", "updated_at"])
+
+
+def event_apply(*, runtime: Runtime, cursor: MonitorCursor, event: RuntimeEvent) -> str:
+    """Apply one runtime event, at least once; a replay is recognised and ignored.
+
+    Must run outside a transaction (``instance_sync`` inspects the engine first, then
+    applies under the instance's row lock). Steps:
+    1. A duplicate (see ``is_duplicate``) changes nothing.
+    2. Events that cannot change a state (create, kill, stop) and containers whose
+       label names no instance (orphans: the reconciler's business) only move the cursor.
+    3. Otherwise ``instance_sync`` the instance with actor ``monitor``: inspect, then
+       apply ``target_for`` by the shortest true path; history entries carry the event.
+       A ``destroy`` leaves no container: "removed outside gobrave", unless the instance
+       is being deleted (our own delete did it).
+    4. Advance the cursor (after applying, so a crash replays rather than loses).
+    Returns the outcome (``duplicate``, ``ignored`` or ``instance_sync``'s).
+    """
+    if is_duplicate(cursor, event):
+        return DUPLICATE
+    outcome = IGNORED
+    try:
+        instance_id = uuid.UUID(event.labels.get(LABEL_INSTANCE, ""))
+    except ValueError:
+        instance_id = None
+    applies = event.action in APPLIED_ACTIONS and instance_id is not None
+    if applies and ContainerInstance.objects.filter(id=instance_id).exists():
+        outcome = instance_sync(
+            instance_id=instance_id,
+            actor=MONITOR,
+            runtime=runtime_for(runtime),
+            data={
+                "event": event.action,
+                "time_nano": event.time_nano,
+                "container_id": event.runtime_id,
+                **({"exit_code": event.exit_code} if event.exit_code is not None else {}),
+            },
+        )
+    if outcome not in (IGNORED, SKIPPED):
+        log.log(
+            logging.DEBUG if outcome == BUSY else logging.INFO,
+            "event %s of %s (instance %s): %s",
+            event.action,
+            event.name or event.runtime_id[:12],
+            instance_id,
+            outcome,
+        )
+    cursor_advance(cursor, event)
+    return outcome
+
+
+class Follower:
+    """Follows one engine's event stream in its own thread (see the module docstring)."""
+
+    def __init__(self, monitor: Monitor, runtime: Runtime) -> None:
+        self.monitor = monitor
+        self.runtime_id = runtime.pk
+        self.name = runtime.name
+        self.step = threading.Lock()  # held while an event is being applied
+        self.thread = threading.Thread(target=self.run, name=f"monitor-{self.name}", daemon=True)
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            connection.close()
+
+    def _loop(self) -> None:
+        stopping = self.monitor.stopping
+        delay = BACKOFF_FIRST
+        while not stopping.is_set():
+            began = time.monotonic()
+            try:
+                close_old_connections()
+                runtime = Runtime.objects.filter(pk=self.runtime_id, enabled=True).first()
+                if runtime is None:
+                    log.info("runtime %s is disabled or gone; no longer followed", self.name)
+                    return
+                self.session(runtime)
+                if stopping.is_set():
+                    return
+                problem = "event stream dropped"
+            except RuntimeFailure as exc:
+                problem = f"engine unreachable ({exc})"
+            except Exception as exc:  # noqa: BLE001 - the monitor outlives any one failure
+                log.exception("monitor of runtime %s failed", self.name)
+                problem = f"unexpected error ({exc.__class__.__name__})"
+            if time.monotonic() - began > HEALTHY_STREAM:
+                delay = BACKOFF_FIRST
+            log.warning(
+                "runtime %s: %s; reconnecting in %.0fs from the stored cursor",
+                self.name,
+                problem,
+                delay,
+            )
+            stopping.wait(delay)
+            delay = min(delay * 2, self.monitor.backoff_cap)
+
+    def session(self, runtime: Runtime) -> int:
+        """One connection: open the stream from the cursor, ask for a reconcile, apply
+        events until the stream ends. Returns how many events arrived."""
+        cursor = cursor_for(runtime)
+        if not cursor.time_nano:  # first run: from now; the reconcile covers the past
+            cursor.time_nano = time.time_ns()
+            cursor.save(update_fields=["time_nano", "updated_at"])
+        stream = runtime_for(runtime).events(self.monitor.installation, cursor.time_nano)
+        log.info("following runtime %s (%s) from cursor %s", runtime.name, runtime.base_url, cursor)
+        self.monitor.reconcile_soon()
+        count = 0
+        for event in stream:
+            with self.step:
+                if self.monitor.stopping.is_set():
+                    return count
+                close_old_connections()
+                outcome = event_apply(runtime=runtime, cursor=cursor, event=event)
+                if outcome in (BUSY, RACED):
+                    self.monitor.recheck(event.labels[LABEL_INSTANCE])
+                count += 1
+        return count
+
+
+class Monitor:
+    """The ``run_monitor`` process (see the module docstring). One per installation is
+    enough; more are safe (every change is a compare under the instance's row lock)."""
+
+    def __init__(
+        self,
+        *,
+        installation: str | None = None,
+        reconcile_interval: float | None = None,
+        backoff_cap: float = BACKOFF_CAP,
+    ) -> None:
+        self.installation = installation or _config()["installation_id"]
+        self.reconcile_interval = float(reconcile_interval or _config()["reconcile_interval"])
+        self.backoff_cap = backoff_cap
+        self.stopping = threading.Event()
+        self.reconcile_wanted = threading.Event()
+        self.followers: dict[tuple[str, str], Follower] = {}
+        self._rechecks: dict[str, tuple[float, float]] = {}  # id -> (due, given up at)
+        self._rechecks_lock = threading.Lock()
+
+    def stop(self, *_args: object) -> None:
+        self.stopping.set()
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+
+    def reconcile_soon(self) -> None:
+        self.reconcile_wanted.set()
+
+    def recheck(self, instance_id: str) -> None:
+        """Look at an instance again shortly: its event arrived while a worker held its
+        request (the worker may have inspected the engine just before the event), or
+        while its state moved."""
+        now = time.monotonic()
+        with self._rechecks_lock:
+            _, until = self._rechecks.get(instance_id, (0.0, now + RECHECK_FOR))
+            self._rechecks[instance_id] = (now + RECHECK_AFTER, until)
+
+    def _run_rechecks(self) -> None:
+        now = time.monotonic()
+        with self._rechecks_lock:
+            due = [i for i, (at, _) in self._rechecks.items() if at <= now]
+        for instance_id in due:
+            if self.stopping.is_set():
+                return
+            with self._rechecks_lock:
+                _, until = self._rechecks.pop(instance_id)
+            try:
+                outcome = instance_sync(
+                    instance_id=instance_id, actor=MONITOR, data={"source": "recheck"}
+                )
+            except RuntimeFailure as exc:  # the reconcile will look again
+                log.warning("recheck of instance %s: engine unreachable (%s)", instance_id, exc)
+                continue
+            if outcome in (BUSY, RACED) and now < until:
+                with self._rechecks_lock:
+                    due_again = self._rechecks.get(instance_id, (now + RECHECK_AFTER, 0.0))[0]
+                    self._rechecks[instance_id] = (due_again, until)
+
+    def run(self) -> None:
+        log.info("monitor %s started (installation %s)", os.getpid(), self.installation)
+        if _config()["refresh_image_status_on_start"]:
+            self._step(self._refresh_images)
+        next_reconcile = 0.0
+        while not self.stopping.is_set():
+            if self.reconcile_wanted.is_set() or time.monotonic() >= next_reconcile:
+                self.reconcile_wanted.clear()
+                self._step(self._follow_enabled)
+                self._step(self._reconcile)
+                next_reconcile = time.monotonic() + self.reconcile_interval
+            if self._rechecks:
+                self._step(self._run_rechecks)
+            self.stopping.wait(0.1)
+        for follower in self.followers.values():
+            if follower.step.acquire(timeout=60):  # let an event in hand finish
+                continue
+            log.warning("runtime %s: event still being applied after 60s", follower.name)
+        connection.close()
+        log.info("monitor %s stopped", os.getpid())
+
+    def _step(self, action) -> None:
+        close_old_connections()
+        try:
+            action()
+        except Exception:  # noqa: BLE001 - one failed step never ends the monitor
+            log.exception("monitor step %s failed; retrying later", action.__name__)
+
+    def _refresh_images(self) -> None:
+        template_images_refresh()
+
+    def _follow_enabled(self) -> None:
+        """Start a follower for each engine of the enabled runtimes not yet followed."""
+        for runtime in distinct_engines(Runtime.objects.filter(enabled=True)):
+            key = (runtime.driver, runtime.base_url)
+            follower = self.followers.get(key)
+            if follower is not None and follower.thread.is_alive():
+                continue
+            self.followers[key] = Follower(self, runtime)
+            self.followers[key].thread.start()
+
+    def _reconcile(self) -> None:
+        report = reconcile(installation=self.installation, actor=RECONCILER)
+        log.debug("reconcile: %s", report)

@@ -1,0 +1,393 @@
+"""The reconciler: compare every instance with its engine and repair what was missed.
+
+SPEC section 5 (and the start_timeout rule of section 4). Events are not lossless (the
+engine keeps only its last few hundred, and nothing is heard while the monitor is down),
+so ``reconcile()`` runs every ``reconcile_interval``, after every (re)connect of the
+monitor's event stream, and on demand (``manage.py reconcile --once``).
+
+Which instances are compared: those in ``WATCHED`` states. ``pending``,
+``start_pending``, ``stop_pending`` and ``delete_pending`` have a request queued whose
+worker inspects the engine itself; ``failed`` is terminal. A watched instance whose
+request is still unfinished in the outbox (``creating`` while its create runs) is also
+left to that worker: the engine may show a past state (the old exit code of a container
+being started) that the worker is about to change.
+
+Every transition goes through ``lifecycle.move`` (via ``observe.apply_observation``) on a
+row held with ``select_for_update()`` inside ``transaction.atomic()``; engine calls are
+made with no transaction open.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from containers.lifecycle import move
+from containers.models import ContainerEvent, ContainerInstance, OrphanContainer, Runtime
+from containers.observe import apply_observation, target_for
+from containers.runtime import runtime_for
+from containers.runtime.base import ContainerRuntime, ContainerState, RuntimeFailure
+from containers.runtime.labels import LABEL_INSTANCE
+from containers.states import ACTIVE_SLOTS, IN_FLIGHT, Status
+from outbox.models import UNFINISHED, OutboxEvent, OutboxStatus
+
+log = logging.getLogger(__name__)
+
+RECONCILER = "reconciler"
+NIL_UUID = uuid.UUID(int=0)
+# States in which the engine's view matters (see the module docstring).
+WATCHED = frozenset(
+    {
+        Status.CREATING,
+        Status.RUNNING,
+        Status.PAUSED,
+        Status.STARTING,
+        Status.STOPPING,
+        Status.STOPPED,
+        Status.DELETING,
+    }
+)
+
+# instance_sync outcomes
+CHANGED = "changed"
+UNCHANGED = "unchanged"
+BUSY = "busy"  # a worker's request for it is unfinished: the worker will look itself
+RACED = "raced"  # it moved while the engine was being asked: the next look catches up
+SKIPPED = "skipped"  # gone, or in a state the engine's view does not change
+
+
+def _config() -> dict[str, Any]:
+    return settings.GOBRAVE["container"]
+
+
+def request_unfinished(instance_id: uuid.UUID | str) -> bool:
+    """True while an outbox row for the instance is pending or processing."""
+    return OutboxEvent.objects.filter(aggregate_id=str(instance_id), status__in=UNFINISHED).exists()
+
+
+def request_leased(instance_id: uuid.UUID | str, *, now: dt.datetime | None = None) -> bool:
+    """True while a worker holds an unexpired lease on a request for the instance."""
+    return OutboxEvent.objects.filter(
+        aggregate_id=str(instance_id),
+        status=OutboxStatus.PROCESSING,
+        lease_expires_at__gt=now or timezone.now(),
+    ).exists()
+
+
+def instance_label(state: ContainerState) -> uuid.UUID | None:
+    """The instance a container belongs to, from its ``io.gobrave.instance`` label."""
+    try:
+        return uuid.UUID(state.labels.get(LABEL_INSTANCE, ""))
+    except ValueError:
+        return None
+
+
+def _backfill(instance: ContainerInstance, state: ContainerState | None, node: str) -> None:
+    """Fill the node name and container id the engine knows; clear a stale missing mark."""
+    changed = []
+    if not instance.runtime_node_name and node:
+        instance.runtime_node_name = node
+        changed.append("runtime_node_name")
+    if state is not None and not instance.container_id:
+        instance.container_id = state.runtime_id
+        changed.append("container_id")
+    if state is not None and instance.runtime_missing:
+        instance.runtime_missing = False
+        changed.append("runtime_missing")
+    if changed:
+        instance.save(update_fields=changed)
+
+
+def instance_sync(
+    *,
+    instance_id: uuid.UUID | str,
+    actor: str,
+    runtime: ContainerRuntime | None = None,
+    data: dict[str, Any] | None = None,
+) -> str:
+    """Compare one instance with its engine and apply what the engine says (SPEC 5).
+
+    Must run outside a transaction. Idempotent. Returns one of the outcomes above.
+    1. Read the instance (no lock). Skip it unless it is watched (or ``failed`` with no
+       node name yet, for the backfill only); leave it to the worker (``BUSY``) while a
+       request for it is unfinished.
+    2. Inspect its container (no transaction open).
+    3. Lock the row; if its state moved meanwhile, stop (``RACED``).
+    4. Backfill the node name and container id.
+    5. Apply ``target_for`` by the shortest true path. Not applied: a container missing
+       for a ``deleting`` instance (our own delete did it), and a ``stopped`` instance
+       already marked missing (recorded once, when first seen).
+    ``data`` (e.g. the runtime event that prompted the look) goes on the history entries.
+    """
+    instance = ContainerInstance.objects.select_related("runtime").filter(id=instance_id).first()
+    if instance is None:
+        return SKIPPED
+    backfill_only = instance.status == Status.FAILED
+    if backfill_only and (instance.runtime_node_name or not instance.container_id):
+        return SKIPPED
+    if not backfill_only and instance.status not in WATCHED:
+        return SKIPPED
+    if instance.status in IN_FLIGHT and request_unfinished(instance.id):
+        return BUSY
+    engine = runtime or runtime_for(instance.runtime)
+    state = engine.inspect(instance.container_id or instance.container_name)
+    node = state.node_name if state and state.node_name else ""
+    if not node and not instance.runtime_node_name:
+        node = engine.node_name()
+    with transaction.atomic():
+        locked = ContainerInstance.objects.select_for_update().filter(id=instance.id).first()
+        if locked is None:
+            return SKIPPED
+        if (locked.status, locked.status_changed_at) != (
+            instance.status,
+            instance.status_changed_at,
+        ):
+            return RACED
+        _backfill(locked, state, node)
+        if backfill_only:
+            return UNCHANGED
+        if state is None and (
+            locked.status == Status.DELETING
+            or (locked.status == Status.STOPPED and locked.runtime_missing)
+        ):
+            return UNCHANGED
+        observation = target_for(
+            state, locked.status, memory_limited=bool(locked.spec.get("memory"))
+        )
+        if observation is None:
+            return UNCHANGED
+        changed = apply_observation(locked, observation, actor=actor, data=data)
+        return CHANGED if changed else UNCHANGED
+
+
+def instance_fail_stuck(*, instance_id: uuid.UUID | str, now: dt.datetime | None = None) -> bool:
+    """Fail an instance stuck in ``creating``/``starting`` past ``start_timeout``.
+
+    Never while a worker holds an unexpired lease on its request (the worker is still in
+    its runtime calls and will apply what it finds). Locks the instance row, moves it to
+    ``failed`` with the reason (which frees its slot and wakes deferred creates), and
+    returns True; a worker that later finds it failed removes what it created.
+    Idempotent: an instance that moved on is left alone.
+    """
+    timeout = float(_config()["start_timeout"])
+    now = now or timezone.now()
+    with transaction.atomic():
+        instance = ContainerInstance.objects.select_for_update().filter(id=instance_id).first()
+        if instance is None or instance.status not in ACTIVE_SLOTS:
+            return False
+        age = (now - instance.status_changed_at).total_seconds()
+        if age < timeout or request_leased(instance.id, now=now):
+            return False
+        move(
+            instance,
+            Status.FAILED,
+            actor=RECONCILER,
+            kind="start_timeout",
+            reason=(
+                f"start_timeout: still {instance.status} after {age:.0f}s "
+                f"(limit {timeout:g}s) and no worker holds its request"
+            ),
+        )
+        return True
+
+
+@dataclass
+class ReconcileReport:
+    """What one pass did; the command prints it and the monitor logs it."""
+
+    checked: int = 0
+    changed: int = 0
+    busy: int = 0
+    timed_out: int = 0
+    orphans_new: int = 0
+    orphans_removed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        text = (
+            f"checked {self.checked}, changed {self.changed}, left to workers {self.busy}, "
+            f"timed out {self.timed_out}, new orphans {self.orphans_new}, "
+            f"orphans removed {self.orphans_removed}"
+        )
+        return text + (f", errors: {'; '.join(self.errors)}" if self.errors else "")
+
+
+def _orphan_upsert(
+    runtime: Runtime, state: ContainerState, *, now: dt.datetime, policy: str
+) -> tuple[OrphanContainer, bool]:
+    """Insert or refresh the orphan row; on insert also record the sighting, once."""
+    fields = {
+        "name": state.name,
+        "labels": state.labels,
+        "status": state.status,
+        "last_seen_at": now,
+    }
+    updated = OrphanContainer.objects.filter(runtime=runtime, container_id=state.runtime_id)
+    if updated.update(**fields):
+        return updated.get(), False
+    label = instance_label(state)
+    try:
+        with transaction.atomic():
+            orphan = OrphanContainer.objects.create(
+                runtime=runtime, container_id=state.runtime_id, first_seen_at=now, **fields
+            )
+            ContainerEvent.objects.create(
+                instance_id=label or NIL_UUID,
+                instance_name=state.name[:128],
+                kind="orphan",
+                actor=RECONCILER,
+                message=(
+                    f"container {state.name} ({state.runtime_id[:12]}) on {runtime.name} "
+                    f"carries our labels but has no instance (orphan_policy {policy})"
+                ),
+                data={
+                    "runtime": runtime.name,
+                    "container_id": state.runtime_id,
+                    "status": state.status,
+                    "labels": state.labels,
+                },
+            )
+    except IntegrityError:  # another reconciler recorded it first
+        return OrphanContainer.objects.get(runtime=runtime, container_id=state.runtime_id), False
+    log.warning("orphan container %s (%s) on %s", state.name, state.runtime_id[:12], runtime.name)
+    return orphan, True
+
+
+def orphans_scan(
+    *, runtime: Runtime, engine: ContainerRuntime, installation: str, report: ReconcileReport
+) -> None:
+    """Report (and under ``orphan_policy: remove``, remove) containers with no instance.
+
+    1. List every container with our installation label (engine call).
+    2. Then read which of their instances exist: a container listed before its instance
+       was deleted may be reported once, but one made after the read is never mistaken
+       for an orphan.
+    3. Upsert an ``OrphanContainer`` per orphan; the first sighting adds a ``ContainerEvent``
+       (kind ``orphan``, the label's instance id or the nil uuid).
+    4. Under ``remove``, remove it and set ``removed_at``. Rows of orphans no longer listed
+       get ``removed_at`` too (someone removed them).
+    """
+    policy = _config()["orphan_policy"]
+    states = engine.list_ours(installation)
+    labelled = {s.runtime_id: instance_label(s) for s in states}
+    known = set(
+        ContainerInstance.objects.filter(
+            id__in=[i for i in labelled.values() if i is not None]
+        ).values_list("id", flat=True)
+    )
+    now = timezone.now()
+    listed = []
+    for state in states:
+        if labelled[state.runtime_id] in known:
+            continue
+        listed.append(state.runtime_id)
+        orphan, new = _orphan_upsert(runtime, state, now=now, policy=policy)
+        report.orphans_new += new
+        if policy == "remove":
+            engine.remove(state.runtime_id)
+            OrphanContainer.objects.filter(pk=orphan.pk).update(removed_at=now)
+            report.orphans_removed += 1
+            log.warning("removed orphan container %s (%s)", state.name, state.runtime_id[:12])
+    OrphanContainer.objects.filter(runtime=runtime, removed_at__isnull=True).exclude(
+        container_id__in=listed
+    ).update(removed_at=now)
+
+
+def distinct_engines(runtimes: Iterable[Runtime]) -> list[Runtime]:
+    """One runtime row per distinct engine (two rows may point at the same daemon)."""
+    seen: dict[tuple[str, str], Runtime] = {}
+    for runtime in sorted(runtimes, key=lambda r: r.pk):
+        seen.setdefault((runtime.driver, runtime.base_url), runtime)
+    return list(seen.values())
+
+
+def reconcile(
+    *,
+    runtimes: Iterable[Runtime] | None = None,
+    installation: str | None = None,
+    actor: str = RECONCILER,
+    now: dt.datetime | None = None,
+) -> ReconcileReport:
+    """One full pass over ``runtimes`` (default: all). Must run outside a transaction.
+
+    1. Per runtime: ``instance_sync`` each watched instance (and failed ones without a
+       node name); store the runtime's ``last_seen_at``/``node_name``, or its
+       ``last_error`` when the engine does not answer (the pass goes on).
+    2. Fail instances stuck in ``creating``/``starting`` past ``start_timeout`` unless
+       leased (``instance_fail_stuck``); this works with the engine down too.
+    3. Per distinct engine of the enabled runtimes: ``orphans_scan``.
+    Idempotent; safe to run while the monitor and workers run.
+    """
+    installation = installation or _config()["installation_id"]
+    rows = list(Runtime.objects.all() if runtimes is None else runtimes)
+    report = ReconcileReport()
+    unreachable = set()
+    for runtime in rows:
+        ids = list(
+            ContainerInstance.objects.filter(runtime=runtime)
+            .filter(
+                Q(status__in=WATCHED)
+                | (Q(status=Status.FAILED, runtime_node_name="") & ~Q(container_id=""))
+            )
+            .order_by("created_at")
+            .values_list("id", flat=True)
+        )
+        if not ids and not runtime.enabled:
+            continue
+        engine = runtime_for(runtime)
+        try:
+            for instance_id in ids:
+                outcome = instance_sync(
+                    instance_id=instance_id,
+                    actor=actor,
+                    runtime=engine,
+                    data={"source": "reconcile"},
+                )
+                report.checked += outcome != SKIPPED
+                report.changed += outcome == CHANGED
+                report.busy += outcome == BUSY
+            Runtime.objects.filter(pk=runtime.pk).update(
+                last_seen_at=timezone.now(),
+                last_error="",
+                node_name=runtime.node_name or engine.node_name(),
+            )
+        except RuntimeFailure as exc:
+            message = f"runtime {runtime.name} ({runtime.base_url}) unreachable: {exc}"
+            report.errors.append(message)
+            unreachable.add(runtime.pk)
+            Runtime.objects.filter(pk=runtime.pk).update(last_error=str(exc)[:2000])
+            log.warning("reconcile: %s", message)
+    now = now or timezone.now()
+    stuck = ContainerInstance.objects.filter(
+        runtime__in=rows,
+        status__in=ACTIVE_SLOTS,
+        status_changed_at__lt=now - dt.timedelta(seconds=float(_config()["start_timeout"])),
+    ).values_list("id", flat=True)
+    for instance_id in stuck:
+        report.timed_out += instance_fail_stuck(instance_id=instance_id, now=now)
+    for runtime in distinct_engines(r for r in rows if r.enabled):
+        if runtime.pk in unreachable:
+            continue
+        try:
+            orphans_scan(
+                runtime=runtime,
+                engine=runtime_for(runtime),
+                installation=installation,
+                report=report,
+            )
+        except RuntimeFailure as exc:
+            message = f"orphan scan of {runtime.name} failed: {exc}"
+            report.errors.append(message)
+            log.warning("reconcile: %s", message)
+    if report.changed or report.timed_out or report.orphans_new or report.orphans_removed:
+        log.info("reconcile: %s", report)
+    return report

@@ -1,0 +1,125 @@
+"""Fixtures for the Docker integration tests (test_docker_lifecycle.py, test_monitor.py).
+
+Without a Docker Engine they skip, or fail under CI=true ("no Docker engine: run
+scripts/test-engine.sh"). Each test gets its own installation id (so its containers are
+its own), a ``docker`` Runtime row, and has every container with that label removed
+afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+import pytest
+
+from containers.models import ContainerInstance, ContainerTemplate, Runtime
+from containers.runtime.labels import LABEL_INSTALLATION
+from tests.factories import TemplateFactory
+from tests.processes import App, running_app
+
+IMAGE = "gobrave-test-busybox:latest"
+BASE_URL = "unix:///var/run/docker.sock"
+HOG = 'x=$(head -c 50000000 /dev/zero | tr "\\0" a); echo survived'
+# Exits 0 on SIGTERM (sent by the test through the SDK), i.e. "exits on its own".
+EXIT_ON_TERM = 'trap "exit 0" TERM; while true; do sleep 0.1; done'
+FAST = {
+    "container_reconcile_interval": "2",
+    "container_stop_timeout": "1",
+    "outbox_poll_interval": "0.2",
+    "outbox_backoff_base": "0.3",
+    "queue_poll": "0.05",
+}
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def docker_client() -> Iterator[docker.APIClient]:
+    """The bare SDK, for what gobrave must not do itself (pause, rm -f, orphans)."""
+    try:
+        client = docker.APIClient(base_url=BASE_URL, version="auto", timeout=30)
+        client.ping()
+    except Exception:  # noqa: BLE001 - any failure means no usable engine
+        _unavailable("no Docker engine: run scripts/test-engine.sh")
+    try:
+        client.inspect_image(IMAGE)
+    except docker.errors.NotFound:
+        _unavailable(f"no {IMAGE} image: run scripts/test-engine.sh")
+    yield client
+    client.close()
+
+
+@dataclass
+class Dock:
+    """One test's Docker setup: its installation id, its Runtime row and the SDK."""
+
+    installation: str
+    runtime: Runtime
+    client: docker.APIClient
+    tmp_path: Path
+
+    def template(self, command: str | list[str], **fields) -> ContainerTemplate:
+        fields.setdefault("name", f"t-{uuid.uuid4().hex[:8]}")
+        fields.setdefault("constraints", {"engine": "docker"})
+        fields.setdefault("image", IMAGE)
+        return TemplateFactory(command=command, pull_policy="never", **fields)
+
+    def app(self, **overrides: str) -> AbstractContextManager[App]:
+        """A ``running_app`` that shares this test's installation id and fast timings."""
+        return running_app(
+            self.tmp_path,
+            container_installation_id=self.installation,
+            **{**FAST, **overrides},
+        )
+
+    @contextmanager
+    def pipeline(self, **overrides: str) -> Iterator[App]:
+        """Dispatcher, create and control clusters and the monitor, all running."""
+        with self.app(**overrides) as app:
+            app.dispatcher()
+            app.cluster("create")
+            app.cluster("control")
+            app.monitor()
+            yield app
+
+    def containers(self, **filters: str) -> list[dict]:
+        label = f"{LABEL_INSTALLATION}={self.installation}"
+        return self.client.containers(all=True, filters={"label": label, **filters})
+
+    def engine_state(self, instance: ContainerInstance) -> dict | None:
+        try:
+            return self.client.inspect_container(f"gb-{instance.pk}")["State"]
+        except docker.errors.NotFound:
+            return None
+
+
+@pytest.fixture
+def dock(docker_client, postgres, gobrave_config, tmp_path) -> Iterator[Dock]:
+    installation = f"test-{uuid.uuid4().hex[:12]}"
+    gobrave_config(container={"installation_id": installation, "stop_timeout": 1})
+    Runtime.objects.all().delete()  # the migration's "local" row would double every engine
+    runtime = Runtime.objects.create(
+        name="docker", driver="docker", base_url=BASE_URL, labels={"engine": "docker"}
+    )
+    yield Dock(installation, runtime, docker_client, tmp_path)
+    label = f"{LABEL_INSTALLATION}={installation}"
+    for container in docker_client.containers(all=True, filters={"label": label}):
+        docker_client.remove_container(container["Id"], force=True)
+
+
+@pytest.fixture
+def pipeline(dock) -> Iterator[App]:
+    """Dispatcher, create and control clusters and the monitor, all running."""
+    with dock.pipeline() as app:
+        yield app

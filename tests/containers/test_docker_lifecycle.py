@@ -1,0 +1,175 @@
+"""Whole lifecycles on the real Docker Engine, through the real processes.
+
+Each test runs a dispatcher, both django-q2 clusters and ``run_monitor`` against the test
+database and the local engine (``scripts/test-engine.sh`` starts it and builds
+gobrave-test-busybox:latest; nothing is pulled). The Docker fixtures (``dock``,
+``pipeline``) live in this directory's conftest.py; the helpers below are shared with
+test_monitor.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from containers.errors import NoMatchingRuntime
+from containers.models import ContainerEvent, ContainerInstance, ContainerTemplate
+from containers.services import (
+    container_create_by_template,
+    container_delete,
+    container_start,
+    container_stop,
+)
+from tests.containers.conftest import HOG, IMAGE
+from tests.processes import App, wait_for
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def status(instance: ContainerInstance) -> str | None:
+    row = ContainerInstance.objects.filter(pk=instance.pk).first()
+    return row.status if row else None
+
+
+def reaches(instance: ContainerInstance, wanted: str, timeout: float = 30) -> ContainerInstance:
+    wait_for(
+        lambda: status(instance) == wanted,
+        timeout=timeout,
+        message=f"{instance.name} {wanted} (is {status(instance)})",
+    )
+    return ContainerInstance.objects.get(pk=instance.pk)
+
+
+def transitions(instance: ContainerInstance) -> list[tuple[str, str]]:
+    rows = ContainerEvent.objects.filter(instance_id=instance.pk, to_status__gt="")
+    return [(r.from_status, r.to_status) for r in rows.order_by("id") if r.from_status]
+
+
+def create(template: ContainerTemplate, owner, **kwargs) -> ContainerInstance:
+    return container_create_by_template(template=template, owner=owner, actor="test", **kwargs)
+
+
+# -- the happy path -----------------------------------------------------------------------------
+
+
+def test_create_start_stop_delete_leaves_no_container_and_keeps_the_history(dock, pipeline, owner):
+    instance = create(dock.template(["sleep", "1000"]), owner)
+    row = reaches(instance, "running")
+    assert dock.engine_state(instance)["Status"] == "running"
+    assert row.container_id and row.runtime_node_name
+    container_stop(instance_id=instance.pk, actor="test")
+    assert reaches(instance, "stopped").exit_code == 137  # sleep as pid 1 ignores TERM
+    assert dock.engine_state(instance)["Status"] == "exited"
+    container_start(instance_id=instance.pk, actor="test")
+    reaches(instance, "running")
+    assert dock.engine_state(instance)["Status"] == "running"
+    container_delete(instance_id=instance.pk, actor="test")
+    wait_for(lambda: status(instance) is None, timeout=30, message="row removed")
+    assert dock.engine_state(instance) is None
+    assert dock.containers() == []
+    assert transitions(instance) == [
+        ("pending", "creating"),
+        ("creating", "running"),
+        ("running", "stop_pending"),
+        ("stop_pending", "stopping"),
+        ("stopping", "stopped"),
+        ("stopped", "start_pending"),
+        ("start_pending", "starting"),
+        ("starting", "running"),
+        ("running", "delete_pending"),
+        ("delete_pending", "deleting"),
+    ]
+    assert ContainerEvent.objects.filter(instance_id=instance.pk, kind="ContainerDeleted").exists()
+    assert app_exits_cleanly(pipeline)
+
+
+def app_exits_cleanly(app: App) -> bool:
+    """The monitor, blocked on its event stream, still exits 0 on SIGTERM."""
+    return app.stop("monitor", timeout=15) == 0
+
+
+# -- exits ----------------------------------------------------------------------------------------
+
+
+def test_a_command_exiting_zero_ends_stopped_with_its_code(dock, pipeline, owner):
+    instance = create(dock.template("exit 0"), owner)
+    row = reaches(instance, "stopped")
+    assert row.exit_code == 0
+    assert row.finished_at is not None
+
+
+def test_a_command_exiting_three_ends_failed_with_its_code(dock, pipeline, owner):
+    instance = create(dock.template("exit 3"), owner)
+    row = reaches(instance, "failed")
+    assert (row.exit_code, row.status_reason) == (3, "exited with code 3")
+    assert dock.engine_state(instance)["ExitCode"] == 3  # kept for its logs
+
+
+def test_a_start_whose_command_exits_at_once_goes_starting_running_stopped(dock, pipeline, owner):
+    instance = create(dock.template("exit 0"), owner)
+    reaches(instance, "stopped")
+    container_start(instance_id=instance.pk, actor="test")
+    wait_for(
+        lambda: (
+            transitions(instance)[-1:] == [("running", "stopped")]
+            and len(transitions(instance)) > 3
+        ),
+        timeout=30,
+        message="stopped again",
+    )
+    assert transitions(instance)[-4:] == [
+        ("stopped", "start_pending"),
+        ("start_pending", "starting"),
+        ("starting", "running"),
+        ("running", "stopped"),
+    ]
+    assert status(instance) == "stopped"
+
+
+def test_stop_of_a_process_ignoring_sigterm_still_ends_stopped(dock, pipeline, owner):
+    instance = create(dock.template("trap '' TERM; sleep 1000"), owner)
+    reaches(instance, "running")
+    container_stop(instance_id=instance.pk, actor="test")
+    row = reaches(instance, "stopped", timeout=20)
+    assert row.exit_code == 137
+    assert dock.engine_state(instance)["Status"] == "exited"
+
+
+def test_running_out_of_memory_ends_failed_oomkilled(dock, pipeline, owner):
+    if not dock.client.info().get("MemoryLimit"):
+        pytest.skip("this engine's cgroup setup does not enforce memory limits")
+    instance = create(dock.template(HOG, resources={"memory": "6m"}), owner)
+    row = reaches(instance, "failed")
+    assert (row.status_reason, row.exit_code) == ("OOMKilled", 137)
+
+
+# -- crash recovery and refusals ------------------------------------------------------------------
+
+
+def test_a_create_whose_worker_died_after_the_runtime_create_adopts_the_container(dock, owner):
+    instance = create(dock.template(["sleep", "1000"]), owner)
+    spec = instance.spec
+    # What the dead worker left: the container, made and never started.
+    made = dock.client.create_container(
+        IMAGE,
+        command=spec["command"],
+        name=spec["name"],
+        labels=spec["labels"],
+        host_config=dock.client.create_host_config(restart_policy={"Name": "no"}),
+    )
+    with dock.app() as app:
+        app.dispatcher()
+        app.cluster("create")
+        app.monitor()
+        row = reaches(instance, "running")
+    [container] = dock.containers(name=f"^/gb-{instance.pk}$")
+    assert container["Id"] == made["Id"] == row.container_id
+    assert len(dock.containers()) == 1
+    assert container["State"] == "running"
+
+
+def test_a_template_no_runtime_matches_is_refused_at_request_time(dock, owner):
+    template = dock.template(["sleep", "1"], constraints={"engine": "kubernetes"})
+    with pytest.raises(NoMatchingRuntime, match="engine=kubernetes"):
+        create(template, owner)
+    assert not ContainerInstance.objects.exists()
+    assert dock.containers() == []

@@ -1,0 +1,301 @@
+"""Fault injection: what gobrave survives (issue 7).
+
+- a worker SIGKILLed in the middle of creates, 20 times over, on the real engine;
+- PostgreSQL restarted under the dispatcher, the clusters and the monitor (a server of
+  the test's own, never the shared one);
+- engine errors: a daemon that is gone, an image missing under pull policy never.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from containers.models import ContainerInstance, Runtime
+from containers.services import container_create_by_template
+from outbox.models import OutboxEvent
+from tests.factories import RuntimeFactory, TemplateFactory
+from tests.processes import REPO, App, wait_for
+from tests.throwaway_postgres import ThrowawayPostgres
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def statuses() -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for value in ContainerInstance.objects.values_list("status", flat=True):
+        counts[value] = counts.get(value, 0) + 1
+    return counts
+
+
+STRIKE = re.compile(r" (\d+) instance (\S+) pending -> creating by worker")
+STRIKE_DELAYS = [0.0, 0.03, 0.06, 0.1, 0.15]  # into the handler: before, during, after create
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# --- a worker killed during create, 20 times over --------------------------------------------
+
+
+@pytest.mark.docker
+def test_workers_sigkilled_during_creates_20_times_leave_no_duplicate(dock, owner, gobrave_config):
+    gobrave_config(container={"create_queue_max_concurrency": 4})
+    template = dock.template(["sleep", "1000"])
+    kills = 0
+    with dock.app(
+        container_create_queue_max_concurrency=4,
+        outbox_delivery_timeout=3,
+        outbox_lease_margin=1,
+        outbox_max_attempts=40,
+    ) as app:
+        app.dispatcher()
+        app.cluster("create")
+        instances = [
+            container_create_by_template(template=template, owner=owner, actor="t")
+            for _ in range(20)
+        ]
+        # Kill each worker right after it took its instance into "creating", at varying
+        # depths into the handler. Only busy workers are killed: a worker killed while
+        # idle in django-q2's task queue can hold the queue's lock forever.
+        struck: set[str] = set()
+        deadline = time.monotonic() + 120
+        while kills < 20 and time.monotonic() < deadline:
+            log = (app.logdir / "create-cluster.log").read_text(errors="replace")
+            for pid, instance_id in STRIKE.findall(log):
+                if instance_id in struck:
+                    continue
+                struck.add(instance_id)
+                time.sleep(STRIKE_DELAYS[len(struck) % len(STRIKE_DELAYS)])
+                busy = ContainerInstance.objects.filter(pk=instance_id, status="creating")
+                if busy.exists() and _alive(int(pid)):
+                    os.kill(int(pid), signal.SIGKILL)
+                    kills += 1
+            time.sleep(0.005)
+        assert kills == 20
+        wait_for(
+            lambda: statuses() == {"running": 20},
+            timeout=180,
+            message=f"20 running (now {statuses()})",
+        )
+        containers = dock.containers()
+        assert sorted(c["Names"][0] for c in containers) == sorted(f"/gb-{i.pk}" for i in instances)
+        assert all(c["State"] == "running" for c in containers)
+        assert OutboxEvent.objects.filter(attempts__gt=0).exists()  # the kills did land
+
+
+# --- PostgreSQL restarted under the dispatcher, clusters and monitor ---------------------------
+
+
+SEED = """
+from django.contrib.auth.models import User
+from containers.models import ContainerTemplate, Runtime
+User.objects.create(username="pat")
+Runtime.objects.all().delete()
+Runtime.objects.create(name="fake", driver="fake", base_url="fake://{engine}",
+                       labels={{"engine": "fake"}})
+ContainerTemplate.objects.create(name="t", image="img", command=["sleep", "1"],
+                                 constraints={{"engine": "fake"}})
+"""
+CREATE = """
+from django.contrib.auth.models import User
+from containers.models import ContainerTemplate
+from containers.services import container_create_by_template
+for _ in range({count}):
+    container_create_by_template(template=ContainerTemplate.objects.get(name="t"),
+                                 owner=User.objects.get(username="pat"), actor="t")
+"""
+
+
+@pytest.fixture
+def throwaway_pg(postgres):
+    server = ThrowawayPostgres().init()
+    yield server
+    server.destroy()
+
+
+def test_postgres_restart_under_dispatcher_clusters_and_monitor(throwaway_pg, tmp_path):
+    engine = tmp_path / "engine"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GOBRAVE_")}
+    env.update(
+        DATABASE_URL=throwaway_pg.url,
+        DATABASE_POOL_MAX="0",
+        PYTHONUNBUFFERED="1",
+        GOBRAVE_OUTBOX_POLL_INTERVAL="0.2",
+        GOBRAVE_QUEUE_POLL="0.05",
+        GOBRAVE_CONTAINER_RECONCILE_INTERVAL="1",
+    )
+
+    def manage(*args: str) -> None:
+        subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=REPO, env=env, check=True,
+            capture_output=True, timeout=120,
+        )  # fmt: skip
+
+    def counts() -> dict[str, int]:
+        rows = throwaway_pg.query(
+            "SELECT status, count(*) FROM containers_containerinstance GROUP BY status"
+        )
+        return dict(rows)
+
+    manage("migrate", "-v0")
+    manage("shell", "-c", SEED.format(engine=engine))
+    (tmp_path / "logs").mkdir()
+    app = App(logdir=tmp_path / "logs", env=env)
+    try:
+        app.dispatcher()
+        app.cluster("create")
+        app.cluster("control")
+        app.start("monitor", "run_monitor")
+        manage("shell", "-c", CREATE.format(count=5))
+        wait_for(lambda: counts() == {"running": 5}, timeout=60, message="5 running")
+
+        throwaway_pg.stop()
+        time.sleep(2)  # every process notices its connections are gone
+        throwaway_pg.start()
+        back = time.monotonic()
+        manage("shell", "-c", CREATE.format(count=5))
+        wait_for(lambda: counts() == {"running": 10}, timeout=30, message="10 running")
+        dispatch_recovered = time.monotonic() - back
+        # The monitor's reconciler is back too: a container that exits behind our back.
+        import json
+
+        victim = sorted((engine / "containers").glob("*.json"))[0]
+        data = json.loads(victim.read_text())
+        data.update(status="exited", exit_code=0)
+        victim.write_text(json.dumps(data))
+        wait_for(lambda: counts() == {"running": 9, "stopped": 1}, timeout=15, message="reconciled")
+        monitor_recovered = time.monotonic() - back
+        assert all(p.poll() is None for p in app.processes.values()), "a process died"
+        assert dispatch_recovered < 10 + 3  # + the time to run the requests' own process
+        assert monitor_recovered < 10 + 3 + 2
+        assert throwaway_pg.query(
+            "SELECT count(*) FROM outbox_outboxevent WHERE status <> 'sent'"
+        ) == [(0,)]
+    except BaseException:
+        print(app.logs())
+        raise
+    finally:
+        app.stop_all()
+
+
+# --- engine errors ------------------------------------------------------------------------------
+
+
+def _run_pipeline_until_dead(tmp_path, instance, **config) -> OutboxEvent:
+    from tests.processes import running_app
+
+    with running_app(
+        tmp_path,
+        outbox_poll_interval="0.2",
+        outbox_backoff_base="0.1",
+        outbox_max_attempts="3",
+        queue_poll="0.05",
+        **config,
+    ) as app:
+        app.dispatcher()
+        app.cluster("create")
+        wait_for(
+            lambda: OutboxEvent.objects.get(aggregate_id=str(instance.pk)).status == "dead",
+            timeout=60,
+            message="dead letter",
+        )
+    return OutboxEvent.objects.get(aggregate_id=str(instance.pk))
+
+
+def test_a_gone_daemon_retries_then_dead_letters_with_a_readable_reason(postgres, tmp_path, owner):
+    Runtime.objects.all().delete()
+    RuntimeFactory(
+        name="gone", driver="docker", base_url=f"unix://{tmp_path}/no-docker.sock",
+        labels={"engine": "fake"},
+    )  # fmt: skip
+    template = TemplateFactory()
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    row = _run_pipeline_until_dead(tmp_path, instance)
+    assert row.attempts == 3
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    assert stored.status == "failed"
+    assert "No such file or directory" in stored.status_reason
+    assert "Traceback" not in stored.status_reason
+    assert "Traceback" in row.last_error  # the full story stays on the row
+
+
+@pytest.mark.docker
+def test_missing_image_under_never_dead_letters_at_once(dock, owner, tmp_path):
+    template = dock.template(["true"], image="gobrave-no-such-image:1")
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    row = _run_pipeline_until_dead(tmp_path, instance)
+    assert row.attempts == 1  # permanent: no retries
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    assert stored.status == "failed"
+    assert "gobrave-no-such-image:1" in stored.status_reason
+    assert "pull_policy is 'never'" in stored.status_reason
+    assert dock.containers() == []
+
+
+# --- dockerd restarted during activity --------------------------------------------------------
+
+TERM_EXITS_0 = 'trap "exit 0" TERM; while true; do sleep 0.1; done'
+
+
+def _restart_dockerd(down_for: float, while_down) -> None:
+    """Stop the engine (its containers stop with it), run ``while_down``, start it again."""
+    pid = int(
+        subprocess.run(["pidof", "dockerd"], capture_output=True, text=True).stdout.split()[0]
+    )
+    command = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not _alive(pid), timeout=60, message="dockerd stopped")
+    while_down()
+    time.sleep(down_for)
+    log = open("/var/log/dockerd.log", "ab")  # noqa: SIM115 - handed to the daemon
+    subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                     start_new_session=True)  # fmt: skip
+    wait_for(
+        lambda: subprocess.run(["docker", "info"], capture_output=True).returncode == 0,
+        timeout=60,
+        message="dockerd back",
+    )
+
+
+@pytest.mark.docker
+def test_dockerd_restart_during_activity_loses_no_transition(dock, owner, gobrave_config):
+    from containers.services import container_stop
+
+    template = dock.template(TERM_EXITS_0)
+    with dock.pipeline() as _app:
+        running = [
+            container_create_by_template(template=template, owner=owner, actor="t")
+            for _ in range(3)
+        ]
+        wait_for(lambda: statuses() == {"running": 3}, timeout=60, message="3 running")
+        late: list[ContainerInstance] = []
+
+        def requests_while_down() -> None:
+            container_stop(instance_id=running[0].pk, actor="t")
+            late.append(container_create_by_template(template=template, owner=owner, actor="t"))
+
+        _restart_dockerd(down_for=2, while_down=requests_while_down)
+        # The daemon stopped every container (exit 0 on TERM): each instance must end
+        # stopped, whether the monitor saw the event or the reconciler found it after.
+        wait_for(
+            lambda: statuses() == {"stopped": 3, "running": 1},
+            timeout=90,
+            message=f"stopped x3 + the late create running (now {statuses()})",
+        )
+        for instance in running:
+            assert dock.engine_state(instance)["Status"] == "exited"
+        assert dock.engine_state(late[0])["Status"] == "running"
+        assert not OutboxEvent.objects.exclude(status="sent").exists()

@@ -1,0 +1,470 @@
+"""The monitor (SPEC section 5): event mapping, cursor and duplicates, reconnects.
+
+The first part runs on the fake engine (no Docker): its ``events()`` replays a log from
+the cursor and then ends, as a dropped stream does. The second part runs ``run_monitor``
+with the real app processes on the real Docker Engine (see test_docker_lifecycle.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+import pytest
+
+from containers.models import (
+    ContainerEvent,
+    ContainerInstance,
+    MonitorCursor,
+    OrphanContainer,
+    Runtime,
+)
+from containers.monitor import (
+    DUPLICATE,
+    IGNORED,
+    Follower,
+    Monitor,
+    cursor_for,
+    event_apply,
+    is_duplicate,
+)
+from containers.reconciler import BUSY, CHANGED, SKIPPED, UNCHANGED
+from containers.runtime import runtime_for
+from containers.runtime.base import ContainerSpec, RuntimeEvent
+from containers.services import container_start
+from containers.states import Status
+from outbox.models import OutboxEvent
+from tests.containers.conftest import EXIT_ON_TERM
+from tests.containers.test_docker_lifecycle import create, reaches, status, transitions
+from tests.factories import InstanceFactory, RuntimeFactory
+from tests.processes import running_app, wait_for
+
+
+@pytest.fixture(autouse=True)
+def only_test_runtimes(request):
+    """The migration's ``local`` row points at the real engine: keep unit tests off it."""
+    if request.node.get_closest_marker("django_db") and "docker" not in request.keywords:
+        Runtime.objects.filter(name="local").delete()
+
+
+@pytest.fixture
+def engine(fake_runtime):
+    return runtime_for(fake_runtime)
+
+
+@pytest.fixture
+def place(fake_runtime, template, engine):
+    def make(status: str, engine_status: str = "running", **fields) -> ContainerInstance:
+        instance = InstanceFactory(status=status, runtime=fake_runtime, template=template)
+        runtime_id = engine.create(ContainerSpec(**{**instance.spec, "mounts": []}))
+        if engine_status != "created":
+            engine.set_state(runtime_id, engine_status, exit_code=fields.pop("exit_code", None))
+        ContainerInstance.objects.filter(pk=instance.pk).update(container_id=runtime_id, **fields)
+        return ContainerInstance.objects.get(pk=instance.pk)
+
+    return make
+
+
+def stored(instance) -> ContainerInstance:
+    return ContainerInstance.objects.get(pk=instance.pk)
+
+
+def history(instance) -> list[ContainerEvent]:
+    return list(ContainerEvent.objects.filter(instance_id=instance.pk).order_by("id"))
+
+
+def apply(fake_runtime, event) -> str:
+    return event_apply(runtime=fake_runtime, cursor=cursor_for(fake_runtime), event=event)
+
+
+# -- event mapping ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_die_event_with_code_zero_stops_a_running_instance_and_is_recorded(
+    place, engine, fake_runtime
+):
+    instance = place(Status.RUNNING)
+    event = engine.set_state(instance.container_id, "exited", exit_code=0)
+    assert apply(fake_runtime, event) == CHANGED
+    row = stored(instance)
+    assert (row.status, row.exit_code) == ("stopped", 0)
+    [entry] = history(instance)
+    assert (entry.from_status, entry.to_status, entry.actor, entry.kind) == (
+        "running",
+        "stopped",
+        "monitor",
+        "runtime",
+    )
+    assert entry.data["event"] == "die"
+    assert entry.data["time_nano"] == event.time_nano
+
+
+@pytest.mark.django_db
+def test_a_die_event_with_a_non_zero_code_fails_the_instance_with_it(place, engine, fake_runtime):
+    instance = place(Status.RUNNING)
+    apply(fake_runtime, engine.set_state(instance.container_id, "exited", exit_code=3))
+    row = stored(instance)
+    assert (row.status, row.exit_code, row.status_reason) == ("failed", 3, "exited with code 3")
+
+
+@pytest.mark.django_db
+def test_an_oom_event_fails_the_instance_oomkilled(place, engine, fake_runtime):
+    instance = place(Status.RUNNING)
+    engine.set_state(instance.container_id, "exited", exit_code=137, oom_killed=True)
+    oom, die = [e for e in engine.event_log() if e.action in ("oom", "die")]
+    assert apply(fake_runtime, oom) == CHANGED
+    assert apply(fake_runtime, die) == SKIPPED  # failed is terminal
+    assert (stored(instance).status, stored(instance).status_reason) == ("failed", "OOMKilled")
+    assert len(history(instance)) == 1
+
+
+@pytest.mark.django_db
+def test_pause_and_unpause_events(place, engine, fake_runtime):
+    instance = place(Status.RUNNING)
+    apply(fake_runtime, engine.set_state(instance.container_id, "paused"))
+    assert stored(instance).status == "paused"
+    apply(fake_runtime, engine.set_state(instance.container_id, "running"))
+    assert stored(instance).status == "running"
+
+
+@pytest.mark.django_db
+def test_a_destroy_behind_our_back_fails_a_running_instance(place, engine, fake_runtime):
+    instance = place(Status.RUNNING)
+    engine.remove(instance.container_id)
+    destroy = engine.event_log()[-1]
+    assert destroy.action == "destroy"
+    apply(fake_runtime, destroy)
+    row = stored(instance)
+    assert (row.status, row.status_reason, row.runtime_missing) == (
+        "failed",
+        "removed outside gobrave",
+        True,
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", ["deleting", "delete_pending"])
+def test_a_destroy_while_deleting_is_our_own_delete(place, engine, fake_runtime, status):
+    instance = place(status)
+    engine.remove(instance.container_id)
+    apply(fake_runtime, engine.event_log()[-1])
+    assert stored(instance).status == status
+    assert history(instance) == []
+
+
+@pytest.mark.django_db
+def test_an_event_while_a_worker_holds_the_request_is_left_to_the_worker(
+    place, engine, fake_runtime
+):
+    instance = place(Status.STOPPING)
+    OutboxEvent.objects.create(
+        kind="ContainerStopRequest",
+        queue="control",
+        aggregate_id=str(instance.pk),
+        status="processing",
+        available_at=instance.created_at,
+    )
+    event = engine.set_state(instance.container_id, "exited", exit_code=137)
+    assert apply(fake_runtime, event) == BUSY
+    assert stored(instance).status == "stopping"
+    assert cursor_for(fake_runtime).time_nano == event.time_nano  # the cursor moves on
+
+
+@pytest.mark.django_db
+def test_events_that_change_nothing_write_no_history(place, engine, fake_runtime):
+    instance = place(Status.RUNNING)
+    start = [e for e in engine.event_log() if e.action == "start"][-1]
+    assert apply(fake_runtime, start) == UNCHANGED
+    assert history(instance) == []
+
+
+@pytest.mark.django_db
+def test_an_event_of_a_container_with_no_instance_only_moves_the_cursor(engine, fake_runtime):
+    event = RuntimeEvent("start", "abc", "gb-x", {"io.gobrave.instance": str(uuid.uuid4())}, 5)
+    assert apply(fake_runtime, event) == IGNORED
+    assert apply(fake_runtime, RuntimeEvent("start", "abc", "x", {}, 6)) == IGNORED
+    assert cursor_for(fake_runtime).time_nano == 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_event_that_found_its_worker_busy_is_looked_at_again_once_it_is_done(
+    place, engine, fake_runtime
+):
+    """The worker inspected just before the container died: the monitor catches up."""
+    instance = place(Status.CREATING)
+    row = OutboxEvent.objects.create(
+        kind="ContainerCreateRequest",
+        queue="create",
+        aggregate_id=str(instance.pk),
+        status="processing",
+        available_at=instance.created_at,
+    )
+    event = engine.set_state(instance.container_id, "exited", exit_code=3)
+    assert apply(fake_runtime, event) == BUSY
+    monitor = Monitor()
+    monitor.recheck(str(instance.pk))
+    # The worker applies what it saw before the exit, and finishes its request.
+    ContainerInstance.objects.filter(pk=instance.pk).update(status=Status.RUNNING)
+    OutboxEvent.objects.filter(pk=row.pk).update(status="sent")
+    monitor._run_rechecks()
+    assert stored(instance).status == "running"  # not yet due
+    time.sleep(1.1)
+    monitor._run_rechecks()
+    assert (stored(instance).status, stored(instance).exit_code) == ("failed", 3)
+    assert not monitor._rechecks
+
+
+# -- cursor and duplicates ----------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_replayed_event_is_a_duplicate_and_changes_nothing(place, engine, fake_runtime):
+    instance = place(Status.RUNNING)
+    event = engine.set_state(instance.container_id, "exited", exit_code=0)
+    assert apply(fake_runtime, event) == CHANGED
+    assert apply(fake_runtime, event) == DUPLICATE
+    assert len(history(instance)) == 1
+
+
+def test_duplicates_are_older_than_the_cursor_or_seen_at_its_time():
+    cursor = MonitorCursor(time_nano=100, seen=["a/die"])
+    assert is_duplicate(cursor, RuntimeEvent("start", "a", "n", {}, 99))
+    assert is_duplicate(cursor, RuntimeEvent("die", "a", "n", {}, 100))
+    assert not is_duplicate(cursor, RuntimeEvent("destroy", "a", "n", {}, 100))
+    assert not is_duplicate(cursor, RuntimeEvent("die", "b", "n", {}, 100))
+    assert not is_duplicate(cursor, RuntimeEvent("die", "a", "n", {}, 101))
+
+
+@pytest.mark.django_db
+def test_the_cursor_keeps_every_key_seen_at_its_time_and_never_goes_back(fake_runtime):
+    apply(fake_runtime, RuntimeEvent("die", "a", "n", {}, 100))
+    apply(fake_runtime, RuntimeEvent("die", "b", "n", {}, 100))
+    apply(fake_runtime, RuntimeEvent("die", "c", "n", {}, 50))  # a duplicate: ignored
+    cursor = cursor_for(fake_runtime)
+    assert (cursor.time_nano, cursor.seen) == (100, ["a/die", "b/die"])
+
+
+@pytest.mark.django_db(transaction=True)  # a session closes old connections
+def test_a_session_resumes_from_the_cursor_and_drops_what_it_replays(place, engine, fake_runtime):
+    instance = place(Status.RUNNING)
+    follower = Follower(Monitor(), fake_runtime)
+    follower.session(fake_runtime)  # first run: from now (this second's events are old)
+    assert cursor_for(fake_runtime).time_nano > 0
+    assert history(instance) == []
+    # While no monitor runs, the container exits; the next session replays it.
+    die = engine.set_state(instance.container_id, "exited", exit_code=0)
+    assert follower.session(fake_runtime) >= 1
+    assert stored(instance).status == "stopped"
+    assert history(instance)[-1].data["event"] == "die"
+    assert cursor_for(fake_runtime).time_nano == die.time_nano
+    # The same second is replayed again (inclusive since): nothing new is recorded.
+    follower.session(fake_runtime)
+    assert len(history(instance)) == 1
+
+
+# -- reconnects ---------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_unreachable_engine_is_retried_with_a_clear_message(engine, fake_runtime, caplog):
+    (engine.root / "fail-events").write_text("3")
+    monitor = Monitor(backoff_cap=0.05)
+    follower = Follower(monitor, fake_runtime)
+    with caplog.at_level(logging.WARNING, logger="containers.monitor"):
+        follower.thread.start()
+        wait_for(lambda: len(engine.calls("events")) >= 5, timeout=10, message="5 connects")
+        monitor.stop()
+        follower.thread.join(timeout=5)
+    assert not follower.thread.is_alive()
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("engine unreachable (injected events failure" in m for m in messages)
+    assert any("event stream dropped; reconnecting in" in m for m in messages)
+    assert monitor.reconcile_wanted.is_set()  # every connect asks for a full reconcile
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_follower_stops_when_its_runtime_is_disabled(engine, fake_runtime):
+    monitor = Monitor(backoff_cap=0.05)
+    follower = Follower(monitor, fake_runtime)
+    follower.thread.start()
+    wait_for(lambda: engine.calls("events"), timeout=10, message="a connect")
+    Runtime.objects.filter(pk=fake_runtime.pk).update(enabled=False)
+    follower.thread.join(timeout=5)
+    assert not follower.thread.is_alive()
+    monitor.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_run_monitor_without_an_engine_keeps_retrying_and_exits_zero_on_sigterm(postgres, tmp_path):
+    Runtime.objects.all().delete()
+    RuntimeFactory(name="gone", driver="docker", base_url="unix:///tmp/gobrave-no-engine.sock")
+    with running_app(tmp_path, container_reconcile_interval=1) as app:
+        app.monitor()
+        log = app.logdir / "monitor.log"
+
+        def retried() -> bool:
+            text = log.read_text() if log.exists() else ""
+            return text.count("runtime gone: engine unreachable") >= 2
+
+        wait_for(retried, timeout=30, message="two reconnect attempts")
+        text = log.read_text()
+        assert "reconnecting in 1s" in text and "reconnecting in 2s" in text
+        assert "reconcile: runtime gone (unix:///tmp/gobrave-no-engine.sock) unreachable" in text
+        assert app.processes["monitor"].poll() is None  # still alive
+        assert app.stop("monitor", timeout=15) == 0
+    assert "Traceback" not in log.read_text()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_run_monitor_exits_zero_on_sigterm_while_following(postgres, tmp_path, fake_runtime):
+    """SIGTERM between reconnects: the process finishes its step and exits 0."""
+    with running_app(tmp_path) as app:
+        process = app.monitor()
+        wait_for(
+            lambda: "following runtime" in (app.logdir / "monitor.log").read_text(),
+            timeout=30,
+            message="monitor following",
+        )
+        time.sleep(0.5)
+        assert app.stop("monitor", timeout=15) == 0
+        assert process.returncode == 0
+
+
+# -- on the real engine ---------------------------------------------------------------------------
+
+docker_tests = [pytest.mark.docker, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def _docker(test):
+    for mark in reversed(docker_tests):
+        test = mark(test)
+    return test
+
+
+# No periodic reconcile in these: the events alone must do it.
+EVENTS_ONLY = {"container_reconcile_interval": "600"}
+
+
+@_docker
+def test_docker_pause_and_unpause_are_followed_and_start_unpauses(dock, owner):
+    instance = create(dock.template(["sleep", "1000"]), owner)
+    with dock.pipeline(**EVENTS_ONLY):
+        _pause_unpause_and_start(dock, instance)
+
+
+def _pause_unpause_and_start(dock, instance) -> None:
+    row = reaches(instance, "running")
+    dock.client.pause(row.container_id)
+    reaches(instance, "paused", timeout=10)
+    dock.client.unpause(row.container_id)
+    reaches(instance, "running", timeout=10)
+    paused = ContainerEvent.objects.filter(instance_id=instance.pk, to_status="paused").get()
+    assert (paused.actor, paused.data["event"]) == ("monitor", "pause")
+    # A start request on a paused instance unpauses its container.
+    dock.client.pause(row.container_id)
+    reaches(instance, "paused", timeout=10)
+    container_start(instance_id=instance.pk, actor="test")
+    reaches(instance, "running")
+    assert dock.engine_state(instance)["Status"] == "running"
+    assert transitions(instance)[-3:] == [
+        ("paused", "start_pending"),
+        ("start_pending", "starting"),
+        ("starting", "running"),
+    ]
+
+
+@_docker
+def test_docker_rm_f_behind_our_back_fails_a_running_instance(dock, owner):
+    instance = create(dock.template(["sleep", "1000"]), owner)
+    with dock.pipeline(**EVENTS_ONLY):
+        row = reaches(instance, "running")
+        dock.client.remove_container(row.container_id, force=True)
+        row = reaches(instance, "failed", timeout=10)
+    assert (row.status_reason, row.runtime_missing) == ("removed outside gobrave", True)
+    [entry] = ContainerEvent.objects.filter(instance_id=instance.pk, to_status="failed")
+    assert entry.actor == "monitor"
+
+
+@_docker
+def test_an_exit_while_the_monitor_is_down_is_applied_after_it_restarts(dock, pipeline, owner):
+    instance = create(dock.template(EXIT_ON_TERM), owner)
+    row = reaches(instance, "running")
+    wait_for(lambda: MonitorCursor.objects.filter(time_nano__gt=0).exists(), timeout=10)
+    assert pipeline.stop("monitor", timeout=15) == 0
+    before_exit = time.time_ns()
+    dock.client.kill(row.container_id, signal="SIGTERM")  # exits 0 on its own
+    wait_for(lambda: dock.engine_state(instance)["Status"] == "exited", timeout=10)
+    time.sleep(0.5)
+    assert status(instance) == "running"  # nobody saw it
+    pipeline.monitor("monitor-2")
+    row = reaches(instance, "stopped", timeout=15)
+    assert row.exit_code == 0
+    cursor = MonitorCursor.objects.get(runtime=dock.runtime)
+    assert cursor.time_nano > before_exit  # the stream resumed past the missed events
+
+
+@_docker
+def test_the_reconciler_repairs_a_state_changed_while_no_monitor_ran(dock, owner):
+    instance = create(dock.template(EXIT_ON_TERM), owner)
+    with dock.app() as app:
+        app.dispatcher()
+        app.cluster("create")
+        row = reaches(instance, "running")
+        dock.client.kill(row.container_id, signal="SIGTERM")
+        wait_for(lambda: dock.engine_state(instance)["Status"] == "exited", timeout=10)
+        assert status(instance) == "running"
+        result = app.manage("reconcile", "--once")
+    assert result.returncode == 0, result.stderr
+    assert "changed 1" in result.stdout
+    [entry] = ContainerEvent.objects.filter(instance_id=instance.pk, to_status="stopped")
+    assert (entry.from_status, entry.actor) == ("running", "reconciler")
+    assert status(instance) == "stopped"
+
+
+@_docker
+def test_an_orphan_container_is_reported_then_removed_under_policy_remove(dock, owner):
+    label = str(uuid.uuid4())
+    made = dock.client.create_container(
+        "gobrave-test-busybox:latest",
+        command=["sleep", "1000"],
+        name=f"gb-{label}",
+        labels={
+            "io.gobrave.installation": dock.installation,
+            "io.gobrave.instance": label,
+            "io.gobrave.template": "gone",
+        },
+    )
+    with dock.app() as app:
+        reported = app.manage("reconcile", "--once")
+        assert reported.returncode == 0, reported.stderr
+        orphan = OrphanContainer.objects.get()
+        assert (orphan.container_id, orphan.name, orphan.removed_at) == (
+            made["Id"],
+            f"gb-{label}",
+            None,
+        )
+        [event] = ContainerEvent.objects.filter(kind="orphan")
+        assert str(event.instance_id) == label
+        assert dock.containers() != []  # report only
+        removed = app.manage("reconcile", "--once", GOBRAVE_CONTAINER_ORPHAN_POLICY="remove")
+        assert removed.returncode == 0, removed.stderr
+    assert dock.containers() == []
+    orphan.refresh_from_db()
+    assert orphan.removed_at is not None
+    assert ContainerEvent.objects.filter(kind="orphan").count() == 1  # reported once
+
+
+@_docker
+def test_refresh_images_marks_present_and_missing(dock):
+    here = dock.template(["true"])
+    gone = dock.template(["true"], image="gobrave-no-such-image:never")
+    with dock.app() as app:
+        result = app.manage("refresh_images")
+    assert result.returncode == 0, result.stderr
+    here.refresh_from_db()
+    gone.refresh_from_db()
+    assert (here.image_status, gone.image_status) == ("present", "missing")

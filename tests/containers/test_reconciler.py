@@ -1,0 +1,399 @@
+"""The reconciler (SPEC sections 4 and 5) on the fake engine, plus template image status.
+
+Instances are placed directly in a state with a container in the fake engine; the engine
+is then changed behind gobrave's back (``set_state``) and one pass is run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.utils import timezone
+
+from containers.images import template_images_refresh
+from containers.models import (
+    ContainerEvent,
+    ContainerInstance,
+    ContainerTemplate,
+    OrphanContainer,
+    Runtime,
+)
+from containers.observe import OOM_KILLED, REMOVED_OUTSIDE, target_for
+from containers.reconciler import NIL_UUID, reconcile
+from containers.runtime import runtime_for
+from containers.runtime.base import ContainerSpec, ContainerState
+from containers.states import Status
+from outbox.models import OutboxEvent
+from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def only_test_runtimes():
+    """The migration's ``local`` row points at the real engine: keep this suite off it."""
+    Runtime.objects.filter(name="local").delete()
+
+
+@pytest.fixture
+def engine(fake_runtime):
+    return runtime_for(fake_runtime)
+
+
+@pytest.fixture
+def place(fake_runtime, template, engine):
+    """An instance in ``status`` whose container the fake engine shows as ``engine_status``."""
+
+    def make(
+        status: str,
+        engine_status: str | None = "running",
+        *,
+        exit_code: int | None = None,
+        memory: int | None = None,
+        **fields,
+    ) -> ContainerInstance:
+        instance = InstanceFactory(status=status, runtime=fake_runtime, template=template)
+        spec = {**instance.spec, "memory": memory}
+        ContainerInstance.objects.filter(pk=instance.pk).update(spec=spec, **fields)
+        if engine_status is not None:
+            runtime_id = engine.create(ContainerSpec(**{**spec, "mounts": []}))
+            if engine_status != "created":
+                engine.set_state(runtime_id, engine_status, exit_code=exit_code)
+            ContainerInstance.objects.filter(pk=instance.pk).update(container_id=runtime_id)
+        return ContainerInstance.objects.get(pk=instance.pk)
+
+    return make
+
+
+def stored(instance) -> ContainerInstance:
+    return ContainerInstance.objects.get(pk=instance.pk)
+
+
+def history(instance) -> list[tuple[str, str, str]]:
+    rows = ContainerEvent.objects.filter(instance_id=instance.pk).order_by("id")
+    return [(row.from_status, row.to_status, row.actor) for row in rows]
+
+
+def outbox_row(instance, status: str, *, lease_in: float | None = None) -> OutboxEvent:
+    now = timezone.now()
+    return OutboxEvent.objects.create(
+        kind="ContainerCreateRequest",
+        queue="create",
+        aggregate_id=str(instance.pk),
+        status=status,
+        available_at=now,
+        lease_expires_at=None if lease_in is None else now + dt.timedelta(seconds=lease_in),
+        claim_token=uuid.uuid4() if status == "processing" else None,
+    )
+
+
+def age(instance, seconds: float) -> None:
+    ContainerInstance.objects.filter(pk=instance.pk).update(
+        status_changed_at=timezone.now() - dt.timedelta(seconds=seconds)
+    )
+
+
+# -- target_for: the observation rules the reconciler and monitor share -------------------------
+
+
+def _exited(code: int, oom: bool = False) -> ContainerState:
+    return ContainerState("id", "gb-x", "exited", exit_code=code, oom_killed=oom)
+
+
+def test_exit_137_under_a_memory_limit_unasked_counts_as_oom():
+    observation = target_for(_exited(137), Status.RUNNING, memory_limited=True)
+    assert (observation.target, observation.reason, observation.exit_code) == (
+        Status.FAILED,
+        OOM_KILLED,
+        137,
+    )
+
+
+def test_exit_137_without_a_memory_limit_is_a_plain_failure():
+    observation = target_for(_exited(137), Status.RUNNING)
+    assert (observation.target, observation.reason) == (Status.FAILED, "exited with code 137")
+
+
+def test_exit_137_after_a_stop_request_is_stopped_even_under_a_memory_limit():
+    observation = target_for(_exited(137), Status.STOPPING, memory_limited=True)
+    assert (observation.target, observation.exit_code) == (Status.STOPPED, 137)
+
+
+def test_an_exited_container_of_a_stopped_instance_says_nothing_new():
+    assert target_for(_exited(3), Status.STOPPED).target == Status.STOPPED
+
+
+def test_the_oom_flag_still_wins_without_a_memory_limit_argument():
+    assert target_for(_exited(137, oom=True), Status.CREATING).reason == OOM_KILLED
+
+
+# -- missed transitions -------------------------------------------------------------------------
+
+
+def test_running_instance_whose_container_exited_zero_becomes_stopped(place):
+    instance = place(Status.RUNNING, "exited", exit_code=0)
+    report = reconcile()
+    assert (report.checked, report.changed) == (1, 1)
+    assert (stored(instance).status, stored(instance).exit_code) == ("stopped", 0)
+    assert history(instance)[-1] == ("running", "stopped", "reconciler")
+
+
+def test_running_instance_whose_container_exited_non_zero_fails_with_the_code(place):
+    instance = place(Status.RUNNING, "exited", exit_code=3)
+    reconcile()
+    row = stored(instance)
+    assert (row.status, row.exit_code, row.status_reason) == ("failed", 3, "exited with code 3")
+
+
+def test_running_instance_whose_container_vanished_fails_removed_outside(place, engine):
+    instance = place(Status.RUNNING)
+    engine.remove(instance.container_id)
+    reconcile()
+    row = stored(instance)
+    assert (row.status, row.status_reason, row.runtime_missing) == (
+        "failed",
+        REMOVED_OUTSIDE,
+        True,
+    )
+
+
+def test_running_instance_paused_outside_becomes_paused_then_running(place, engine):
+    instance = place(Status.RUNNING)
+    engine.set_state(instance.container_id, "paused")
+    reconcile()
+    assert stored(instance).status == "paused"
+    engine.set_state(instance.container_id, "running")
+    reconcile()
+    assert stored(instance).status == "running"
+
+
+def test_stopped_instance_whose_container_vanished_stays_stopped_marked_missing_once(place, engine):
+    instance = place(Status.STOPPED, "exited", exit_code=0)
+    engine.remove(instance.container_id)
+    for _ in range(3):
+        reconcile()
+    row = stored(instance)
+    assert (row.status, row.runtime_missing) == ("stopped", True)
+    [kept] = ContainerEvent.objects.filter(instance_id=instance.pk)
+    assert (kept.from_status, kept.to_status) == ("stopped", "stopped")
+    assert REMOVED_OUTSIDE in kept.message
+
+
+def test_stopped_instance_with_a_non_zero_exit_stays_stopped(place):
+    instance = place(Status.STOPPED, "exited", exit_code=137)
+    reconcile()
+    assert stored(instance).status == "stopped"
+    assert not ContainerEvent.objects.filter(instance_id=instance.pk).exists()
+
+
+def test_nothing_changed_writes_no_history(place):
+    instance = place(Status.RUNNING)
+    for _ in range(3):
+        reconcile()
+    assert not ContainerEvent.objects.filter(instance_id=instance.pk).exists()
+
+
+def test_exit_137_under_a_memory_limit_fails_the_instance_oomkilled(place):
+    instance = place(Status.RUNNING, "exited", exit_code=137, memory=6 * 1024 * 1024)
+    reconcile()
+    assert (stored(instance).status, stored(instance).status_reason) == ("failed", "OOMKilled")
+
+
+def test_node_name_and_container_id_are_backfilled(place, fake_runtime):
+    instance = place(Status.RUNNING)
+    runtime_id = instance.container_id
+    ContainerInstance.objects.filter(pk=instance.pk).update(container_id="", runtime_node_name="")
+    reconcile()
+    row = stored(instance)
+    assert (row.runtime_node_name, row.container_id) == ("fake-node", runtime_id)
+    fake_runtime.refresh_from_db()
+    assert fake_runtime.node_name == "fake-node"
+    assert fake_runtime.last_seen_at is not None
+
+
+def test_failed_instance_gets_its_node_name_but_keeps_its_state(place):
+    instance = place(Status.FAILED, "running", runtime_node_name="")
+    reconcile()
+    assert (stored(instance).status, stored(instance).runtime_node_name) == ("failed", "fake-node")
+
+
+# -- what the reconciler leaves to the workers ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "status", ["pending", "start_pending", "stop_pending", "delete_pending", "failed"]
+)
+def test_queued_requests_and_failed_are_not_compared(place, status):
+    instance = place(status, "exited", exit_code=3, runtime_node_name="n")
+    reconcile()
+    assert stored(instance).status == status
+
+
+@pytest.mark.parametrize("status", ["creating", "starting", "stopping", "deleting"])
+def test_an_instance_whose_request_is_unfinished_is_left_to_its_worker(place, status):
+    # e.g. starting a stopped container: the engine still shows the old exit code.
+    instance = place(status, "exited", exit_code=137)
+    outbox_row(instance, "processing", lease_in=60)
+    report = reconcile()
+    assert report.busy == 1
+    assert stored(instance).status == status
+
+
+def test_creating_without_a_request_in_flight_is_repaired(place):
+    instance = place(Status.CREATING, "running")
+    outbox_row(instance, "sent")
+    reconcile()
+    assert stored(instance).status == "running"
+
+
+def test_deleting_with_its_container_gone_is_our_own_delete(place):
+    instance = place(Status.DELETING, None)
+    reconcile()
+    assert stored(instance).status == "deleting"
+    assert not ContainerEvent.objects.filter(instance_id=instance.pk).exists()
+
+
+# -- start_timeout ------------------------------------------------------------------------------
+
+
+def test_creating_past_start_timeout_is_failed_when_no_worker_holds_it(place, gobrave_config):
+    gobrave_config(container={"start_timeout": 5})
+    instance = place(Status.CREATING, "created")
+    outbox_row(instance, "pending")  # waiting on a retry backoff
+    age(instance, 6)
+    report = reconcile()
+    assert report.timed_out == 1
+    row = stored(instance)
+    assert row.status == "failed"
+    assert row.status_reason.startswith("start_timeout: still creating after 6s")
+    assert history(instance)[-1] == ("creating", "failed", "reconciler")
+
+
+def test_start_timeout_never_fails_an_instance_while_its_request_is_leased(place, gobrave_config):
+    gobrave_config(container={"start_timeout": 5})
+    instance = place(Status.STARTING, "exited", exit_code=0)
+    outbox_row(instance, "processing", lease_in=30)
+    age(instance, 600)
+    assert reconcile().timed_out == 0
+    assert stored(instance).status == "starting"
+
+
+def test_an_expired_lease_does_not_protect_from_start_timeout(place, gobrave_config):
+    gobrave_config(container={"start_timeout": 5})
+    instance = place(Status.STARTING, "created")
+    outbox_row(instance, "processing", lease_in=-1)  # the worker was killed
+    age(instance, 6)
+    reconcile()
+    assert stored(instance).status == "failed"
+
+
+def test_within_start_timeout_nothing_happens(place, gobrave_config):
+    gobrave_config(container={"start_timeout": 5})
+    instance = place(Status.CREATING, "created")
+    age(instance, 3)
+    assert reconcile().timed_out == 0
+    assert stored(instance).status == "creating"
+
+
+def test_start_timeout_applies_with_the_engine_down(owner, gobrave_config):
+    gobrave_config(container={"start_timeout": 5})
+    down = RuntimeFactory(driver="docker", base_url="unix:///tmp/gobrave-no-engine.sock")
+    instance = InstanceFactory(status=Status.CREATING, runtime=down)
+    age(instance, 6)
+    report = reconcile()
+    assert report.timed_out == 1
+    assert "unreachable" in report.errors[0]
+    down.refresh_from_db()
+    assert down.last_error
+    with pytest.raises(CommandError, match="could not be reconciled"):
+        call_command("reconcile", "--once")
+
+
+# -- orphans ------------------------------------------------------------------------------------
+
+
+def orphan_spec(label: str = "", name: str = "") -> ContainerSpec:
+    label = label or str(uuid.uuid4())
+    return ContainerSpec(
+        name=name or f"gb-{label}",
+        image="gobrave-test-busybox:latest",
+        labels={"io.gobrave.installation": "gobrave", "io.gobrave.instance": label},
+    )
+
+
+def test_an_orphan_is_reported_once_with_its_label(engine, fake_runtime):
+    label = str(uuid.uuid4())
+    runtime_id = engine.create(orphan_spec(label))
+    for _ in range(2):
+        reconcile()
+    orphan = OrphanContainer.objects.get()
+    assert (orphan.container_id, orphan.runtime, orphan.removed_at) == (
+        runtime_id,
+        fake_runtime,
+        None,
+    )
+    assert orphan.last_seen_at >= orphan.first_seen_at
+    [event] = ContainerEvent.objects.filter(kind="orphan")
+    assert (str(event.instance_id), event.actor) == (label, "reconciler")
+    assert engine.inspect(runtime_id) is not None  # policy report: left alone
+
+
+def test_an_orphan_without_a_valid_label_is_recorded_under_the_nil_uuid(engine, fake_runtime):
+    engine.create(orphan_spec("not-a-uuid", name="gb-strange"))
+    reconcile()
+    assert ContainerEvent.objects.get(kind="orphan").instance_id == NIL_UUID
+
+
+def test_orphans_are_removed_under_policy_remove(engine, fake_runtime, gobrave_config):
+    gobrave_config(container={"orphan_policy": "remove"})
+    runtime_id = engine.create(orphan_spec())
+    report = reconcile()
+    assert (report.orphans_new, report.orphans_removed) == (1, 1)
+    assert engine.inspect(runtime_id) is None
+    assert OrphanContainer.objects.get().removed_at is not None
+
+
+def test_an_orphan_removed_by_someone_else_is_marked_removed(engine, fake_runtime):
+    runtime_id = engine.create(orphan_spec())
+    reconcile()
+    engine.remove(runtime_id)
+    reconcile()
+    assert OrphanContainer.objects.get().removed_at is not None
+
+
+def test_containers_of_existing_instances_are_not_orphans(place):
+    place(Status.PENDING, "created")  # e.g. made by a create whose worker died
+    reconcile()
+    assert not OrphanContainer.objects.exists()
+
+
+def test_reconcile_command_prints_what_it_did(place, capsys):
+    place(Status.RUNNING, "exited", exit_code=0)
+    call_command("reconcile", "--once")
+    assert "checked 1, changed 1" in capsys.readouterr().out
+
+
+# -- template image status ----------------------------------------------------------------------
+
+
+def test_image_status_is_refreshed_per_matching_runtime(engine, fake_runtime, capsys):
+    present = TemplateFactory(image="here:1")
+    missing = TemplateFactory(image="gone:1")
+    nowhere = TemplateFactory(image="here:1", constraints={"engine": "none"})
+    (engine.root / "missing-image-gone:1").write_text("")
+    template_images_refresh()
+    statuses = {
+        t.pk: (t.image_status, t.image_checked_at is not None)
+        for t in ContainerTemplate.objects.all()
+    }
+    assert statuses == {
+        present.pk: ("present", True),
+        missing.pk: ("missing", True),
+        nowhere.pk: ("unknown", True),
+    }
+    call_command("refresh_images")
+    assert "missing" in capsys.readouterr().out
