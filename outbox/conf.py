@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 from django.conf import settings
 
@@ -16,19 +17,29 @@ def value(key: str):
 
 
 def lease() -> dt.timedelta:
-    """How long a claim holds: the delivery timeout plus a safety margin."""
+    """How long a started handler holds its claim: the delivery timeout plus a margin."""
     return dt.timedelta(seconds=value("delivery_timeout") + value("lease_margin"))
+
+
+def claim_lease(queue: str) -> dt.timedelta:
+    """How long a claim holds before its handler starts.
+
+    A claimed row may wait behind ``prefetch`` others for a worker, each taking at most
+    ``delivery_timeout``; the lease covers that wait, so a prefetched row is never handed
+    out twice. ``relay.begin()`` restarts the lease at ``lease()`` when the handler starts.
+    """
+    workers = registry.queues().get(queue, 1)
+    waits = math.ceil(value("prefetch") / workers)
+    return dt.timedelta(seconds=value("delivery_timeout") * (1 + waits) + value("lease_margin"))
 
 
 def in_flight_limit(queue: str) -> int:
     """At most this many rows of ``queue`` in ``processing`` at once.
 
-    The queue's worker count, so that no claimed row waits in django-q2's queue while
-    its lease runs out; ``max_in_flight`` caps the total across queues when set.
+    The queue's worker count plus ``prefetch`` (0 by default: a backlog waits in the
+    outbox, not in the worker queue). ``max_in_flight`` caps the total of all queues.
     """
-    workers = registry.queues().get(queue, 1)
-    cap = value("max_in_flight")
-    return min(workers, cap) if cap else workers
+    return registry.queues().get(queue, 1) + value("prefetch")
 
 
 def is_postgres(connection) -> bool:

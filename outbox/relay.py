@@ -20,7 +20,7 @@ from django.utils import timezone
 from outbox import conf, hooks, registry
 from outbox.models import UNFINISHED, OutboxEvent, OutboxStatus
 from outbox.registry import Defer, Outcome, PermanentFailure, RetryLater
-from outbox.services import counter_bump
+from outbox.services import counter_bump, outbox_notify
 
 log = logging.getLogger(__name__)
 
@@ -49,24 +49,28 @@ def _due(queue: str, now: dt.datetime):
 def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
     """Claim up to ``limit`` due rows of ``queue``; return ``(id, claim token)`` pairs.
 
-    1. Serialize claimers of this queue (advisory lock on PostgreSQL, the IMMEDIATE
-       write lock on SQLite) so that the in-flight count below is exact.
-    2. Room = the queue's in-flight limit minus its live ``processing`` rows.
+    1. Serialize claimers (an advisory lock on PostgreSQL, the IMMEDIATE write lock on
+       SQLite) so that the in-flight counts below are exact.
+    2. Room = the queue's in-flight limit minus its live ``processing`` rows, and no more
+       than ``max_in_flight`` minus the live rows of every queue.
     3. Select due rows (pending and due, or processing with an expired lease) that have
        no older unfinished row of the same aggregate, ``FOR UPDATE SKIP LOCKED``.
     4. Mark them ``processing`` under a fresh token and a lease. A row reclaimed after
        it had started (its worker died) counts an attempt.
-    Runs in its own transaction; the caller hands the rows to workers after it.
+    Runs in its own transaction (or the caller's); the caller hands the rows to workers.
     """
     now = timezone.now()
     with transaction.atomic():
         if conf.is_postgres(connection):
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"outbox:{queue}"])
+                cursor.execute("SELECT pg_advisory_xact_lock(hashtext('outbox:claim'))")
         live = OutboxEvent.objects.filter(
-            queue=queue, status=OutboxStatus.PROCESSING, lease_expires_at__gte=now
-        ).count()
-        room = min(limit, conf.in_flight_limit(queue) - live)
+            status=OutboxStatus.PROCESSING, lease_expires_at__gte=now
+        )
+        room = min(limit, conf.in_flight_limit(queue) - live.filter(queue=queue).count())
+        cap = conf.value("max_in_flight")
+        if cap and room > 0:
+            room = min(room, cap - live.count())
         if room <= 0:
             return []
         rows = list(
@@ -81,7 +85,7 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
         OutboxEvent.objects.filter(id__in=[row[0] for row in rows]).update(
             status=OutboxStatus.PROCESSING,
             claim_token=token,
-            lease_expires_at=now + conf.lease(),
+            lease_expires_at=now + conf.claim_lease(queue),
             started_at=None,
         )
         if crashed:
@@ -118,13 +122,20 @@ def begin(event_id: int, token: uuid.UUID) -> bool:
 
 
 def _finish(event_id: int, token: uuid.UUID, **fields) -> bool:
-    """Record an outcome only while the claim is still ours."""
-    return (
+    """Record an outcome only while the claim is still ours, and wake the dispatchers.
+
+    Finishing frees an in-flight slot: without the wake-up a backlog would move one
+    batch per ``poll_interval``.
+    """
+    finished = (
         OutboxEvent.objects.filter(
             id=event_id, claim_token=token, status=OutboxStatus.PROCESSING
         ).update(**fields)
         == 1
     )
+    if finished:
+        outbox_notify()
+    return finished
 
 
 def execute(event_id: int, token: uuid.UUID | str) -> str:

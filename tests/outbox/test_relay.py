@@ -223,3 +223,39 @@ def test_begin_refuses_an_unknown_token():
     enqueue()
     [(event_id, _)] = relay.claim("probe", 16)
     assert relay.begin(event_id, uuid.uuid4()) is False
+
+
+def test_prefetch_adds_to_in_flight_and_lengthens_the_claim_lease(gobrave_config):
+    gobrave_config(outbox={"prefetch": 2, "delivery_timeout": 10, "lease_margin": 5})
+    for index in range(10):
+        enqueue(f"agg{index}")
+    before = timezone.now()
+    claimed = relay.claim("probe", 16)
+    assert len(claimed) == 6  # 4 workers + 2 prefetched
+    row = OutboxEvent.objects.get(id=claimed[0][0])
+    # Waiting behind ceil(2/4) = 1 other handler: 10 * (1 + 1) + 5 seconds.
+    assert 24 <= (row.lease_expires_at - before).total_seconds() <= 26
+    assert relay.begin(row.id, claimed[0][1])
+    row.refresh_from_db()
+    assert 14 <= (row.lease_expires_at - timezone.now()).total_seconds() <= 15
+
+
+@pytest.mark.django_db(transaction=True)
+def test_finishing_a_row_wakes_the_dispatchers(postgres):
+    import psycopg
+    from django.db import connection
+
+    params = connection.get_connection_params()
+    listener = psycopg.connect(
+        autocommit=True,
+        **{k: v for k, v in params.items() if k not in ("cursor_factory", "context")},
+    )
+    try:
+        listener.execute("LISTEN gobrave_outbox")
+        enqueue()
+        [(event_id, token)] = relay.claim("probe", 16)
+        assert len(list(listener.notifies(timeout=0.2))) == 1  # the enqueue's
+        relay.execute(event_id, token)
+        assert len(list(listener.notifies(timeout=1, stop_after=1))) == 1  # the finish's
+    finally:
+        listener.close()

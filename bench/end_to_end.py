@@ -1,0 +1,206 @@
+"""End to end: POST /api/containers/ to ``running`` on the real Docker Engine.
+
+The whole app runs as the README recommends for production: PostgreSQL (its own bench
+database), the ORM broker, config.yml as shipped (``--config`` changes keys), gobrave's
+default connection pool; a gunicorn web server, one dispatcher, the ``create`` and
+``control`` clusters and the monitor. One container at a time (so this is latency, not
+queueing): the bench notes the wall clock, POSTs a create of a busybox template
+(``gobrave-test-busybox:latest``, pull_policy never, ``sleep 600``), and reads the
+time of the instance's ``running`` transition from its history. Interleaved with each
+sample, the docker SDK's bare ``containers.create()`` + ``start()`` of the same image
+and command is timed. Every container carries ``io.gobrave.installation=<bench id>``
+and all are removed at the end.
+
+    .venv/bin/python bench/end_to_end.py [--samples 50] [--config NAME:key=value,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import statistics
+import sys
+import time
+from types import SimpleNamespace
+
+import _common as c
+import docker
+from admission import request, start_server, wait_ready
+from relay_throughput import parse_config
+
+IMAGE = "gobrave-test-busybox:latest"
+COMMAND = ["sleep", "600"]
+TARGET_RATIO = 1.25
+CONFIGS = {"default": {}, "tuned": {"queue_poll": 0.02}}
+
+
+def fixtures() -> str:
+    from django.contrib.auth.models import User
+    from rest_framework.authtoken.models import Token
+
+    from containers.models import ContainerTemplate
+
+    user = User.objects.create_user("bench", password="bench-password-1")
+    ContainerTemplate.objects.create(
+        name="bench",
+        image=IMAGE,
+        command=COMMAND,
+        pull_policy="never",
+        constraints={"engine": "docker"},
+    )
+    return Token.objects.create(user=user).key
+
+
+def bare_sample(client, bench_id: str, i: int, tag: str) -> float:
+    t0 = time.perf_counter()
+    container = client.containers.create(
+        IMAGE,
+        command=COMMAND,
+        name=f"{bench_id}-bare-{tag}-{i}",
+        labels={"io.gobrave.installation": bench_id},
+        detach=True,
+    )
+    container.start()
+    return time.perf_counter() - t0
+
+
+def gobrave_sample(port: int, token: str, procs) -> dict:
+    from containers.models import ContainerEvent
+    from outbox.models import OutboxEvent
+
+    t0 = time.time()
+    status, (_, body) = request(port, token, "POST", "/api/containers/", {"template": "bench"})
+    answered = time.time()
+    if status != 202:
+        raise RuntimeError(f"create answered {status}: {body[:300]!r}")
+    import json
+
+    instance_id = json.loads(body)["id"]
+
+    def running():
+        procs.check()
+        return (
+            ContainerEvent.objects.filter(instance_id=instance_id, to_status="running")
+            .values_list("created_at", flat=True)
+            .first()
+        )
+
+    ran = c.wait_until(running, timeout=60, interval=0.005, what=f"{instance_id} running")
+    creating = (
+        ContainerEvent.objects.filter(instance_id=instance_id, to_status="creating")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    row = OutboxEvent.objects.get(aggregate_id=instance_id, kind="ContainerCreateRequest")
+    return {
+        "total": ran.timestamp() - t0,
+        "api": answered - t0,
+        "handoff": row.started_at.timestamp() - row.created_at.timestamp(),
+        "to_creating": creating.timestamp() - row.started_at.timestamp(),
+        "engine": ran.timestamp() - creating.timestamp(),
+    }
+
+
+def cleanup(bench_id: str, timeout: float = 120) -> tuple[int, int]:
+    """Remove every container labelled ``bench_id``; retries while the engine restarts."""
+    removed, deadline, label = 0, time.monotonic() + timeout, f"io.gobrave.installation={bench_id}"
+    while True:
+        try:
+            client = docker.from_env()
+            containers = client.containers.list(all=True, filters={"label": label})
+            if not containers:
+                return removed, 0
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                list(pool.map(lambda ct: ct.remove(force=True), containers))
+            removed += len(containers)
+        except docker.errors.NotFound:
+            continue
+        except (docker.errors.DockerException, OSError) as exc:
+            if time.monotonic() > deadline:
+                print(f"   cleanup gave up: {exc}")
+                return removed, -1
+            print(f"   (engine unavailable during cleanup: {exc}; retrying)")
+            time.sleep(2)
+
+
+def run_config(name, overrides, url, token, bench_id, client, args) -> tuple[list, list]:
+    env = c.app_env(
+        url,
+        settings="gobrave.settings",
+        pool=None,
+        container_installation_id=bench_id,
+        **overrides,
+    )
+    server = SimpleNamespace(workers=2, threads=4)
+    with c.processes(f"e2e-{name}") as procs:
+        port = start_server(procs, "web", "gobrave.wsgi:application", env, server)
+        procs.dispatcher(env)
+        procs.cluster("create", env)
+        procs.cluster("control", env)
+        procs.manage("monitor", "run_monitor", env=env)
+        wait_ready(procs, port, token)
+        time.sleep(2)  # clusters up
+        for i in range(2):  # warm-up, not counted
+            gobrave_sample(port, token, procs)
+            bare_sample(client, bench_id, i, f"{name}-warm")
+        bare, ours = [], []
+        deadline = time.monotonic() + args.max_seconds
+        for i in range(args.samples):
+            if time.monotonic() > deadline:
+                print(f"  (stopped after {i} samples: {args.max_seconds:g}s bound)")
+                break
+            bare.append(bare_sample(client, bench_id, i, name))
+            ours.append(gobrave_sample(port, token, procs))
+    return bare, ours
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument("--max-seconds", type=float, default=100, help="bound per config")
+    parser.add_argument("--config", action="append", help="NAME:section_key=value,...")
+    parser.add_argument("--keep-db", action="store_true")
+    args = parser.parse_args()
+    configs = dict(map(parse_config, args.config)) if args.config else CONFIGS
+    bench_id = f"gbbench-{os.getpid()}-{int(time.time())}"
+    client = docker.from_env()
+    client.images.get(IMAGE)  # present, never pulled
+
+    c.header("end to end: POST /api/containers/ -> running, real Docker Engine")
+    print(f"   docker {client.version()['Version']}, bench id {bench_id}, {args.samples} samples")
+    try:
+        with c.bench_database("e2e", keep=args.keep_db) as url:
+            c.django_setup(c.app_env(url, settings="gobrave.settings"))
+            token = fixtures()
+            for name, overrides in configs.items():
+                print(f"config {name}: {overrides or 'config.yml as shipped'}")
+                bare, ours = run_config(name, overrides, url, token, bench_id, client, args)
+                total = [s["total"] for s in ours]
+                print(f"   bare docker create+start: {c.summary_ms(bare)}")
+                print(f"   gobrave API -> running  : {c.summary_ms(total)}")
+                for part, what in (
+                    ("api", "POST answered (202)"),
+                    ("handoff", "outbox row written -> worker begins (dispatcher, broker)"),
+                    ("to_creating", "worker begins -> creating (capacity gate)"),
+                    ("engine", "creating -> running (engine calls, inspect)"),
+                ):
+                    values = [s[part] for s in ours]
+                    print(
+                        f"     {what:58s} p50 {c.percentile(values, 50) * 1000:6.1f} ms, "
+                        f"mean {statistics.fmean(values) * 1000:6.1f} ms"
+                    )
+                r50 = c.percentile(total, 50) / c.percentile(bare, 50)
+                r95 = c.percentile(total, 95) / c.percentile(bare, 95)
+                print(
+                    f"   ratio p50 {r50:.2f}, p95 {r95:.2f} (target p50 <= {TARGET_RATIO}: "
+                    f"{c.verdict(r50 <= TARGET_RATIO)})"
+                )
+    finally:
+        removed, left = cleanup(bench_id)
+        print(f"   removed {removed} containers labelled {bench_id}; left: {left}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

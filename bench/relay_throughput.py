@@ -1,0 +1,264 @@
+"""Relay throughput: outbox rows/s from commit to ``sent`` through dispatcher + django-q2.
+
+For each broker (ORM on the app's database, Redis) and each configuration, one
+dispatcher and the ``create`` cluster run; N ``BenchNoop`` rows (the bench app's no-op
+kind on the ``create`` queue) are committed at once and timed until the last is
+``sent``. Against: django-q2's own ``async_task`` of a no-op function, N tasks enqueued
+one by one on the same broker to the same running cluster, timed until the last ran;
+and Procrastinate, N no-op jobs deferred one by one on the same PostgreSQL server (its
+own database), timed until the last succeeded.
+
+    .venv/bin/python bench/relay_throughput.py [--rows 600] [--brokers orm,redis]
+        [--config NAME:key=value,...]   (repeatable; replaces the default set)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import _common as c
+import psycopg
+import redis
+
+CONFIGS = {
+    # config.yml as shipped: create workers = create_queue_max_concurrency (3), batch 16,
+    # queue_limit 4, bulk 1, poll 0.2 s, save_limit -1, dispatcher poll_interval 1 s.
+    "default": {},
+    "tuned": {
+        "queue_create_workers": 8,
+        "queue_poll": 0.05,
+        "outbox_poll_interval": 0.05,
+    },
+    # Not gobrave's behaviour: the bench app's two experiments (see bench/apps.py).
+    "experiment": {
+        "queue_create_workers": 8,
+        "queue_poll": 0.05,
+        "queue_queue_limit": 8,
+        "BENCH_NOTIFY_ON_FINISH": "1",
+        "BENCH_IN_FLIGHT_EXTRA": "8",
+    },
+}
+INSERT = """
+INSERT INTO outbox_outboxevent
+    (kind, queue, aggregate_id, payload, status, attempts, available_at, last_error,
+     outcome, created_at)
+SELECT 'BenchNoop', 'create', %s || g, '{}'::jsonb, 'pending', 0, now(), '', '', now()
+FROM generate_series(1, %s) AS g
+"""
+
+
+def parse_config(text: str) -> tuple[str, dict]:
+    name, _, body = text.partition(":")
+    overrides = {}
+    for item in filter(None, body.split(",")):
+        key, _, value = item.partition("=")
+        overrides[key.strip()] = value.strip()
+    return name, overrides
+
+
+def sent_count(conn, tag: str) -> int:
+    return conn.execute(
+        "SELECT count(*) FROM outbox_outboxevent WHERE status = 'sent' AND aggregate_id LIKE %s",
+        [tag + "%"],
+    ).fetchone()[0]
+
+
+class Profile:
+    """CPU seconds of the dispatcher and cluster process trees, and the bench database's
+    commits and row writes (pg_stat_database), between ``start()`` and ``stop()``."""
+
+    def __init__(self, conn, procs) -> None:
+        self.conn, self.procs = conn, procs
+
+    def sample(self) -> dict:
+        time.sleep(1.2)  # backends flush their statistics at most once a second
+        row = self.conn.execute(
+            "SELECT xact_commit, tup_inserted + tup_updated + tup_deleted "
+            "FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+        cpu = {name: c.tree_cpu_seconds(p.pid) for name, p in self.procs.procs.items()}
+        return {"commits": row[0], "writes": row[1], **cpu}
+
+    def start(self) -> None:
+        self.before = self.sample()
+
+    def stop(self, n: int) -> str:
+        after = self.sample()
+        delta = {k: (after[k] - self.before.get(k, 0)) / max(n, 1) for k in after}
+        cpu = ", ".join(
+            f"{k} {v * 1000:.1f} ms" for k, v in delta.items() if k not in ("commits", "writes")
+        )
+        return (
+            f"per row: {delta['commits']:.1f} commits, {delta['writes']:.1f} row writes, CPU {cpu}"
+        )
+
+
+def relay_phase(conn, procs, n: int, tag: str, timeout: float) -> dict:
+    with conn.transaction():
+        conn.execute(INSERT, [tag, n])
+        conn.execute("NOTIFY gobrave_outbox")
+    t0 = time.perf_counter()
+    deadline = time.monotonic() + timeout
+    done = 0
+    while time.monotonic() < deadline:
+        done = sent_count(conn, tag)
+        if done >= n:
+            break
+        procs.check()
+        time.sleep(0.02)
+    elapsed = time.perf_counter() - t0
+    return {"done": done, "elapsed": elapsed, "rate": done / elapsed}
+
+
+def raw_phase(env: dict, n: int, key: str, timeout: float) -> dict:
+    result = subprocess.run(
+        [c.PYTHON, "bench/_raw_django_q.py", str(n), key, str(timeout)],
+        cwd=c.REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout + 120,
+    )
+    if result.returncode:
+        raise RuntimeError(f"raw django-q2 client failed:\n{result.stderr[-3000:]}")
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    data["rate"] = data["done"] / data["elapsed_s"]
+    return data
+
+
+def run_config(url: str, broker: str, name: str, overrides: dict, args, redis_url: str) -> dict:
+    env = c.app_env(url, queue_broker=broker, BENCH_REDIS_URL=redis_url, **overrides)
+    with c.processes(f"relay-{name}") as procs, psycopg.connect(url, autocommit=True) as conn:
+        procs.cluster("create", env)
+        procs.dispatcher(env)
+        stamp = f"{name}-{broker.split(':')[0]}-{time.monotonic_ns()}"
+        warm = relay_phase(conn, procs, 10, f"warm-{stamp}-", 60)
+        if warm["done"] < 10:
+            raise RuntimeError(f"warm-up: only {warm['done']}/10 rows sent in 60 s")
+        profile = Profile(conn, procs)
+        profile.start()
+        relay = relay_phase(conn, procs, args.rows, f"relay-{stamp}-", args.phase_timeout)
+        relay["profile"] = profile.stop(relay["done"])
+        profile.start()
+        raw = raw_phase(env, args.rows, f"bench-raw-{stamp}", args.phase_timeout)
+        raw["profile"] = profile.stop(raw["done"]) + " (+ the client's enqueues)"
+        procs.stop("dispatcher")
+        procs.stop("create-cluster")
+        conn.execute("DELETE FROM outbox_outboxevent")
+        conn.execute("DELETE FROM django_q_ormq")
+    return {"relay": relay, "raw": raw}
+
+
+def procrastinate_phase(args) -> dict:
+    dbname = "gobrave_bench_procrastinate"
+    dsn = c.create_database(dbname)
+    env = {**c.app_env(dsn), "BENCH_PROCRASTINATE_DSN": dsn}
+    try:
+        subprocess.run(
+            [c.PYTHON, "bench/_procrastinate_app.py", "schema"], cwd=c.REPO, env=env, check=True
+        )
+        import os
+
+        os.environ["BENCH_PROCRASTINATE_DSN"] = dsn
+        from _procrastinate_app import app, noop
+
+        with c.processes("procrastinate") as procs, psycopg.connect(dsn, autocommit=True) as conn:
+            procs.start(
+                "procrastinate-worker",
+                [c.PYTHON, "bench/_procrastinate_app.py", "worker", str(args.pc_concurrency)],
+                env,
+            )
+            time.sleep(2)
+            procs.check()
+            with app.open():
+                for i in range(10):  # warm-up
+                    noop.defer(i=i)
+                c.wait_until(
+                    lambda: (
+                        conn.execute(
+                            "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+                        ).fetchone()[0]
+                        >= 10
+                    ),
+                    timeout=60,
+                    what="Procrastinate warm-up",
+                )
+                conn.execute("DELETE FROM procrastinate_jobs")
+                t0 = time.perf_counter()
+                for i in range(args.rows):
+                    noop.defer(i=i)
+                enqueue = time.perf_counter() - t0
+            deadline = time.monotonic() + args.phase_timeout
+            done = 0
+            while time.monotonic() < deadline:
+                done = conn.execute(
+                    "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+                ).fetchone()[0]
+                if done >= args.rows:
+                    break
+                time.sleep(0.02)
+            elapsed = time.perf_counter() - t0
+    finally:
+        c.drop_database(dbname)
+    return {"done": done, "elapsed": elapsed, "enqueue_s": enqueue, "rate": done / elapsed}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=600, help="rows/tasks/jobs per phase")
+    parser.add_argument("--phase-timeout", type=float, default=25, help="max seconds per phase")
+    parser.add_argument("--brokers", default="orm,redis")
+    parser.add_argument("--redis-db", type=int, default=12, help="Redis db for the Redis broker")
+    parser.add_argument("--config", action="append", help="NAME:section_key=value,...")
+    parser.add_argument("--pc-concurrency", type=int, default=8, help="Procrastinate workers")
+    parser.add_argument("--no-procrastinate", action="store_true")
+    parser.add_argument("--keep-db", action="store_true")
+    args = parser.parse_args()
+    configs = dict(map(parse_config, args.config)) if args.config else CONFIGS
+    redis_url = f"redis://127.0.0.1:6379/{args.redis_db}"
+    brokers = {"orm": "orm", "redis": redis_url}
+
+    c.header("relay throughput: commit -> sent, BenchNoop rows on the create queue")
+    print(f"   {args.rows} rows per phase, at most {args.phase_timeout:g} s per phase")
+    for name, overrides in configs.items():
+        print(f"   config {name}: {overrides or 'config.yml as shipped'}")
+    results: dict[tuple[str, str], dict] = {}
+    with c.bench_database("relay", keep=args.keep_db) as url:
+        for broker in args.brokers.split(","):
+            if broker == "redis":
+                r = redis.Redis.from_url(redis_url)
+                r.delete("create")  # django-q2's list for cluster "create" in our db only
+            for name, overrides in configs.items():
+                res = run_config(url, brokers[broker], name, overrides, args, redis_url)
+                results[broker, name] = res
+                relay, raw = res["relay"], res["raw"]
+                ratio = relay["rate"] / raw["rate"]
+                print(
+                    f"{broker:5s} {name:10s} relay {relay['rate']:7.1f} rows/s "
+                    f"({relay['done']} in {relay['elapsed']:.1f}s) | raw django-q2 "
+                    f"{raw['rate']:7.1f} tasks/s ({raw['done']} in {raw['elapsed_s']:.1f}s, "
+                    f"enqueue {args.rows / raw['enqueue_s']:.0f}/s) | relay/raw {ratio:.2f} "
+                    f"(target >= 0.9: {c.verdict(ratio >= 0.9)})"
+                )
+                print(f"      relay {relay['profile']}\n      raw   {raw['profile']}")
+    if not args.no_procrastinate:
+        pc = procrastinate_phase(args)
+        print(
+            f"Procrastinate {pc['rate']:.1f} jobs/s ({pc['done']} in {pc['elapsed']:.1f}s, "
+            f"defer {args.rows / pc['enqueue_s']:.0f}/s, concurrency {args.pc_concurrency})"
+        )
+        for (broker, name), res in results.items():
+            ratio = res["relay"]["rate"] / pc["rate"]
+            print(
+                f"{broker:5s} {name:10s} relay / Procrastinate = {ratio:.2f} "
+                f"(target >= 1: {c.verdict(ratio >= 1)})"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

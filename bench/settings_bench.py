@@ -1,0 +1,11 @@
+"""gobrave's settings plus the bench app (a no-op outbox kind and opt-in experiments).
+
+Used by the benchmarks' processes as ``DJANGO_SETTINGS_MODULE=bench.settings_bench``;
+everything else (database, config.yml and its ``GOBRAVE_*`` overrides, django-q2's
+clusters) is exactly gobrave's.
+"""
+
+from gobrave.settings import *  # noqa: F403
+from gobrave.settings import INSTALLED_APPS
+
+INSTALLED_APPS = [*INSTALLED_APPS, "bench.apps.BenchConfig"]
