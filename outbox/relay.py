@@ -64,9 +64,7 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
         if conf.is_postgres(connection):
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(hashtext('outbox:claim'))")
-        live = OutboxEvent.objects.filter(
-            status=OutboxStatus.PROCESSING, lease_expires_at__gte=now
-        )
+        live = OutboxEvent.objects.filter(status=OutboxStatus.PROCESSING, lease_expires_at__gte=now)
         room = min(limit, conf.in_flight_limit(queue) - live.filter(queue=queue).count())
         cap = conf.value("max_in_flight")
         if cap and room > 0:
