@@ -26,20 +26,15 @@ import redis
 
 CONFIGS = {
     # config.yml as shipped: create workers = create_queue_max_concurrency (3), batch 16,
-    # queue_limit 4, bulk 1, poll 0.2 s, save_limit -1, dispatcher poll_interval 1 s.
+    # prefetch 0, queue_limit 4, bulk 1, poll 0.1 s, save_limit -1.
     "default": {},
+    # More workers than the default concurrency of 3 (the capacity gate is not in play for
+    # no-op rows), a prefetch that hides the ORM broker's poll, a shorter broker poll.
     "tuned": {
         "queue_create_workers": 8,
-        "queue_poll": 0.05,
-        "outbox_poll_interval": 0.05,
-    },
-    # Not gobrave's behaviour: the bench app's two experiments (see bench/apps.py).
-    "experiment": {
-        "queue_create_workers": 8,
-        "queue_poll": 0.05,
+        "outbox_prefetch": 8,
         "queue_queue_limit": 8,
-        "BENCH_NOTIFY_ON_FINISH": "1",
-        "BENCH_IN_FLIGHT_EXTRA": "8",
+        "queue_poll": 0.05,
     },
 }
 INSERT = """

@@ -65,6 +65,10 @@ def _api_error(what: str, exc: docker.errors.APIError) -> RuntimeFailure:
     return RuntimeFailure(message)
 
 
+class _ImageMissing(Exception):  # noqa: N818 - a signal inside create(), never raised out
+    """The engine has no such image: apply the pull policy, then create again."""
+
+
 @contextlib.contextmanager
 def _translated(what: str) -> Iterator[None]:
     """Re-raise any docker/requests/socket error as RuntimeFailure or PermanentRuntimeError."""
@@ -231,7 +235,17 @@ class DockerRuntime:
         other container is a PermanentRuntimeError. Memory swap is capped at the memory
         limit so exceeding it OOM-kills instead of swapping; no restart policy.
         """
-        self.ensure_image(spec.image, spec.pull_policy)
+        if spec.pull_policy == "always":
+            self.ensure_image(spec.image, spec.pull_policy)
+        try:
+            return self._create(spec)
+        except _ImageMissing:
+            # The common case costs no image inspection; a missing image is handled by
+            # the pull policy here (never: permanent; if_not_present: pull) and retried.
+            self.ensure_image(spec.image, spec.pull_policy)
+            return self._create(spec)
+
+    def _create(self, spec: ContainerSpec) -> str:
         with _translated(f"create {spec.name}"):
             api = self._api()
             host_config = api.create_host_config(
@@ -255,6 +269,8 @@ class DockerRuntime:
                     stop_timeout=self.stop_grace,
                     detach=True,
                 )
+            except docker.errors.ImageNotFound as exc:
+                raise _ImageMissing(str(exc)) from exc
             except docker.errors.APIError as exc:
                 if exc.status_code != 409:
                     raise
@@ -285,11 +301,12 @@ class DockerRuntime:
         """
         with _translated(f"start {ref}"):
             api = self._api()
-            state = api.inspect_container(ref).get("State") or {}
-            if state.get("Paused"):
+            try:
+                api.start(ref)  # a running container answers 304: nothing to do
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409 or "paused" not in str(exc.explanation):
+                    raise
                 api.unpause(ref)
-            elif not state.get("Running"):
-                api.start(ref)
 
     def stop(self, ref: str, timeout: int | None = None) -> None:
         """SIGTERM, then SIGKILL after ``timeout`` s (default ``stop_grace``).
