@@ -100,10 +100,10 @@ def container_create_by_template(
     """Accept a create request, or refuse it with ``QueueFull`` or ``InvalidSpec``.
 
     1. Choose the runtime and resolve the spec (no lock held; a bad spec stops here).
-    2. In one transaction: take the global admission gate (every create, whatever its
-       template, runtime or owner), count ``pending`` instances, refuse at
-       ``create_queue_max_pending``, else insert the instance, its history entry and
-       its ``ContainerCreateRequest`` outbox row.
+    2. In one transaction: insert the instance, its history entry and its
+       ``ContainerCreateRequest`` outbox row; then take the global admission gate (every
+       create, whatever its template, runtime or owner) and count the other ``pending``
+       instances; at ``create_queue_max_pending`` refuse, rolling all of it back.
     A refusal is counted for the dashboard and leaves no row anywhere.
     """
     runtime = runtime_select(template=template)
@@ -125,15 +125,6 @@ def container_create_by_template(
     limit = _config()["create_queue_max_pending"]
     try:
         with transaction.atomic():
-            lock_gate("admission")
-            pending = ContainerInstance.objects.filter(status=Status.PENDING).count()
-            if pending >= limit:
-                raise QueueFull(
-                    f"the create queue is full ({pending} pending, limit {limit}); retry later",
-                    retry_after=_retry_after(pending),
-                    pending=pending,
-                    limit=limit,
-                )
             instance = ContainerInstance.objects.create(
                 id=instance_id,
                 name=name,
@@ -150,6 +141,17 @@ def container_create_by_template(
                 message=f"create requested from template {template.name} on {runtime.name}",
             )
             outbox_enqueue(kind=CREATE, aggregate_id=str(instance.id), payload={"by": actor})
+            # Last, so the gate is held only for the count and the commit. Every earlier
+            # holder has committed when we get it, so the count sees every admitted row.
+            lock_gate("admission")
+            ahead = ContainerInstance.objects.filter(status=Status.PENDING).count() - 1
+            if ahead >= limit:
+                raise QueueFull(
+                    f"the create queue is full ({ahead} pending, limit {limit}); retry later",
+                    retry_after=_retry_after(ahead),
+                    pending=ahead,
+                    limit=limit,
+                )
     except QueueFull:
         counter_bump("create_refused")
         raise
