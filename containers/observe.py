@@ -94,31 +94,27 @@ def apply_observation(
     if current == target:
         return False
     if can_move(current, target):
-        move(
-            instance,
-            target,
-            actor=actor,
-            kind="runtime",
-            message=observation.reason,
-            data=data,
-            **fields,
-        )
-        return True
-    if (
+        path = [target]
+    elif (
         observation.started
         and can_move(current, Status.RUNNING)
         and can_move(Status.RUNNING, target)
     ):
-        move(instance, Status.RUNNING, actor=actor, kind="runtime", message="started", data=data)
+        path = [Status.RUNNING, target]  # it did start: the shortest true path
+    else:
+        path = []
+    for step in path:
+        final = step == target
         move(
             instance,
-            target,
+            step,
             actor=actor,
             kind="runtime",
-            message=observation.reason,
+            message=observation.reason if final else "started",
             data=data,
-            **fields,
+            **(fields if final else {}),
         )
+    if path:
         return True
     record(
         instance,
