@@ -107,12 +107,35 @@ def _apply(instance_id: str, runtime_id: str, doing: str) -> None:
 def handle_create(event: OutboxEvent) -> Outcome:
     instance = _begin(event, ready=Status.PENDING, doing=Status.CREATING, gated=True)
     if instance is None:
+        _remove_unrecorded(event.aggregate_id)
         return Outcome.SUPERSEDED
     runtime = runtime_for(instance.runtime)
     runtime_id = runtime.create(_spec(instance))
     runtime.start(runtime_id)
     _apply(str(instance.id), runtime_id, Status.CREATING)
     return Outcome.SENT
+
+
+def _remove_unrecorded(instance_id: str) -> None:
+    """A create found its instance failed before the create was recorded (the reconciler
+    gave up on it after a worker died mid-create): remove what that worker may have made."""
+    instance = ContainerInstance.objects.filter(id=instance_id).first()
+    if instance is None or instance.status != Status.FAILED or instance.container_id:
+        return
+    runtime = runtime_for(instance.runtime)
+    if runtime.inspect(instance.container_name) is not None:
+        runtime.remove(instance.container_name)
+        with transaction.atomic():
+            instance = _locked(instance_id)
+            if instance is not None:
+                record(
+                    instance,
+                    kind="cleanup",
+                    actor=WORKER,
+                    from_status=instance.status,
+                    to_status=instance.status,
+                    message="removed the container a failed create had left behind",
+                )
 
 
 def handle_start(event: OutboxEvent) -> Outcome:
@@ -175,12 +198,27 @@ def handle_delete(event: OutboxEvent) -> Outcome:
     return Outcome.SENT
 
 
+# The states in which each request is still the instance's business (ready, doing).
+REQUEST_STATES = {
+    CREATE: (Status.PENDING, Status.CREATING),
+    START: (Status.START_PENDING, Status.STARTING),
+    STOP: (Status.STOP_PENDING, Status.STOPPING),
+    DELETE: (Status.DELETE_PENDING, Status.DELETING),
+}
+
+
 def on_dead(event: OutboxEvent, reason: str) -> None:
-    """A request went dead: fail its instance with the reason, where its state allows."""
+    """A request went dead: fail its instance with the reason, if the request still owns it.
+
+    An instance that has moved on (a delete accepted while a create was failing) keeps
+    its state, so the later request still runs; the dead letter is recorded either way.
+    """
     instance = _locked(event.aggregate_id)
     if instance is None:
         return
-    if not can_move(instance.status, Status.FAILED):
+    if instance.status not in REQUEST_STATES.get(event.kind, ()) or not can_move(
+        instance.status, Status.FAILED
+    ):
         record(
             instance,
             kind="dead_letter",

@@ -8,6 +8,7 @@ nothing behind. Repeats of a request already under way are accepted as no-ops.
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from containers.spec import clean_constraints, resolve_spec
 from containers.states import IN_FLIGHT, Status, sources_of
 from outbox.services import counter_bump, outbox_enqueue
 
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 CREATE = "ContainerCreateRequest"
 START = "ContainerStartRequest"
 STOP = "ContainerStopRequest"
@@ -108,13 +110,20 @@ def container_create_by_template(
     """
     runtime = runtime_select(template=template)
     instance_id = uuid.uuid4()
-    name = (name or f"{template.name}-{str(instance_id)[:8]}").strip()
-    if not name or len(name) > 128:
-        raise InvalidSpec("name: must be 1 to 128 characters", field="name")
+    if not name:
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", template.name).strip("-._")[:100] or "c"
+        name = f"{stem}-{str(instance_id)[:8]}"
+    name = name.strip()
+    if not _NAME.fullmatch(name):
+        raise InvalidSpec(
+            "name: 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit",
+            field="name",
+        )
     variables = _variables(
         instance_id=instance_id, name=name, owner=owner, template=template, runtime=runtime
     )
-    roots = [_config()["workspace_root"], *_config()["allowed_volume_roots"]]
+    # The owner's own workspace, not the whole workspace_root: no one mounts another's.
+    roots = [variables["WORKSPACE_PATH"], *_config()["allowed_volume_roots"]]
     spec = resolve_spec(
         template=template,
         variables=variables,

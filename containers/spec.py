@@ -16,7 +16,9 @@ from containers.errors import InvalidSpec
 from containers.runtime.labels import LABEL_INSTALLATION, LABEL_INSTANCE, LABEL_TEMPLATE
 
 _VAR = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Variables whose values are paths by design; every other value must stay one path segment.
+PATH_VARIABLES = frozenset({"WORKSPACE_PATH", "WORKSPACE_ROOT"})
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _MEMORY_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 MIN_MEMORY = 4 * 1024 * 1024  # Docker refuses less than 6 MB; 4 MB keeps the error ours
@@ -74,7 +76,7 @@ def clean_env(env: Any, *, where: str = "env") -> dict[str, str]:
         raise InvalidSpec(f"{where}: must be a mapping of NAME: value", field=where)
     cleaned: dict[str, str] = {}
     for name, value in env.items():
-        if not isinstance(name, str) or not _ENV_NAME.match(name):
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
             raise InvalidSpec(f"{where}: {name!r} is not a valid variable name", field=where)
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise InvalidSpec(f"{where}.{name}: must be a string or a number", field=where)
@@ -160,24 +162,51 @@ def _inside(path: str, roots: list[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
+def _segment_safe(variables: Mapping[str, str]) -> dict[str, str]:
+    """The variables a volume path may use: path variables as they are, and every other
+    value only if it is one harmless path segment (no ``/``, not ``.`` or ``..``)."""
+    safe = {}
+    for name, value in variables.items():
+        if name in PATH_VARIABLES or ("/" not in value and value not in (".", "..")):
+            safe[name] = value
+    return safe
+
+
 def resolve_mounts(
     volumes: list[dict[str, Any]], variables: Mapping[str, str], roots: list[str]
 ) -> list[dict[str, Any]]:
-    """Expand volume sources strictly and keep them inside the allowed roots."""
+    """Expand volume sources strictly and keep them inside the allowed roots.
+
+    1. Expand; an unknown variable, or a value that would add path segments (an
+       instance or user name such as ``../7``), refuses the request naming it.
+    2. The source must be absolute; it is normalized, and so is its real path where it
+       exists here (a symlink planted in a workspace cannot point outside the roots).
+    3. Both must lie inside one of ``roots``.
+    """
+    safe = _segment_safe(variables)
     mounts = []
     for index, volume in enumerate(clean_volumes(volumes)):
         where = f"volumes[{index}]"
-        source = expand(volume["source"], variables, strict=True, where=f"{where}.source")
-        target = expand(volume["target"], variables, strict=True, where=f"{where}.target")
+        for name in set(variables) - set(safe):
+            if re.search(rf"\$(?:{name}\b|\{{{name}\}})", volume["source"]):
+                raise InvalidSpec(
+                    f"{where}.source: ${name} ({variables[name]!r}) is not a single path segment",
+                    field=where,
+                    variable=name,
+                )
+        source = expand(volume["source"], safe, strict=True, where=f"{where}.source")
+        target = expand(volume["target"], safe, strict=True, where=f"{where}.target")
         if not source.startswith("/"):
             raise InvalidSpec(f"{where}.source: {source!r} is not an absolute path", path=source)
         source = os.path.normpath(source)
-        if not _inside(source, roots):
-            raise InvalidSpec(
-                f"{where}.source: {source} is outside the allowed volume roots",
-                path=source,
-                allowed=roots,
-            )
+        real = os.path.realpath(source)
+        for path in {source, real}:
+            if not _inside(path, roots):
+                raise InvalidSpec(
+                    f"{where}.source: {path} is outside the allowed volume roots",
+                    path=path,
+                    allowed=roots,
+                )
         mounts.append({"source": source, "target": target, "read_only": volume["read_only"]})
     return mounts
 

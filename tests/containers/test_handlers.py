@@ -194,3 +194,46 @@ def test_worker_that_finds_its_instance_failed_removes_what_it_created(create, e
     assert engine.inspect(f"gb-{instance.pk}") is None
     assert status(instance) == "failed"
     assert ContainerEvent.objects.filter(instance_id=instance.pk, kind="cleanup").exists()
+
+
+def test_a_dead_create_does_not_fail_an_instance_a_later_delete_owns(create, engine):
+    from django.db import transaction
+
+    from containers.handlers import on_dead
+
+    instance = create()
+    create_row = OutboxEvent.objects.get()
+    ContainerInstance.objects.filter(pk=instance.pk).update(status="creating")
+    container_delete(instance_id=instance.pk, actor="t")  # accepted mid-create
+    with transaction.atomic():  # the create's runtime call failed for good meanwhile
+        on_dead(create_row, "image repository not found")
+    assert status(instance) == "delete_pending"
+    assert ContainerEvent.objects.filter(instance_id=instance.pk, kind="dead_letter").exists()
+    OutboxEvent.objects.filter(pk=create_row.pk).update(status="dead")
+    assert drain() == ["sent"]  # the accepted delete still runs
+    assert not ContainerInstance.objects.filter(pk=instance.pk).exists()
+
+
+def test_a_dead_request_fails_the_instance_it_still_owns(create, engine):
+    from django.db import transaction
+
+    from containers.handlers import on_dead
+
+    instance = create()
+    with transaction.atomic():
+        on_dead(OutboxEvent.objects.get(), "image repository not found")
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    assert stored.status == "failed"
+    assert "image repository not found" in stored.status_reason
+
+
+def test_a_create_finding_its_instance_failed_removes_the_container_left_behind(create, engine):
+    instance = create()
+    # A worker made the container, then died; the reconciler failed the instance.
+    from containers.handlers import _spec
+
+    engine.create(_spec(ContainerInstance.objects.get(pk=instance.pk)))
+    ContainerInstance.objects.filter(pk=instance.pk).update(status="failed")
+    assert drain() == ["superseded"]
+    assert engine.inspect(f"gb-{instance.pk}") is None
+    assert ContainerEvent.objects.filter(instance_id=instance.pk, kind="cleanup").exists()

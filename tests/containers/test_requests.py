@@ -142,3 +142,30 @@ def test_disabled_runtime_is_never_chosen(owner):
     for _ in range(3):
         instance = container_create_by_template(template=template, owner=owner, actor="test")
         assert instance.runtime == on
+
+
+@pytest.mark.parametrize("name", ["../7", "my box", "-x", "a" * 129])
+def test_instance_names_are_refused_unless_plain(template, owner, name):
+    from containers.errors import InvalidSpec
+
+    with pytest.raises(InvalidSpec, match="name:"):
+        container_create_by_template(template=template, owner=owner, actor="t", name=name)
+    assert ContainerInstance.objects.count() == 0
+
+
+def test_a_template_name_with_spaces_still_gives_a_valid_default_name(fake_runtime, owner):
+    template = TemplateFactory(name="My Template/v2")
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert instance.name.startswith("My-Template-v2-")
+
+
+def test_a_user_cannot_mount_another_users_workspace(fake_runtime, owner, gobrave_config):
+    from containers.errors import InvalidSpec
+
+    gobrave_config(container={"workspace_root": "/srv/ws"})
+    template = TemplateFactory(volumes=["/srv/ws/999999:/data"])
+    with pytest.raises(InvalidSpec, match="outside the allowed volume roots"):
+        container_create_by_template(template=template, owner=owner, actor="t")
+    own = TemplateFactory(volumes=["$WORKSPACE_PATH/cache:/data"])
+    instance = container_create_by_template(template=own, owner=owner, actor="t")
+    assert instance.spec["mounts"][0]["source"] == f"/srv/ws/{owner.pk}/cache"

@@ -122,3 +122,34 @@ def test_parse_memory(value, size):
 def test_memory_below_four_megabytes_is_refused():
     with pytest.raises(InvalidSpec, match="at least 4m"):
         parse_memory("1m")
+
+
+@pytest.mark.parametrize("name", ["../7", "..", "a/b", "."])
+def test_a_variable_that_would_add_path_segments_is_refused_in_volumes(name):
+    with pytest.raises(InvalidSpec, match=r"\$INSTANCE_NAME .* not a single path segment"):
+        resolve_spec(
+            template=_template(volumes=["$WORKSPACE_PATH/$INSTANCE_NAME:/data"]),
+            variables={**VARS, "INSTANCE_NAME": name},
+            env_overrides=None,
+            roots=["/srv/ws/7"],
+            installation="i",
+        )
+
+
+def test_a_symlink_inside_a_root_pointing_outside_is_refused(tmp_path):
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "escape").symlink_to("/etc")
+    with pytest.raises(InvalidSpec, match="outside the allowed volume roots"):
+        resolve_spec(
+            template=_template(volumes=[f"{root}/escape:/data"]),
+            variables=VARS,
+            env_overrides=None,
+            roots=[str(root)],
+            installation="i",
+        )
+
+
+def test_an_env_name_with_a_trailing_newline_is_refused():
+    with pytest.raises(InvalidSpec):
+        clean_template_fields(env={"FOO\n": "x"})
