@@ -17,12 +17,31 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser as DRFJSONParser
 
 
+def _refuse_unencodable(value) -> None:
+    """Lone surrogates (``"\\ud800"``) are valid JSON but no database can store them."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ParseError("JSON parse error - a string is not valid Unicode") from None
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
 class JSONParser(DRFJSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
         try:
-            return super().parse(stream, media_type, parser_context)
+            data = super().parse(stream, media_type, parser_context)
         except RecursionError:
             raise ParseError("JSON parse error - the document is nested too deeply") from None
+        _refuse_unencodable(data)
+        return data
 
 
 MAX_OFFSET = 10**9

@@ -224,5 +224,10 @@ def _check_relations(config: dict[str, dict[str, Any]], base: Path) -> None:
             raise ConfigError(f"container.allowed_volume_roots: {p!r} must be an absolute path")
     if outbox["backoff_cap"] < outbox["backoff_base"]:
         raise ConfigError("outbox.backoff_cap: must not be below outbox.backoff_base")
+    if container["stop_timeout"] >= outbox["delivery_timeout"]:
+        raise ConfigError(
+            "container.stop_timeout: must be shorter than outbox.delivery_timeout, or a stop "
+            "of a process that ignores SIGTERM is killed mid-call on every attempt"
+        )
     if container["start_timeout"] <= container["stop_timeout"]:
         raise ConfigError("container.start_timeout: must be longer than container.stop_timeout")

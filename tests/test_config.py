@@ -51,6 +51,7 @@ def test_missing_file_means_defaults(tmp_path):
         ("queue:\n  broker: rabbit://x\n", "queue.broker"),
         ("container:\n  allowed_volume_roots: [relative/path]\n", "allowed_volume_roots"),
         ("container: [1, 2]\n", "container"),
+        ("container:\n  stop_timeout: 60\noutbox:\n  delivery_timeout: 60\n", "stop_timeout"),
         ("container: {a: [}\n", "not valid YAML"),
     ],
 )

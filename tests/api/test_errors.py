@@ -131,3 +131,11 @@ def test_throttled_requests_answer_429_with_retry_after():
     assert response.status_code == 429
     assert response["Retry-After"] == "1"
     assert response.data["error"]["code"] == "throttled"
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"template": "\\ud800"}', b'{"template": "t", "env": {"\\udfff": "x"}}']
+)
+def test_a_lone_surrogate_in_json_is_a_400_not_a_500(alice, template, body):
+    response = alice.post("/api/containers/", data=body, content_type="application/json")
+    assert_error(response, 400, "parse_error")

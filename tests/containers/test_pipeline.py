@@ -26,6 +26,7 @@ from tests.processes import running_app, wait_for
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 BASE = {
+    "container_stop_timeout": "1",
     "outbox_poll_interval": "0.2",
     "outbox_backoff_base": "0.3",
     "queue_poll": "0.05",
