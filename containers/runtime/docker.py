@@ -414,7 +414,10 @@ class DockerRuntime:
                     raise _api_error("events", exc) from exc
                 except (*_TRANSPORT_ERRORS, docker.errors.DockerException, ValueError):
                     return  # the stream dropped or was cut mid-message: the caller reconnects
-                event = _to_event(raw) if isinstance(raw, dict) else None
+                try:
+                    event = _to_event(raw) if isinstance(raw, dict) else None
+                except (ValueError, TypeError):
+                    event = None  # one malformed message must not stop the stream for good
                 if event is not None:
                     yield event
         finally:
