@@ -21,9 +21,29 @@ try:
 except ConfigError as exc:  # stop at start with the key named, not a traceback
     raise SystemExit(f"gobrave: invalid configuration: {exc}") from None
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "gobrave-insecure-development-key-change-me")
+
+def _secret_key() -> str:
+    """``DJANGO_SECRET_KEY``, else a random key made once and kept in ``var/secret_key``."""
+    if key := os.environ.get("DJANGO_SECRET_KEY"):
+        return key
+    path = BASE_DIR / "var" / "secret_key"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    from django.core.management.utils import get_random_secret_key
+
+    with os.fdopen(fd, "w") as handle:
+        handle.write(get_random_secret_key())
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
 DEBUG = os.environ.get("DJANGO_DEBUG", "false").lower() in {"1", "true", "yes"}
-ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",") if h]
+ALLOWED_HOSTS = [
+    h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h
+]
 CSRF_TRUSTED_ORIGINS = [
     o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o
 ]

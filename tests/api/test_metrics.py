@@ -86,6 +86,7 @@ def test_another_process_serves_the_same_numbers(make_instance):
         **os.environ,
         "DATABASE_URL": url + quote(db["NAME"]),
         "DATABASE_POOL_MAX": "0",
+        "DJANGO_ALLOWED_HOSTS": "testserver",  # the test Client's host
         "GOBRAVE_CONTAINER_CREATE_QUEUE_MAX_PENDING": str(
             settings.GOBRAVE["container"]["create_queue_max_pending"]
         ),
