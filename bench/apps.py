@@ -1,4 +1,4 @@
-"""The bench app: a no-op outbox kind, and experiments switched on by environment.
+"""The bench app: a no-op outbox kind, and a polling-only switch for the latency bench.
 
 - ``BenchNoop`` rows go to the ``create`` queue (cluster) and their handler does nothing,
   so a benchmark measures the relay itself: claim, hand-off, django-q2, the started_at

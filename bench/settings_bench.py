@@ -1,4 +1,4 @@
-"""gobrave's settings plus the bench app (a no-op outbox kind and opt-in experiments).
+"""gobrave's settings plus the bench app (a no-op outbox kind, a polling-only switch).
 
 Used by the benchmarks' processes as ``DJANGO_SETTINGS_MODULE=bench.settings_bench``;
 everything else (database, config.yml and its ``GOBRAVE_*`` overrides, django-q2's
