@@ -1,5 +1,9 @@
 """The relay's state machine for one outbox row: claim, start, outcome (SPEC section 3).
 
+Every time a lease or a due time is set or compared, it is the database's clock
+(``Now()``), never a host's: a dispatcher and a worker on hosts whose clocks disagree
+still agree on when a lease runs out.
+
 Every write here is a compare-and-set on the row's claim token, so a worker whose claim
 expired (and was handed to someone else) changes nothing. Nothing here holds a
 transaction open across a handler.
@@ -15,6 +19,7 @@ import uuid
 
 from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from outbox import conf, hooks, registry
@@ -31,15 +36,15 @@ def backoff(attempts: int) -> float:
     return base * (1 + random.uniform(0, 0.5))
 
 
-def _due(queue: str, now: dt.datetime):
+def _due(queue: str):
     older_unfinished = OutboxEvent.objects.filter(
         aggregate_id=OuterRef("aggregate_id"), id__lt=OuterRef("id"), status__in=UNFINISHED
     )
     return (
         OutboxEvent.objects.filter(queue=queue)
         .filter(
-            Q(status=OutboxStatus.PENDING, available_at__lte=now)
-            | Q(status=OutboxStatus.PROCESSING, lease_expires_at__lt=now)
+            Q(status=OutboxStatus.PENDING, available_at__lte=Now())
+            | Q(status=OutboxStatus.PROCESSING, lease_expires_at__lt=Now())
         )
         .filter(~Exists(older_unfinished))
         .order_by("id")
@@ -59,12 +64,13 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
        it had started (its worker died) counts an attempt.
     Runs in its own transaction (or the caller's); the caller hands the rows to workers.
     """
-    now = timezone.now()
     with transaction.atomic():
         if conf.is_postgres(connection):
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(hashtext('outbox:claim'))")
-        live = OutboxEvent.objects.filter(status=OutboxStatus.PROCESSING, lease_expires_at__gte=now)
+        live = OutboxEvent.objects.filter(
+            status=OutboxStatus.PROCESSING, lease_expires_at__gte=Now()
+        )
         room = min(limit, conf.in_flight_limit(queue) - live.filter(queue=queue).count())
         cap = conf.value("max_in_flight")
         if cap and room > 0:
@@ -72,7 +78,7 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
         if room <= 0:
             return []
         rows = list(
-            _due(queue, now)
+            _due(queue)
             .select_for_update(skip_locked=True, of=("self",))
             .values_list("id", "status", "started_at")[:room]
         )
@@ -83,7 +89,7 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
         OutboxEvent.objects.filter(id__in=[row[0] for row in rows]).update(
             status=OutboxStatus.PROCESSING,
             claim_token=token,
-            lease_expires_at=now + conf.claim_lease(queue),
+            lease_expires_at=Now() + conf.claim_lease(queue),
             started_at=None,
         )
         if crashed:
@@ -106,15 +112,14 @@ def begin(event_id: int, token: uuid.UUID) -> bool:
     Also restarts the lease from now, so the handler gets a full ``delivery_timeout``
     however long the row waited in the worker queue.
     """
-    now = timezone.now()
     return (
         OutboxEvent.objects.filter(
             id=event_id,
             claim_token=token,
             status=OutboxStatus.PROCESSING,
             started_at__isnull=True,
-            lease_expires_at__gt=now,
-        ).update(started_at=now, lease_expires_at=now + conf.lease())
+            lease_expires_at__gt=Now(),
+        ).update(started_at=Now(), lease_expires_at=Now() + conf.lease())
         == 1
     )
 
@@ -167,18 +172,19 @@ def execute(event_id: int, token: uuid.UUID | str) -> str:
 
 
 def _record(event: OutboxEvent, token: uuid.UUID, outcome: str, note: str) -> str:
-    now = timezone.now()
     if outcome == "deferred":
         fields = dict(
             status=OutboxStatus.PENDING,
-            available_at=now + dt.timedelta(seconds=conf.value("poll_interval")),
+            available_at=Now() + dt.timedelta(seconds=conf.value("poll_interval")),
             claim_token=None,
             lease_expires_at=None,
             started_at=None,
             outcome="deferred",
         )
     else:
-        fields = dict(status=OutboxStatus.SENT, sent_at=now, outcome=outcome, lease_expires_at=None)
+        fields = dict(
+            status=OutboxStatus.SENT, sent_at=Now(), outcome=outcome, lease_expires_at=None
+        )
     if not _finish(event.id, token, **fields):
         return "stale"
     counter_bump(outcome)
@@ -197,7 +203,7 @@ def _retry(event, token, route, detail: str, retry_after: float) -> str:
         token,
         status=OutboxStatus.PENDING,
         attempts=attempts,
-        available_at=timezone.now() + dt.timedelta(seconds=delay),
+        available_at=Now() + dt.timedelta(seconds=delay),
         last_error=detail[-8000:],
         claim_token=None,
         lease_expires_at=None,

@@ -7,6 +7,7 @@ import logging
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from outbox import conf, registry
@@ -38,7 +39,7 @@ def outbox_enqueue(*, kind: str, aggregate_id: str, payload: dict) -> OutboxEven
         queue=route.queue,
         aggregate_id=str(aggregate_id),
         payload=payload,
-        available_at=timezone.now(),
+        available_at=Now(),  # the database's clock, as every due time (see relay)
     )
     outbox_notify()
     return event
@@ -50,8 +51,9 @@ def outbox_retry_now(*, event_id: int) -> OutboxEvent:
         event = OutboxEvent.objects.select_for_update().get(id=event_id)
         if event.status != OutboxStatus.PENDING:
             raise ValueError(f"outbox row #{event_id} is {event.status}, not pending")
-        event.available_at = timezone.now()
+        event.available_at = Now()
         event.save(update_fields=["available_at"])
+        event.refresh_from_db(fields=["available_at"])
         outbox_notify()
     return event
 
@@ -62,8 +64,8 @@ def outbox_release_deferred(*, queue: str) -> int:
         status=OutboxStatus.PENDING,
         queue=queue,
         outcome="deferred",
-        available_at__gt=timezone.now(),
-    ).update(available_at=timezone.now())
+        available_at__gt=Now(),
+    ).update(available_at=Now())
     outbox_notify()
     return count
 

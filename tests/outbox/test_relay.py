@@ -259,3 +259,22 @@ def test_finishing_a_row_wakes_the_dispatchers(postgres):
         assert len(list(listener.notifies(timeout=1, stop_after=1))) == 1  # the finish's
     finally:
         listener.close()
+
+
+def test_leases_follow_the_database_clock_not_a_skewed_host_clock(monkeypatch):
+    from django.db import connection
+
+    enqueue()
+    skewed = timezone.now() + dt.timedelta(hours=1)  # this host runs an hour ahead
+    monkeypatch.setattr("django.utils.timezone.now", lambda: skewed)
+    [(event_id, token)] = relay.claim("probe", 16)
+    assert relay.begin(event_id, token)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT lease_expires_at - now() FROM outbox_outboxevent WHERE id = %s",
+                       [event_id])  # fmt: skip
+        left = cursor.fetchone()[0]
+    left = left.total_seconds() if hasattr(left, "total_seconds") else None
+    if left is not None:  # PostgreSQL answers an interval
+        assert 0 < left <= relay.conf.lease().total_seconds() + 1
+    row = OutboxEvent.objects.get(id=event_id)
+    assert row.lease_expires_at < skewed  # set from the database's clock, not the host's
