@@ -106,7 +106,7 @@ class InstanceCreateForm(forms.ModelForm):
 
 
 @admin.register(ContainerInstance)
-class ContainerInstanceAdmin(admin.ModelAdmin):
+class ContainerInstanceAdmin(outbox_admin.ActionsOnlyAdminMixin, admin.ModelAdmin):
     """Instances. Created through the create service; changed only by the actions."""
 
     add_form = InstanceCreateForm
@@ -149,20 +149,6 @@ class ContainerInstanceAdmin(admin.ModelAdmin):
     @admin.display(description="history")
     def history_link(self, obj: ContainerInstance):
         return format_html('<a href="{}">full event history</a>', history_url(obj.id))
-
-    # -- permissions: no delete view, no edits (the actions are the only way to change) ------
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        # The changelist-level check gates the actions; an object's page is view-only.
-        return obj is None and super().has_change_permission(request)
-
-    def get_actions(self, request):
-        actions = super().get_actions(request)
-        actions.pop("delete_selected", None)
-        return actions
 
     # -- add: through container_create_by_template --------------------------------------------
 

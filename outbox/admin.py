@@ -47,8 +47,25 @@ def _first_line(text: str, limit: int = 120) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+class ActionsOnlyAdminMixin:
+    """No delete view, no bulk delete, and pages that only show: a change happens only
+    through the admin's actions (which call services). The changelist-level change
+    permission still gates those actions."""
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return obj is None and super().has_change_permission(request)
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+
 @admin.register(OutboxEvent)
-class OutboxEventAdmin(admin.ModelAdmin):
+class OutboxEventAdmin(ActionsOnlyAdminMixin, admin.ModelAdmin):
     """Outbox rows: filter by status and kind; "retry now" for rows waiting on backoff."""
 
     list_display = (
@@ -76,18 +93,6 @@ class OutboxEventAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        # The changelist-level check gates "retry now"; a row's page is view-only.
-        return obj is None and super().has_change_permission(request)
-
-    def get_actions(self, request):
-        actions = super().get_actions(request)
-        actions.pop("delete_selected", None)
-        return actions
 
     # -- display ------------------------------------------------------------------------------
 
