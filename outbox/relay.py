@@ -240,8 +240,17 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else text
 
 
-def purge_sent(older_than: dt.timedelta | None = None) -> int:
-    """Delete ``sent`` rows older than ``retention``; returns how many went."""
+def purge_sent(older_than: dt.timedelta | None = None, *, chunk: int = 5000) -> int:
+    """Delete ``sent`` rows older than ``retention``; returns how many went.
+
+    In chunks of ``chunk`` rows, each its own short transaction: a first purge of
+    millions of rows never holds one long transaction (which would stall vacuum and slow
+    every claim meanwhile).
+    """
     cutoff = timezone.now() - (older_than or dt.timedelta(seconds=conf.value("retention")))
-    deleted, _ = OutboxEvent.objects.filter(status=OutboxStatus.SENT, sent_at__lt=cutoff).delete()
-    return deleted
+    old = OutboxEvent.objects.filter(status=OutboxStatus.SENT, sent_at__lt=cutoff)
+    total = 0
+    while ids := list(old.values_list("id", flat=True)[:chunk]):
+        deleted, _ = OutboxEvent.objects.filter(id__in=ids).delete()
+        total += deleted
+    return total

@@ -216,7 +216,19 @@ def test_purge_removes_only_old_sent_rows():
         sent_at=timezone.now() - dt.timedelta(days=8)
     )
     assert relay.purge_sent() == 1
+    assert relay.purge_sent() == 0
     assert set(OutboxEvent.objects.values_list("id", flat=True)) == {fresh.id, failed.id}
+
+
+def test_purge_goes_in_chunks_and_takes_every_old_row():
+    rows = [enqueue(str(index)) for index in range(7)]
+    while run_once():  # four in flight at a time
+        pass
+    OutboxEvent.objects.filter(id__in=[r.id for r in rows]).update(
+        sent_at=timezone.now() - dt.timedelta(days=8)
+    )
+    assert relay.purge_sent(chunk=3) == 7
+    assert not OutboxEvent.objects.exists()
 
 
 def test_begin_refuses_an_unknown_token():
