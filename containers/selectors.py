@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import datetime as dt
+import uuid
 from collections.abc import Iterable
 
-from django.db.models import Q, QuerySet
+from django.conf import settings
+from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
 
 from containers.errors import NotFound
-from containers.models import ContainerInstance, ContainerTemplate
+from containers.models import (
+    ContainerEvent,
+    ContainerInstance,
+    ContainerTemplate,
+    OrphanContainer,
+    Runtime,
+)
+from containers.runtime import runtime_for
+from containers.states import ACTIVE_SLOTS, Status
+from outbox.models import OutboxEvent, OutboxStatus, RelayCounter
+from outbox.services import counters_since
 
 
 def instance_list(*, statuses: Iterable[str] = (), user=None) -> QuerySet[ContainerInstance]:
@@ -18,17 +33,6 @@ def instance_list(*, statuses: Iterable[str] = (), user=None) -> QuerySet[Contai
     if user is not None and not user.is_staff:
         rows = rows.filter(owner=user)
     return rows.order_by("-created_at")
-
-
-def template_by_ref(ref: str | int) -> ContainerTemplate:
-    """A template by id or by name."""
-    query = Q(name=str(ref))
-    if str(ref).isdigit():
-        query |= Q(pk=int(ref))
-    template = ContainerTemplate.objects.filter(query).first()
-    if template is None:
-        raise NotFound(f"no template {ref!r}", template=str(ref))
-    return template
 
 
 # --- API reads (appended for the REST API; the admin dashboard reuses queue_stats) -------
@@ -45,12 +49,21 @@ def _as_id(ref: object) -> int | None:
     return None
 
 
+def _by_name_or_id(name_field: str, id_field: str, ref: object) -> Q:
+    """Rows whose ``name_field`` is ``ref``, or whose ``id_field`` is ``ref`` as an id."""
+    query = Q(**{name_field: str(ref)})
+    key = _as_id(ref)
+    return query | Q(**{id_field: key}) if key is not None else query
+
+
+def count_by_status(rows: QuerySet) -> dict[str, int]:
+    """``{status: count}`` over ``rows`` in one grouped query."""
+    return dict(rows.order_by().values_list("status").annotate(n=Count("id")))
+
+
 def template_get(*, ref: str | int) -> ContainerTemplate:
     """A template by id or by name; ``NotFound`` for anything else (never a DB error)."""
-    template_id = _as_id(ref)
-    query = Q(name=str(ref))
-    if template_id is not None:
-        query |= Q(pk=template_id)
+    query = _by_name_or_id("name", "pk", ref)
     template = ContainerTemplate.objects.filter(query).order_by("pk").first()
     if template is None:
         raise NotFound(f"no template {str(ref)!r}", template=str(ref))
@@ -76,17 +89,9 @@ def instance_search(
     """
     rows = instance_list(statuses=statuses, user=user)
     if template:
-        template_id = _as_id(template)
-        query = Q(template__name=template)
-        if template_id is not None:
-            query |= Q(template_id=template_id)
-        rows = rows.filter(query)
+        rows = rows.filter(_by_name_or_id("template__name", "template_id", template))
     if owner:
-        owner_id = _as_id(owner)
-        query = Q(owner__username=owner)
-        if owner_id is not None:
-            query |= Q(owner_id=owner_id)
-        rows = rows.filter(query)
+        rows = rows.filter(_by_name_or_id("owner__username", "owner_id", owner))
     if ordering:
         field = ordering.lstrip("-")
         if field not in INSTANCE_ORDERINGS:
@@ -101,8 +106,6 @@ def instance_get(*, instance_id: object, user) -> ContainerInstance:
 
     Another user's instance is answered exactly like a missing one.
     """
-    import uuid
-
     try:
         key = uuid.UUID(str(instance_id))
     except ValueError:
@@ -115,8 +118,6 @@ def instance_get(*, instance_id: object, user) -> ContainerInstance:
 
 def instance_events(*, instance: ContainerInstance) -> QuerySet:
     """The instance's history, newest first."""
-    from containers.models import ContainerEvent
-
     return ContainerEvent.objects.filter(instance_id=instance.id).order_by("-created_at", "-id")
 
 
@@ -126,8 +127,6 @@ def instance_logs(*, instance: ContainerInstance, tail: int = 100) -> str:
     Raises the runtime's errors (``RuntimeFailure``, or the engine client's) unchanged;
     '' when the container does not exist (yet, or any more).
     """
-    from containers.runtime import runtime_for
-
     return runtime_for(instance.runtime).logs(
         instance.container_id or instance.container_name, tail=tail
     )
@@ -144,24 +143,10 @@ def queue_stats() -> dict[str, object]:
     the per-minute counters over the last hour (``window_seconds``); ``in_flight`` is the
     number of outbox rows in ``processing`` right now.
     """
-    import datetime as dt
-
-    from django.conf import settings
-    from django.db.models import Count
-    from django.utils import timezone
-
-    from containers.states import ACTIVE_SLOTS, Status
-    from outbox.models import OutboxEvent, OutboxStatus
-    from outbox.services import counters_since
-
     config = settings.GOBRAVE["container"]
     now = timezone.now()
-    counts = dict(
+    counts = count_by_status(
         ContainerInstance.objects.filter(status__in=[Status.PENDING, *ACTIVE_SLOTS])
-        .order_by()
-        .values_list("status")
-        .annotate(n=Count("id"))
-        .values_list("status", "n")
     )
     oldest = (
         ContainerInstance.objects.filter(status=Status.PENDING)
@@ -169,12 +154,8 @@ def queue_stats() -> dict[str, object]:
         .values_list("created_at", flat=True)
         .first()
     )
-    outbox = dict(
+    outbox = count_by_status(
         OutboxEvent.objects.filter(status__in=[OutboxStatus.DEAD, OutboxStatus.PROCESSING])
-        .order_by()
-        .values_list("status")
-        .annotate(n=Count("id"))
-        .values_list("status", "n")
     )
     counters = counters_since(now - dt.timedelta(seconds=RELAY_WINDOW_SECONDS))
     return {
@@ -208,8 +189,6 @@ def _bounded_engine_call(call, *, seconds: float = ENGINE_CALL_SECONDS):
     An engine that hangs must not hang an operator's page: after ``seconds`` the caller
     gets a reason and the call finishes (or times out) on its own thread.
     """
-    import concurrent.futures
-
     global _engine_calls
     if _engine_calls is None:
         _engine_calls = concurrent.futures.ThreadPoolExecutor(
@@ -242,8 +221,6 @@ def instance_logs_for_console(*, instance: ContainerInstance, tail: int = 100) -
 
 def runtime_health(*, runtime) -> tuple[bool, str]:
     """``(answers, problem)`` for one ``Runtime`` row, asked now with a bounded wait."""
-    from containers.runtime import runtime_for
-
     answered, problem = _bounded_engine_call(lambda: runtime_for(runtime).ping())
     if problem:
         return False, problem
@@ -252,8 +229,6 @@ def runtime_health(*, runtime) -> tuple[bool, str]:
 
 def failure_list(*, limit: int = 10) -> QuerySet:
     """The latest failures: instances moved to ``failed`` and dead-lettered requests."""
-    from containers.models import ContainerEvent
-
     return ContainerEvent.objects.filter(Q(to_status="failed") | Q(kind="dead_letter")).order_by(
         "-created_at", "-id"
     )[:limit]
@@ -261,8 +236,6 @@ def failure_list(*, limit: int = 10) -> QuerySet:
 
 def orphan_list(*, include_removed: bool = False) -> QuerySet:
     """Containers with our labels and no instance, as the reconciler last saw them."""
-    from containers.models import OrphanContainer
-
     rows = OrphanContainer.objects.select_related("runtime").order_by("-last_seen_at")
     return rows if include_removed else rows.filter(removed_at__isnull=True)
 
@@ -274,12 +247,6 @@ def request_series(*, now=None, minutes: int = 60, bucket: int = DASHBOARD_BUCKE
     ``create_refused``, ``instance_failed``). Returns the buckets oldest first, each
     ``{"start": datetime, <name>: count...}``, and the totals over the whole window.
     """
-    import datetime as dt
-
-    from django.utils import timezone
-
-    from outbox.models import RelayCounter
-
     now = now or timezone.now()
     end = now.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
     start = end - dt.timedelta(minutes=minutes)
@@ -319,8 +286,6 @@ def template_by_id(*, template_id: object) -> ContainerTemplate:
 
 
 def runtime_list() -> QuerySet:
-    from containers.models import Runtime
-
     return Runtime.objects.order_by("name")
 
 

@@ -9,14 +9,14 @@ per-minute ``RelayCounter`` rows; Prometheus treats a drop (old rows purged) as 
 
 from __future__ import annotations
 
-from django.db.models import Count, Sum
+from django.db.models import Sum
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from containers.models import ContainerInstance
-from containers.selectors import queue_stats
+from containers.selectors import count_by_status, queue_stats
 from containers.states import Status
 from outbox.models import OutboxEvent, OutboxStatus, RelayCounter
 
@@ -30,12 +30,7 @@ class DatabaseCollector:
     def collect(self):
         stats = queue_stats()
 
-        by_status = dict(
-            ContainerInstance.objects.order_by()
-            .values_list("status")
-            .annotate(n=Count("id"))
-            .values_list("status", "n")
-        )
+        by_status = count_by_status(ContainerInstance.objects.all())
         instances = GaugeMetricFamily(
             "gobrave_instances", "Container instances by status.", labels=["status"]
         )
@@ -43,12 +38,7 @@ class DatabaseCollector:
             instances.add_metric([state.value], by_status.get(state, 0))
         yield instances
 
-        rows = dict(
-            OutboxEvent.objects.order_by()
-            .values_list("status")
-            .annotate(n=Count("id"))
-            .values_list("status", "n")
-        )
+        rows = count_by_status(OutboxEvent.objects.all())
         outbox = GaugeMetricFamily(
             "gobrave_outbox_rows", "Outbox rows by status.", labels=["status"]
         )

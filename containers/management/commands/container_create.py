@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from containers.errors import DomainError
-from containers.selectors import template_by_ref
+from containers.selectors import template_get
 from containers.services import container_create_by_template
 
 
@@ -32,7 +32,7 @@ class Command(BaseCommand):
                 raise CommandError(f"refused: --env {item!r} must be NAME=VALUE")
             env[name] = value
         try:
-            template = template_by_ref(options["template"])
+            template = template_get(ref=options["template"])
             instance = container_create_by_template(
                 template=template,
                 owner=user,
