@@ -22,6 +22,7 @@ from containers.models import ContainerInstance
 from containers.observe import apply_observation, target_for
 from containers.runtime import runtime_for
 from containers.runtime.base import (
+    ContainerRuntime,
     ContainerSpec,
     Mount,
     PermanentRuntimeError,
@@ -66,25 +67,37 @@ def _ref(instance: ContainerInstance) -> str:
     return instance.container_id or instance.container_name
 
 
-def _apply(instance_id: str, runtime_id: str, doing: str) -> None:
+def _record_cleanup(instance: ContainerInstance, message: str) -> None:
+    record(
+        instance,
+        kind="cleanup",
+        actor=WORKER,
+        from_status=instance.status,
+        to_status=instance.status,
+        message=message,
+    )
+
+
+def _apply(
+    instance: ContainerInstance, runtime: ContainerRuntime, runtime_id: str, doing: str
+) -> None:
     """Step 3: record the runtime id and apply what the engine says now.
 
-    If the reconciler failed the instance meanwhile (start_timeout), remove what this
-    worker created, after the transaction.
+    If the reconciler failed the instance meanwhile (start_timeout), undo what this
+    worker did, after the transaction: a create removes its container, a start stops it
+    (the container was the user's before the start).
     """
-    instance = ContainerInstance.objects.get(id=instance_id)
-    runtime = runtime_for(instance.runtime)
     state = runtime.inspect(runtime_id)
     node = runtime.node_name() if state else ""
     with transaction.atomic():
-        instance = _locked(instance_id)
+        instance = _locked(str(instance.id))
         if instance is None:
             return
         instance.container_id = runtime_id
         instance.runtime_node_name = (state.node_name if state else "") or node
         instance.runtime_missing = state is None
         instance.save(update_fields=["container_id", "runtime_node_name", "runtime_missing"])
-        abandoned = instance.status == Status.FAILED and doing in (Status.CREATING, Status.STARTING)
+        abandoned = instance.status == Status.FAILED
         if instance.status == doing:
             observation = target_for(
                 state, instance.status, memory_limited=bool(instance.spec.get("memory"))
@@ -92,16 +105,12 @@ def _apply(instance_id: str, runtime_id: str, doing: str) -> None:
             if observation is not None:
                 apply_observation(instance, observation, actor=WORKER)
         elif abandoned:
-            record(
-                instance,
-                kind="cleanup",
-                actor=WORKER,
-                from_status=instance.status,
-                to_status=instance.status,
-                message="removing the container made after the instance had failed",
-            )
-    if abandoned:
+            undo = "removing" if doing == Status.CREATING else "stopping"
+            _record_cleanup(instance, f"{undo} the container: the instance failed meanwhile")
+    if abandoned and doing == Status.CREATING:
         runtime.remove(runtime_id)
+    elif abandoned:
+        runtime.stop(runtime_id, int(settings.GOBRAVE["container"]["stop_timeout"]))
 
 
 def handle_create(event: OutboxEvent) -> Outcome:
@@ -112,7 +121,7 @@ def handle_create(event: OutboxEvent) -> Outcome:
     runtime = runtime_for(instance.runtime)
     runtime_id = runtime.create(_spec(instance))
     runtime.start(runtime_id)
-    _apply(str(instance.id), runtime_id, Status.CREATING)
+    _apply(instance, runtime, runtime_id, Status.CREATING)
     return Outcome.SENT
 
 
@@ -128,14 +137,7 @@ def _remove_unrecorded(instance_id: str) -> None:
         with transaction.atomic():
             instance = _locked(instance_id)
             if instance is not None:
-                record(
-                    instance,
-                    kind="cleanup",
-                    actor=WORKER,
-                    from_status=instance.status,
-                    to_status=instance.status,
-                    message="removed the container a failed create had left behind",
-                )
+                _record_cleanup(instance, "removed the container a failed create had left behind")
 
 
 def handle_start(event: OutboxEvent) -> Outcome:
@@ -149,7 +151,7 @@ def handle_start(event: OutboxEvent) -> Outcome:
             f"container {instance.container_name} is missing (removed outside gobrave)"
         )
     runtime.start(state.runtime_id)
-    _apply(str(instance.id), state.runtime_id, Status.STARTING)
+    _apply(instance, runtime, state.runtime_id, Status.STARTING)
     return Outcome.SENT
 
 

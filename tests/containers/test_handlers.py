@@ -190,10 +190,24 @@ def test_worker_that_finds_its_instance_failed_removes_what_it_created(create, e
     instance = create()
     drain()
     ContainerInstance.objects.filter(pk=instance.pk).update(status="failed")
-    _apply(str(instance.pk), f"gb-{instance.pk}", "creating")
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    _apply(stored, engine, f"gb-{instance.pk}", "creating")
     assert engine.inspect(f"gb-{instance.pk}") is None
     assert status(instance) == "failed"
     assert ContainerEvent.objects.filter(instance_id=instance.pk, kind="cleanup").exists()
+
+
+def test_a_start_finding_its_instance_failed_stops_but_keeps_the_container(create, engine):
+    from containers.handlers import _apply
+
+    instance = create()
+    drain()
+    ContainerInstance.objects.filter(pk=instance.pk).update(status="failed")
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    _apply(stored, engine, f"gb-{instance.pk}", "starting")
+    state = engine.inspect(f"gb-{instance.pk}")
+    assert state is not None and state.status == "exited"  # the user's container stays
+    assert status(instance) == "failed"
 
 
 def test_a_dead_create_does_not_fail_an_instance_a_later_delete_owns(create, engine):
