@@ -29,6 +29,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from containers.lifecycle import move
@@ -75,11 +76,15 @@ def request_unfinished(instance_id: uuid.UUID | str) -> bool:
 
 
 def request_leased(instance_id: uuid.UUID | str, *, now: dt.datetime | None = None) -> bool:
-    """True while a worker holds an unexpired lease on a request for the instance."""
+    """True while a worker holds an unexpired lease on a request for the instance.
+
+    Leases are on the database's clock (see ``outbox.relay``), so that is the clock
+    compared against unless a test passes ``now``.
+    """
     return OutboxEvent.objects.filter(
         aggregate_id=str(instance_id),
         status=OutboxStatus.PROCESSING,
-        lease_expires_at__gt=now or timezone.now(),
+        lease_expires_at__gt=now or Now(),
     ).exists()
 
 
@@ -179,13 +184,13 @@ def instance_fail_stuck(*, instance_id: uuid.UUID | str, now: dt.datetime | None
     Idempotent: an instance that moved on is left alone.
     """
     timeout = float(_config()["start_timeout"])
-    now = now or timezone.now()
+    given_now, now = now, now or timezone.now()
     with transaction.atomic():
         instance = ContainerInstance.objects.select_for_update().filter(id=instance_id).first()
         if instance is None or instance.status not in ACTIVE_SLOTS:
             return False
         age = (now - instance.status_changed_at).total_seconds()
-        if age < timeout or request_leased(instance.id, now=now):
+        if age < timeout or request_leased(instance.id, now=given_now):
             return False
         move(
             instance,

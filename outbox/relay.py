@@ -160,7 +160,8 @@ def execute(event_id: int, token: uuid.UUID | str) -> str:
             raise PermanentFailure(f"gave up after {event.attempts} attempts: {event.last_error}")
         outcome = route.handler(event)
     except Defer as exc:
-        return _record(event, token, "deferred", str(exc))
+        log.debug("outbox #%s deferred: %s", event.id, exc)
+        return _record(event, token, "deferred")
     except PermanentFailure as exc:
         return _dead(event, token, route, str(exc))
     except Exception as exc:  # noqa: BLE001 - any handler error is a retriable failure
@@ -168,10 +169,10 @@ def execute(event_id: int, token: uuid.UUID | str) -> str:
         hooks.emit("error", event=event, error=detail)
         retry_after = exc.retry_after if isinstance(exc, RetryLater) else 0.0
         return _retry(event, token, route, detail, retry_after)
-    return _record(event, token, str(outcome), "")
+    return _record(event, token, str(outcome))
 
 
-def _record(event: OutboxEvent, token: uuid.UUID, outcome: str, note: str) -> str:
+def _record(event: OutboxEvent, token: uuid.UUID, outcome: str) -> str:
     if outcome == "deferred":
         fields = dict(
             status=OutboxStatus.PENDING,
