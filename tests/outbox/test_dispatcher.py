@@ -1,0 +1,118 @@
+"""The dispatcher: --once, hand-off to django-q2, waking on NOTIFY; hooks; fork safety."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, transaction
+from django_q.models import OrmQ
+
+from outbox import hooks, registry, relay
+from outbox.dispatcher import Dispatcher
+from outbox.models import OutboxEvent
+from outbox.registry import Outcome
+from outbox.services import outbox_enqueue
+
+KIND = "TestDispatch"
+
+
+def boom(event):
+    raise RuntimeError("handler broke")
+
+
+@pytest.fixture(autouse=True)
+def dispatch_kind(gobrave_config):
+    registry.register_queue("probe", 2)
+    registry.register(KIND, queue="probe", handler=lambda event: Outcome.SENT)
+    yield
+    registry._routes.pop(KIND, None)
+    registry._queues.pop("probe", None)
+
+
+def enqueue(aggregate: str = "a") -> OutboxEvent:
+    with transaction.atomic():
+        return outbox_enqueue(kind=KIND, aggregate_id=aggregate, payload={})
+
+
+# cycle() starts with close_old_connections(), as a long-running loop must: real commits.
+@pytest.mark.django_db(transaction=True)
+def test_once_claims_and_hands_off_to_django_q_in_one_transaction():
+    row = enqueue()
+    out = StringIO()
+    call_command("run_dispatcher", "--once", stdout=out)
+    assert "handed 1 outbox rows" in out.getvalue()
+    row.refresh_from_db()
+    assert row.status == "processing" and row.claim_token is not None
+    task = OrmQ.objects.get(key="probe")  # the ORM broker's queue for the probe cluster
+    assert task.task["args"] == (row.id, str(row.claim_token))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_hand_off_rolls_the_claim_back():
+    row = enqueue()
+
+    def broken_send(queue, event_id, token):
+        raise ConnectionError("broker gone")
+
+    with pytest.raises(ConnectionError):
+        Dispatcher(send=broken_send).cycle()
+    row.refresh_from_db()
+    assert (row.status, row.claim_token) == ("pending", None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_dispatcher_wakes_on_notify_long_before_its_poll(postgres, gobrave_config):
+    gobrave_config(outbox={"poll_interval": 30})
+    handed = threading.Event()
+    dispatcher = Dispatcher(send=lambda queue, event_id, token: handed.set())
+    thread = threading.Thread(target=lambda: (dispatcher.run(), connection.close()))
+    thread.start()
+    try:
+        time.sleep(0.5)  # the dispatcher is asleep on its LISTEN connection now
+        began = time.monotonic()
+        enqueue()
+        assert handed.wait(5), "no hand-off within 5 s with a 30 s poll"
+        assert time.monotonic() - began < 2
+    finally:
+        dispatcher.stop()
+        thread.join(10)
+    assert not thread.is_alive()
+
+
+@pytest.mark.django_db
+def test_hooks_hear_errors_retries_and_dead_letters_and_cannot_change_them(gobrave_config):
+    gobrave_config(outbox={"max_attempts": 2})
+    registry.register(KIND, queue="probe", handler=boom)
+    heard: list[str] = []
+    for name in ("error", "retry", "dead"):
+        hooks.subscribe(name, lambda name=name, **details: heard.append(name))
+    hooks.subscribe("retry", lambda **details: 1 / 0)  # a broken subscriber is skipped
+    try:
+        row = enqueue()
+        [(event_id, token)] = relay.claim("probe", 16)
+        assert relay.execute(event_id, token) == "retried"
+        OutboxEvent.objects.filter(id=row.id).update(available_at=row.created_at)
+        [(event_id, token)] = relay.claim("probe", 16)
+        assert relay.execute(event_id, token) == "dead"
+    finally:
+        for name in ("error", "retry", "dead"):
+            hooks._subscribers[name].clear()
+    assert heard == ["error", "retry", "error", "dead"]
+
+
+@pytest.mark.django_db
+def test_a_forked_child_never_uses_its_parents_connection():
+    OutboxEvent.objects.count()  # the parent holds an open connection
+    parent = connection.connection
+    assert parent is not None
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit code only
+        os._exit(0 if connection.connection is None else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert connection.connection is parent and not parent.closed
