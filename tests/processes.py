@@ -150,12 +150,19 @@ def running_app(tmp_path: Path, **config: object) -> Iterator[App]:
         app.stop_all()
 
 
-def wait_for(predicate, *, timeout: float, interval: float = 0.05, message: str = ""):
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
+def wait_for(
+    predicate, *, timeout: float, interval: float = 0.05, message: str = "", describe=None
+):
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``.
+
+    ``describe`` (a callable returning text, e.g. the rows' status, attempts and last
+    error) is added to the failure, so a timeout says what the rows said.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
+    detail = f"\n{describe()}" if describe is not None else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}{detail}")

@@ -76,18 +76,33 @@ class FakeRuntime:
                     fail.write_text(str(left - 1))
                     raise RuntimeFailure(f"injected {op} failure ({left - 1} left)")
 
-    def _path(self, ref: str) -> Path | None:
+    @staticmethod
+    def _read(path: Path) -> dict | None:
+        """A container's file, or None if a concurrent ``remove`` unlinked it meanwhile.
+
+        Readers (``inspect``, ``list_ours``) take no lock, like the engine's own reads;
+        a file listed by ``glob`` may be gone by the time it is opened.
+        """
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+
+    def _find(self, ref: str) -> tuple[Path, dict] | None:
+        """The file and data of the container named or identified by ``ref``."""
         direct = self.root / "containers" / f"{ref}.json"
-        if direct.exists():
-            return direct
+        data = self._read(direct)
+        if data is not None:
+            return direct, data
         for path in (self.root / "containers").glob("*.json"):
-            if json.loads(path.read_text())["runtime_id"] == ref:
-                return path
+            data = self._read(path)
+            if data is not None and data["runtime_id"] == ref:
+                return path, data
         return None
 
     def _load(self, ref: str) -> dict | None:
-        path = self._path(ref)
-        return json.loads(path.read_text()) if path else None
+        found = self._find(ref)
+        return found[1] if found else None
 
     def _save(self, data: dict) -> None:
         path = self.root / "containers" / f"{data['name']}.json"
@@ -180,9 +195,9 @@ class FakeRuntime:
     def remove(self, ref: str) -> None:
         self._gate("remove", ref)
         with self._locked():
-            path = self._path(ref)
-            if path:
-                data = json.loads(path.read_text())
+            found = self._find(ref)
+            if found:
+                path, data = found
                 path.unlink()
                 self._emit("destroy", data)
 
@@ -207,8 +222,8 @@ class FakeRuntime:
     def list_ours(self, installation: str) -> list[ContainerState]:
         states = []
         for path in sorted((self.root / "containers").glob("*.json")):
-            data = json.loads(path.read_text())
-            if data["labels"].get("io.gobrave.installation") == installation:
+            data = self._read(path)
+            if data is not None and data["labels"].get("io.gobrave.installation") == installation:
                 states.append(self.inspect(data["name"]))
         return [s for s in states if s]
 

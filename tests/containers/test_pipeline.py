@@ -58,6 +58,16 @@ def all_sent() -> bool:
     return not OutboxEvent.objects.exclude(status="sent").exists()
 
 
+def rows(queryset=None) -> str:
+    """What the rows say (for assertion messages): id, kind, status, attempts, last error."""
+    queryset = OutboxEvent.objects.all() if queryset is None else queryset
+    return "\n".join(
+        f"#{row.id} {row.kind} {row.aggregate_id} {row.status}/{row.outcome} "
+        f"attempts={row.attempts} last_error={row.last_error.strip()[-600:]!r}"
+        for row in queryset.order_by("id")
+    )
+
+
 def assert_each_aggregate_ran_in_order() -> None:
     """Rows of one instance started in id order, each after the previous one finished."""
     by_aggregate = defaultdict(list)
@@ -86,16 +96,27 @@ def test_two_dispatchers_and_both_clusters_drain_100_instances(
         # 20 of them are deleted while their create may still be queued.
         for instance in instances[:20]:
             container_delete(instance_id=instance.pk, actor="t")
-        wait_for(lambda: statuses().get("running") == 80, timeout=120, message="80 running")
+        wait_for(
+            lambda: statuses().get("running") == 80,
+            timeout=120,
+            message="80 running",
+            describe=rows,
+        )
         for instance in instances[20:60]:
             container_stop(instance_id=instance.pk, actor="t")
-        wait_for(lambda: statuses().get("stopped") == 40, timeout=120, message="40 stopped")
+        wait_for(
+            lambda: statuses().get("stopped") == 40,
+            timeout=120,
+            message="40 stopped",
+            describe=rows,
+        )
         for instance in instances[20:60]:
             container_delete(instance_id=instance.pk, actor="t")
-        wait_for(all_sent, timeout=120, message="every row sent")
-        assert statuses() == {"running": 40}
+        wait_for(all_sent, timeout=120, message="every row sent", describe=rows)
+        assert statuses() == {"running": 40}, statuses()
         assert OutboxEvent.objects.count() == 100 + 20 + 40 + 40
-        assert OutboxEvent.objects.filter(attempts__gt=0).count() == 0
+        retried = OutboxEvent.objects.filter(attempts__gt=0)
+        assert not retried.exists(), f"rows that failed at least once:\n{rows(retried)}"
         # Exactly once: one start call per made container, no container made twice.
         created = engine.created()
         assert len(created) == len(set(created))
@@ -157,11 +178,11 @@ def test_capacity_holds_globally_with_more_workers_than_slots(
             sampling.set()
             sampler.join()
         close_old_connections()
-        assert statuses() == {"running": 30}
+        assert statuses() == {"running": 30}, f"{statuses()}\n{rows()}"
         assert max(samples) == 3, "the gate must have been tested at full capacity"
         assert all(count <= 3 for count in samples)
-        assert OutboxEvent.objects.filter(outcome="deferred").count() == 0  # all done now
-        assert set(OutboxEvent.objects.values_list("attempts", flat=True)) == {0}
+        assert OutboxEvent.objects.filter(outcome="deferred").count() == 0, rows()
+        assert set(OutboxEvent.objects.values_list("attempts", flat=True)) == {0}, rows()
         assert len(engine.created()) == 30
 
 
@@ -187,8 +208,8 @@ def test_worker_killed_mid_handler_is_retried_after_its_lease_without_a_duplicat
         row = OutboxEvent.objects.get()
         wait_for(lambda: OutboxEvent.objects.get().status == "sent", timeout=10)
         row.refresh_from_db()
-        assert row.attempts == 1
-        assert "lease expired" in row.last_error
+        assert row.attempts == 1, rows()
+        assert "lease expired" in row.last_error, rows()
         assert engine.created() == [f"gb-{instance.pk}"]  # adopted, never made twice
         assert len(engine.calls("create")) == 2
 
@@ -208,9 +229,9 @@ def test_a_backlog_with_one_worker_never_outlives_a_lease(
             container_create_by_template(template=template, owner=owner, actor="t")
         app.dispatcher()
         app.cluster("create")
-        wait_for(all_sent, timeout=180, message="100 rows sent")
-        assert set(OutboxEvent.objects.values_list("attempts", flat=True)) == {0}
-        assert not OutboxEvent.objects.filter(last_error__contains="lease").exists()
+        wait_for(all_sent, timeout=180, message="100 rows sent", describe=rows)
+        assert set(OutboxEvent.objects.values_list("attempts", flat=True)) == {0}, rows()
+        assert not OutboxEvent.objects.filter(last_error__contains="lease").exists(), rows()
         assert len(engine.calls("create")) == 100  # no row was ever run twice
 
 
@@ -222,9 +243,9 @@ def test_failing_twice_then_succeeding_ends_sent_after_backoff(
         app.dispatcher()
         app.cluster("create")
         instance = container_create_by_template(template=template, owner=owner, actor="t")
-        wait_for(all_sent, timeout=60, message="sent")
+        wait_for(all_sent, timeout=60, message="sent", describe=rows)
         row = OutboxEvent.objects.get()
-        assert (row.status, row.attempts) == ("sent", 2)
+        assert (row.status, row.attempts) == ("sent", 2), rows()
         assert ContainerInstance.objects.get(pk=instance.pk).status == "running"
         times = [at for _, _, _, at in engine.call_records("create")]
         assert len(times) == 3
@@ -244,8 +265,8 @@ def test_always_failing_ends_dead_and_fails_the_instance(
             lambda: OutboxEvent.objects.get().status == "dead", timeout=60, message="dead letter"
         )
         row = OutboxEvent.objects.get()
-        assert row.attempts == 3
-        assert "injected create failure" in row.last_error
+        assert row.attempts == 3, rows()
+        assert "injected create failure" in row.last_error, rows()
         stored = ContainerInstance.objects.get(pk=instance.pk)
         assert stored.status == "failed"
         assert "injected create failure" in stored.status_reason
@@ -267,7 +288,7 @@ def test_the_redis_broker_carries_the_same_pipeline(postgres, tmp_path, template
         wait_for(lambda: statuses().get("running") == 5, timeout=60, message="5 running")
         for instance in instances:
             container_stop(instance_id=instance.pk, actor="t")
-        wait_for(all_sent, timeout=60, message="every row sent")
+        wait_for(all_sent, timeout=60, message="every row sent", describe=rows)
         assert statuses() == {"stopped": 5}
         assert len(engine.created()) == 5
 
