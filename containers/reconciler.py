@@ -38,6 +38,7 @@ from containers.observe import apply_observation, target_for
 from containers.runtime import runtime_for
 from containers.runtime.base import ContainerRuntime, ContainerState, RuntimeFailure
 from containers.runtime.labels import LABEL_INSTANCE
+from containers.slots import slot_hold
 from containers.states import ACTIVE_SLOTS, IN_FLIGHT, Status
 from outbox.models import UNFINISHED, OutboxEvent, OutboxStatus
 
@@ -75,16 +76,16 @@ def request_unfinished(instance_id: uuid.UUID | str) -> bool:
     return OutboxEvent.objects.filter(aggregate_id=str(instance_id), status__in=UNFINISHED).exists()
 
 
-def request_leased(instance_id: uuid.UUID | str, *, now: dt.datetime | None = None) -> bool:
+def request_leased(instance_id: uuid.UUID | str) -> bool:
     """True while a worker holds an unexpired lease on a request for the instance.
 
-    Leases are on the database's clock (see ``outbox.relay``), so that is the clock
-    compared against unless a test passes ``now``.
+    Leases are set on the database's clock (see ``outbox.relay``) and compared on it
+    here; never on this host's clock.
     """
     return OutboxEvent.objects.filter(
         aggregate_id=str(instance_id),
         status=OutboxStatus.PROCESSING,
-        lease_expires_at__gt=now or Now(),
+        lease_expires_at__gt=Now(),
     ).exists()
 
 
@@ -174,23 +175,24 @@ def instance_sync(
         return CHANGED if changed else UNCHANGED
 
 
-def instance_fail_stuck(*, instance_id: uuid.UUID | str, now: dt.datetime | None = None) -> bool:
-    """Fail an instance stuck in ``creating``/``starting`` past ``start_timeout``.
+def instance_fail_stuck(*, instance_id: uuid.UUID | str) -> bool:
+    """Fail an instance that has held a create/start slot past ``start_timeout``.
 
-    Never while a worker holds an unexpired lease on its request (the worker is still in
-    its runtime calls and will apply what it finds). Locks the instance row, moves it to
-    ``failed`` with the reason (which frees its slot and wakes deferred creates), and
-    returns True; a worker that later finds it failed removes what it created.
-    Idempotent: an instance that moved on is left alone.
+    Slot-holding time only (``containers.slots``), on the database's clock: never while
+    a worker holds its request under a live lease (the worker is still in its runtime
+    calls and will apply what it finds), nor while the request waits for a retry
+    (``max_attempts`` bounds that). Locks the instance row, moves it to ``failed`` with
+    the reason (which frees its slot and wakes deferred creates), and returns True; a
+    worker that later finds it failed removes what it created. Idempotent: an instance
+    that moved on is left alone.
     """
     timeout = float(_config()["start_timeout"])
-    given_now, now = now, now or timezone.now()
     with transaction.atomic():
         instance = ContainerInstance.objects.select_for_update().filter(id=instance_id).first()
         if instance is None or instance.status not in ACTIVE_SLOTS:
             return False
-        age = (now - instance.status_changed_at).total_seconds()
-        if age < timeout or request_leased(instance.id, now=given_now):
+        hold = slot_hold(instance_id=instance.id)
+        if not hold.held or hold.leased or hold.seconds is None or hold.seconds < timeout:
             return False
         move(
             instance,
@@ -198,8 +200,8 @@ def instance_fail_stuck(*, instance_id: uuid.UUID | str, now: dt.datetime | None
             actor=RECONCILER,
             kind="start_timeout",
             reason=(
-                f"start_timeout: still {instance.status} after {age:.0f}s "
-                f"(limit {timeout:g}s) and no worker holds its request"
+                f"start_timeout: still {instance.status} after holding its slot for "
+                f"{hold.seconds:.0f}s (limit {timeout:g}s) and no worker holds its request"
             ),
         )
         return True
@@ -320,15 +322,15 @@ def reconcile(
     runtimes: Iterable[Runtime] | None = None,
     installation: str | None = None,
     actor: str = RECONCILER,
-    now: dt.datetime | None = None,
 ) -> ReconcileReport:
     """One full pass over ``runtimes`` (default: all). Must run outside a transaction.
 
     1. Per runtime: ``instance_sync`` each watched instance (and failed ones without a
        node name); store the runtime's ``last_seen_at``/``node_name``, or its
        ``last_error`` when the engine does not answer (the pass goes on).
-    2. Fail instances stuck in ``creating``/``starting`` past ``start_timeout`` unless
-       leased (``instance_fail_stuck``); this works with the engine down too.
+    2. Fail instances that held a create/start slot past ``start_timeout`` (neither
+       leased nor waiting for a retry: ``instance_fail_stuck``); this works with the
+       engine down too.
     3. Per distinct engine of the enabled runtimes: ``orphans_scan``.
     Idempotent; safe to run while the monitor and workers run.
     """
@@ -371,14 +373,11 @@ def reconcile(
             unreachable.add(runtime.pk)
             Runtime.objects.filter(pk=runtime.pk).update(last_error=str(exc)[:2000])
             log.warning("reconcile: %s", message)
-    now = now or timezone.now()
-    stuck = ContainerInstance.objects.filter(
-        runtime__in=rows,
-        status__in=ACTIVE_SLOTS,
-        status_changed_at__lt=now - dt.timedelta(seconds=float(_config()["start_timeout"])),
+    active = ContainerInstance.objects.filter(
+        runtime__in=rows, status__in=ACTIVE_SLOTS
     ).values_list("id", flat=True)
-    for instance_id in stuck:
-        report.timed_out += instance_fail_stuck(instance_id=instance_id, now=now)
+    for instance_id in active:
+        report.timed_out += instance_fail_stuck(instance_id=instance_id)
     for runtime in distinct_engines(r for r in rows if r.enabled):
         if runtime.pk in unreachable:
             continue

@@ -20,7 +20,6 @@ import uuid
 from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from outbox import conf, hooks, registry
 from outbox.models import UNFINISHED, OutboxEvent, OutboxStatus
@@ -248,8 +247,8 @@ def purge_sent(older_than: dt.timedelta | None = None, *, chunk: int = 5000) -> 
     millions of rows never holds one long transaction (which would stall vacuum and slow
     every claim meanwhile).
     """
-    cutoff = timezone.now() - (older_than or dt.timedelta(seconds=conf.value("retention")))
-    old = OutboxEvent.objects.filter(status=OutboxStatus.SENT, sent_at__lt=cutoff)
+    age = older_than or dt.timedelta(seconds=conf.value("retention"))
+    old = OutboxEvent.objects.filter(status=OutboxStatus.SENT, sent_at__lt=Now() - age)
     total = 0
     while ids := list(old.values_list("id", flat=True)[:chunk]):
         deleted, _ = OutboxEvent.objects.filter(id__in=ids).delete()

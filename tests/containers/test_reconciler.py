@@ -12,6 +12,7 @@ import uuid
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from containers.images import template_images_refresh
@@ -78,23 +79,42 @@ def history(instance) -> list[tuple[str, str, str]]:
     return [(row.from_status, row.to_status, row.actor) for row in rows]
 
 
-def outbox_row(instance, status: str, *, lease_in: float | None = None) -> OutboxEvent:
-    now = timezone.now()
-    return OutboxEvent.objects.create(
+def outbox_row(
+    instance, status: str, *, lease_in: float | None = None, held: float | None = None
+) -> OutboxEvent:
+    """The instance's request row, its times on the database's clock (as the relay sets
+    them): a lease running out in ``lease_in`` seconds, an attempt begun ``held`` ago."""
+    row = OutboxEvent.objects.create(
         kind="ContainerCreateRequest",
         queue="create",
         aggregate_id=str(instance.pk),
         status=status,
-        available_at=now,
-        lease_expires_at=None if lease_in is None else now + dt.timedelta(seconds=lease_in),
+        available_at=Now(),
         claim_token=uuid.uuid4() if status == "processing" else None,
     )
+    OutboxEvent.objects.filter(pk=row.pk).update(
+        lease_expires_at=None if lease_in is None else Now() + dt.timedelta(seconds=lease_in),
+        started_at=None if held is None else Now() - dt.timedelta(seconds=held),
+        sent_at=Now() if status == "sent" else None,
+    )
+    return row
 
 
 def age(instance, seconds: float) -> None:
     ContainerInstance.objects.filter(pk=instance.pk).update(
         status_changed_at=timezone.now() - dt.timedelta(seconds=seconds)
     )
+
+
+@pytest.fixture
+def host_clock(monkeypatch):
+    """Run this host's clock ``offset`` seconds apart from the database's."""
+    real = timezone.now
+
+    def apart(offset: float) -> None:
+        monkeypatch.setattr(timezone, "now", lambda: real() + dt.timedelta(seconds=offset))
+
+    return apart
 
 
 # -- target_for: the observation rules the reconciler and monitor share -------------------------
@@ -263,40 +283,81 @@ def test_deleting_with_its_container_gone_is_our_own_delete(place):
 def test_creating_past_start_timeout_is_failed_when_no_worker_holds_it(place, gobrave_config):
     gobrave_config(container={"start_timeout": 5})
     instance = place(Status.CREATING, "created")
-    outbox_row(instance, "pending")  # waiting on a retry backoff
-    age(instance, 6)
+    outbox_row(instance, "sent", held=6)  # the worker returned; the instance never settled
     report = reconcile()
     assert report.timed_out == 1
     row = stored(instance)
-    assert row.status == "failed"
-    assert row.status_reason.startswith("start_timeout: still creating after 6s")
+    assert row.status == "failed", (row.status, row.status_reason)
+    assert row.status_reason.startswith(
+        "start_timeout: still creating after holding its slot for 6s"
+    ), row.status_reason
     assert history(instance)[-1] == ("creating", "failed", "reconciler")
+
+
+def test_start_timeout_never_fails_an_instance_waiting_for_a_retry(place, gobrave_config):
+    """Backoff holds no slot (SPEC 4), so it is not slot-holding time."""
+    gobrave_config(container={"start_timeout": 5})
+    instance = place(Status.CREATING, "created")
+    outbox_row(instance, "pending")  # attempt 1 failed; waiting on its backoff
+    age(instance, 600)
+    assert reconcile().timed_out == 0
+    assert stored(instance).status == "creating"
 
 
 def test_start_timeout_never_fails_an_instance_while_its_request_is_leased(place, gobrave_config):
     gobrave_config(container={"start_timeout": 5})
     instance = place(Status.STARTING, "exited", exit_code=0)
-    outbox_row(instance, "processing", lease_in=30)
+    outbox_row(instance, "processing", lease_in=30, held=600)
     age(instance, 600)
     assert reconcile().timed_out == 0
     assert stored(instance).status == "starting"
 
 
-def test_an_expired_lease_does_not_protect_from_start_timeout(place, gobrave_config):
+def test_a_dead_workers_expired_lease_is_left_to_its_reclaim(place, gobrave_config):
+    """Its row is due again and holds no slot; the reclaim counts an attempt."""
     gobrave_config(container={"start_timeout": 5})
     instance = place(Status.STARTING, "created")
-    outbox_row(instance, "processing", lease_in=-1)  # the worker was killed
-    age(instance, 6)
-    reconcile()
-    assert stored(instance).status == "failed"
+    outbox_row(instance, "processing", lease_in=-1, held=600)  # the worker was killed
+    age(instance, 600)
+    assert reconcile().timed_out == 0
+    assert stored(instance).status == "starting"
 
 
 def test_within_start_timeout_nothing_happens(place, gobrave_config):
     gobrave_config(container={"start_timeout": 5})
     instance = place(Status.CREATING, "created")
-    age(instance, 3)
+    outbox_row(instance, "sent", held=3)
     assert reconcile().timed_out == 0
     assert stored(instance).status == "creating"
+
+
+def test_a_host_clock_ahead_of_the_database_never_fails_a_leased_request(
+    place, gobrave_config, host_clock
+):
+    """The lease (4 minutes left on the database's clock) protects the instance even
+    though this host's clock says it ran out an hour ago."""
+    gobrave_config(container={"start_timeout": 300})
+    instance = place(Status.CREATING, "created")
+    outbox_row(instance, "processing", lease_in=240, held=10)
+    host_clock(+3600)
+    assert reconcile().timed_out == 0
+    row = stored(instance)
+    assert row.status == "creating", (row.status, row.status_reason)
+
+
+def test_a_host_clock_behind_the_database_still_fails_a_slot_held_too_long(
+    place, gobrave_config, host_clock
+):
+    """Held for 400 s on the database's clock; this host's clock, an hour behind, would
+    see a status change from the future and never time it out."""
+    gobrave_config(container={"start_timeout": 300})
+    instance = place(Status.CREATING, "created")
+    outbox_row(instance, "sent", held=400)
+    host_clock(-3600)
+    assert reconcile().timed_out == 1
+    row = stored(instance)
+    assert row.status == "failed", (row.status, row.status_reason)
+    assert "after holding its slot for 400s" in row.status_reason
 
 
 def test_start_timeout_applies_with_the_engine_down(owner, gobrave_config):

@@ -1,0 +1,108 @@
+"""What a create/start slot is (SPEC section 4), defined once.
+
+The capacity gate, the reconciler's ``start_timeout``, the queue stats and the tests'
+samplers all count slots here, so they cannot disagree.
+
+An instance holds a slot while it is ``creating`` or ``starting`` and its request is
+in the slot: leased to a worker (``processing`` under a live lease), or finished while
+the instance has not settled yet (the worker returned; the instance reaches
+``running``, ``failed`` or ``stopped`` by the events or the reconciler). It holds none
+while its request waits: ``pending`` (a retry's backoff, a deferral) or ``processing``
+under a lease that ran out (its worker died; the row is due again). A waiting request
+passes the gate again before it calls the runtime.
+
+Every time compared here is on the database's clock (``Now()``), as the leases are.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+
+from django.db.models import BooleanField, DurationField, ExpressionWrapper, F, Q
+from django.db.models.functions import Now
+
+from containers.models import ContainerInstance
+from containers.states import ACTIVE_SLOTS
+from outbox.models import OutboxEvent, OutboxStatus
+
+# A request that waits holds no slot: its retry's backoff, a deferral, a dead worker's row.
+WAITING = Q(status=OutboxStatus.PENDING) | Q(
+    status=OutboxStatus.PROCESSING, lease_expires_at__lte=Now()
+)
+
+
+def slot_count(*, exclude: uuid.UUID | str | None = None) -> int:
+    """How many instances hold a slot now (``exclude``: leave one instance out).
+
+    Reads only; the gate calls it with the capacity lock held, so its count is exact.
+    """
+    active = ContainerInstance.objects.filter(status__in=ACTIVE_SLOTS)
+    if exclude is not None:
+        active = active.exclude(id=exclude)
+    ids = {str(pk) for pk in active.values_list("id", flat=True)}
+    if not ids:
+        return 0
+    waiting = set(
+        OutboxEvent.objects.filter(aggregate_id__in=ids)
+        .filter(WAITING)
+        .values_list("aggregate_id", flat=True)
+    )
+    return len(ids - waiting)
+
+
+@dataclass(frozen=True)
+class SlotHold:
+    """One instance's slot as its request row shows it (see ``slot_hold``)."""
+
+    held: bool  # the instance holds a slot now
+    leased: bool  # a worker holds its request under a live lease
+    waiting: bool  # its request waits for a retry (or a reclaim)
+    seconds: float | None  # slot-holding time of the current attempt, on the DB clock
+
+
+def slot_hold(*, instance_id: uuid.UUID | str) -> SlotHold:
+    """Where the instance's slot stands, judged from its latest request row.
+
+    The slot-holding time is counted from the ``started_at`` of the attempt that holds
+    it (set by the relay on the database's clock when the handler began), so waits for
+    a retry never count. An instance with no request row (rows are purged after
+    ``retention``) counts from its last status change. Reads only.
+    """
+    row = (
+        OutboxEvent.objects.filter(aggregate_id=str(instance_id))
+        .order_by("-id")
+        .annotate(
+            live=ExpressionWrapper(
+                Q(status=OutboxStatus.PROCESSING, lease_expires_at__gt=Now()),
+                output_field=BooleanField(),
+            ),
+            age=ExpressionWrapper(Now() - F("started_at"), output_field=DurationField()),
+        )
+        .values("status", "live", "age")
+        .first()
+    )
+    if row is None:
+        age = (
+            ContainerInstance.objects.filter(id=instance_id, status__in=ACTIVE_SLOTS)
+            .annotate(
+                age=ExpressionWrapper(Now() - F("status_changed_at"), output_field=DurationField())
+            )
+            .values_list("age", flat=True)
+            .first()
+        )
+        return SlotHold(held=age is not None, leased=False, waiting=False, seconds=_secs(age))
+    waiting = row["status"] == OutboxStatus.PENDING or (
+        row["status"] == OutboxStatus.PROCESSING and not row["live"]
+    )
+    return SlotHold(
+        held=not waiting,
+        leased=bool(row["live"]),
+        waiting=waiting,
+        seconds=None if waiting else _secs(row["age"]),
+    )
+
+
+def _secs(value: dt.timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
