@@ -2,6 +2,9 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Touched after a successful install: the venv is reinstalled only when pyproject.toml
+# is newer than it (a fresh clone has none, so its first `make run` installs).
+STAMP := $(VENV)/.installed
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 
 .PHONY: venv run test lint fmt services
@@ -10,18 +13,21 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-venv: $(BIN)/python
+$(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
 
-run: venv
+venv: $(STAMP)
+
+run: $(STAMP)
 	$(BIN)/python scripts/run_all.py
 
 services:
 	bash scripts/test-services.sh
 
-test: venv services
+test: $(STAMP) services
 	DATABASE_URL=$(TEST_DATABASE_URL) $(BIN)/pytest $(PYTEST_ARGS)
 
-lint: venv
+lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

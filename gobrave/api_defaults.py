@@ -81,11 +81,11 @@ class Pagination(LimitOffsetPagination):
 
 
 def exclude_schema_views(endpoints):
-    """drf-spectacular preprocessing hook: document the API, not the schema's own views."""
+    """drf-spectacular preprocessing hook: document the API, not its index or schema views."""
     return [
         (path, regex, method, view)
         for path, regex, method, view in endpoints
-        if not path.startswith(("/api/schema/", "/api/docs/"))
+        if path != "/api/" and not path.startswith(("/api/schema/", "/api/docs/"))
     ]
 
 

@@ -1,15 +1,23 @@
-"""URL wiring: the admin, the REST API and its schema."""
+"""URL wiring: the admin (also at ``/``), the REST API, its index and its schema."""
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, reverse_lazy
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from gobrave.api_root import ApiRootView
 from gobrave.metrics import metrics_view
 
+admin.site.site_header = "gobrave operator console"
+admin.site.site_title = "gobrave"
+admin.site.index_title = "Containers, requests and engines"
+
 urlpatterns = [
+    path("", RedirectView.as_view(url=reverse_lazy("admin:index")), name="home"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("api/", ApiRootView.as_view(), name="api-root"),
     path("api/", include("containers.api.urls")),
     path("api/", include("outbox.api.urls")),
     path("metrics", metrics_view, name="metrics"),

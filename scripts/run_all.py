@@ -1,9 +1,11 @@
 #!/usr/bin/env python
 """Run the whole app in one terminal: web, dispatcher, both worker clusters, monitor.
 
-Migrates first, then starts each part as its own process and keeps them running
-(a part that dies is restarted after a short pause). Ctrl-C or SIGTERM stops them all:
-each process gets SIGTERM on its main pid (django-q2 clusters stop cleanly that way).
+Migrates and collects the static files first, then starts each part as its own process
+and keeps them running (a part that dies is restarted after a short pause). The web part
+is gunicorn (threaded workers) with WhiteNoise serving the static files, as in
+production. Ctrl-C or SIGTERM stops them all: each process gets SIGTERM on its main pid
+(django-q2 clusters and gunicorn stop cleanly that way).
 
 Environment: GOBRAVE_WEB_ADDR (default 127.0.0.1:8000), plus everything in README.
 """
@@ -24,8 +26,10 @@ PY = sys.executable
 def parts() -> dict[str, tuple[list[str], dict[str, str]]]:
     addr = os.environ.get("GOBRAVE_WEB_ADDR", "127.0.0.1:8000")
     manage = [PY, "manage.py"]
+    web = [PY, "-m", "gunicorn", "gobrave.wsgi:application", "--bind", addr]
+    web += ["--workers", "2", "--threads", "4", "--graceful-timeout", "5"]
     result = {
-        "web": ([*manage, "runserver", "--noreload", addr], {"GOBRAVE_APP_NAME": "gobrave-web"}),
+        "web": (web, {"GOBRAVE_APP_NAME": "gobrave-web"}),
         "dispatcher": ([*manage, "run_dispatcher"], {"GOBRAVE_APP_NAME": "gobrave-dispatcher"}),
         "create-cluster": ([*manage, "qcluster"], {"Q_CLUSTER_NAME": "create"}),
         "control-cluster": ([*manage, "qcluster"], {"Q_CLUSTER_NAME": "control"}),
@@ -38,6 +42,8 @@ def parts() -> dict[str, tuple[list[str], dict[str, str]]]:
 def main() -> int:
     os.chdir(ROOT)
     subprocess.run([PY, "manage.py", "migrate", "--no-input", "-v0"], check=True)
+    # Copies only what changed since the last run into STATIC_ROOT (var/static).
+    subprocess.run([PY, "manage.py", "collectstatic", "--no-input", "-v0"], check=True)
     stopping = False
 
     def stop(*_args):
