@@ -43,7 +43,11 @@ def _locked(instance_id: str) -> ContainerInstance | None:
 
 
 def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> ContainerInstance | None:
-    """Step 1: move ``ready → doing`` (or resume ``doing`` after a crash); None if superseded."""
+    """Step 1: move ``ready → doing`` (or resume ``doing``); None if superseded.
+
+    Gated requests (create, start) pass the capacity gate both times: a request that
+    waited for a retry, or whose worker died, held no slot meanwhile (SPEC 4).
+    """
     with transaction.atomic():
         instance = _locked(event.aggregate_id)
         if instance is None:
@@ -52,7 +56,11 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
             if gated and not capacity_available():
                 raise Defer(f"no create/start slot free for {instance.id}")
             move(instance, doing, actor=WORKER, message=f"outbox #{event.id}")
-        elif instance.status != doing:
+        elif instance.status == doing:
+            # A retry (or a reclaim) held no slot while it waited: it passes the gate again.
+            if gated and not capacity_available(exclude=instance.id):
+                raise Defer(f"no create/start slot free for {instance.id} (retry)")
+        else:
             return None
         return instance
 

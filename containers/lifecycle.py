@@ -8,6 +8,7 @@ instance's row lock inside a transaction.
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -15,6 +16,7 @@ from django.db import connection, transaction
 
 from containers.errors import InvalidTransition
 from containers.models import ContainerEvent, ContainerInstance, Gate
+from containers.slots import slot_count
 from containers.states import ACTIVE_SLOTS, Status, can_move
 from outbox.services import counter_bump, outbox_release_deferred
 
@@ -112,11 +114,15 @@ def lock_gate(name: str) -> None:
         Gate.objects.select_for_update().get(name=name)
 
 
-def capacity_available() -> bool:
+def capacity_available(*, exclude: uuid.UUID | str | None = None) -> bool:
     """Hold the capacity gate and say whether a create/start slot is free.
 
-    Must run inside the transaction that then moves the instance into its slot.
+    Slots are counted as ``containers.slots`` defines them (a request waiting for its
+    retry holds none). ``exclude``: the instance asking, when it is already in
+    ``creating``/``starting`` (a retry, or a reclaim after its worker died): it passes
+    the gate again before it calls the runtime. Must run inside the transaction that
+    then moves the instance into its slot (or goes on with it).
     """
     lock_gate("capacity")
-    active = ContainerInstance.objects.filter(status__in=ACTIVE_SLOTS).count()
-    return active < settings.GOBRAVE["container"]["create_queue_max_concurrency"]
+    held = slot_count(exclude=exclude)
+    return held < settings.GOBRAVE["container"]["create_queue_max_concurrency"]

@@ -20,7 +20,8 @@ from containers.models import (
     Runtime,
 )
 from containers.runtime import runtime_for
-from containers.states import ACTIVE_SLOTS, Status
+from containers.slots import slot_count
+from containers.states import Status
 from outbox.models import OutboxEvent, OutboxStatus, RelayCounter
 from outbox.services import counters_since
 
@@ -145,9 +146,7 @@ def queue_stats() -> dict[str, object]:
     """
     config = settings.GOBRAVE["container"]
     now = timezone.now()
-    counts = count_by_status(
-        ContainerInstance.objects.filter(status__in=[Status.PENDING, *ACTIVE_SLOTS])
-    )
+    counts = count_by_status(ContainerInstance.objects.filter(status=Status.PENDING))
     oldest = (
         ContainerInstance.objects.filter(status=Status.PENDING)
         .order_by("created_at")
@@ -160,7 +159,7 @@ def queue_stats() -> dict[str, object]:
     counters = counters_since(now - dt.timedelta(seconds=RELAY_WINDOW_SECONDS))
     return {
         "pending_count": counts.get(Status.PENDING, 0),
-        "active_count": sum(counts.get(status, 0) for status in ACTIVE_SLOTS),
+        "active_count": slot_count(),
         "max_pending": config["create_queue_max_pending"],
         "max_concurrency": config["create_queue_max_concurrency"],
         "dead_count": outbox.get(OutboxStatus.DEAD, 0),

@@ -48,7 +48,10 @@ class DatabaseCollector:
 
         for name, help_text in (
             ("pending_count", "Create requests waiting (instances in pending)."),
-            ("active_count", "Instances holding a create/start slot (creating, starting)."),
+            (
+                "active_count",
+                "Instances holding a create/start slot (creating/starting, not waiting to retry).",
+            ),
             ("max_pending", "create_queue_max_pending."),
             ("max_concurrency", "create_queue_max_concurrency."),
         ):

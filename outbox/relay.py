@@ -24,7 +24,7 @@ from django.db.models.functions import Now
 from outbox import conf, hooks, registry
 from outbox.models import UNFINISHED, OutboxEvent, OutboxStatus
 from outbox.registry import Defer, Outcome, PermanentFailure, RetryLater
-from outbox.services import counter_bump, outbox_notify
+from outbox.services import counter_bump, outbox_notify, outbox_release_deferred
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +211,9 @@ def _retry(event, token, route, detail: str, retry_after: float) -> str:
         outcome="retrying",
     ):
         return "stale"
+    # Waiting for its retry, the row holds no capacity (SPEC 4): what was deferred on
+    # its queue may go now.
+    outbox_release_deferred(queue=event.queue)
     counter_bump("retried")
     hooks.emit("retry", event=event, attempts=attempts, delay=delay, error=detail)
     return "retried"

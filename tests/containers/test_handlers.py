@@ -13,8 +13,10 @@ from containers.services import (
     container_start,
     container_stop,
 )
+from containers.slots import slot_count
 from outbox import registry, relay
 from outbox.models import OutboxEvent
+from outbox.services import outbox_retry_now
 
 pytestmark = pytest.mark.django_db
 
@@ -102,6 +104,42 @@ def test_a_freed_slot_makes_deferred_creates_due_at_once(create, gobrave_config)
     assert OutboxEvent.objects.get(aggregate_id=str(second.pk)).available_at <= timezone.now()
     drain()
     assert status(second) == "running"
+
+
+def test_a_create_waiting_for_its_retry_holds_no_slot(create, engine, gobrave_config):
+    """SPEC 4: backoff holds no slot; the retry passes the gate again and still runs."""
+    gobrave_config(container={"create_queue_max_concurrency": 1})
+    (engine.root / "fail-create").write_text("1")
+    failing = create()
+    assert drain() == ["retried"]
+    row = OutboxEvent.objects.get(aggregate_id=str(failing.pk))
+    assert (status(failing), row.status, row.attempts) == ("creating", "pending", 1), row.last_error
+    assert slot_count() == 0
+    healthy = create()
+    assert drain() == ["sent"]  # the failing one is not due yet; the healthy one is not held
+    assert status(healthy) == "running"
+    outbox_retry_now(event_id=row.id)
+    assert drain() == ["sent"]
+    row.refresh_from_db()
+    assert (status(failing), row.status, row.attempts) == ("running", "sent", 1), row.last_error
+
+
+def test_a_retry_passes_the_gate_again_before_calling_the_runtime(create, engine, gobrave_config):
+    gobrave_config(container={"create_queue_max_concurrency": 1})
+    (engine.root / "fail-create").write_text("1")
+    failing = create()
+    assert drain() == ["retried"]
+    holder = create()
+    ContainerInstance.objects.filter(pk=holder.pk).update(status="creating")
+    OutboxEvent.objects.filter(aggregate_id=str(holder.pk)).update(status="sent")
+    assert slot_count() == 1  # the holder; the failing one waits for its retry
+    row = OutboxEvent.objects.get(aggregate_id=str(failing.pk))
+    outbox_retry_now(event_id=row.id)
+    assert drain(rounds=1) == ["deferred"]
+    row.refresh_from_db()
+    assert (row.status, row.attempts, row.outcome) == ("pending", 1, "deferred"), row.last_error
+    assert len(engine.calls("create")) == 1  # only the first attempt reached the engine
+    assert status(failing) == "creating"
 
 
 def test_stop_then_start_then_delete(create, engine):

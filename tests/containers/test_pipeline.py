@@ -19,7 +19,9 @@ from django.db import close_old_connections, connection
 from containers.models import ContainerEvent, ContainerInstance
 from containers.runtime import runtime_for
 from containers.services import container_create_by_template, container_delete, container_stop
+from containers.slots import slot_count
 from outbox.models import OutboxEvent
+from outbox.services import outbox_retry_now
 from tests.factories import TemplateFactory
 from tests.processes import running_app, wait_for
 
@@ -141,9 +143,7 @@ def test_capacity_holds_globally_with_more_workers_than_slots(
     def sample() -> None:
         try:
             while not sampling.is_set():
-                samples.append(
-                    ContainerInstance.objects.filter(status__in=["creating", "starting"]).count()
-                )
+                samples.append(slot_count())
                 time.sleep(0.003)
         finally:
             connection.close()
@@ -270,6 +270,45 @@ def test_always_failing_ends_dead_and_fails_the_instance(
         stored = ContainerInstance.objects.get(pk=instance.pk)
         assert stored.status == "failed"
         assert "injected create failure" in stored.status_reason
+
+
+def test_a_create_waiting_for_its_retry_never_holds_back_a_healthy_one(
+    postgres, tmp_path, template, owner, engine, gobrave_config
+):
+    """maxConcurrency 1; the first create fails once and waits a 60 s+ backoff: the
+    next create runs meanwhile (SPEC 4), then the failing one's retry still succeeds."""
+    gobrave_config(container={"create_queue_max_concurrency": 1})
+    (engine.root / "fail-create").write_text("1")
+    with app_with(
+        tmp_path, container_create_queue_max_concurrency=1, outbox_backoff_base=60
+    ) as app:
+        app.dispatcher()
+        app.cluster("create")
+        failing = container_create_by_template(template=template, owner=owner, actor="t")
+        failing_row = OutboxEvent.objects.get(aggregate_id=str(failing.pk))
+        wait_for(
+            lambda: OutboxEvent.objects.get(pk=failing_row.pk).attempts == 1,
+            timeout=60,
+            message="the first attempt failed",
+            describe=rows,
+        )
+        healthy = container_create_by_template(template=template, owner=owner, actor="t")
+        wait_for(
+            lambda: ContainerInstance.objects.get(pk=healthy.pk).status == "running",
+            timeout=60,
+            message="the healthy create running",
+            describe=rows,
+        )
+        # Still waiting on its backoff: the healthy one did not wait for the retry.
+        failing_row.refresh_from_db()
+        assert (failing_row.status, failing_row.attempts) == ("pending", 1), rows()
+        assert ContainerInstance.objects.get(pk=failing.pk).status == "creating"
+        outbox_retry_now(event_id=failing_row.pk)
+        wait_for(all_sent, timeout=60, message="the retry sent", describe=rows)
+        assert ContainerInstance.objects.get(pk=failing.pk).status == "running", rows()
+        failing_row.refresh_from_db()
+        assert (failing_row.status, failing_row.attempts) == ("sent", 1), rows()
+        assert len(engine.created()) == 2
 
 
 def test_the_redis_broker_carries_the_same_pipeline(postgres, tmp_path, template, owner, engine):
