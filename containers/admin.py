@@ -276,6 +276,8 @@ class ContainerTemplateForm(forms.ModelForm):
             "volumes",
             "resources",
             "constraints",
+            "enabled",
+            "allowed_groups",
         ]
 
     def clean(self):
@@ -293,8 +295,16 @@ class ContainerTemplateForm(forms.ModelForm):
 @admin.register(ContainerTemplate)
 class ContainerTemplateAdmin(admin.ModelAdmin):
     form = ContainerTemplateForm
-    list_display = ("name", "image", "image_display", "image_checked_at", "pull_policy")
-    list_filter = ("image_status", "pull_policy")
+    list_display = (
+        "name",
+        "image",
+        "image_display",
+        "image_checked_at",
+        "pull_policy",
+        "enabled",
+    )
+    list_filter = ("enabled", "image_status", "pull_policy", "allowed_groups")
+    filter_horizontal = ("allowed_groups",)
     search_fields = ("name", "image")
     readonly_fields = ("image_status", "image_checked_at", "created_at", "updated_at")
     fieldsets = (
@@ -309,6 +319,14 @@ class ContainerTemplateAdmin(admin.ModelAdmin):
             },
         ),
         ("Placement", {"fields": ("resources", "constraints")}),
+        (
+            "Who may use it",
+            {
+                "fields": ("enabled", "allowed_groups"),
+                "description": "Users see and use only enabled templates open to them; "
+                "no group chosen: every user.",
+            },
+        ),
         ("Image", {"fields": ("image_status", "image_checked_at", "created_at", "updated_at")}),
     )
 

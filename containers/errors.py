@@ -42,6 +42,15 @@ class InvalidSpec(DomainError):
     http_status = 400
 
 
+class TemplateUnavailable(InvalidSpec):
+    """The template is switched off, or not open to the owner (400, ``details.field``).
+
+    The API answers it exactly as a template that does not exist.
+    """
+
+    code = "template_unavailable"
+
+
 class NoMatchingRuntime(InvalidSpec):
     """No enabled runtime satisfies the template's scheduling constraints (400)."""
 

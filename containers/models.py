@@ -54,7 +54,9 @@ class ContainerTemplate(models.Model):
     ``${INSTANCE_ID}``...), expanded per instance at request time (``containers.spec``).
     ``volumes`` is a list of ``{"source", "target", "read_only"}``; ``resources`` holds
     ``cpu`` (cores) and ``memory`` (bytes or "256m"); ``constraints`` maps runtime label
-    names to required values.
+    names to required values. Users see and use a template only while it is ``enabled``
+    and, when ``allowed_groups`` is not empty, only if they belong to one of those groups
+    (``containers.access``).
     """
 
     class ImageStatus(models.TextChoices):
@@ -78,6 +80,15 @@ class ContainerTemplate(models.Model):
         max_length=16, choices=ImageStatus.choices, default=ImageStatus.UNKNOWN
     )
     image_checked_at = models.DateTimeField(null=True, blank=True)
+    enabled = models.BooleanField(
+        default=True, help_text="Switched off: no user sees it and no new instance uses it."
+    )
+    allowed_groups = models.ManyToManyField(
+        "auth.Group",
+        blank=True,
+        related_name="container_templates",
+        help_text="Only members of these groups see and use it; empty: every user.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

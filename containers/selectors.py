@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
+from containers import access
 from containers.errors import NotFound
 from containers.models import (
     ContainerEvent,
@@ -27,11 +28,11 @@ from outbox.services import counters_since
 
 
 def instance_list(*, statuses: Iterable[str] = (), user=None) -> QuerySet[ContainerInstance]:
-    """Instances newest first; a non-staff ``user`` sees only their own."""
+    """Instances newest first; a ``user`` without ``view_containerinstance`` sees their own."""
     rows = ContainerInstance.objects.select_related("template", "runtime", "owner")
     if statuses:
         rows = rows.filter(status__in=list(statuses))
-    if user is not None and not user.is_staff:
+    if user is not None and not access.sees_all_instances(user):
         rows = rows.filter(owner=user)
     return rows.order_by("-created_at")
 
@@ -62,17 +63,27 @@ def count_by_status(rows: QuerySet) -> dict[str, int]:
     return dict(rows.order_by().values_list("status").annotate(n=Count("id")))
 
 
-def template_get(*, ref: str | int) -> ContainerTemplate:
-    """A template by id or by name; ``NotFound`` for anything else (never a DB error)."""
-    query = _by_name_or_id("name", "pk", ref)
-    template = ContainerTemplate.objects.filter(query).order_by("pk").first()
+def template_get(*, ref: str | int, user=None) -> ContainerTemplate:
+    """A template by id or by name that ``user`` may use (any, without a user).
+
+    ``NotFound`` for anything else, with the same message whether the template is
+    missing, switched off or not open to the user (never a DB error).
+    """
+    rows = ContainerTemplate.objects.filter(_by_name_or_id("name", "pk", ref))
+    if user is not None:
+        rows = rows.filter(access.usable_templates_q(user))
+    template = rows.order_by("pk").first()
     if template is None:
-        raise NotFound(f"no template {str(ref)!r}", template=str(ref))
+        raise NotFound(f"no template {str(ref)!r} that you may use", template=str(ref))
     return template
 
 
-def template_list() -> QuerySet[ContainerTemplate]:
-    return ContainerTemplate.objects.order_by("name")
+def template_list(*, user=None) -> QuerySet[ContainerTemplate]:
+    """Templates by name: all of them for ``view_containertemplate``, else the usable ones."""
+    rows = ContainerTemplate.objects.prefetch_related("allowed_groups").order_by("name")
+    if user is not None and not access.sees_all_templates(user):
+        rows = rows.filter(access.usable_templates_q(user))
+    return rows
 
 
 def instance_search(
@@ -275,10 +286,10 @@ def dashboard_stats(*, now=None) -> dict[str, object]:
     }
 
 
-def template_by_id(*, template_id: object) -> ContainerTemplate:
-    """A template by its id only (detail URLs); ``NotFound`` for anything else."""
+def template_by_id(*, template_id: object, user=None) -> ContainerTemplate:
+    """A template by its id only (detail URLs) that ``user`` may see; ``NotFound`` otherwise."""
     key = _as_id(template_id)
-    template = ContainerTemplate.objects.filter(pk=key).first() if key is not None else None
+    template = template_list(user=user).filter(pk=key).first() if key is not None else None
     if template is None:
         raise NotFound(f"no template {template_id}", template=str(template_id))
     return template

@@ -19,7 +19,15 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, Q
 
-from containers.errors import InvalidSpec, InvalidTransition, NoMatchingRuntime, NotFound, QueueFull
+from containers import access
+from containers.errors import (
+    InvalidSpec,
+    InvalidTransition,
+    NoMatchingRuntime,
+    NotFound,
+    QueueFull,
+    TemplateUnavailable,
+)
 from containers.lifecycle import lock_gate, move, record
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
 from containers.spec import clean_constraints, resolve_spec
@@ -101,6 +109,7 @@ def container_create_by_template(
 ) -> ContainerInstance:
     """Accept a create request, or refuse it with ``QueueFull`` or ``InvalidSpec``.
 
+    0. The template must be enabled and open to ``owner`` (``TemplateUnavailable``).
     1. Choose the runtime and resolve the spec (no lock held; a bad spec stops here).
     2. In one transaction: insert the instance, its history entry and its
        ``ContainerCreateRequest`` outbox row; then take the global admission gate (every
@@ -108,6 +117,11 @@ def container_create_by_template(
        instances; at ``create_queue_max_pending`` refuse, rolling all of it back.
     A refusal is counted for the dashboard and leaves no row anywhere.
     """
+    if not access.may_use_template(owner, template):
+        raise TemplateUnavailable(
+            f"template: {template.name} is switched off or not open to {owner.get_username()}",
+            field="template",
+        )
     runtime = runtime_select(template=template)
     instance_id = uuid.uuid4()
     if not name:

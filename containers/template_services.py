@@ -1,4 +1,4 @@
-"""Template writes (staff): create, update, delete. The API and the admin go through these.
+"""Template writes (operators): create, update, delete. The API and the admin go through these.
 
 Every JSON field is validated with ``containers.spec.clean_template_fields`` before it is
 saved, so a template that cannot make a container is refused (``InvalidSpec`` naming the
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
 
@@ -18,7 +19,18 @@ from containers.models import ContainerTemplate
 from containers.spec import clean_template_fields
 
 # The fields a caller may set; everything else (image status, timestamps) is gobrave's.
-WRITABLE = ("name", "image", "command", "env", "volumes", "resources", "constraints", "pull_policy")
+WRITABLE = (
+    "name",
+    "image",
+    "command",
+    "env",
+    "volumes",
+    "resources",
+    "constraints",
+    "pull_policy",
+    "enabled",
+    "allowed_groups",
+)
 
 
 class TemplateInUse(DomainError):
@@ -32,7 +44,20 @@ def _clean(fields: dict[str, Any]) -> dict[str, Any]:
     unknown = set(fields) - set(WRITABLE)
     if unknown:
         raise InvalidSpec(f"unknown template fields: {', '.join(sorted(unknown))}", field="")
-    return {**fields, **clean_template_fields(**fields)}
+    groups = fields.pop("allowed_groups", None)
+    cleaned = {**fields, **clean_template_fields(**fields)}
+    if groups is not None:
+        cleaned["allowed_groups"] = _groups(groups)
+    return cleaned
+
+
+def _groups(names: list[str]) -> list[Group]:
+    """The groups named, or ``InvalidSpec`` naming the first that does not exist."""
+    found = {group.name: group for group in Group.objects.filter(name__in=list(names))}
+    for name in names:
+        if name not in found:
+            raise InvalidSpec(f"allowed_groups: no group {name!r}", field="allowed_groups")
+    return [found[name] for name in dict.fromkeys(names)]
 
 
 def _save(template: ContainerTemplate, *, update_fields: list[str] | None) -> None:
@@ -47,8 +72,13 @@ def _save(template: ContainerTemplate, *, update_fields: list[str] | None) -> No
 
 def template_create(**fields: Any) -> ContainerTemplate:
     """Validate and insert a template. Raises ``InvalidSpec`` naming the bad field."""
-    template = ContainerTemplate(**_clean(fields))
-    _save(template, update_fields=None)
+    cleaned = _clean(fields)
+    groups = cleaned.pop("allowed_groups", None)
+    with transaction.atomic():
+        template = ContainerTemplate(**cleaned)
+        _save(template, update_fields=None)
+        if groups:
+            template.allowed_groups.set(groups)
     return template
 
 
@@ -59,6 +89,7 @@ def template_update(*, template_id: int, **fields: Any) -> ContainerTemplate:
     it was requested.
     """
     cleaned = _clean(fields)
+    groups = cleaned.pop("allowed_groups", None)
     with transaction.atomic():
         template = ContainerTemplate.objects.select_for_update().filter(pk=template_id).first()
         if template is None:
@@ -67,6 +98,8 @@ def template_update(*, template_id: int, **fields: Any) -> ContainerTemplate:
             setattr(template, name, value)
         if cleaned:
             _save(template, update_fields=[*cleaned, "updated_at"])
+        if groups is not None:
+            template.allowed_groups.set(groups)
     return template
 
 

@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "django_q",
     "outbox",
     "containers",
+    "tenants",
 ]
 
 MIDDLEWARE = [
@@ -155,7 +156,7 @@ REST_FRAMEWORK = {
         "gobrave.api_defaults.TokenAuthentication",
         "gobrave.api_defaults.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": ["gobrave.api_permissions.ModelPermissions"],
     "DEFAULT_PARSER_CLASSES": ["gobrave.api_defaults.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "gobrave.api_defaults.Pagination",

@@ -190,9 +190,18 @@ class TemplateInputSerializer(serializers.Serializer):
     pull_policy = serializers.ChoiceField(
         choices=PullPolicy.choices, default=PullPolicy.IF_NOT_PRESENT
     )
+    enabled = serializers.BooleanField(default=True, help_text="Off: no user sees or uses it.")
+    allowed_groups = serializers.ListField(
+        child=serializers.CharField(max_length=150),
+        default=list,
+        max_length=1000,
+        help_text="Group names whose members may use it; empty: every user.",
+    )
 
 
 class TemplateOutputSerializer(serializers.ModelSerializer):
+    allowed_groups = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+
     class Meta:
         model = ContainerTemplate
         fields = [
@@ -205,6 +214,8 @@ class TemplateOutputSerializer(serializers.ModelSerializer):
             "resources",
             "constraints",
             "pull_policy",
+            "enabled",
+            "allowed_groups",
             "image_status",
             "image_checked_at",
             "created_at",

@@ -1,8 +1,11 @@
 """The containers REST API. Views are thin: validate input, call a selector or a service,
 render. Errors are raised (``DomainError`` or DRF's) and shaped by ``gobrave.api_errors``.
 
-A user sees and acts on their own instances only; another user's instance answers 404
-exactly as a missing one does. Staff see and act on every instance.
+Who may do what is ``containers.access`` (and ``gobrave.api_permissions`` for the
+permission each action needs): a user sees and acts on their own instances; another
+user's instance answers 404 exactly as a missing one does, unless the caller holds
+``view_containerinstance`` (then acting on it needs ``change_containerinstance``, else
+403). The staff flag grants nothing here.
 """
 
 from __future__ import annotations
@@ -11,16 +14,16 @@ import logging
 
 import docker.errors
 from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
-from rest_framework import permissions, status, viewsets
+from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 from rest_framework.views import APIView
 
-from containers import selectors, template_services
+from containers import access, selectors, template_services
 from containers.api import serializers as s
-from containers.errors import DomainError, NotFound
+from containers.errors import DomainError, NotFound, TemplateUnavailable
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
 from containers.runtime.base import RuntimeFailure
 from containers.services import (
@@ -42,13 +45,6 @@ class RuntimeUnavailable(DomainError):
     http_status = 503
 
 
-class IsStaffOrReadOnly(permissions.BasePermission):
-    message = "Only staff may change templates."
-
-    def has_permission(self, request, view) -> bool:
-        return request.method in permissions.SAFE_METHODS or bool(request.user.is_staff)
-
-
 def _actor(request) -> str:
     return request.user.get_username()
 
@@ -63,7 +59,7 @@ def _accepted(instance: ContainerInstance, **headers: str) -> Response:
 
 _ACTION_RESPONSES = {
     202: s.InstanceAcceptedSerializer,
-    **error_responses(404, 409),
+    **error_responses(403, 404, 409),
 }
 
 
@@ -112,6 +108,13 @@ class ContainerViewSet(viewsets.GenericViewSet):
     def _instance(self, pk: str) -> ContainerInstance:
         return selectors.instance_get(instance_id=pk, user=self.request.user)
 
+    def _operable(self, pk: str) -> ContainerInstance:
+        """An instance the caller may act on: 404 if they cannot see it, 403 if only see it."""
+        instance = self._instance(pk)
+        if not access.may_operate(self.request.user, instance):
+            raise PermissionDenied("Acting on another user's instance needs the change permission.")
+        return instance
+
     def list(self, request):
         query = s.InstanceQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
@@ -131,22 +134,25 @@ class ContainerViewSet(viewsets.GenericViewSet):
     def create(self, request):
         data = s.InstanceCreateInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        ref = data.validated_data["template"]
         try:
-            template = selectors.template_get(ref=data.validated_data["template"])
-        except NotFound as exc:
-            raise ValidationError({"template": [exc.message]}) from None
-        instance = container_create_by_template(
-            template=template,
-            owner=request.user,
-            actor=_actor(request),
-            name=data.validated_data.get("name"),
-            env=data.validated_data.get("env"),
-        )
+            template = selectors.template_get(ref=ref, user=request.user)
+            instance = container_create_by_template(
+                template=template,
+                owner=request.user,
+                actor=_actor(request),
+                name=data.validated_data.get("name"),
+                env=data.validated_data.get("env"),
+            )
+        except (NotFound, TemplateUnavailable):
+            # Switched off or not open to this user: answered as if it did not exist.
+            message = f"no template {ref!r} that you may use"
+            raise ValidationError({"template": [message]}) from None
         location = reverse("container-detail", kwargs={"pk": instance.id}, request=request)
         return _accepted(instance, Location=location)
 
     def destroy(self, request, pk: str):
-        instance = self._instance(pk)
+        instance = self._operable(pk)
         return _accepted(container_delete(instance_id=instance.id, actor=_actor(request)))
 
     @extend_schema(
@@ -157,7 +163,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
     )
     @action(detail=True, methods=["post"])
     def start(self, request, pk: str):
-        instance = self._instance(pk)
+        instance = self._operable(pk)
         return _accepted(container_start(instance_id=instance.id, actor=_actor(request)))
 
     @extend_schema(
@@ -168,7 +174,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
     )
     @action(detail=True, methods=["post"])
     def stop(self, request, pk: str):
-        instance = self._instance(pk)
+        instance = self._operable(pk)
         return _accepted(container_stop(instance_id=instance.id, actor=_actor(request)))
 
     @extend_schema(
@@ -216,30 +222,35 @@ class ContainerViewSet(viewsets.GenericViewSet):
         responses={200: s.TemplateOutputSerializer, **error_responses(404)},
     ),
     create=extend_schema(
-        summary="Create a template (staff)",
+        summary="Create a template (permission add_containertemplate)",
         request=s.TemplateInputSerializer,
         responses={201: s.TemplateOutputSerializer, **error_responses(400)},
     ),
     update=extend_schema(
-        summary="Replace a template (staff)",
+        summary="Replace a template (permission change_containertemplate)",
         request=s.TemplateInputSerializer,
         responses={200: s.TemplateOutputSerializer, **error_responses(400, 404)},
     ),
     partial_update=extend_schema(
-        summary="Change a template (staff)",
+        summary="Change a template (permission change_containertemplate)",
         request=s.TemplateInputSerializer(partial=True),
         responses={200: s.TemplateOutputSerializer, **error_responses(400, 404)},
     ),
     destroy=extend_schema(
-        summary="Delete a template no instance uses (staff)",
+        summary="Delete a template no instance uses (permission delete_containertemplate)",
         responses={204: None, **error_responses(404, 409)},
     ),
 )
 class TemplateViewSet(viewsets.GenericViewSet):
-    """Templates: every user reads them, staff write them (validated like a request)."""
+    """Templates: users read those they may use; writes need the template permissions."""
 
     parser_classes = [JSONParser]
-    permission_classes = [permissions.IsAuthenticated, IsStaffOrReadOnly]
+    required_permissions = {
+        "create": ("containers.add_containertemplate",),
+        "update": ("containers.change_containertemplate",),
+        "partial_update": ("containers.change_containertemplate",),
+        "destroy": ("containers.delete_containertemplate",),
+    }
     serializer_class = s.TemplateOutputSerializer
     queryset = ContainerTemplate.objects.none()
 
@@ -248,11 +259,11 @@ class TemplateViewSet(viewsets.GenericViewSet):
         return s.TemplateInputSerializer if self.action in writes else self.serializer_class
 
     def list(self, request):
-        page = self.paginate_queryset(selectors.template_list())
+        page = self.paginate_queryset(selectors.template_list(user=request.user))
         return self.get_paginated_response(s.TemplateOutputSerializer(page, many=True).data)
 
     def retrieve(self, request, pk: str):
-        template = selectors.template_by_id(template_id=pk)
+        template = selectors.template_by_id(template_id=pk, user=request.user)
         return Response(s.TemplateOutputSerializer(template).data)
 
     def create(self, request):
@@ -262,7 +273,7 @@ class TemplateViewSet(viewsets.GenericViewSet):
         return Response(s.TemplateOutputSerializer(template).data, status=status.HTTP_201_CREATED)
 
     def _update(self, request, pk: str, *, partial: bool) -> Response:
-        template = selectors.template_by_id(template_id=pk)
+        template = selectors.template_by_id(template_id=pk, user=request.user)
         data = s.TemplateInputSerializer(data=request.data, partial=partial)
         data.is_valid(raise_exception=True)
         template = template_services.template_update(template_id=template.pk, **data.validated_data)
@@ -275,25 +286,28 @@ class TemplateViewSet(viewsets.GenericViewSet):
         return self._update(request, pk, partial=True)
 
     def destroy(self, request, pk: str):
-        template = selectors.template_by_id(template_id=pk)
+        template = selectors.template_by_id(template_id=pk, user=request.user)
         template_services.template_delete(template_id=template.pk)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 @extend_schema_view(
     list=extend_schema(
-        summary="List runtimes (staff)",
+        summary="List runtimes (permission view_runtime)",
         responses={200: s.RuntimeOutputSerializer(many=True), **error_responses(400)},
     ),
     retrieve=extend_schema(
-        summary="Get a runtime (staff)",
+        summary="Get a runtime (permission view_runtime)",
         responses={200: s.RuntimeOutputSerializer, **error_responses(404)},
     ),
 )
 class RuntimeViewSet(viewsets.GenericViewSet):
     """The container engines gobrave schedules onto (read-only; edit them in the admin)."""
 
-    permission_classes = [permissions.IsAdminUser]
+    required_permissions = {
+        "list": ("containers.view_runtime",),
+        "retrieve": ("containers.view_runtime",),
+    }
     serializer_class = s.RuntimeOutputSerializer
     queryset = Runtime.objects.none()
 

@@ -1,10 +1,11 @@
-"""The outbox REST API (staff): list and filter rows, and make a backing-off row due now."""
+"""The outbox REST API: list and filter rows (``view_outboxevent``), and make a
+backing-off row due now (``change_outboxevent``)."""
 
 from __future__ import annotations
 
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import exceptions, permissions, viewsets
+from rest_framework import exceptions, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
@@ -53,12 +54,12 @@ def _event_id(pk: str) -> int:
 
 @extend_schema_view(
     list=extend_schema(
-        summary="List outbox rows (staff)",
+        summary="List outbox rows (permission view_outboxevent)",
         parameters=[s.OutboxQuerySerializer],
         responses={200: s.OutboxEventOutputSerializer(many=True), **error_responses(400)},
     ),
     retrieve=extend_schema(
-        summary="Get an outbox row (staff)",
+        summary="Get an outbox row (permission view_outboxevent)",
         responses={200: s.OutboxEventOutputSerializer, **error_responses(404)},
     ),
 )
@@ -66,7 +67,11 @@ class OutboxViewSet(viewsets.GenericViewSet):
     """Outbox rows, for diagnosis. Dead rows stay; the remedy is a new request."""
 
     parser_classes = [JSONParser]
-    permission_classes = [permissions.IsAdminUser]
+    required_permissions = {
+        "list": ("outbox.view_outboxevent",),
+        "retrieve": ("outbox.view_outboxevent",),
+        "retry": ("outbox.change_outboxevent",),
+    }
     serializer_class = s.OutboxEventOutputSerializer
     queryset = OutboxEvent.objects.none()
 
@@ -85,7 +90,7 @@ class OutboxViewSet(viewsets.GenericViewSet):
         return Response(s.OutboxEventOutputSerializer(event).data)
 
     @extend_schema(
-        summary="Retry now (staff)",
+        summary="Retry now (permission change_outboxevent)",
         description="Make a pending row that waits on backoff due now. Rows in any other "
         "status answer 409.",
         request=None,

@@ -1,4 +1,4 @@
-"""API fixtures: token-authenticated clients for the four roles of the authorization matrix."""
+"""API fixtures: token-authenticated clients for a user, another user and an operator."""
 
 from __future__ import annotations
 
@@ -11,7 +11,15 @@ from tests.factories import InstanceFactory, UserFactory
 
 @pytest.fixture
 def staff_user():
-    return UserFactory(username="root", is_staff=True)
+    """An operator: staff in the ready-made operators group (the staff flag alone is nothing)."""
+    from django.contrib.auth.models import Group
+
+    from tenants.roles import OPERATORS, roles_install
+
+    roles_install()
+    user = UserFactory(username="root", is_staff=True)
+    user.groups.add(Group.objects.get(name=OPERATORS))
+    return user
 
 
 @pytest.fixture

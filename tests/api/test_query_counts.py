@@ -11,8 +11,8 @@ from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory, Us
 
 pytestmark = pytest.mark.django_db
 
-# token lookup (with its user) + COUNT + the page
-LIST_QUERIES = 3
+# token lookup (with its user) + the caller's own and group permissions (2) + COUNT + page
+LIST_QUERIES = 5
 
 
 def _instances(n, owner):
@@ -48,8 +48,8 @@ def test_events_query_count_is_flat(alice, make_instance, rows, django_assert_nu
     instance = make_instance()
     for _ in range(rows):
         record(instance, kind="note", actor="test")
-    # token + the instance + COUNT + the page
-    with django_assert_num_queries(4):
+    # token + permissions (2) + the instance + COUNT + the page
+    with django_assert_num_queries(6):
         assert alice.get(f"/api/containers/{instance.pk}/events/").json()["count"] == rows
 
 
@@ -57,7 +57,8 @@ def test_events_query_count_is_flat(alice, make_instance, rows, django_assert_nu
 def test_template_list_query_count_is_flat(alice, rows, django_assert_num_queries):
     for _ in range(rows):
         TemplateFactory()
-    with django_assert_num_queries(LIST_QUERIES):
+    # ... + the templates' allowed groups, in one query
+    with django_assert_num_queries(LIST_QUERIES + 1):
         assert alice.get("/api/templates/").json()["count"] == rows
 
 
