@@ -12,9 +12,9 @@ from rest_framework.views import APIView
 ENDPOINTS = (
     ("containers", "container-list", "container instances: create, start, stop, delete"),
     ("templates", "template-list", "what an instance runs"),
-    ("runtimes", "runtime-list", "the container engines (staff)"),
+    ("runtimes", "runtime-list", "the container engines (permission view_runtime)"),
     ("queue", "queue", "the create queue and the relay, now and over the last hour"),
-    ("outbox", "outbox-list", "the outbox rows (staff)"),
+    ("outbox", "outbox-list", "the outbox rows (permission view_outboxevent)"),
     ("schema", "schema", "the OpenAPI schema"),
     ("docs", "swagger-ui", "the API documentation (Swagger UI)"),
     ("metrics", "metrics", "Prometheus metrics"),

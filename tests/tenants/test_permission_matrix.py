@@ -70,6 +70,7 @@ def _walk(callers, send):
 # (method, path, body): expected status for
 #  anonymous, user, other, staff (no permissions), viewer, operator, superuser
 API = [
+    ("get", "/api/", None,                              (200, 200, 200, 200, 200, 200, 200)),
     ("get", "/api/containers/", None,                   (401, 200, 200, 200, 200, 200, 200)),
     ("post", "/api/containers/", {"template": "sleeper"}, (401, 202, 202, 202, 202, 202, 202)),
     ("post", "/api/containers/", {"template": "limited"}, (401, 400, 400, 400, 400, 400, 202)),
@@ -106,7 +107,7 @@ def test_api_cell(callers, objects, method, path, body, expected):
     assert got == dict(zip(ROLES, expected, strict=True)), {
         role: r.content[:200] for role, r in responses.items() if got[role] != 0
     }
-    for role, response in responses.items():
+    for response in responses.values():
         if response.status_code in ERROR_CODES:
             assert_error(response, response.status_code, ERROR_CODES[response.status_code])
             if response.status_code == 401:
@@ -127,35 +128,35 @@ def test_refused_api_requests_change_nothing(callers, objects):
 
 # --- the admin ------------------------------------------------------------------------------
 
-LOGIN = 302  # anonymous and non-staff are sent to the login page
+L = LOGIN = 302  # anonymous and non-staff are sent to the login page
 
-# (url name, args): expected status for the same seven callers
+# (admin url name, args): expected status for the same seven callers
 PAGES = [
-    ("admin:index", (),                                        (LOGIN, LOGIN, LOGIN, 200, 200, 200, 200)),
-    ("admin:containers_dashboard", (),                         (LOGIN, LOGIN, LOGIN, 403, 200, 200, 200)),
-    ("admin:containers_containerinstance_changelist", (),      (LOGIN, LOGIN, LOGIN, 403, 200, 200, 200)),
-    ("admin:containers_containerinstance_add", (),             (LOGIN, LOGIN, LOGIN, 403, 403, 403, 200)),
-    ("admin:containers_containerinstance_change", ("instance",), (LOGIN, LOGIN, LOGIN, 403, 200, 200, 200)),
-    ("admin:containers_containerinstance_delete", ("instance",), (LOGIN, LOGIN, LOGIN, 403, 403, 403, 403)),
-    ("admin:containers_containertemplate_changelist", (),      (LOGIN, LOGIN, LOGIN, 403, 200, 200, 200)),
-    ("admin:containers_containertemplate_add", (),             (LOGIN, LOGIN, LOGIN, 403, 403, 200, 200)),
-    ("admin:containers_containertemplate_change", ("template",), (LOGIN, LOGIN, LOGIN, 403, 200, 200, 200)),
-    ("admin:containers_containertemplate_delete", ("spare",),  (LOGIN, LOGIN, LOGIN, 403, 403, 200, 200)),
-    ("admin:containers_runtime_changelist", (),                (LOGIN, LOGIN, LOGIN, 403, 200, 200, 200)),
-    ("admin:containers_runtime_add", (),                       (LOGIN, LOGIN, LOGIN, 403, 403, 403, 200)),
-    ("admin:containers_runtime_change", ("runtime",),          (LOGIN, LOGIN, LOGIN, 403, 200, 200, 200)),
-    ("admin:containers_containerevent_changelist", (),         (LOGIN, LOGIN, LOGIN, 403, 200, 200, 200)),
-    ("admin:containers_orphancontainer_changelist", (),        (LOGIN, LOGIN, LOGIN, 403, 200, 200, 200)),
-    ("admin:outbox_outboxevent_changelist", (),                (LOGIN, LOGIN, LOGIN, 403, 200, 200, 200)),
-    ("admin:outbox_outboxevent_change", ("row",),              (LOGIN, LOGIN, LOGIN, 403, 200, 200, 200)),
-    ("admin:auth_user_changelist", (),                         (LOGIN, LOGIN, LOGIN, 403, 403, 403, 200)),
-    ("admin:auth_group_changelist", (),                        (LOGIN, LOGIN, LOGIN, 403, 403, 403, 200)),
+    ("index", (), (L, L, L, 200, 200, 200, 200)),
+    ("containers_dashboard", (), (L, L, L, 403, 200, 200, 200)),
+    ("containers_containerinstance_changelist", (), (L, L, L, 403, 200, 200, 200)),
+    ("containers_containerinstance_add", (), (L, L, L, 403, 403, 403, 200)),
+    ("containers_containerinstance_change", ("instance",), (L, L, L, 403, 200, 200, 200)),
+    ("containers_containerinstance_delete", ("instance",), (L, L, L, 403, 403, 403, 403)),
+    ("containers_containertemplate_changelist", (), (L, L, L, 403, 200, 200, 200)),
+    ("containers_containertemplate_add", (), (L, L, L, 403, 403, 200, 200)),
+    ("containers_containertemplate_change", ("template",), (L, L, L, 403, 200, 200, 200)),
+    ("containers_containertemplate_delete", ("spare",), (L, L, L, 403, 403, 200, 200)),
+    ("containers_runtime_changelist", (), (L, L, L, 403, 200, 200, 200)),
+    ("containers_runtime_add", (), (L, L, L, 403, 403, 403, 200)),
+    ("containers_runtime_change", ("runtime",), (L, L, L, 403, 200, 200, 200)),
+    ("containers_containerevent_changelist", (), (L, L, L, 403, 200, 200, 200)),
+    ("containers_orphancontainer_changelist", (), (L, L, L, 403, 200, 200, 200)),
+    ("outbox_outboxevent_changelist", (), (L, L, L, 403, 200, 200, 200)),
+    ("outbox_outboxevent_change", ("row",), (L, L, L, 403, 200, 200, 200)),
+    ("auth_user_changelist", (), (L, L, L, 403, 403, 403, 200)),
+    ("auth_group_changelist", (), (L, L, L, 403, 403, 403, 200)),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize("name, args, expected", PAGES, ids=[p[0] for p in PAGES])
 def test_admin_page_cell(callers, objects, name, args, expected):
-    url = reverse(name, args=[objects[a] for a in args])
+    url = reverse(f"admin:{name}", args=[objects[a] for a in args])
     responses = _walk(callers, lambda c: c.web.get(url))
     got = {role: r.status_code for role, r in responses.items()}
     assert got == dict(zip(ROLES, expected, strict=True))
