@@ -39,6 +39,7 @@ from containers.services import (
 )
 from containers.spec import clean_template_fields
 from containers.states import Status
+from core.admin_helpers import GREY, ActionsOnlyAdminMixin, ReadOnlyAdminMixin, badge
 from outbox import admin as outbox_admin
 
 STATUS_COLOURS = {
@@ -59,18 +60,8 @@ IMAGE_COLOURS = {"present": "#198754", "missing": "#dc3545", "unknown": "#6c757d
 TEMPLATE_JSON_FIELDS = ("command", "env", "volumes", "resources", "constraints")
 
 
-def badge(text: str, colour: str, *, title: str = ""):
-    return format_html(
-        '<span class="gb-badge" title="{}" style="background:{};color:#fff;padding:2px 8px;'
-        'border-radius:10px;font-size:11px;font-weight:600;white-space:nowrap">{}</span>',
-        title,
-        colour,
-        text,
-    )
-
-
 def status_badge(status: str, *, title: str = ""):
-    return badge(status, STATUS_COLOURS.get(status, "#6c757d"), title=title)
+    return badge(status, STATUS_COLOURS.get(status, GREY), title=title)
 
 
 def actor_of(request) -> str:
@@ -106,7 +97,7 @@ class InstanceCreateForm(forms.ModelForm):
 
 
 @admin.register(ContainerInstance)
-class ContainerInstanceAdmin(outbox_admin.ActionsOnlyAdminMixin, admin.ModelAdmin):
+class ContainerInstanceAdmin(ActionsOnlyAdminMixin, admin.ModelAdmin):
     """Instances. Created through the create service; changed only by the actions."""
 
     add_form = InstanceCreateForm
@@ -332,7 +323,7 @@ class ContainerTemplateAdmin(admin.ModelAdmin):
 
     @admin.display(description="image status", ordering="image_status")
     def image_display(self, obj: ContainerTemplate):
-        return badge(obj.image_status, IMAGE_COLOURS.get(obj.image_status, "#6c757d"))
+        return badge(obj.image_status, IMAGE_COLOURS.get(obj.image_status, GREY))
 
 
 # --- runtimes --------------------------------------------------------------------------------
@@ -372,19 +363,6 @@ class _Echo:
         return value
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows gobrave writes and operators only read."""
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-
 CSV_COLUMNS = (
     "created_at",
     "instance_id",
@@ -398,7 +376,7 @@ CSV_COLUMNS = (
 
 
 @admin.register(ContainerEvent)
-class ContainerEventAdmin(ReadOnlyAdmin):
+class ContainerEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The audit log: every request, transition and runtime event, never edited."""
 
     list_display = (
@@ -442,7 +420,7 @@ class ContainerEventAdmin(ReadOnlyAdmin):
 
 
 @admin.register(OrphanContainer)
-class OrphanContainerAdmin(ReadOnlyAdmin):
+class OrphanContainerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Containers with our labels and no instance, as the reconciler reports them."""
 
     list_display = (

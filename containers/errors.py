@@ -1,20 +1,25 @@
-"""Domain errors. The API maps each to one HTTP status and a stable error code."""
+"""Every domain error of the containers app (the base is ``core.errors.DomainError``).
+
+The API maps each to its HTTP status and stable ``code``; the admin and the commands show
+its message.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from core.errors import DomainError
 
-class DomainError(Exception):
-    """A request refused for a reason the caller can act on."""
-
-    code = "domain_error"
-    http_status = 400
-
-    def __init__(self, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = details
+__all__ = [
+    "DomainError",
+    "EngineUnavailable",
+    "InvalidSpec",
+    "InvalidTransition",
+    "NoMatchingRuntime",
+    "NotFound",
+    "QueueFull",
+    "TemplateInUse",
+]
 
 
 class InvalidTransition(DomainError):
@@ -62,3 +67,17 @@ class NotFound(DomainError):
 
     code = "not_found"
     http_status = 404
+
+
+class TemplateInUse(DomainError):
+    """The template still has instances (they keep a protected reference) (HTTP 409)."""
+
+    code = "template_in_use"
+    http_status = 409
+
+
+class EngineUnavailable(DomainError):
+    """The instance's container engine did not answer (HTTP 503)."""
+
+    code = "runtime_unavailable"
+    http_status = 503

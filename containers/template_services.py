@@ -14,7 +14,7 @@ from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
 
-from containers.errors import DomainError, InvalidSpec, NotFound
+from containers.errors import InvalidSpec, NotFound, TemplateInUse
 from containers.models import ContainerTemplate
 from containers.spec import clean_template_fields
 
@@ -31,13 +31,6 @@ WRITABLE = (
     "enabled",
     "allowed_groups",
 )
-
-
-class TemplateInUse(DomainError):
-    """The template still has instances (they keep a protected reference) (HTTP 409)."""
-
-    code = "template_in_use"
-    http_status = 409
 
 
 def _clean(fields: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,8 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from core.errors import DomainError
+
 log = logging.getLogger(__name__)
 
 
@@ -46,9 +48,6 @@ def _validation_details(detail: Any) -> dict[str, Any]:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """Map any exception raised by a DRF view to the stable error shape."""
-    # Imported here so that apps below containers (outbox) can use this module's helpers.
-    from containers.errors import DomainError
-
     headers: dict[str, str] = {}
     if isinstance(exc, DomainError):
         set_rollback()

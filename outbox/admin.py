@@ -15,6 +15,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 
+from core.admin_helpers import GREY, ActionsOnlyAdminMixin, badge, first_line
+from core.errors import DomainError
 from outbox.models import OutboxEvent, OutboxStatus
 from outbox.services import outbox_retry_now
 
@@ -40,28 +42,6 @@ def history_link_for(event: OutboxEvent) -> str | None:
         if url:
             return url
     return None
-
-
-def _first_line(text: str, limit: int = 120) -> str:
-    line = next((part for part in reversed(text.strip().splitlines()) if part.strip()), "")
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-class ActionsOnlyAdminMixin:
-    """No delete view, no bulk delete, and pages that only show: a change happens only
-    through the admin's actions (which call services). The changelist-level change
-    permission still gates those actions."""
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return obj is None and super().has_change_permission(request)
-
-    def get_actions(self, request):
-        actions = super().get_actions(request)
-        actions.pop("delete_selected", None)
-        return actions
 
 
 @admin.register(OutboxEvent)
@@ -98,12 +78,7 @@ class OutboxEventAdmin(ActionsOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="status", ordering="status")
     def status_display(self, obj: OutboxEvent):
-        return format_html(
-            '<span style="background:{};color:#fff;padding:2px 8px;border-radius:10px;'
-            'font-size:11px;font-weight:600">{}</span>',
-            STATUS_COLOURS.get(obj.status, "#6c757d"),
-            obj.status,
-        )
+        return badge(obj.status, STATUS_COLOURS.get(obj.status, GREY))
 
     @admin.display(description="aggregate", ordering="aggregate_id")
     def aggregate(self, obj: OutboxEvent):
@@ -126,7 +101,7 @@ class OutboxEventAdmin(ActionsOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="last error")
     def error_display(self, obj: OutboxEvent):
-        return _first_line(obj.last_error) if obj.last_error else ""
+        return first_line(obj.last_error) if obj.last_error else ""
 
     @admin.display(description="last error (the reason for dead rows)")
     def last_error_display(self, obj: OutboxEvent):
@@ -156,7 +131,7 @@ class OutboxEventAdmin(ActionsOnlyAdminMixin, admin.ModelAdmin):
                 continue
             try:
                 outbox_retry_now(event_id=event.id)
-            except (ValueError, OutboxEvent.DoesNotExist) as exc:  # changed meanwhile
-                self.message_user(request, f"{label}: refused: {exc}", messages.WARNING)
+            except DomainError as exc:  # changed or gone meanwhile
+                self.message_user(request, f"{label}: refused: {exc.message}", messages.WARNING)
                 continue
             self.message_user(request, f"{label}: due now", messages.SUCCESS)

@@ -11,6 +11,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from outbox import conf, registry
+from outbox.errors import NotRetriable, OutboxRowNotFound
 from outbox.models import OutboxEvent, OutboxStatus, RelayCounter
 
 log = logging.getLogger(__name__)
@@ -46,11 +47,22 @@ def outbox_enqueue(*, kind: str, aggregate_id: str, payload: dict) -> OutboxEven
 
 
 def outbox_retry_now(*, event_id: int) -> OutboxEvent:
-    """Make a pending row that waits on backoff due now. Refuses rows in other states."""
+    """Make a pending row that waits on backoff due now, under its row lock.
+
+    Raises ``OutboxRowNotFound`` for no such row and ``NotRetriable`` for a row in any
+    other status (the status never changes here: "retry now" moves ``available_at``).
+    Idempotent: a row already due stays due.
+    """
     with transaction.atomic():
-        event = OutboxEvent.objects.select_for_update().get(id=event_id)
+        event = OutboxEvent.objects.select_for_update().filter(id=event_id).first()
+        if event is None:
+            raise OutboxRowNotFound(f"no outbox row {event_id}", id=event_id)
         if event.status != OutboxStatus.PENDING:
-            raise ValueError(f"outbox row #{event_id} is {event.status}, not pending")
+            raise NotRetriable(
+                f"outbox row #{event_id} is {event.status}, not pending",
+                id=event_id,
+                status=event.status,
+            )
         event.available_at = Now()
         event.save(update_fields=["available_at"])
         event.refresh_from_db(fields=["available_at"])

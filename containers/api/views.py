@@ -23,7 +23,7 @@ from rest_framework.views import APIView
 
 from containers import access, selectors, template_services
 from containers.api import serializers as s
-from containers.errors import DomainError, NotFound, TemplateUnavailable
+from containers.errors import EngineUnavailable, NotFound, TemplateUnavailable
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
 from containers.runtime.base import RuntimeFailure
 from containers.services import (
@@ -36,13 +36,6 @@ from gobrave.api_defaults import JSONParser
 from gobrave.api_errors import RETRY_AFTER, error_responses
 
 log = logging.getLogger(__name__)
-
-
-class RuntimeUnavailable(DomainError):
-    """The instance's container engine did not answer (HTTP 503)."""
-
-    code = "runtime_unavailable"
-    http_status = 503
 
 
 def _actor(request) -> str:
@@ -203,7 +196,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
         except (RuntimeFailure, docker.errors.DockerException, OSError) as exc:
             # requests' errors are OSErrors; the engine may be down or unreachable.
             log.warning("logs of instance %s: runtime %s: %s", instance.id, instance.runtime, exc)
-            raise RuntimeUnavailable(
+            raise EngineUnavailable(
                 f"the runtime {instance.runtime.name} did not answer: {exc}",
                 runtime=instance.runtime.name,
             ) from None

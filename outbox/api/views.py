@@ -18,14 +18,6 @@ from outbox.services import outbox_retry_now
 _BIGINT_MAX = 2**63 - 1
 
 
-class NotRetriable(exceptions.APIException):
-    """Only a pending row can be made due now (HTTP 409)."""
-
-    status_code = 409
-    default_code = "not_retriable"
-    default_detail = "Only a pending outbox row can be retried."
-
-
 def outbox_rows(
     *,
     statuses=(),
@@ -98,10 +90,5 @@ class OutboxViewSet(viewsets.GenericViewSet):
     )
     @action(detail=True, methods=["post"])
     def retry(self, request, pk: str):
-        try:
-            event = outbox_retry_now(event_id=_event_id(pk))
-        except OutboxEvent.DoesNotExist:
-            raise exceptions.NotFound(f"No outbox row {pk}.") from None
-        except ValueError as exc:
-            raise NotRetriable(str(exc)) from None
+        event = outbox_retry_now(event_id=_event_id(pk))
         return Response(s.OutboxEventOutputSerializer(event).data)

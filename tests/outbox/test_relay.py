@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from outbox import registry, relay
+from outbox.errors import NotRetriable
 from outbox.models import OutboxEvent
 from outbox.registry import Defer, Outcome, PermanentFailure, RetryLater
 from outbox.services import outbox_enqueue, outbox_retry_now
@@ -195,7 +196,7 @@ def test_superseded_is_sent_and_noted():
 def test_retry_now_refuses_rows_that_are_not_pending():
     row = enqueue()
     run_once()
-    with pytest.raises(ValueError, match="not pending"):
+    with pytest.raises(NotRetriable, match="not pending"):
         outbox_retry_now(event_id=row.id)
 
 

@@ -1,0 +1,19 @@
+"""Every domain error of the outbox (the base is ``core.errors.DomainError``)."""
+
+from __future__ import annotations
+
+from core.errors import DomainError
+
+
+class NotRetriable(DomainError):
+    """Only a ``pending`` row waiting on backoff can be made due now (HTTP 409)."""
+
+    code = "not_retriable"
+    http_status = 409
+
+
+class OutboxRowNotFound(DomainError):
+    """No outbox row with that id (HTTP 404)."""
+
+    code = "not_found"
+    http_status = 404
