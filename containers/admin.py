@@ -23,7 +23,7 @@ from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from containers import admin_views, selectors
-from containers.errors import DomainError, InvalidSpec
+from containers.errors import InvalidSpec
 from containers.models import (
     ContainerEvent,
     ContainerInstance,
@@ -40,6 +40,7 @@ from containers.services import (
 from containers.spec import clean_template_fields
 from containers.states import Status
 from core.admin_helpers import GREY, ActionsOnlyAdminMixin, ReadOnlyAdminMixin, badge
+from core.errors import DomainError
 from outbox import admin as outbox_admin
 
 STATUS_COLOURS = {

@@ -10,17 +10,6 @@ from typing import Any
 
 from core.errors import DomainError
 
-__all__ = [
-    "DomainError",
-    "EngineUnavailable",
-    "InvalidSpec",
-    "InvalidTransition",
-    "NoMatchingRuntime",
-    "NotFound",
-    "QueueFull",
-    "TemplateInUse",
-]
-
 
 class InvalidTransition(DomainError):
     """The instance's state does not allow the request (HTTP 409)."""

@@ -6,7 +6,7 @@ import getpass
 
 from django.core.management.base import BaseCommand, CommandError
 
-from containers.errors import DomainError
+from core.errors import DomainError
 
 
 class RequestCommand(BaseCommand):

@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from containers.errors import DomainError
 from containers.selectors import template_get
 from containers.services import container_create_by_template
+from core.errors import DomainError
 
 
 class Command(BaseCommand):
