@@ -29,6 +29,21 @@ class QueueFull(DomainError):
         self.retry_after = retry_after
 
 
+class OwnerQuotaExceeded(DomainError):
+    """One of the owner's quotas is reached (HTTP 429, code ``owner_quota``).
+
+    ``details`` names the quota (``max_pending_per_owner`` or ``max_instances_per_owner``),
+    its ``limit`` and the owner's ``current`` count.
+    """
+
+    code = "owner_quota"
+    http_status = 429
+
+    def __init__(self, message: str, *, retry_after: int, **details: Any) -> None:
+        super().__init__(message, retry_after=retry_after, **details)
+        self.retry_after = retry_after
+
+
 class InvalidSpec(DomainError):
     """The template, its variables, volumes or constraints cannot make a container (400)."""
 

@@ -25,6 +25,7 @@ from containers.errors import (
     InvalidTransition,
     NoMatchingRuntime,
     NotFound,
+    OwnerQuotaExceeded,
     QueueFull,
     TemplateUnavailable,
 )
@@ -33,6 +34,7 @@ from containers.models import ContainerInstance, ContainerTemplate, Runtime
 from containers.spec import clean_constraints, resolve_spec
 from containers.states import IN_FLIGHT, Status, sources_of
 from outbox.services import counter_bump, outbox_enqueue
+from tenants.selectors import OwnerQuotas, owner_quotas
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 CREATE = "ContainerCreateRequest"
@@ -99,6 +101,45 @@ def _retry_after(pending: int) -> int:
     return max(1, math.ceil(pending / _config()["create_queue_max_concurrency"]))
 
 
+# Waiting frees no instance (only a delete does); a client retrying anyway waits this long.
+INSTANCE_QUOTA_RETRY_AFTER = 60
+BEING_DELETED = (Status.DELETE_PENDING, Status.DELETING)
+
+
+def _check_owner_quotas(*, owner, quotas: OwnerQuotas) -> None:
+    """Refuse with ``OwnerQuotaExceeded`` if the owner's new instance is over a quota.
+
+    Runs under the admission gate, with the new instance already inserted (so each
+    count includes it): every earlier holder of the gate has committed, so the counts
+    are exact however many creates run at once.
+    """
+    mine = ContainerInstance.objects.filter(owner=owner)
+    limit = quotas.max_pending_per_owner
+    if limit is not None:
+        pending = mine.filter(status=Status.PENDING).count() - 1
+        if pending >= limit:
+            raise OwnerQuotaExceeded(
+                f"max_pending_per_owner: {owner.get_username()} already has {pending} create "
+                f"requests waiting (limit {limit}); retry later",
+                retry_after=_retry_after(pending),
+                quota="max_pending_per_owner",
+                limit=limit,
+                current=pending,
+            )
+    limit = quotas.max_instances_per_owner
+    if limit is not None:
+        alive = mine.exclude(status__in=BEING_DELETED).count() - 1
+        if alive >= limit:
+            raise OwnerQuotaExceeded(
+                f"max_instances_per_owner: {owner.get_username()} already has {alive} "
+                f"instances (limit {limit}); delete one first",
+                retry_after=INSTANCE_QUOTA_RETRY_AFTER,
+                quota="max_instances_per_owner",
+                limit=limit,
+                current=alive,
+            )
+
+
 def container_create_by_template(
     *,
     template: ContainerTemplate,
@@ -107,14 +148,17 @@ def container_create_by_template(
     name: str | None = None,
     env: dict[str, Any] | None = None,
 ) -> ContainerInstance:
-    """Accept a create request, or refuse it with ``QueueFull`` or ``InvalidSpec``.
+    """Accept a create request, or refuse it (``OwnerQuotaExceeded``, ``QueueFull``,
+    ``InvalidSpec``).
 
     0. The template must be enabled and open to ``owner`` (``TemplateUnavailable``).
     1. Choose the runtime and resolve the spec (no lock held; a bad spec stops here).
     2. In one transaction: insert the instance, its history entry and its
        ``ContainerCreateRequest`` outbox row; then take the global admission gate (every
-       create, whatever its template, runtime or owner) and count the other ``pending``
-       instances; at ``create_queue_max_pending`` refuse, rolling all of it back.
+       create, whatever its template, runtime or owner), check the owner's quotas
+       (``tenants.selectors.owner_quotas``: pending, and instances not being deleted),
+       and count the other ``pending`` instances; at ``create_queue_max_pending`` refuse.
+       Any refusal rolls all of it back.
     A refusal is counted for the dashboard and leaves no row anywhere.
     """
     if not access.may_use_template(owner, template):
@@ -146,6 +190,7 @@ def container_create_by_template(
         installation=_config()["installation_id"],
     )
     limit = _config()["create_queue_max_pending"]
+    quotas = owner_quotas(owner=owner)
     try:
         with transaction.atomic():
             instance = ContainerInstance.objects.create(
@@ -167,6 +212,7 @@ def container_create_by_template(
             # Last, so the gate is held only for the count and the commit. Every earlier
             # holder has committed when we get it, so the count sees every admitted row.
             lock_gate("admission")
+            _check_owner_quotas(owner=owner, quotas=quotas)
             ahead = ContainerInstance.objects.filter(status=Status.PENDING).count() - 1
             if ahead >= limit:
                 raise QueueFull(
@@ -175,7 +221,7 @@ def container_create_by_template(
                     pending=ahead,
                     limit=limit,
                 )
-    except QueueFull:
+    except (QueueFull, OwnerQuotaExceeded):
         counter_bump("create_refused")
         raise
     counter_bump("create_accepted")

@@ -139,7 +139,9 @@ _DESCRIPTIONS = {
     409: "Conflicts with the current state (`invalid_transition`, `template_in_use`, "
     "`not_retriable`); `details` has the current status and the requested action.",
     415: "Unsupported media type (`unsupported_media_type`).",
-    429: "The create queue is full (`queue_full`); retry after `Retry-After` seconds.",
+    429: "The create queue is full (`queue_full`), one of the owner's quotas is reached "
+    "(`owner_quota`, `details.quota` names it) or too many requests (`throttled`); retry "
+    "after `Retry-After` seconds.",
     503: "The container runtime is unreachable (`runtime_unavailable`).",
 }
 

@@ -119,6 +119,10 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "workspace_root": (_text, "var/workspaces"),
         "allowed_volume_roots": (_absolute_paths, []),
         "installation_id": (_label, "gobrave"),
+        # Tenants (SPEC 8): per-owner quotas; None is no limit. Overridable per user and
+        # per group in the admin (tenants.models).
+        "max_pending_per_owner": (_optional(_integer(1, 1_000_000)), None),
+        "max_instances_per_owner": (_optional(_integer(1, 1_000_000)), None),
     },
     "outbox": {
         "poll_interval": (_duration(0.01, 60), 1.0),

@@ -27,11 +27,13 @@ ROLES: dict[str, frozenset[str]] = {
         + _perms("containers", ("view", "change"), ["containerinstance", "runtime"])
         + _perms("containers", ("view",), ["containerevent", "orphancontainer"])
         + _perms("outbox", ("view", "change"), ["outboxevent"])
+        + _perms("tenants", ("view", "add", "change", "delete"), ["userquota", "groupquota"])
     ),
     VIEWERS: frozenset(
         _perms("containers", ("view",), ["containertemplate", "containerinstance", "runtime"])
         + _perms("containers", ("view",), ["containerevent", "orphancontainer"])
         + _perms("outbox", ("view",), ["outboxevent"])
+        + _perms("tenants", ("view",), ["userquota", "groupquota"])
     ),
 }
 

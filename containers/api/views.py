@@ -68,8 +68,9 @@ _ACTION_RESPONSES = {
     ),
     create=extend_schema(
         summary="Request a new instance from a template",
-        description="Accepted requests are queued (status `pending`); a full queue answers "
-        "429 with `Retry-After`.",
+        description="Accepted requests are queued (status `pending`); a full queue "
+        "(`queue_full`) or a reached owner quota (`owner_quota`) answers 429 with "
+        "`Retry-After`.",
         request=s.InstanceCreateInputSerializer,
         parameters=[RETRY_AFTER],
         responses={202: s.InstanceAcceptedSerializer, **error_responses(400, 429)},

@@ -149,6 +149,10 @@ PAGES = [
     ("containers_orphancontainer_changelist", (), (L, L, L, 403, 200, 200, 200)),
     ("outbox_outboxevent_changelist", (), (L, L, L, 403, 200, 200, 200)),
     ("outbox_outboxevent_change", ("row",), (L, L, L, 403, 200, 200, 200)),
+    ("tenants_userquota_changelist", (), (L, L, L, 403, 200, 200, 200)),
+    ("tenants_userquota_add", (), (L, L, L, 403, 403, 200, 200)),
+    ("tenants_groupquota_changelist", (), (L, L, L, 403, 200, 200, 200)),
+    ("tenants_groupquota_add", (), (L, L, L, 403, 403, 200, 200)),
     ("auth_user_changelist", (), (L, L, L, 403, 403, 403, 200)),
     ("auth_group_changelist", (), (L, L, L, 403, 403, 403, 200)),
 ]  # fmt: skip
