@@ -21,6 +21,16 @@ def lease() -> dt.timedelta:
     return dt.timedelta(seconds=value("delivery_timeout") + value("lease_margin"))
 
 
+def liveness() -> dt.timedelta:
+    """How soon a dead worker's started row is due again (see ``outbox.heartbeat``)."""
+    return dt.timedelta(seconds=value("liveness_timeout"))
+
+
+def started_lease() -> dt.timedelta:
+    """The lease a handler starts with, renewed while it runs: at most ``lease()``."""
+    return min(liveness(), lease())
+
+
 def claim_lease(queue: str) -> dt.timedelta:
     """How long a claim holds before its handler starts.
 

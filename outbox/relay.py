@@ -22,6 +22,7 @@ from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Now
 
 from outbox import conf, hooks, registry
+from outbox.heartbeat import Heartbeat
 from outbox.models import UNFINISHED, OutboxEvent, OutboxStatus
 from outbox.registry import Defer, Outcome, PermanentFailure, RetryLater
 from outbox.services import counter_bump, outbox_notify, outbox_release_deferred
@@ -108,7 +109,8 @@ def _count_crashes(ids: list[int]) -> None:
 def begin(event_id: int, token: uuid.UUID) -> bool:
     """Compare-and-set ``started_at`` for this claim; False for a duplicate delivery.
 
-    Also restarts the lease from now, so the handler gets a full ``delivery_timeout``
+    Also restarts the lease from now at ``liveness_timeout``, which the worker's
+    heartbeat renews (``outbox.heartbeat``) up to a full ``delivery_timeout`` plus margin
     however long the row waited in the worker queue.
     """
     return (
@@ -118,7 +120,7 @@ def begin(event_id: int, token: uuid.UUID) -> bool:
             status=OutboxStatus.PROCESSING,
             started_at__isnull=True,
             lease_expires_at__gt=Now(),
-        ).update(started_at=Now(), lease_expires_at=Now() + conf.lease())
+        ).update(started_at=Now(), lease_expires_at=Now() + conf.started_lease())
         == 1
     )
 
@@ -143,14 +145,20 @@ def _finish(event_id: int, token: uuid.UUID, **fields) -> bool:
 def execute(event_id: int, token: uuid.UUID | str) -> str:
     """Run the handler for one claimed row and record its outcome. Never raises.
 
-    Returns what happened: ``duplicate``, ``sent``, ``superseded``, ``deferred``,
-    ``retried``, ``dead`` or ``stale`` (the claim was lost before the outcome).
+    While the handler runs and its outcome is written, a heartbeat keeps the claim
+    alive (``outbox.heartbeat``); if this process dies, the row is due again within
+    ``liveness_timeout``. Returns what happened: ``duplicate``, ``sent``, ``superseded``,
+    ``deferred``, ``retried``, ``dead`` or ``stale`` (the claim was lost before the outcome).
     """
     token = uuid.UUID(str(token))
     if not begin(event_id, token):
         log.info("outbox #%s: duplicate or expired delivery of claim %s ignored", event_id, token)
         return "duplicate"
-    event = OutboxEvent.objects.get(id=event_id)
+    with Heartbeat(event_id, token):
+        return _run(OutboxEvent.objects.get(id=event_id), token)
+
+
+def _run(event: OutboxEvent, token: uuid.UUID) -> str:
     route = registry.route(event.kind)
     try:
         if route is None:

@@ -1,0 +1,106 @@
+"""Workers that die are found out in seconds; workers that are slow keep their claim.
+
+Real ``run_dispatcher`` and ``qcluster`` processes on the test database and the fake
+engine (SPEC sections 3 and 4, issue 16 item 2).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import time
+
+import pytest
+
+from containers.models import ContainerInstance
+from containers.runtime import runtime_for
+from containers.services import container_create_by_template
+from outbox.models import OutboxEvent
+from tests.factories import TemplateFactory
+from tests.processes import running_app, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+BASE = {"outbox_poll_interval": "0.2", "queue_poll": "0.05"}
+
+
+@pytest.fixture
+def engine(fake_runtime):
+    return runtime_for(fake_runtime)
+
+
+@pytest.fixture
+def template(fake_runtime):
+    return TemplateFactory(name="sleeper")
+
+
+def rows() -> str:
+    return "\n".join(
+        f"#{r.id} {r.kind} {r.status}/{r.outcome} attempts={r.attempts} "
+        f"lease={r.lease_expires_at} started={r.started_at} last_error={r.last_error[-300:]!r}"
+        for r in OutboxEvent.objects.order_by("id")
+    )
+
+
+def test_a_busy_worker_killed_mid_create_is_replaced_within_the_liveness_timeout(
+    postgres, tmp_path, template, owner, engine
+):
+    """Default delivery_timeout (300 s, a 330 s lease): the row is due again after the
+    20 s liveness timeout, not the lease, and another worker finishes the create."""
+    (engine.root / "block-start").write_text("")
+    with running_app(tmp_path, **BASE) as app:
+        app.dispatcher()
+        app.cluster("create")
+        instance = container_create_by_template(template=template, owner=owner, actor="t")
+        [(_, _, pid, _)] = wait_for(
+            lambda: engine.call_records("start"), timeout=60, message="start call", describe=rows
+        )
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        (engine.root / "block-start").unlink()
+        # Well under the 330 s lease a dead worker used to pin its row and slot for.
+        wait_for(
+            lambda: ContainerInstance.objects.get(pk=instance.pk).status == "running",
+            timeout=120,
+            message="running on another worker",
+            describe=rows,
+        )
+        print(f"recovered {time.monotonic() - killed:.1f}s after the kill")
+        wait_for(lambda: OutboxEvent.objects.get().status == "sent", timeout=30, describe=rows)
+        row = OutboxEvent.objects.get()
+        assert row.attempts == 1 and "lease expired" in row.last_error, rows()
+        assert engine.created() == [f"gb-{instance.pk}"]  # adopted, never made twice
+        assert {p for _, _, p, _ in engine.call_records("start")} - {pid}, "another worker"
+
+
+def test_a_slow_but_alive_handler_keeps_its_claim_past_the_liveness_timeout(
+    postgres, tmp_path, template, owner, engine
+):
+    """A 3 s liveness timeout; the handler blocks until its lease was renewed well past
+    three liveness timeouts: never reclaimed, one run, no attempt counted."""
+    (engine.root / "block-start").write_text("")
+    with running_app(tmp_path, **BASE, outbox_liveness_timeout=3) as app:
+        app.dispatcher()
+        app.cluster("create")
+        instance = container_create_by_template(template=template, owner=owner, actor="t")
+        wait_for(lambda: engine.call_records("start"), timeout=60, message="start call")
+        first = OutboxEvent.objects.get()
+
+        def renewed_past_three_timeouts() -> bool:
+            row = OutboxEvent.objects.get()
+            return row.lease_expires_at - row.started_at > dt.timedelta(seconds=10)
+
+        wait_for(renewed_past_three_timeouts, timeout=90, message="renewals", describe=rows)
+        row = OutboxEvent.objects.get()
+        assert (row.status, row.claim_token, row.attempts) == (
+            "processing",
+            first.claim_token,
+            0,
+        ), rows()
+        (engine.root / "block-start").unlink()
+        wait_for(lambda: OutboxEvent.objects.get().status == "sent", timeout=60, describe=rows)
+        row = OutboxEvent.objects.get()
+        assert (row.attempts, row.last_error) == (0, ""), rows()
+        assert ContainerInstance.objects.get(pk=instance.pk).status == "running"
+        assert len(engine.calls("create")) == 1 and len(engine.calls("start")) == 1
