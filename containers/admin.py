@@ -58,7 +58,15 @@ STATUS_COLOURS = {
     Status.FAILED: "#dc3545",
 }
 IMAGE_COLOURS = {"present": "#198754", "missing": "#dc3545", "unknown": "#6c757d"}
-TEMPLATE_JSON_FIELDS = ("command", "env", "volumes", "resources", "constraints")
+TEMPLATE_JSON_FIELDS = (
+    "command",
+    "env",
+    "user_env",
+    "secret_env",
+    "volumes",
+    "resources",
+    "constraints",
+)
 
 
 def status_badge(status: str, *, title: str = ""):
@@ -265,6 +273,8 @@ class ContainerTemplateForm(forms.ModelForm):
             "pull_policy",
             "command",
             "env",
+            "user_env",
+            "secret_env",
             "volumes",
             "resources",
             "constraints",
@@ -281,6 +291,11 @@ class ContainerTemplateForm(forms.ModelForm):
                 clean_template_fields(**{name: cleaned[name]})
             except InvalidSpec as exc:
                 self.add_error(name, exc.message)
+        if "secret_env" in cleaned and "env" in cleaned and not self.errors:
+            try:
+                clean_template_fields(env=cleaned["env"], secret_env=cleaned["secret_env"])
+            except InvalidSpec as exc:
+                self.add_error("secret_env", exc.message)
         return cleaned
 
 
@@ -304,7 +319,7 @@ class ContainerTemplateAdmin(admin.ModelAdmin):
         (
             "Environment and mounts",
             {
-                "fields": ("env", "volumes"),
+                "fields": ("env", "user_env", "secret_env", "volumes"),
                 "description": "Values may use $OWNER_ID, ${INSTANCE_ID}, $WORKSPACE_PATH... "
                 'Volumes: [{"source": "$WORKSPACE_PATH", "target": "/work", '
                 '"read_only": false}].',

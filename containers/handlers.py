@@ -11,6 +11,7 @@ Replayed after success, every handler finds the state moved on and changes nothi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 
@@ -65,8 +66,12 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
         return instance
 
 
+_SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(ContainerSpec))
+
+
 def _spec(instance: ContainerInstance) -> ContainerSpec:
-    data = dict(instance.spec)
+    """The runtime's part of the stored spec (``secret_env`` and the like stay ours)."""
+    data = {k: v for k, v in instance.spec.items() if k in _SPEC_FIELDS}
     data["mounts"] = [Mount(**m) for m in data.get("mounts", [])]
     return ContainerSpec(**data)
 

@@ -56,7 +56,8 @@ class ContainerTemplate(models.Model):
     ``cpu`` (cores) and ``memory`` (bytes or "256m"); ``constraints`` maps runtime label
     names to required values. Users see and use a template only while it is ``enabled``
     and, when ``allowed_groups`` is not empty, only if they belong to one of those groups
-    (``containers.access``).
+    (``containers.access``). ``user_env`` says which env keys users may set and
+    ``secret_env`` which ``env`` values they never see (``containers.env_policy``).
     """
 
     class ImageStatus(models.TextChoices):
@@ -70,6 +71,18 @@ class ContainerTemplate(models.Model):
         default=list, blank=True, help_text="A list of strings or one string."
     )
     env = models.JSONField(default=dict, blank=True)
+    user_env = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The env keys users may set: KEY, PREFIX_*, or "
+        '{"name": ..., "pattern": regex for the value, "max_length": n}. '
+        "A key the template sets is replaced only when named exactly.",
+    )
+    secret_env = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Keys of env whose values users never see.",
+    )
     volumes = models.JSONField(default=list, blank=True)
     resources = models.JSONField(default=dict, blank=True)
     constraints = models.JSONField(default=dict, blank=True)

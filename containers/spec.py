@@ -12,11 +12,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from containers import env_policy
 from containers.errors import InvalidSpec
 from containers.runtime.labels import LABEL_INSTALLATION, LABEL_INSTANCE, LABEL_TEMPLATE
 
 _VAR = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Variables whose values are paths by design; every other value must stay one path segment.
 PATH_VARIABLES = frozenset({"WORKSPACE_PATH", "WORKSPACE_ROOT"})
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
@@ -74,13 +74,26 @@ def clean_env(env: Any, *, where: str = "env") -> dict[str, str]:
         return {}
     if not isinstance(env, dict):
         raise InvalidSpec(f"{where}: must be a mapping of NAME: value", field=where)
+    if len(env) > env_policy.MAX_TEMPLATE_KEYS:
+        raise InvalidSpec(f"{where}: at most {env_policy.MAX_TEMPLATE_KEYS} keys", field=where)
     cleaned: dict[str, str] = {}
     for name, value in env.items():
-        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-            raise InvalidSpec(f"{where}: {name!r} is not a valid variable name", field=where)
+        if (
+            not isinstance(name, str)
+            or len(name) > env_policy.MAX_NAME
+            or not env_policy.ENV_NAME.fullmatch(name)
+        ):
+            shown = name[: env_policy.MAX_NAME] if isinstance(name, str) else name
+            raise InvalidSpec(f"{where}: {shown!r} is not a valid variable name", field=where)
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise InvalidSpec(f"{where}.{name}: must be a string or a number", field=where)
-        cleaned[name] = str(value)
+        text = value if isinstance(value, str) else str(value)
+        if len(text) > env_policy.MAX_TEMPLATE_VALUE:
+            raise InvalidSpec(
+                f"{where}.{name}: at most {env_policy.MAX_TEMPLATE_VALUE} characters",
+                field=where,
+            )
+        cleaned[name] = text
     return cleaned
 
 
@@ -142,7 +155,10 @@ def clean_constraints(constraints: Any) -> dict[str, str]:
 
 
 def clean_template_fields(**fields: Any) -> dict[str, Any]:
-    """Validate a template's JSON fields; returns them normalized or raises InvalidSpec."""
+    """Validate a template's JSON fields; returns them normalized or raises InvalidSpec.
+
+    ``secret_env`` is checked against ``env`` when both are given.
+    """
 
     def check_command(value: Any) -> Any:
         clean_command(value)
@@ -154,8 +170,13 @@ def clean_template_fields(**fields: Any) -> dict[str, Any]:
         "volumes": clean_volumes,
         "resources": clean_resources,
         "constraints": clean_constraints,
+        "user_env": env_policy.clean_user_env,
+        "secret_env": env_policy.clean_secret_env,
     }
-    return {name: cleaners[name](value) for name, value in fields.items() if name in cleaners}
+    cleaned = {name: cleaners[name](value) for name, value in fields.items() if name in cleaners}
+    if "secret_env" in cleaned and "env" in cleaned:
+        env_policy.clean_secret_env(cleaned["secret_env"], env=cleaned["env"])
+    return cleaned
 
 
 def _inside(path: str, roots: list[str]) -> bool:
@@ -219,9 +240,14 @@ def resolve_spec(
     roots: list[str],
     installation: str,
 ) -> dict[str, Any]:
-    """The stored spec: what the worker hands the runtime, fully resolved."""
+    """The stored spec: what the worker hands the runtime, fully resolved.
+
+    The user's ``env_overrides`` pass the template's env policy (``containers.env_policy``);
+    ``secret_env`` names the env keys whose values users must not see.
+    """
     env = clean_env(template.env)
-    env.update(clean_env(env_overrides or {}, where="env overrides"))
+    env.update(env_policy.check_user_env(env_overrides, rules=template.user_env, template_env=env))
+    secret = [k for k in env_policy.clean_secret_env(template.secret_env) if k in env]
     command = clean_command(template.command)
     resources = clean_resources(template.resources)
     return {
@@ -237,6 +263,7 @@ def resolve_spec(
         "mounts": resolve_mounts(template.volumes, variables, roots),
         "cpu": resources.get("cpu"),
         "memory": resources.get("memory"),
+        "secret_env": secret,
         "labels": {
             LABEL_INSTALLATION: installation,
             LABEL_INSTANCE: variables["INSTANCE_ID"],

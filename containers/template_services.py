@@ -24,6 +24,8 @@ WRITABLE = (
     "image",
     "command",
     "env",
+    "user_env",
+    "secret_env",
     "volumes",
     "resources",
     "constraints",
@@ -33,12 +35,19 @@ WRITABLE = (
 )
 
 
-def _clean(fields: dict[str, Any]) -> dict[str, Any]:
+def _clean(fields: dict[str, Any], current: ContainerTemplate | None = None) -> dict[str, Any]:
+    """Validate ``fields``; on an update, ``secret_env`` is checked against the env the
+    template will have (the new one, or its current one)."""
     unknown = set(fields) - set(WRITABLE)
     if unknown:
         raise InvalidSpec(f"unknown template fields: {', '.join(sorted(unknown))}", field="")
     groups = fields.pop("allowed_groups", None)
     cleaned = {**fields, **clean_template_fields(**fields)}
+    if current is not None and ("env" in cleaned or "secret_env" in cleaned):
+        clean_template_fields(
+            env=cleaned.get("env", current.env),
+            secret_env=cleaned.get("secret_env", current.secret_env),
+        )
     if groups is not None:
         cleaned["allowed_groups"] = _groups(groups)
     return cleaned
@@ -81,12 +90,12 @@ def template_update(*, template_id: int, **fields: Any) -> ContainerTemplate:
     Running and queued instances are not affected: each carries the spec resolved when
     it was requested.
     """
-    cleaned = _clean(fields)
-    groups = cleaned.pop("allowed_groups", None)
     with transaction.atomic():
         template = ContainerTemplate.objects.select_for_update().filter(pk=template_id).first()
         if template is None:
             raise NotFound(f"no template {template_id}", template=str(template_id))
+        cleaned = _clean(fields, template)
+        groups = cleaned.pop("allowed_groups", None)
         for name, value in cleaned.items():
             setattr(template, name, value)
         if cleaned:

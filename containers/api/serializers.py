@@ -9,6 +9,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from containers.env_policy import MAX_USER_KEYS, MAX_USER_VALUE
 from containers.models import (
     ContainerEvent,
     ContainerInstance,
@@ -74,10 +75,18 @@ class InstanceCreateInputSerializer(serializers.Serializer):
     template = TemplateRefField()
     name = serializers.CharField(required=False, max_length=128)
     env = serializers.DictField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=32768),
+        child=serializers.CharField(
+            allow_blank=True, trim_whitespace=False, max_length=MAX_USER_VALUE
+        ),
         required=False,
-        help_text="Overrides of the template's env (NAME: value).",
+        help_text="Env for this instance (NAME: value): only the keys the template's "
+        "user_env allows.",
     )
+
+    def validate_env(self, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_USER_KEYS:
+            raise serializers.ValidationError(f"At most {MAX_USER_KEYS} keys.")
+        return value
 
 
 class InstanceQuerySerializer(serializers.Serializer):
@@ -182,6 +191,11 @@ class TemplateInputSerializer(serializers.Serializer):
         default=list, help_text="A list of strings, or one string run with sh -c."
     )
     env = StoredJSONField(default=dict, help_text="NAME: value; values may use $VARIABLES.")
+    user_env = StoredJSONField(
+        default=list,
+        help_text='Env keys users may set: "KEY", "PREFIX_*" or {"name", "pattern", "max_length"}.',
+    )
+    secret_env = StoredJSONField(default=list, help_text="Keys of env users never see.")
     volumes = StoredJSONField(
         default=list, help_text='[{"source", "target", "read_only"}] or "src:dst[:ro]".'
     )
@@ -210,6 +224,8 @@ class TemplateOutputSerializer(serializers.ModelSerializer):
             "image",
             "command",
             "env",
+            "user_env",
+            "secret_env",
             "volumes",
             "resources",
             "constraints",

@@ -58,6 +58,8 @@ def test_create_by_template_name_is_accepted_with_location(alice, template, owne
 
 
 def test_create_by_template_id_with_name_and_env(alice, template):
+    template.user_env = ["MODE", "EMPTY"]
+    template.save(update_fields=["user_env"])
     response = alice.post(
         "/api/containers/",
         {"template": template.pk, "name": "box", "env": {"MODE": "debug", "EMPTY": ""}},
@@ -106,7 +108,7 @@ def test_create_with_invalid_env_name_is_400_invalid_spec(alice, template):
         "/api/containers/", {"template": "sleeper", "env": {"1BAD": "x"}}, format="json"
     )
     error = assert_error(response, 400, "invalid_spec")
-    assert error["details"]["field"] == "env overrides"
+    assert error["details"]["field"] == "env"
     assert ContainerInstance.objects.count() == 0
 
 
@@ -341,3 +343,35 @@ def test_history_entries_are_not_counted_as_instances(alice, template):
     alice.post("/api/containers/", {"template": "sleeper"}, format="json")
     assert ContainerEvent.objects.count() == 1
     assert alice.get("/api/containers/").json()["count"] == 1
+
+
+@pytest.mark.parametrize(
+    ("env", "key"),
+    [
+        ({"APP_X": "1", "LD_PRELOAD": "/work/evil.so"}, "LD_PRELOAD"),
+        ({"BASH_ENV": "/work/evil.sh"}, "BASH_ENV"),
+        ({"PATH": "/work/bin"}, "PATH"),
+        ({"MODE": "debug", "UNDECLARED": "1"}, "UNDECLARED"),
+        ({"PORT": "1"}, "PORT"),  # the template's own key, not opened to users
+    ],
+)
+def test_a_refused_env_key_is_400_naming_it_and_creates_nothing(alice, template, env, key):
+    template.env = {"PORT": "8080"}
+    template.user_env = ["APP_*", "MODE"]
+    template.save(update_fields=["env", "user_env"])
+    response = alice.post("/api/containers/", {"template": "sleeper", "env": env}, format="json")
+    error = assert_error(response, 400, "invalid_spec")
+    assert error["details"] == {"field": "env", "key": key}, error
+    assert key in error["message"]
+    assert (ContainerInstance.objects.count(), OutboxEvent.objects.count()) == (0, 0)
+
+
+def test_an_env_value_over_the_bound_is_400_naming_env(alice, template):
+    template.user_env = ["NOTE"]
+    template.save(update_fields=["user_env"])
+    response = alice.post(
+        "/api/containers/", {"template": "sleeper", "env": {"NOTE": "x" * 5000}}, format="json"
+    )
+    error = assert_error(response, 400, "invalid")
+    assert "env" in error["details"], error
+    assert ContainerInstance.objects.count() == 0

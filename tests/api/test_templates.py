@@ -157,3 +157,45 @@ def test_deleting_a_template_in_use_is_409(staff, template, owner, fake_runtime)
     InstanceFactory(owner=owner, template=template, runtime=fake_runtime)
     assert_error(staff.delete(f"/api/templates/{template.pk}/"), 409, "template_in_use")
     assert ContainerTemplate.objects.filter(pk=template.pk).exists()
+
+
+def test_staff_saves_an_env_policy_and_a_secret_mark(staff):
+    body = {
+        **VALID,
+        "env": {**VALID["env"], "DB_PASSWORD": "hunter2"},
+        "user_env": ["MODE", "APP_*", {"name": "LEVEL", "pattern": "[0-9]+", "max_length": 3}],
+        "secret_env": ["DB_PASSWORD"],
+    }
+    response = staff.post("/api/templates/", body, format="json")
+    assert response.status_code == 201, response.content
+    stored = ContainerTemplate.objects.get(name="web")
+    assert stored.user_env == body["user_env"]
+    assert stored.secret_env == ["DB_PASSWORD"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("user_env", ["LD_PRELOAD"]),
+        ("user_env", ["LD_*"]),
+        ("user_env", [{"name": "A", "pattern": "("}]),
+        ("secret_env", ["NOT_IN_ENV"]),
+    ],
+)
+def test_an_invalid_env_policy_is_400_naming_the_field(staff, field, value):
+    response = staff.post("/api/templates/", {**VALID, field: value}, format="json")
+    error = assert_error(response, 400, "invalid_spec")
+    assert error["details"]["field"] == field, error
+    assert not ContainerTemplate.objects.filter(name="web").exists()
+
+
+def test_patching_secret_env_checks_it_against_the_stored_env(staff, template):
+    template.env = {"TOKEN": "t"}
+    template.save(update_fields=["env"])
+    url = f"/api/templates/{template.pk}/"
+    assert_error(staff.patch(url, {"secret_env": ["OTHER"]}, format="json"), 400, "invalid_spec")
+    assert staff.patch(url, {"secret_env": ["TOKEN"]}, format="json").status_code == 200
+    error = assert_error(staff.patch(url, {"env": {"X": "1"}}, format="json"), 400, "invalid_spec")
+    assert error["details"]["field"] == "secret_env"
+    template.refresh_from_db()
+    assert (template.env, template.secret_env) == ({"TOKEN": "t"}, ["TOKEN"])

@@ -26,6 +26,8 @@ def _call(*args) -> str:
 
 
 def test_create_command_queues_a_create(template, owner):
+    template.user_env = ["A"]
+    template.save(update_fields=["user_env"])
     output = _call("container_create", "--template", "sleeper", "--user", "alice", "--env", "A=1")
     instance = ContainerInstance.objects.get()
     assert f"accepted {instance.id}" in output

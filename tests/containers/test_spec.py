@@ -20,7 +20,15 @@ VARS = {
 
 def _template(**fields):
     base = dict(
-        name="t", image="img", command=[], env={}, volumes=[], resources={}, pull_policy="never"
+        name="t",
+        image="img",
+        command=[],
+        env={},
+        user_env=[],
+        secret_env=[],
+        volumes=[],
+        resources={},
+        pull_policy="never",
     )
     return SimpleNamespace(**{**base, **fields})
 
@@ -56,6 +64,7 @@ def test_resolve_spec_expands_env_command_and_mounts():
                 {"source": "/srv/ws/7/cache", "target": "/c", "read_only": True},
             ],
             resources={"cpu": 0.5, "memory": "64m"},
+            user_env=["EXTRA"],
         ),
         variables=VARS,
         env_overrides={"EXTRA": "${INSTANCE_ID}"},
