@@ -9,3 +9,5 @@ from gobrave.settings import *  # noqa: F403
 from gobrave.settings import INSTALLED_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "bench.apps.BenchConfig"]
+
+GOBRAVE_FAKE_RUNTIME = True  # the benchmarks run on the fake driver, as the tests do

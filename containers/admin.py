@@ -31,6 +31,7 @@ from containers.models import (
     OrphanContainer,
     Runtime,
 )
+from containers.runtime import fake_driver_allowed
 from containers.services import (
     container_create_by_template,
     container_delete,
@@ -345,8 +346,24 @@ class ContainerTemplateAdmin(admin.ModelAdmin):
 # --- runtimes --------------------------------------------------------------------------------
 
 
+class RuntimeForm(forms.ModelForm):
+    """Offers the ``fake`` driver only where the settings allow it (tests)."""
+
+    class Meta:
+        model = Runtime
+        fields = ["name", "driver", "base_url", "labels", "enabled"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "driver" in self.fields and not fake_driver_allowed():
+            self.fields["driver"].choices = [
+                choice for choice in self.fields["driver"].choices if choice[0] != "fake"
+            ]
+
+
 @admin.register(Runtime)
 class RuntimeAdmin(admin.ModelAdmin):
+    form = RuntimeForm
     list_display = (
         "name",
         "driver",

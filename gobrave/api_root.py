@@ -7,8 +7,8 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 from rest_framework.views import APIView
 
-# (name, url name, what it is); every one answers 401 without a token or a session but
-# the docs, the schema and the metrics (which take their own token).
+# (name, url name, what it is); every one answers 401 without a token or a session (the
+# docs send a browser to the login page) but the metrics (their own token, or loopback).
 ENDPOINTS = (
     ("containers", "container-list", "container instances: create, start, stop, delete"),
     ("templates", "template-list", "what an instance runs"),

@@ -1,6 +1,6 @@
 """Load and validate ``config.yml`` once, at start.
 
-The file has three sections (``container``, ``outbox``, ``queue``). Every key has a
+The file has four sections (``container``, ``outbox``, ``api``, ``queue``). Every key has a
 default and a validator; an unknown key or a bad value raises ``ConfigError`` naming
 the key, which stops the process before it serves anything. Any key may be
 overridden by the environment as ``GOBRAVE_<SECTION>_<KEY>`` (upper case); the value
@@ -96,6 +96,22 @@ def _absolute_paths(value: Any) -> list[str]:
     return [str(Path(p)) for p in value]
 
 
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(s|sec|second|m|min|minute|h|hour|d|day)\s*$")
+
+
+def _rate(value: Any) -> str:
+    """A DRF throttle rate such as ``1000/minute`` (at least 1 request per period)."""
+    if isinstance(value, str) and (match := _RATE.match(value)) and int(match.group(1)) >= 1:
+        return f"{int(match.group(1))}/{match.group(2)}"
+    raise ValueError(f"must be a rate such as '1000/minute' or empty (off), got {value!r}")
+
+
+def _token(value: Any) -> str:
+    if not isinstance(value, str) or len(value) < 16 or not value.isprintable() or " " in value:
+        raise ValueError("must be a string of at least 16 printable characters without spaces")
+    return value
+
+
 def _broker(value: Any) -> str:
     if value == "orm" or (isinstance(value, str) and re.match(r"^rediss?://", value)):
         return value
@@ -136,6 +152,12 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "backoff_base": (_duration(0.01, 3600), 1.0),
         "backoff_cap": (_duration(0.01, 86400), 600.0),
         "retention": (_duration(60, 365 * 86400), 7 * 86400.0),
+    },
+    # Tenants (SPEC 8): request throttles per user (None: off) and the /metrics token.
+    "api": {
+        "throttle_create": (_optional(_rate), "1000/minute"),
+        "throttle_write": (_optional(_rate), "3000/minute"),
+        "metrics_token": (_optional(_token), None),
     },
     "queue": {
         "broker": (_broker, "orm"),

@@ -177,6 +177,8 @@ SPECTACULAR_SETTINGS = {
     "SCHEMA_PATH_PREFIX": "/api/",
     "PREPROCESSING_HOOKS": ["gobrave.api_defaults.exclude_schema_views"],
     # Swagger UI and Redoc from drf-spectacular-sidecar's static files, never a CDN.
+    # The schema and the docs need a login (a token or a session), like the API itself.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
@@ -211,6 +213,9 @@ def _cluster(name: str, workers: int) -> dict:
         "poll": _queue["poll"],
         "save_limit": _queue["save_limit"],
         "catch_up": False,
+        # gobrave schedules nothing in django-q2 (its Schedule rows could run any function
+        # inside the workers); its admin pages are unregistered too (tenants.admin).
+        "scheduler": False,
         "recycle": 500,
         "label": f"gobrave {name} cluster",
         **({"orm": "default"} if _queue["broker"] == "orm" else {"redis": _queue["broker"]}),
@@ -237,3 +242,7 @@ LOGGING = {
 
 # The outbox relay reads its own section only (it is reusable outside gobrave).
 OUTBOX = GOBRAVE["outbox"]
+
+# The "fake" runtime driver simulates an engine in files; only the test and bench settings
+# (gobrave.settings_test, bench.settings_bench) switch it on. Never in production.
+GOBRAVE_FAKE_RUNTIME = False

@@ -1,6 +1,7 @@
 """URL wiring: the admin (also at ``/``), the REST API, its index and its schema."""
 
 from django.contrib import admin
+from django.contrib.auth.views import redirect_to_login
 from django.urls import include, path, reverse_lazy
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
@@ -12,11 +13,21 @@ admin.site.site_header = "gobrave operator console"
 admin.site.site_title = "gobrave"
 admin.site.index_title = "Containers, requests and engines"
 
+_swagger = SpectacularSwaggerView.as_view(url_name="schema")
+
+
+def api_docs(request, *args, **kwargs):
+    """Swagger UI for logged-in users (its assets are local); others go to the login page."""
+    if not request.user.is_authenticated:
+        return redirect_to_login(request.get_full_path(), reverse_lazy("admin:login"))
+    return _swagger(request, *args, **kwargs)
+
+
 urlpatterns = [
     path("", RedirectView.as_view(url=reverse_lazy("admin:index")), name="home"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("api/docs/", api_docs, name="swagger-ui"),
     path("api/", ApiRootView.as_view(), name="api-root"),
     path("api/", include("containers.api.urls")),
     path("api/", include("outbox.api.urls")),

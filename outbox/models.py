@@ -65,6 +65,8 @@ class OutboxEvent(models.Model):
                 name="outbox_unfinished_by_aggregate",
                 condition=Q(status__in=["pending", "processing"]),
             ),
+            # Dead letters (few; counted by the queue stats and /metrics).
+            models.Index(fields=["id"], name="outbox_dead", condition=Q(status="dead")),
             # Retention purge.
             models.Index(fields=["sent_at"], name="outbox_sent", condition=Q(status="sent")),
         ]

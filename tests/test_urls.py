@@ -25,6 +25,9 @@ def test_api_root_lists_every_endpoint_without_login(client):
 
 
 def test_api_docs_load_swagger_ui_from_local_static_files(client):
+    from tests.factories import UserFactory
+
+    client.force_login(UserFactory(username="reader"))  # the docs need a login
     html = client.get("/api/docs/").content.decode()
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in html
     assert "cdn" not in html.lower()
