@@ -90,6 +90,9 @@ def app_env(
         DJANGO_SETTINGS_MODULE=settings,
         PYTHONUNBUFFERED="1",
         GOBRAVE_LOG_LEVEL="WARNING",
+        # The benchmarks measure admission and the relay, not the API's throttles.
+        GOBRAVE_API_THROTTLE_CREATE="",
+        GOBRAVE_API_THROTTLE_WRITE="",
     )
     env.pop("DATABASE_POOL_MAX", None)
     if pool is not None:

@@ -158,6 +158,11 @@ REST_FRAMEWORK = {
         "gobrave.api_defaults.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["gobrave.api_permissions.ModelPermissions"],
+    # Rates from config.yml (api.throttle_create, api.throttle_write); empty: off.
+    "DEFAULT_THROTTLE_CLASSES": [
+        "gobrave.api_throttles.CreateThrottle",
+        "gobrave.api_throttles.WriteThrottle",
+    ],
     "DEFAULT_PARSER_CLASSES": ["gobrave.api_defaults.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "gobrave.api_defaults.Pagination",

@@ -93,6 +93,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
     """Container instances: list, get, create, start, stop, delete, history and logs."""
 
     parser_classes = [JSONParser]
+    throttle_creates = True  # POST here is a create (gobrave.api_throttles.CreateThrottle)
     serializer_class = s.InstanceOutputSerializer
     queryset = ContainerInstance.objects.none()  # the schema's path type; rows come below
 

@@ -31,7 +31,11 @@ USERS = 10
 def test_200_simultaneous_posts_admit_exactly_50(
     live_server, postgres, gobrave_config, template, fake_runtime
 ):
-    gobrave_config(container={"create_queue_max_pending": LIMIT})
+    # Exact admission: the throttles are off, so only maxPending answers.
+    gobrave_config(
+        container={"create_queue_max_pending": LIMIT},
+        api={"throttle_create": None, "throttle_write": None},
+    )
     # Django's development server listens with a backlog of 10, so most of 200 connections
     # opened at once would be reset by the kernel before the server accepts them; a
     # production server listens with a deep backlog (gunicorn: 2048). Linux applies a
