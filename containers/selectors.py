@@ -144,7 +144,16 @@ def instance_logs(*, instance: ContainerInstance, tail: int = 100) -> str:
     )
 
 
-RELAY_STATS = ("claimed", "sent", "superseded", "deferred", "retried", "dead")
+RELAY_STATS = (
+    "claimed",
+    "sent",
+    "superseded",
+    "deferred",
+    "retried",
+    "dead",
+    "reclaimed_unstarted",
+    "cluster_restarted",
+)
 RELAY_WINDOW_SECONDS = 3600
 
 

@@ -26,11 +26,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from containers.models import ContainerInstance
-from containers.selectors import count_by_status, queue_stats
+from containers.selectors import RELAY_STATS, count_by_status, queue_stats
 from containers.states import Status
 from outbox.models import OutboxEvent, OutboxStatus, RelayCounter
 
-RELAY_COUNTERS = ("claimed", "sent", "superseded", "deferred", "retried", "dead")
+RELAY_COUNTERS = RELAY_STATS
 REQUEST_COUNTERS = ("create_accepted", "create_refused", "instance_failed")
 # Each has a partial index, so counting them never scans the sent rows.
 COUNTED_OUTBOX = (OutboxStatus.PENDING, OutboxStatus.PROCESSING, OutboxStatus.DEAD)

@@ -54,6 +54,7 @@ class OutboxEventAdmin(ActionsOnlyAdminMixin, admin.ModelAdmin):
         "status_display",
         "aggregate",
         "attempts",
+        "reclaims",
         "age",
         "due",
         "outcome",
@@ -64,7 +65,10 @@ class OutboxEventAdmin(ActionsOnlyAdminMixin, admin.ModelAdmin):
     actions = ("retry_now",)
     fieldsets = (
         (None, {"fields": ("id", "kind", "queue", "status_display", "outcome", "aggregate")}),
-        ("Delivery", {"fields": ("attempts", "available_at", "lease_expires_at", "started_at")}),
+        (
+            "Delivery",
+            {"fields": ("attempts", "reclaims", "available_at", "lease_expires_at", "started_at")},
+        ),
         ("Reason", {"fields": ("last_error_display",)}),
         ("Payload", {"fields": ("payload", "created_at", "sent_at")}),
     )

@@ -35,6 +35,10 @@ class OutboxEvent(models.Model):
         max_length=16, choices=OutboxStatus.choices, default=OutboxStatus.PENDING
     )
     attempts = models.PositiveIntegerField(default=0)
+    reclaims = models.PositiveIntegerField(
+        default=0,
+        help_text="Times a claim ran out before any worker began it (a wedged or gone cluster).",
+    )
     available_at = models.DateTimeField()
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     claim_token = models.UUIDField(null=True, blank=True)

@@ -18,8 +18,8 @@ import traceback
 import uuid
 
 from django.db import connection, transaction
-from django.db.models import Exists, F, OuterRef, Q
-from django.db.models.functions import Now
+from django.db.models import CharField, Exists, F, OuterRef, Q, Value
+from django.db.models.functions import Cast, Concat, Now
 
 from outbox import conf, hooks, registry
 from outbox.heartbeat import Heartbeat
@@ -61,7 +61,9 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
     3. Select due rows (pending and due, or processing with an expired lease) that have
        no older unfinished row of the same aggregate, ``FOR UPDATE SKIP LOCKED``.
     4. Mark them ``processing`` under a fresh token and a lease. A row reclaimed after
-       it had started (its worker died) counts an attempt.
+       it had started (its worker died) counts an attempt; one reclaimed before any
+       worker began it (handed to a cluster that took no tasks) counts a reclaim, with
+       the reason on the row, so it never loops silently.
     Runs in its own transaction (or the caller's); the caller hands the rows to workers.
     """
     with transaction.atomic():
@@ -86,6 +88,9 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
             return []
         token = uuid.uuid4()
         crashed = [row_id for row_id, status, started in rows if status == "processing" and started]
+        unstarted = [
+            row_id for row_id, status, started in rows if status == "processing" and not started
+        ]
         OutboxEvent.objects.filter(id__in=[row[0] for row in rows]).update(
             status=OutboxStatus.PROCESSING,
             claim_token=token,
@@ -94,7 +99,10 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
         )
         if crashed:
             _count_crashes(crashed)
+        if unstarted:
+            _count_unstarted(unstarted)
     counter_bump("claimed", len(rows))
+    counter_bump("reclaimed_unstarted", len(unstarted))
     return [(row[0], token) for row in rows]
 
 
@@ -104,6 +112,39 @@ def _count_crashes(ids: list[int]) -> None:
     )
     for row_id in ids:
         log.warning("outbox #%s: lease expired mid-run; reclaimed", row_id)
+
+
+def _count_unstarted(ids: list[int]) -> None:
+    OutboxEvent.objects.filter(id__in=ids).update(
+        reclaims=F("reclaims") + 1,
+        last_error=Concat(
+            Value("claimed "),
+            Cast(F("reclaims") + 1, CharField()),
+            Value(" times and never begun by a worker: is its cluster wedged or gone?"),
+        ),
+    )
+    for row_id in ids:
+        log.warning("outbox #%s: claim ran out before any worker began it; reclaimed", row_id)
+
+
+def claims_release_unstarted(queue: str) -> int:
+    """Make ``queue``'s live claims that no worker has begun due at once.
+
+    For a cluster that was just killed (its in-memory task queue went with it): its
+    claims go to the new cluster now, not when their lease runs out. A compare-and-set
+    on ``started_at IS NULL``: a claim a worker began keeps its lease. A late delivery
+    of a released claim is refused by ``begin()`` (its lease ran out; its token is
+    replaced when it is reclaimed, which counts a reclaim).
+    """
+    released = OutboxEvent.objects.filter(
+        queue=queue,
+        status=OutboxStatus.PROCESSING,
+        started_at__isnull=True,
+        lease_expires_at__gt=Now(),
+    ).update(lease_expires_at=Now() - dt.timedelta(seconds=1))
+    if released:
+        outbox_notify()
+    return released
 
 
 def begin(event_id: int, token: uuid.UUID) -> bool:

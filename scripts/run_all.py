@@ -2,16 +2,21 @@
 """Run the whole app in one terminal: web, dispatcher, both worker clusters, monitor.
 
 Migrates and collects the static files first, then starts each part as its own process
-and keeps them running (a part that dies is restarted after a short pause). The web part
-is gunicorn (threaded workers) with WhiteNoise serving the static files, as in
-production. Ctrl-C or SIGTERM stops them all: each process gets SIGTERM on its main pid
-(django-q2 clusters and gunicorn stop cleanly that way).
+and keeps them running (a part that dies is restarted after a short pause). Each worker
+cluster runs under its own watchdog (``manage.py run_cluster``), which restarts it when
+it dies or wedges. Every part dies with this script, however it dies (Linux
+``PR_SET_PDEATHSIG``), so a second ``make run`` never finds the first one's processes.
+The web part is gunicorn (threaded workers) with WhiteNoise serving the static files, as
+in production. Ctrl-C or SIGTERM stops them all: each process gets SIGTERM on its main
+pid (the cluster supervisors and gunicorn stop cleanly that way).
 
 Environment: GOBRAVE_WEB_ADDR (default 127.0.0.1:8000), plus everything in README.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import signal
 import subprocess
@@ -31,12 +36,21 @@ def parts() -> dict[str, tuple[list[str], dict[str, str]]]:
     result = {
         "web": (web, {"GOBRAVE_APP_NAME": "gobrave-web"}),
         "dispatcher": ([*manage, "run_dispatcher"], {"GOBRAVE_APP_NAME": "gobrave-dispatcher"}),
-        "create-cluster": ([*manage, "qcluster"], {"Q_CLUSTER_NAME": "create"}),
-        "control-cluster": ([*manage, "qcluster"], {"Q_CLUSTER_NAME": "control"}),
+        "create-cluster": ([*manage, "run_cluster", "create"], {}),
+        "control-cluster": ([*manage, "run_cluster", "control"], {}),
     }
     if (ROOT / "containers" / "management" / "commands" / "run_monitor.py").exists():
         result["monitor"] = ([*manage, "run_monitor"], {"GOBRAVE_APP_NAME": "gobrave-monitor"})
     return result
+
+
+def die_with_parent() -> None:
+    """Runs in each child before exec (this script has no threads): SIGKILL it when this
+    script dies. Linux only; elsewhere nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def main() -> int:
@@ -57,7 +71,9 @@ def main() -> int:
 
     def launch(name: str) -> None:
         command, extra = specs[name]
-        running[name] = subprocess.Popen(command, env={**os.environ, **extra})
+        running[name] = subprocess.Popen(
+            command, env={**os.environ, **extra}, preexec_fn=die_with_parent
+        )
         print(f"[run_all] started {name} (pid {running[name].pid})", flush=True)
 
     for name in specs:

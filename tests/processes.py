@@ -33,7 +33,7 @@ def current_database_url() -> str:
     return f"postgres://{auth}@{host}:{port}/{params['NAME']}"
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (from /proc), deepest first."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -96,7 +96,7 @@ class App:
     def stop(self, name: str, timeout: float = 20) -> int | None:
         process = self.processes.pop(name)
         if process.poll() is None:
-            descendants = _descendants(process.pid)
+            below = descendants(process.pid)
             process.send_signal(signal.SIGTERM)
             try:
                 process.wait(timeout=timeout)
@@ -105,7 +105,7 @@ class App:
                 process.wait()
             # A main process that had to be killed leaves its children behind (a wedged
             # cluster's workers); never let them outlive the test.
-            for pid in descendants:
+            for pid in below:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         process.log.close()  # type: ignore[attr-defined]

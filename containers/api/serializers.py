@@ -269,12 +269,20 @@ class RelayStatsSerializer(serializers.Serializer):
     deferred = serializers.IntegerField()
     retried = serializers.IntegerField()
     dead = serializers.IntegerField()
+    reclaimed_unstarted = serializers.IntegerField(
+        help_text="Claims that ran out before any worker began them (a wedged or gone cluster)."
+    )
+    cluster_restarted = serializers.IntegerField(
+        help_text="Worker clusters the supervisor restarted (dead or wedged)."
+    )
     in_flight = serializers.IntegerField(help_text="Outbox rows in processing right now.")
 
 
 class QueueOutputSerializer(serializers.Serializer):
     pending_count = serializers.IntegerField()
-    active_count = serializers.IntegerField(help_text="Instances in creating or starting.")
+    active_count = serializers.IntegerField(
+        help_text="Create/start slots held (creating or starting, not waiting for a retry)."
+    )
     max_pending = serializers.IntegerField()
     max_concurrency = serializers.IntegerField()
     dead_count = serializers.IntegerField(help_text="Outbox rows that went dead.")

@@ -37,6 +37,7 @@ class OutboxEventOutputSerializer(serializers.ModelSerializer):
             "status",
             "outcome",
             "attempts",
+            "reclaims",
             "available_at",
             "lease_expires_at",
             "claim_token",

@@ -132,6 +132,8 @@ def test_queue_reports_counts_limits_and_relay_stats(alice, make_instance, gobra
             "deferred": 0,
             "retried": 1,
             "dead": 0,
+            "reclaimed_unstarted": 0,
+            "cluster_restarted": 0,
             "in_flight": 1,
         },
     }

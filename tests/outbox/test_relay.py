@@ -7,13 +7,14 @@ import uuid
 
 import pytest
 from django.db import transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
-from outbox import registry, relay
+from outbox import conf, registry, relay, selectors
 from outbox.errors import NotRetriable
 from outbox.models import OutboxEvent
 from outbox.registry import Defer, Outcome, PermanentFailure, RetryLater
-from outbox.services import outbox_enqueue, outbox_retry_now
+from outbox.services import counters_since, outbox_enqueue, outbox_retry_now
 
 pytestmark = pytest.mark.django_db
 KIND = "TestProbe"
@@ -127,6 +128,44 @@ def test_expired_lease_is_due_again_and_counts_an_attempt_if_it_had_started():
     assert run_once() == ["sent"]
     row.refresh_from_db()
     assert (row.status, row.attempts) == ("sent", 1)
+
+
+def test_a_claim_that_ran_out_before_any_worker_began_it_counts_a_reclaim():
+    """Handed to a cluster that took no tasks: counted and said on the row, no attempt."""
+    row = enqueue()
+    relay.claim("probe", 16)
+    OutboxEvent.objects.filter(id=row.id).update(lease_expires_at=Now() - dt.timedelta(seconds=1))
+    assert run_once() == ["sent"]
+    row.refresh_from_db()
+    assert (row.status, row.attempts, row.reclaims) == ("sent", 0, 1), row.last_error
+    assert "claimed 1 times and never begun by a worker" in row.last_error
+    assert counters_since(timezone.now() - dt.timedelta(hours=1))["reclaimed_unstarted"] == 1
+
+
+def test_releasing_unstarted_claims_makes_them_due_at_once_and_spares_begun_ones():
+    waiting, begun = enqueue("a"), enqueue("b")
+    claims = dict(relay.claim("probe", 16))
+    assert relay.begin(begun.id, claims[begun.id])
+    assert relay.claims_release_unstarted("probe") == 1
+    assert not relay.begin(waiting.id, claims[waiting.id])  # a late delivery is refused
+    assert [event_id for event_id, _ in relay.claim("probe", 16)] == [waiting.id]
+    assert OutboxEvent.objects.get(id=begun.id).claim_token == claims[begun.id]
+
+
+def test_a_queue_whose_claims_no_worker_begins_is_stalled():
+    row = enqueue("a")
+    [(event_id, token)] = relay.claim("probe", 16)
+    assert selectors.handoff_stalled(queue="probe", seconds=5) == 0  # just claimed
+    OutboxEvent.objects.filter(id=row.id).update(
+        lease_expires_at=Now() + conf.claim_lease("probe") - dt.timedelta(seconds=10)
+    )
+    assert selectors.handoff_stalled(queue="probe", seconds=5) == 1
+    # A worker that is running something is busy, not wedged.
+    other = enqueue("b")
+    [(other_id, other_token)] = relay.claim("probe", 16)
+    assert relay.begin(other_id, other_token)
+    assert selectors.handoff_stalled(queue="probe", seconds=5) == 0
+    assert other.id == other_id and event_id == row.id and token
 
 
 def test_deferred_row_goes_back_to_pending_without_an_attempt():
