@@ -1,6 +1,6 @@
 """The operator console: instances, templates, runtimes, history, orphans, the dashboard.
 
-Every change goes through ``containers.services`` (actor ``admin:<username>``); nothing
+Every change goes through ``containers.services`` (actor ``user:<username>``); nothing
 here assigns a status or deletes a row. Django's delete view and ``delete_selected`` are
 off for instances and their history: removing a row there would orphan a container or
 erase what happened. Changelists use ``list_select_related`` so a page costs the same
@@ -23,6 +23,7 @@ from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from containers import admin_views, selectors
+from containers.actors import user_actor
 from containers.errors import InvalidSpec
 from containers.models import (
     ContainerEvent,
@@ -75,7 +76,7 @@ def status_badge(status: str, *, title: str = ""):
 
 
 def actor_of(request) -> str:
-    return f"admin:{request.user.get_username()}"
+    return user_actor(request.user)
 
 
 def history_url(instance_id) -> str:

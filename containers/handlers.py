@@ -18,6 +18,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.db import transaction
 
+from containers.actors import RELAY, WORKER
 from containers.lifecycle import CONTROL_QUEUE, CREATE_QUEUE, capacity_available, move, record
 from containers.models import ContainerInstance
 from containers.observe import apply_observation, target_for
@@ -36,7 +37,6 @@ from outbox.models import OutboxEvent
 from outbox.registry import Defer, Outcome, PermanentFailure, RetryLater
 
 log = logging.getLogger(__name__)
-WORKER = "worker"
 
 
 def _locked(instance_id: str) -> ContainerInstance | None:
@@ -237,7 +237,7 @@ def on_dead(event: OutboxEvent, reason: str) -> None:
         record(
             instance,
             kind="dead_letter",
-            actor="relay",
+            actor=RELAY,
             from_status=instance.status,
             to_status=instance.status,
             message=f"{event.kind} #{event.id} dead: {reason}",
@@ -246,7 +246,7 @@ def on_dead(event: OutboxEvent, reason: str) -> None:
     move(
         instance,
         Status.FAILED,
-        actor="relay",
+        actor=RELAY,
         kind="dead_letter",
         reason=f"{event.kind} failed: {reason}"[:2000],
     )

@@ -301,3 +301,20 @@ class MonitorCursor(models.Model):
 
     def __str__(self) -> str:
         return f"{self.runtime} @ {self.time_nano}"
+
+
+class Installation(models.Model):
+    """This installation's identity on the engines: the ``io.gobrave.installation`` label.
+
+    One row (pk 1), made by the first ``migrate`` with a random id, so that two
+    installations sharing an engine never take each other's containers for orphans.
+    ``container.installation_id`` in config.yml, when set, wins over it
+    (``containers.installation``). Never changed once made.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    installation_id = models.CharField(max_length=63, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.installation_id

@@ -34,12 +34,13 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from containers.actors import MONITOR, RECONCILER
 from containers.images import template_images_refresh
+from containers.installation import installation_id
 from containers.models import ContainerInstance, MonitorCursor, Runtime
 from containers.reconciler import (
     BUSY,
     RACED,
-    RECONCILER,
     SKIPPED,
     distinct_engines,
     instance_sync,
@@ -51,7 +52,6 @@ from containers.runtime.labels import LABEL_INSTANCE
 
 log = logging.getLogger(__name__)
 
-MONITOR = "monitor"
 # Events after which the container's state may differ from what the instance says.
 APPLIED_ACTIONS = frozenset({"start", "die", "oom", "pause", "unpause", "destroy"})
 BACKOFF_FIRST = 1.0
@@ -232,7 +232,7 @@ class Monitor:
         reconcile_interval: float | None = None,
         backoff_cap: float = BACKOFF_CAP,
     ) -> None:
-        self.installation = installation or _config()["installation_id"]
+        self.installation = installation or installation_id()
         self.reconcile_interval = float(reconcile_interval or _config()["reconcile_interval"])
         self.backoff_cap = backoff_cap
         self.stopping = threading.Event()

@@ -32,6 +32,8 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from containers.actors import RECONCILER
+from containers.installation import installation_id
 from containers.lifecycle import move
 from containers.models import ContainerEvent, ContainerInstance, OrphanContainer, Runtime
 from containers.observe import apply_observation, target_for
@@ -44,7 +46,6 @@ from outbox.models import UNFINISHED, OutboxEvent, OutboxStatus
 
 log = logging.getLogger(__name__)
 
-RECONCILER = "reconciler"
 NIL_UUID = uuid.UUID(int=0)
 # States in which the engine's view matters (see the module docstring).
 WATCHED = frozenset(
@@ -334,7 +335,7 @@ def reconcile(
     3. Per distinct engine of the enabled runtimes: ``orphans_scan``.
     Idempotent; safe to run while the monitor and workers run.
     """
-    installation = installation or _config()["installation_id"]
+    installation = installation or installation_id()
     rows = list(Runtime.objects.all() if runtimes is None else runtimes)
     report = ReconcileReport()
     unreachable = set()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import datetime as dt
+import re
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.db.models import Count, Q, QuerySet
@@ -128,6 +130,58 @@ def instance_get(*, instance_id: object, user) -> ContainerInstance:
     return instance
 
 
+SHORT_ID_LENGTH = 8  # the admin's and the CLI's short id: the uuid's first 8 hex digits
+_HEX_PREFIX = re.compile(r"[0-9a-f]{4,32}")
+
+
+def _uuid_prefix(text: str) -> str | None:
+    """``text`` as the start of a canonical uuid string (dashes where uuids have them)."""
+    digits = text.lower().replace("-", "")
+    if not _HEX_PREFIX.fullmatch(digits):
+        return None
+    groups, start = [], 0
+    for size in (8, 4, 4, 4, 12):
+        if start < len(digits):
+            groups.append(digits[start : start + size])
+        start += size
+    return "-".join(groups)
+
+
+def instance_resolve(*, ref: str) -> ContainerInstance:
+    """The one instance ``ref`` names, for operators' commands; ``NotFound`` otherwise.
+
+    ``ref`` is a uuid, a prefix of one (at least 4 hex digits, such as the 8-digit short
+    id the admin shows), or an instance name. A prefix or name that matches several
+    instances is refused with the candidates named.
+    """
+    ref = str(ref).strip()
+    try:
+        exact = uuid.UUID(ref)
+    except ValueError:
+        exact = None
+    rows = ContainerInstance.objects.select_related("template", "runtime", "owner")
+    if exact is not None:
+        found = rows.filter(id=exact).first()
+        if found is None:
+            raise NotFound(f"no container instance {exact}", id=str(exact))
+        return found
+    query = Q(name=ref)
+    prefix = _uuid_prefix(ref)
+    if prefix is not None:
+        query |= Q(id__startswith=prefix)
+    matches = list(rows.filter(query).order_by("-created_at")[:6])
+    if not matches:
+        raise NotFound(f"no container instance matches {ref!r}", id=ref)
+    if len(matches) > 1:
+        names = ", ".join(f"{str(m.id)[:SHORT_ID_LENGTH]} ({m.name})" for m in matches[:5])
+        more = " and more" if len(matches) > 5 else ""
+        raise NotFound(
+            f"{ref!r} matches several instances: {names}{more}; give more of the id",
+            id=ref,
+        )
+    return matches[0]
+
+
 def instance_events(*, instance: ContainerInstance) -> QuerySet:
     """The instance's history, newest first."""
     return ContainerEvent.objects.filter(instance_id=instance.id).order_by("-created_at", "-id")
@@ -155,6 +209,39 @@ RELAY_STATS = (
     "cluster_restarted",
 )
 RELAY_WINDOW_SECONDS = 3600
+
+
+def instance_history_after(*, instance_id: uuid.UUID, after_id: int = 0) -> QuerySet:
+    """History rows of an instance (even a deleted one) newer than ``after_id``, oldest first."""
+    return ContainerEvent.objects.filter(instance_id=instance_id, id__gt=after_id).order_by("id")
+
+
+@dataclass(frozen=True)
+class InstanceStatus:
+    status: str
+    reason: str
+    exit_code: int | None
+
+
+def instance_status(*, instance_id: uuid.UUID) -> InstanceStatus | None:
+    """Where the instance is now, read afresh; ``None`` once its row is gone."""
+    row = (
+        ContainerInstance.objects.filter(id=instance_id)
+        .values_list("status", "status_reason", "exit_code")
+        .first()
+    )
+    return InstanceStatus(*row) if row else None
+
+
+def instance_history_last_id(*, instance_id: uuid.UUID) -> int:
+    """The id of the instance's newest history row (0 when it has none)."""
+    last = (
+        ContainerEvent.objects.filter(instance_id=instance_id)
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first()
+    )
+    return last or 0
 
 
 def queue_stats() -> dict[str, object]:

@@ -29,6 +29,7 @@ from containers.errors import (
     QueueFull,
     TemplateUnavailable,
 )
+from containers.installation import installation_id
 from containers.lifecycle import lock_gate, move, record
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
 from containers.spec import clean_constraints, resolve_spec
@@ -187,7 +188,7 @@ def container_create_by_template(
         variables=variables,
         env_overrides=env,
         roots=roots,
-        installation=_config()["installation_id"],
+        installation=installation_id(),
     )
     limit = _config()["create_queue_max_pending"]
     quotas = owner_quotas(owner=owner)

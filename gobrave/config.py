@@ -134,7 +134,7 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "orphan_policy": (_choice("report", "remove"), "report"),
         "workspace_root": (_text, "var/workspaces"),
         "allowed_volume_roots": (_absolute_paths, []),
-        "installation_id": (_label, "gobrave"),
+        "installation_id": (_optional(_label), None),
         # Tenants (SPEC 8): per-owner quotas; None is no limit. Overridable per user and
         # per group in the admin (tenants.models).
         "max_pending_per_owner": (_optional(_integer(1, 1_000_000)), None),

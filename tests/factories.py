@@ -5,6 +5,7 @@ from __future__ import annotations
 import factory
 from django.contrib.auth import get_user_model
 
+from containers.installation import installation_id
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
 
 
@@ -70,7 +71,7 @@ class InstanceFactory(factory.django.DjangoModelFactory):
                 **obj.spec,
                 "name": obj.container_name,
                 "labels": {
-                    "io.gobrave.installation": "gobrave",
+                    "io.gobrave.installation": installation_id(),
                     "io.gobrave.instance": str(obj.id),
                     "io.gobrave.template": obj.template.name,
                 },

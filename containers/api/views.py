@@ -22,6 +22,7 @@ from rest_framework.reverse import reverse
 from rest_framework.views import APIView
 
 from containers import access, selectors, template_services
+from containers.actors import user_actor
 from containers.api import serializers as s
 from containers.errors import EngineUnavailable, NotFound, TemplateUnavailable
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 
 
 def _actor(request) -> str:
-    return request.user.get_username()
+    return user_actor(request.user)
 
 
 def _accepted(instance: ContainerInstance, **headers: str) -> Response:

@@ -43,7 +43,7 @@ def test_add_goes_through_the_create_service(as_user, operator, template, owner)
     assert instance.spec["image"] == template.image  # resolved at request time
     assert OutboxEvent.objects.get().kind == "ContainerCreateRequest"
     event = ContainerEvent.objects.get(instance_id=instance.id)
-    assert event.actor == "admin:operator"
+    assert event.actor == "user:operator"
 
 
 def test_add_refused_by_a_full_queue_says_why_and_leaves_nothing(
@@ -88,7 +88,7 @@ def test_stop_reports_done_under_way_and_refused_per_row(as_user, operator):
     running.refresh_from_db()
     assert running.status == Status.STOP_PENDING
     assert OutboxEvent.objects.get().kind == "ContainerStopRequest"
-    assert ContainerEvent.objects.get(to_status=Status.STOP_PENDING).actor == "admin:operator"
+    assert ContainerEvent.objects.get(to_status=Status.STOP_PENDING).actor == "user:operator"
 
 
 def test_start_action_requests_a_start(as_user, operator):

@@ -29,4 +29,4 @@ def test_an_operator_acts_on_anyones_instance_and_is_the_actor(staff, make_insta
     instance = make_instance("running")
     response = staff.post(f"/api/containers/{instance.pk}/stop/")
     assert response.status_code == 202
-    assert OutboxEvent.objects.get().payload == {"by": "root"}
+    assert OutboxEvent.objects.get().payload == {"by": "user:root"}

@@ -54,7 +54,7 @@ def test_create_by_template_name_is_accepted_with_location(alice, template, owne
     assert instance.owner == owner
     row = OutboxEvent.objects.get()
     assert (row.kind, row.aggregate_id) == ("ContainerCreateRequest", body["id"])
-    assert row.payload == {"by": "alice"}
+    assert row.payload == {"by": "user:alice"}
 
 
 def test_create_by_template_id_with_name_and_env(alice, template):
@@ -278,7 +278,7 @@ def test_events_list_history_newest_first(alice, template):
     assert kinds == ["ContainerStopRequest", "ContainerCreateRequest"]
     assert body["results"][0]["from_status"] == "running"
     assert body["results"][0]["to_status"] == "stop_pending"
-    assert body["results"][0]["actor"] == "alice"
+    assert body["results"][0]["actor"] == "user:alice"
 
 
 def test_events_of_unknown_instance_is_404(alice):

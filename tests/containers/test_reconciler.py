@@ -16,6 +16,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from containers.images import template_images_refresh
+from containers.installation import installation_id
 from containers.models import (
     ContainerEvent,
     ContainerInstance,
@@ -382,7 +383,7 @@ def orphan_spec(label: str = "", name: str = "") -> ContainerSpec:
     return ContainerSpec(
         name=name or f"gb-{label}",
         image="gobrave-test-busybox:latest",
-        labels={"io.gobrave.installation": "gobrave", "io.gobrave.instance": label},
+        labels={"io.gobrave.installation": installation_id(), "io.gobrave.instance": label},
     )
 
 

@@ -1,28 +1,157 @@
-"""Shared plumbing for the request commands: domain errors become a message and exit 1."""
+"""Shared plumbing of the operators' commands (``container_*``).
+
+- Logging stays at WARNING unless ``-v 2`` (INFO) or ``-v 3`` (DEBUG) is given or
+  ``GOBRAVE_LOG_LEVEL`` is set: the commands print their own results.
+- Instances are named by uuid, a unique prefix (the short id the admin shows) or a name.
+- ``--wait`` follows the request until the instance settles, printing each transition
+  from its history, and exits non-zero unless it settled where the request leads.
+- Who asks is recorded as ``user:<name>`` (``--as``, default: the login name).
+- Domain errors become a one-line message and exit status 1.
+"""
 
 from __future__ import annotations
 
 import getpass
+import logging
+import os
+import time
+import uuid
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
+from containers.actors import user_actor
+from containers.selectors import (
+    SHORT_ID_LENGTH,
+    instance_history_after,
+    instance_history_last_id,
+    instance_resolve,
+    instance_status,
+)
+from containers.states import RESTING, Status
 from core.errors import DomainError
 
+# Where each request leads; ``None``: the instance row is gone (deleted).
+SETTLES_AT = {
+    "create": Status.RUNNING,
+    "start": Status.RUNNING,
+    "stop": Status.STOPPED,
+    "delete": None,
+}
+WAIT_POLL_SECONDS = 0.25
 
-class RequestCommand(BaseCommand):
+
+class ConsoleCommand(BaseCommand):
+    """A command an operator types: quiet logs, ``--wait``, one-line refusals."""
+
+    def execute(self, *args, **options):
+        root = logging.getLogger()
+        saved = root.level
+        if "GOBRAVE_LOG_LEVEL" not in os.environ:
+            verbosity = int(options.get("verbosity", 1))
+            root.setLevel(
+                {0: logging.WARNING, 1: logging.WARNING, 2: logging.INFO}.get(
+                    verbosity, logging.DEBUG
+                )
+            )
+        try:
+            return super().execute(*args, **options)
+        finally:
+            root.setLevel(saved)
+
+    @staticmethod
+    def add_wait_arguments(parser) -> None:
+        parser.add_argument(
+            "--wait",
+            action="store_true",
+            help="Follow the request until the instance settles, printing each transition.",
+        )
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=300.0,
+            metavar="SECONDS",
+            help="With --wait: give up (exit 1) after this long (default 300).",
+        )
+
+    def follow(
+        self, *, instance_id: uuid.UUID, name: str, action: str, after_id: int, timeout: float
+    ) -> None:
+        """Print the instance's new history until it rests; ``CommandError`` unless it
+        rests where ``action`` leads (``SETTLES_AT``) within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            # Status first, history second: the history then holds the settling move.
+            status = instance_status(instance_id=instance_id)
+            for event in instance_history_after(instance_id=instance_id, after_id=after_id):
+                after_id = event.id
+                self.stdout.write(_history_line(event))
+            if status is None or status.status in RESTING:
+                break
+            if time.monotonic() > deadline:
+                raise CommandError(f"{action} of {name}: still {status.status} after {timeout:g} s")
+            time.sleep(WAIT_POLL_SECONDS)
+        wanted = SETTLES_AT[action]
+        ended = status.status if status else None
+        if ended == wanted:
+            return
+        if ended is None:
+            raise CommandError(f"{action} of {name}: the instance was deleted")
+        reason = f": {status.reason}" if status.reason else ""
+        code = f" (exit code {status.exit_code})" if status.exit_code is not None else ""
+        raise CommandError(f"{action} of {name} ended {ended}{code}{reason}")
+
+
+def _history_line(event) -> str:
+    when = timezone.localtime(event.created_at).strftime("%H:%M:%S")
+    what = f"{event.from_status or '-'} → {event.to_status}" if event.to_status else event.kind
+    message = f"  {event.message}" if event.message else ""
+    return f"{when}  {what:28}  {event.actor}{message}"
+
+
+def short_id(instance) -> str:
+    return str(instance.id)[:SHORT_ID_LENGTH]
+
+
+class RequestCommand(ConsoleCommand):
+    """``container_start|stop|delete INSTANCE [--wait]``."""
+
     action = ""
 
     def add_arguments(self, parser):
-        parser.add_argument("instance", help="The instance's uuid.")
+        parser.add_argument(
+            "instance",
+            help="The instance's uuid, a unique prefix of it (the admin's short id) or its name.",
+        )
+        parser.add_argument(
+            "--as",
+            dest="as_user",
+            metavar="USERNAME",
+            help="Who asks, recorded as user:<name> (default: your login name).",
+        )
+        self.add_wait_arguments(parser)
 
     def request(self, **kwargs):  # pragma: no cover - overridden
         raise NotImplementedError
 
     def handle(self, *args, **options):
-        actor = f"cli:{getpass.getuser()}"
+        actor = user_actor(options.get("as_user") or getpass.getuser())
         try:
-            instance = self.request(instance_id=options["instance"], actor=actor)
+            instance = instance_resolve(ref=options["instance"])
+            before = instance_history_last_id(instance_id=instance.id)
+            instance = self.request(instance_id=instance.id, actor=actor)
         except DomainError as exc:
             raise CommandError(f"refused: {exc.message}") from None
         verb = "accepted" if instance.queued else "already under way (nothing queued)"
-        self.stdout.write(f"{self.action} {instance.id}: {verb}; status {instance.status}")
+        self.stdout.write(
+            f"{self.action} {short_id(instance)} ({instance.name}): {verb}; "
+            f"status {instance.status}"
+        )
+        if options["wait"]:
+            self.follow(
+                instance_id=instance.id,
+                name=instance.name,
+                action=self.action,
+                after_id=before,
+                timeout=options["timeout"],
+            )

@@ -1,16 +1,20 @@
-"""``manage.py container_create --template T --user U``: request a create."""
+"""``manage.py container_create --template T --user U [--wait]``: request a create."""
 
 from __future__ import annotations
 
-from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+import getpass
 
+from django.contrib.auth import get_user_model
+from django.core.management.base import CommandError
+
+from containers.actors import user_actor
+from containers.management.commands._request import ConsoleCommand, short_id
 from containers.selectors import template_get
 from containers.services import container_create_by_template
 from core.errors import DomainError
 
 
-class Command(BaseCommand):
+class Command(ConsoleCommand):
     help = "Request a new container instance from a template, for a user."
 
     def add_arguments(self, parser):
@@ -20,6 +24,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--env", action="append", default=[], metavar="NAME=VALUE", help="Env override."
         )
+        parser.add_argument(
+            "--as",
+            dest="as_user",
+            metavar="USERNAME",
+            help="Who asks, recorded as user:<name> (default: your login name).",
+        )
+        self.add_wait_arguments(parser)
 
     def handle(self, *args, **options):
         user = get_user_model().objects.filter(username=options["user"]).first()
@@ -38,8 +49,19 @@ class Command(BaseCommand):
                 owner=user,
                 name=options.get("name"),
                 env=env or None,
-                actor=f"cli:{user.get_username()}",
+                actor=user_actor(options.get("as_user") or getpass.getuser()),
             )
         except DomainError as exc:
             raise CommandError(f"refused: {exc.message}") from None
-        self.stdout.write(f"accepted {instance.id} ({instance.name}): status {instance.status}")
+        self.stdout.write(
+            f"accepted {instance.id} ({instance.name}, short id {short_id(instance)}): "
+            f"status {instance.status}"
+        )
+        if options["wait"]:
+            self.follow(
+                instance_id=instance.id,
+                name=instance.name,
+                action="create",
+                after_id=0,
+                timeout=options["timeout"],
+            )

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
-
 from containers.images import template_images_refresh
+from containers.management.commands._request import ConsoleCommand
 
 
-class Command(BaseCommand):
+class Command(ConsoleCommand):
     help = "Check each template's image on the enabled runtimes its constraints match."
 
     def handle(self, *args, **options):
