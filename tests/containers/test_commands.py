@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
+import uuid
 from io import StringIO
 from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
 
-from containers.models import ContainerInstance
+from containers.models import ContainerEvent, ContainerInstance
 from outbox.models import OutboxEvent
 from tests.factories import InstanceFactory
+from tests.processes import running_app
 
 pytestmark = pytest.mark.django_db
 REPO = Path(__file__).resolve().parents[2]
@@ -122,3 +125,88 @@ def test_quick_start_on_sqlite_needs_nothing_installed(tmp_path):
         check=True,
     ).stdout.strip()
     assert journal == "wal"
+
+
+# --- as operators expect: short ids, names, --as, quiet logs, --wait --------------------------
+
+
+def test_request_commands_accept_a_unique_id_prefix_or_a_name():
+    instance = InstanceFactory(name="web-1", status="running")
+    short = str(instance.id)[:8]
+    assert f"stop {short} (web-1): accepted" in _call("container_stop", short)
+    assert "already under way" in _call("container_stop", "web-1")
+    assert "already under way" in _call("container_stop", str(instance.id).upper()[:13])
+
+
+def test_an_ambiguous_or_unknown_reference_is_refused_and_changes_nothing():
+    first = InstanceFactory(name="twin", status="running")
+    InstanceFactory(name="twin", status="running")
+    with pytest.raises(CommandError, match=r"'twin' matches several instances: .*give more"):
+        _call("container_stop", "twin")
+    with pytest.raises(CommandError, match="no container instance matches 'nothing'"):
+        _call("container_stop", "nothing")
+    with pytest.raises(CommandError, match="no container instance"):
+        _call("container_stop", str(uuid.uuid4()))
+    assert ContainerInstance.objects.get(pk=first.pk).status == "running"
+    assert OutboxEvent.objects.count() == 0
+
+
+def test_the_actor_is_the_user_who_asks(template, owner):
+    _call("container_create", "--template", "sleeper", "--user", "alice", "--as", "ops")
+    instance = ContainerInstance.objects.get()
+    _call("container_delete", str(instance.id)[:8], "--as", "ops")
+    actors = set(ContainerEvent.objects.values_list("actor", flat=True))
+    assert actors == {"user:ops"}, actors
+
+
+@pytest.mark.parametrize(("verbosity", "shown"), [(1, False), (2, True)])
+def test_commands_log_only_warnings_unless_verbose(caplog, verbosity, shown):
+    instance = InstanceFactory(status="running")
+    root_level = logging.getLogger().level
+    _call("container_stop", str(instance.id), f"--verbosity={verbosity}")
+    infos = [r for r in caplog.records if r.levelno == logging.INFO]
+    assert bool(infos) == shown, [r.getMessage() for r in infos]
+    assert logging.getLogger().level == root_level  # restored for whatever runs next
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_wait_follows_each_request_until_it_settles(template, owner, tmp_path):
+    config = {"outbox_poll_interval": "0.2", "queue_poll": "0.05", "container_stop_timeout": "1"}
+    with running_app(tmp_path, **config) as app:
+        app.dispatcher()
+        app.cluster("create")
+        app.cluster("control")
+        created = app.manage(
+            "container_create", "--template", "sleeper", "--user", "alice", "--wait"
+        )
+        assert created.returncode == 0, created.stdout + created.stderr
+        lines = created.stdout
+        assert "pending → creating" in lines and "creating → running" in lines, lines
+        assert " INFO " not in created.stderr, created.stderr
+        instance = ContainerInstance.objects.get()
+        short = str(instance.id)[:8]
+
+        stopped = app.manage("container_stop", short, "--wait")
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert "running → stop_pending" in stopped.stdout, stopped.stdout
+        assert "stopping → stopped" in stopped.stdout, stopped.stdout
+
+        deleted = app.manage("container_delete", short, "--wait")
+        assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+        assert "ContainerDeleted" in deleted.stdout, deleted.stdout
+        assert not ContainerInstance.objects.exists()
+
+
+def test_wait_gives_up_after_its_timeout_with_the_state_named(template, owner):
+    with pytest.raises(CommandError, match=r"create of .*: still pending after 0.3 s"):
+        _call(
+            "container_create",
+            "--template",
+            "sleeper",
+            "--user",
+            "alice",
+            "--wait",
+            "--timeout",
+            "0.3",
+        )

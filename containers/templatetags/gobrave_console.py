@@ -1,0 +1,20 @@
+"""Template tags of the operator console."""
+
+from __future__ import annotations
+
+from django import template
+
+from containers.installation import installation_id, installation_source
+from containers.runtime.labels import LABEL_INSTALLATION
+
+register = template.Library()
+
+
+@register.inclusion_tag("admin/containers/installation.html")
+def installation_line() -> dict[str, str]:
+    """This installation's id, the label it owns on the engines, and where the id comes from."""
+    return {
+        "installation_id": installation_id(),
+        "label": LABEL_INSTALLATION,
+        "source": installation_source(),
+    }
