@@ -25,7 +25,7 @@ from tests.factories import InstanceFactory
 
 pytestmark = pytest.mark.django_db
 REPO = Path(__file__).resolve().parents[2]
-MIGRATION = importlib.import_module("containers.migrations.0005_installation_and_actors")
+MIGRATION = importlib.import_module("containers.migrations.0006_installation_and_actors")
 
 
 def _fresh_installation_id(tmp_path: Path, name: str) -> subprocess.Popen:
