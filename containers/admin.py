@@ -24,6 +24,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from containers import admin_views, selectors
 from containers.actors import user_actor
+from containers.engines import fake_driver_allowed
 from containers.errors import InvalidSpec
 from containers.models import (
     ContainerEvent,
@@ -32,7 +33,6 @@ from containers.models import (
     OrphanContainer,
     Runtime,
 )
-from containers.runtime import fake_driver_allowed
 from containers.services import (
     container_create_by_template,
     container_delete,

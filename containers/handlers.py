@@ -4,7 +4,7 @@ Each handler follows the same steps:
 1. Lock the instance and check its state matches the request; if not, the request is
    superseded (a queued create whose instance is now ``delete_pending``). Create and
    start pass the global capacity gate here or ``Defer``.
-2. Commit, then call the runtime with no transaction open.
+2. Commit, then call the engine with no transaction open.
 3. Lock again, inspect what the engine did and apply it.
 Replayed after success, every handler finds the state moved on and changes nothing.
 """
@@ -19,17 +19,17 @@ from django.conf import settings
 from django.db import transaction
 
 from containers.actors import RELAY, WORKER
+from containers.engines import engine_for
+from containers.engines.base import (
+    ContainerSpec,
+    Engine,
+    EngineError,
+    Mount,
+    PermanentEngineError,
+)
 from containers.lifecycle import CONTROL_QUEUE, CREATE_QUEUE, capacity_available, move, record
 from containers.models import ContainerInstance
 from containers.observe import apply_observation, target_for
-from containers.runtime import runtime_for
-from containers.runtime.base import (
-    ContainerRuntime,
-    ContainerSpec,
-    Mount,
-    PermanentRuntimeError,
-    RuntimeFailure,
-)
 from containers.services import CREATE, DELETE, START, STOP
 from containers.states import Status, can_move
 from outbox import registry
@@ -91,17 +91,15 @@ def _record_cleanup(instance: ContainerInstance, message: str) -> None:
     )
 
 
-def _apply(
-    instance: ContainerInstance, runtime: ContainerRuntime, runtime_id: str, doing: str
-) -> None:
-    """Step 3: record the runtime id and apply what the engine says now.
+def _apply(instance: ContainerInstance, engine: Engine, runtime_id: str, doing: str) -> None:
+    """Step 3: record the engine id and apply what the engine says now.
 
     If the reconciler failed the instance meanwhile (start_timeout), undo what this
     worker did, after the transaction: a create removes its container, a start stops it
     (the container was the user's before the start).
     """
-    state = runtime.inspect(runtime_id)
-    node = runtime.node_name() if state else ""
+    state = engine.inspect(runtime_id)
+    node = engine.node_name() if state else ""
     with transaction.atomic():
         instance = _locked(str(instance.id))
         if instance is None:
@@ -121,9 +119,9 @@ def _apply(
             undo = "removing" if doing == Status.CREATING else "stopping"
             _record_cleanup(instance, f"{undo} the container: the instance failed meanwhile")
     if abandoned and doing == Status.CREATING:
-        runtime.remove(runtime_id)
+        engine.remove(runtime_id)
     elif abandoned:
-        runtime.stop(runtime_id, int(settings.GOBRAVE["container"]["stop_timeout"]))
+        engine.stop(runtime_id, int(settings.GOBRAVE["container"]["stop_timeout"]))
 
 
 def handle_create(event: OutboxEvent) -> Outcome:
@@ -131,10 +129,10 @@ def handle_create(event: OutboxEvent) -> Outcome:
     if instance is None:
         _remove_unrecorded(event.aggregate_id)
         return Outcome.SUPERSEDED
-    runtime = runtime_for(instance.runtime)
-    runtime_id = runtime.create(_spec(instance))
-    runtime.start(runtime_id)
-    _apply(instance, runtime, runtime_id, Status.CREATING)
+    engine = engine_for(instance.runtime)
+    runtime_id = engine.create(_spec(instance))
+    engine.start(runtime_id)
+    _apply(instance, engine, runtime_id, Status.CREATING)
     return Outcome.SENT
 
 
@@ -144,9 +142,9 @@ def _remove_unrecorded(instance_id: str) -> None:
     instance = ContainerInstance.objects.filter(id=instance_id).first()
     if instance is None or instance.status != Status.FAILED or instance.container_id:
         return
-    runtime = runtime_for(instance.runtime)
-    if runtime.inspect(instance.container_name) is not None:
-        runtime.remove(instance.container_name)
+    engine = engine_for(instance.runtime)
+    if engine.inspect(instance.container_name) is not None:
+        engine.remove(instance.container_name)
         with transaction.atomic():
             instance = _locked(instance_id)
             if instance is not None:
@@ -157,14 +155,14 @@ def handle_start(event: OutboxEvent) -> Outcome:
     instance = _begin(event, ready=Status.START_PENDING, doing=Status.STARTING, gated=True)
     if instance is None:
         return Outcome.SUPERSEDED
-    runtime = runtime_for(instance.runtime)
-    state = runtime.inspect(_ref(instance))
+    engine = engine_for(instance.runtime)
+    state = engine.inspect(_ref(instance))
     if state is None:
         raise PermanentFailure(
             f"container {instance.container_name} is missing (removed outside gobrave)"
         )
-    runtime.start(state.runtime_id)
-    _apply(instance, runtime, state.runtime_id, Status.STARTING)
+    engine.start(state.runtime_id)
+    _apply(instance, engine, state.runtime_id, Status.STARTING)
     return Outcome.SENT
 
 
@@ -172,9 +170,9 @@ def handle_stop(event: OutboxEvent) -> Outcome:
     instance = _begin(event, ready=Status.STOP_PENDING, doing=Status.STOPPING, gated=False)
     if instance is None:
         return Outcome.SUPERSEDED
-    runtime = runtime_for(instance.runtime)
-    runtime.stop(_ref(instance), int(settings.GOBRAVE["container"]["stop_timeout"]))
-    state = runtime.inspect(_ref(instance))
+    engine = engine_for(instance.runtime)
+    engine.stop(_ref(instance), int(settings.GOBRAVE["container"]["stop_timeout"]))
+    state = engine.inspect(_ref(instance))
     with transaction.atomic():
         instance = _locked(str(instance.id))
         if instance is not None and instance.status == Status.STOPPING:
@@ -195,10 +193,10 @@ def handle_delete(event: OutboxEvent) -> Outcome:
     instance = _begin(event, ready=Status.DELETE_PENDING, doing=Status.DELETING, gated=False)
     if instance is None:
         return Outcome.SUPERSEDED
-    runtime = runtime_for(instance.runtime)
-    runtime.remove(_ref(instance))
+    engine = engine_for(instance.runtime)
+    engine.remove(_ref(instance))
     if instance.container_id and instance.container_id != instance.container_name:
-        runtime.remove(instance.container_name)  # a create that raced us may have adopted it
+        engine.remove(instance.container_name)  # a create that raced us may have adopted it
     with transaction.atomic():
         instance = _locked(str(instance.id))
         if instance is not None and instance.status == Status.DELETING:
@@ -253,14 +251,14 @@ def on_dead(event: OutboxEvent, reason: str) -> None:
 
 
 def _translated(handler: Callable[[OutboxEvent], Outcome]) -> Callable[[OutboxEvent], Outcome]:
-    """Map the runtime's error classes onto the relay's (the relay knows no runtime)."""
+    """Map the engine's error classes onto the relay's (the relay knows no engine)."""
 
     def run(event: OutboxEvent) -> Outcome:
         try:
             return handler(event)
-        except PermanentRuntimeError as exc:
+        except PermanentEngineError as exc:
             raise PermanentFailure(str(exc)) from exc
-        except RuntimeFailure as exc:
+        except EngineError as exc:
             if exc.retry_after:
                 raise RetryLater(str(exc), retry_after=exc.retry_after) from exc
             raise

@@ -11,10 +11,10 @@ from collections.abc import Iterable
 
 from django.utils import timezone
 
+from containers.engines import engine_for
+from containers.engines.base import EngineError
 from containers.errors import InvalidSpec
 from containers.models import ContainerTemplate, Runtime
-from containers.runtime import runtime_for
-from containers.runtime.base import RuntimeFailure
 from containers.spec import clean_constraints
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,8 @@ def template_image_status(*, template: ContainerTemplate, runtimes: Iterable[Run
     answers = []
     for runtime in runtimes_matching(template=template, runtimes=runtimes):
         try:
-            answers.append(runtime_for(runtime).image_present(template.image))
-        except RuntimeFailure as exc:
+            answers.append(engine_for(runtime).image_present(template.image))
+        except EngineError as exc:
             log.warning(
                 "image check of %s on runtime %s failed: %s", template.image, runtime.name, exc
             )

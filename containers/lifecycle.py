@@ -120,7 +120,7 @@ def capacity_available(*, exclude: uuid.UUID | str | None = None) -> bool:
     Slots are counted as ``containers.slots`` defines them (a request waiting for its
     retry holds none). ``exclude``: the instance asking, when it is already in
     ``creating``/``starting`` (a retry, or a reclaim after its worker died): it passes
-    the gate again before it calls the runtime. Must run inside the transaction that
+    the gate again before it calls the engine. Must run inside the transaction that
     then moves the instance into its slot (or goes on with it).
     """
     lock_gate("capacity")

@@ -35,6 +35,9 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from containers.actors import MONITOR, RECONCILER
+from containers.engines import engine_for
+from containers.engines.base import EngineError, EngineEvent
+from containers.engines.labels import LABEL_INSTANCE
 from containers.images import template_images_refresh
 from containers.installation import installation_id
 from containers.models import ContainerInstance, MonitorCursor, Runtime
@@ -46,9 +49,6 @@ from containers.reconciler import (
     instance_sync,
     reconcile,
 )
-from containers.runtime import runtime_for
-from containers.runtime.base import RuntimeEvent, RuntimeFailure
-from containers.runtime.labels import LABEL_INSTANCE
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def _config() -> dict[str, Any]:
     return settings.GOBRAVE["container"]
 
 
-def event_key(event: RuntimeEvent) -> str:
+def event_key(event: EngineEvent) -> str:
     return f"{event.runtime_id}/{event.action}"
 
 
@@ -80,7 +80,7 @@ def cursor_for(runtime: Runtime) -> MonitorCursor:
     return cursor
 
 
-def is_duplicate(cursor: MonitorCursor, event: RuntimeEvent) -> bool:
+def is_duplicate(cursor: MonitorCursor, event: EngineEvent) -> bool:
     """True for an event already applied: older than the cursor, or seen at its time.
 
     ``since`` is inclusive (and whole-second on Docker), so a reopened stream replays
@@ -92,7 +92,7 @@ def is_duplicate(cursor: MonitorCursor, event: RuntimeEvent) -> bool:
     return event.time_nano == cursor.time_nano and event_key(event) in cursor.seen
 
 
-def cursor_advance(cursor: MonitorCursor, event: RuntimeEvent) -> None:
+def cursor_advance(cursor: MonitorCursor, event: EngineEvent) -> None:
     """Move the cursor to ``event`` (never backwards) and store it."""
     if event.time_nano > cursor.time_nano:
         cursor.time_nano, cursor.seen = event.time_nano, [event_key(event)]
@@ -103,7 +103,7 @@ def cursor_advance(cursor: MonitorCursor, event: RuntimeEvent) -> None:
     cursor.save(update_fields=["time_nano", "seen", "updated_at"])
 
 
-def event_apply(*, runtime: Runtime, cursor: MonitorCursor, event: RuntimeEvent) -> str:
+def event_apply(*, runtime: Runtime, cursor: MonitorCursor, event: EngineEvent) -> str:
     """Apply one runtime event, at least once; a replay is recognised and ignored.
 
     Must run outside a transaction (``instance_sync`` inspects the engine first, then
@@ -130,7 +130,7 @@ def event_apply(*, runtime: Runtime, cursor: MonitorCursor, event: RuntimeEvent)
         outcome = instance_sync(
             instance_id=instance_id,
             actor=MONITOR,
-            runtime=runtime_for(runtime),
+            engine=engine_for(runtime),
             data={
                 "event": event.action,
                 "time_nano": event.time_nano,
@@ -182,7 +182,7 @@ class Follower:
                 if stopping.is_set():
                     return
                 problem = "event stream dropped"
-            except RuntimeFailure as exc:
+            except EngineError as exc:
                 problem = f"engine unreachable ({exc})"
             except Exception as exc:  # noqa: BLE001 - the monitor outlives any one failure
                 log.exception("monitor of runtime %s failed", self.name)
@@ -205,7 +205,7 @@ class Follower:
         if not cursor.time_nano:  # first run: from now; the reconcile covers the past
             cursor.time_nano = time.time_ns()
             cursor.save(update_fields=["time_nano", "updated_at"])
-        stream = runtime_for(runtime).events(self.monitor.installation, cursor.time_nano)
+        stream = engine_for(runtime).events(self.monitor.installation, cursor.time_nano)
         log.info("following runtime %s (%s) from cursor %s", runtime.name, runtime.base_url, cursor)
         self.monitor.reconcile_soon()
         count = 0
@@ -273,7 +273,7 @@ class Monitor:
                 outcome = instance_sync(
                     instance_id=instance_id, actor=MONITOR, data={"source": "recheck"}
                 )
-            except RuntimeFailure as exc:  # the reconcile will look again
+            except EngineError as exc:  # the reconcile will look again
                 log.warning("recheck of instance %s: engine unreachable (%s)", instance_id, exc)
                 continue
             if outcome in (BUSY, RACED) and now < until:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from containers.engines.base import ContainerState
 from containers.lifecycle import move, record
 from containers.models import ContainerInstance
-from containers.runtime.base import ContainerState
 from containers.states import Status, can_move
 
 REMOVED_OUTSIDE = "removed outside gobrave"

@@ -33,13 +33,13 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from containers.actors import RECONCILER
+from containers.engines import engine_for
+from containers.engines.base import ContainerState, Engine, EngineError
+from containers.engines.labels import LABEL_INSTANCE
 from containers.installation import installation_id
 from containers.lifecycle import move
 from containers.models import ContainerEvent, ContainerInstance, OrphanContainer, Runtime
 from containers.observe import apply_observation, target_for
-from containers.runtime import runtime_for
-from containers.runtime.base import ContainerRuntime, ContainerState, RuntimeFailure
-from containers.runtime.labels import LABEL_INSTANCE
 from containers.slots import slot_hold
 from containers.states import ACTIVE_SLOTS, IN_FLIGHT, Status
 from outbox.models import UNFINISHED, OutboxEvent, OutboxStatus
@@ -118,7 +118,7 @@ def instance_sync(
     *,
     instance_id: uuid.UUID | str,
     actor: str,
-    runtime: ContainerRuntime | None = None,
+    engine: Engine | None = None,
     data: dict[str, Any] | None = None,
 ) -> str:
     """Compare one instance with its engine and apply what the engine says (SPEC 5).
@@ -145,7 +145,7 @@ def instance_sync(
         return SKIPPED
     if instance.status in IN_FLIGHT and request_unfinished(instance.id):
         return BUSY
-    engine = runtime or runtime_for(instance.runtime)
+    engine = engine or engine_for(instance.runtime)
     state = engine.inspect(instance.container_id or instance.container_name)
     node = state.node_name if state and state.node_name else ""
     if not node and not instance.runtime_node_name:
@@ -271,7 +271,7 @@ def _orphan_upsert(
 
 
 def orphans_scan(
-    *, runtime: Runtime, engine: ContainerRuntime, installation: str, report: ReconcileReport
+    *, runtime: Runtime, engine: Engine, installation: str, report: ReconcileReport
 ) -> None:
     """Report (and under ``orphan_policy: remove``, remove) containers with no instance.
 
@@ -351,13 +351,13 @@ def reconcile(
         )
         if not ids and not runtime.enabled:
             continue
-        engine = runtime_for(runtime)
+        engine = engine_for(runtime)
         try:
             for instance_id in ids:
                 outcome = instance_sync(
                     instance_id=instance_id,
                     actor=actor,
-                    runtime=engine,
+                    engine=engine,
                     data={"source": "reconcile"},
                 )
                 report.checked += outcome != SKIPPED
@@ -368,7 +368,7 @@ def reconcile(
                 last_error="",
                 node_name=runtime.node_name or engine.node_name(),
             )
-        except RuntimeFailure as exc:
+        except EngineError as exc:
             message = f"runtime {runtime.name} ({runtime.base_url}) unreachable: {exc}"
             report.errors.append(message)
             unreachable.add(runtime.pk)
@@ -385,11 +385,11 @@ def reconcile(
         try:
             orphans_scan(
                 runtime=runtime,
-                engine=runtime_for(runtime),
+                engine=engine_for(runtime),
                 installation=installation,
                 report=report,
             )
-        except RuntimeFailure as exc:
+        except EngineError as exc:
             message = f"orphan scan of {runtime.name} failed: {exc}"
             report.errors.append(message)
             log.warning("reconcile: %s", message)

@@ -14,6 +14,7 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from containers import access
+from containers.engines import engine_for
 from containers.errors import NotFound
 from containers.models import (
     ContainerEvent,
@@ -22,7 +23,6 @@ from containers.models import (
     OrphanContainer,
     Runtime,
 )
-from containers.runtime import runtime_for
 from containers.slots import slot_count
 from containers.states import Status
 from outbox.models import OutboxEvent, OutboxStatus, RelayCounter
@@ -188,12 +188,12 @@ def instance_events(*, instance: ContainerInstance) -> QuerySet:
 
 
 def instance_logs(*, instance: ContainerInstance, tail: int = 100) -> str:
-    """The last ``tail`` lines of the container's output, from its runtime.
+    """The last ``tail`` lines of the container's output, from its engine.
 
-    Raises the runtime's errors (``RuntimeFailure``, or the engine client's) unchanged;
+    Raises the runtime's errors (``EngineError``, or the engine client's) unchanged;
     '' when the container does not exist (yet, or any more).
     """
-    return runtime_for(instance.runtime).logs(
+    return engine_for(instance.runtime).logs(
         instance.container_id or instance.container_name, tail=tail
     )
 
@@ -327,7 +327,7 @@ def instance_logs_for_console(*, instance: ContainerInstance, tail: int = 100) -
 
 def runtime_health(*, runtime) -> tuple[bool, str]:
     """``(answers, problem)`` for one ``Runtime`` row, asked now with a bounded wait."""
-    answered, problem = _bounded_engine_call(lambda: runtime_for(runtime).ping())
+    answered, problem = _bounded_engine_call(lambda: engine_for(runtime).ping())
     if problem:
         return False, problem
     return bool(answered), "" if answered else "ping failed"

@@ -9,7 +9,7 @@ the instance has not settled yet (the worker returned; the instance reaches
 ``running``, ``failed`` or ``stopped`` by the events or the reconciler). It holds none
 while its request waits: ``pending`` (a retry's backoff, a deferral) or ``processing``
 under a lease that ran out (its worker died; the row is due again). A waiting request
-passes the gate again before it calls the runtime.
+passes the gate again before it calls the engine.
 
 Every time compared here is on the database's clock (``Now()``), as the leases are.
 """

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from containers import env_policy
+from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE, LABEL_TEMPLATE
 from containers.errors import InvalidSpec
-from containers.runtime.labels import LABEL_INSTALLATION, LABEL_INSTANCE, LABEL_TEMPLATE
 
 _VAR = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 # Variables whose values are paths by design; every other value must stay one path segment.

@@ -24,9 +24,9 @@ from rest_framework.views import APIView
 from containers import access, selectors, template_services
 from containers.actors import user_actor
 from containers.api import serializers as s
+from containers.engines.base import EngineError
 from containers.errors import EngineUnavailable, NotFound, TemplateUnavailable
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
-from containers.runtime.base import RuntimeFailure
 from containers.services import (
     container_create_by_template,
     container_delete,
@@ -196,7 +196,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
         tail = query.validated_data["tail"]
         try:
             text = selectors.instance_logs(instance=instance, tail=tail)
-        except (RuntimeFailure, docker.errors.DockerException, OSError) as exc:
+        except (EngineError, docker.errors.DockerException, OSError) as exc:
             # requests' errors are OSErrors; the engine may be down or unreachable.
             log.warning("logs of instance %s: runtime %s: %s", instance.id, instance.runtime, exc)
             raise EngineUnavailable(

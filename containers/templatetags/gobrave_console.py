@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django import template
 
+from containers.engines.labels import LABEL_INSTALLATION
 from containers.installation import installation_id, installation_source
-from containers.runtime.labels import LABEL_INSTALLATION
 
 register = template.Library()
 

@@ -120,9 +120,9 @@ def test_dashboard_and_changelist_in_the_browser(
 
 
 def _docker_runtime() -> Runtime:
-    from containers.runtime.docker import DockerRuntime
+    from containers.engines.docker import DockerEngine
 
-    engine = DockerRuntime(DOCKER_URL, timeout=10)
+    engine = DockerEngine(DOCKER_URL, timeout=10)
     if not engine.ping():
         unavailable("no Docker engine: run scripts/test-engine.sh")
     try:
@@ -144,9 +144,9 @@ def _docker_runtime() -> Runtime:
 
 
 def _remove_leftovers(runtime: Runtime, names: list[str]) -> None:
-    from containers.runtime import runtime_for
+    from containers.engines import engine_for
 
-    engine = runtime_for(runtime)
+    engine = engine_for(runtime)
     for name in names:
         with contextlib.suppress(Exception):  # best effort after a failed test
             engine.remove(name)

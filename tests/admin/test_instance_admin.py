@@ -6,9 +6,9 @@ import pytest
 from django.contrib.messages import get_messages
 from django.urls import reverse
 
+from containers.engines import engine_for
+from containers.engines.base import ContainerSpec
 from containers.models import ContainerEvent, ContainerInstance
-from containers.runtime import runtime_for
-from containers.runtime.base import ContainerSpec
 from containers.states import Status
 from outbox.models import OutboxEvent
 from tests.factories import InstanceFactory, RuntimeFactory
@@ -175,7 +175,7 @@ def test_status_cannot_be_changed_from_the_instance_page(as_user, superuser):
 
 def test_instance_page_shows_history_and_logs(as_user, operator, fake_runtime):
     instance = InstanceFactory(status=Status.RUNNING, runtime=fake_runtime)
-    engine = runtime_for(fake_runtime)
+    engine = engine_for(fake_runtime)
     ref = engine.create(ContainerSpec(name=instance.container_name, image="i", labels={}))
     ContainerInstance.objects.filter(pk=instance.pk).update(container_id=ref)
     ContainerEvent.objects.create(

@@ -124,7 +124,7 @@ def test_dead_row_is_read_only_with_its_reason_and_a_history_link(as_user, opera
     dead = _row(
         OutboxStatus.DEAD,
         aggregate_id=str(instance.pk),
-        last_error="Traceback...\nPermanentRuntimeError: image missing",
+        last_error="Traceback...\nPermanentEngineError: image missing",
         payload={"by": "api:alice"},
     )
     client = as_user(operator)
@@ -132,7 +132,7 @@ def test_dead_row_is_read_only_with_its_reason_and_a_history_link(as_user, opera
     page = client.get(url)
     content = page.content.decode()
     assert page.status_code == 200
-    assert "PermanentRuntimeError: image missing" in content
+    assert "PermanentEngineError: image missing" in content
     assert f"?instance_id={instance.pk}" in content
     assert "<textarea" not in content and 'name="_save"' not in content
     client.post(url, {"status": "pending", "payload": "{}"})

@@ -286,11 +286,11 @@ def test_events_of_unknown_instance_is_404(alice):
 
 
 def test_logs_come_from_the_runtime(alice, make_instance, fake_runtime):
-    from containers.runtime import runtime_for
-    from containers.runtime.base import ContainerSpec
+    from containers.engines import engine_for
+    from containers.engines.base import ContainerSpec
 
     instance = make_instance("running")
-    engine = runtime_for(fake_runtime)
+    engine = engine_for(fake_runtime)
     engine.create(ContainerSpec(name=instance.container_name, image="busybox", labels={}))
     response = alice.get(f"/api/containers/{instance.pk}/logs/?tail=5")
     assert response.status_code == 200, response.content
@@ -325,13 +325,13 @@ def test_logs_when_runtime_is_unreachable_is_503(alice, owner, template):
 
 
 def test_logs_when_runtime_raises_runtime_failure_is_503(alice, make_instance, monkeypatch):
-    from containers.runtime.base import RuntimeFailure
-    from containers.runtime.fake import FakeRuntime
+    from containers.engines.base import EngineError
+    from containers.engines.fake import FakeEngine
 
     def broken(self, ref, tail=100):
-        raise RuntimeFailure("engine is restarting")
+        raise EngineError("engine is restarting")
 
-    monkeypatch.setattr(FakeRuntime, "logs", broken)
+    monkeypatch.setattr(FakeEngine, "logs", broken)
     instance = make_instance("running")
     error = assert_error(
         alice.get(f"/api/containers/{instance.pk}/logs/"), 503, "runtime_unavailable"

@@ -19,8 +19,8 @@ import docker
 import docker.errors
 import pytest
 
+from containers.engines.labels import LABEL_INSTALLATION
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
-from containers.runtime.labels import LABEL_INSTALLATION
 from tests.factories import TemplateFactory
 from tests.processes import App, running_app
 

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
+from containers.engines import engine_for
 from containers.models import ContainerInstance
-from containers.runtime import runtime_for
 from containers.services import container_create_by_template
 from outbox.models import OutboxEvent
 from tests.factories import TemplateFactory
@@ -27,7 +27,7 @@ BASE = {"outbox_poll_interval": "0.2", "queue_poll": "0.05"}
 
 @pytest.fixture
 def engine(fake_runtime):
-    return runtime_for(fake_runtime)
+    return engine_for(fake_runtime)
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ made a create handler raise in ``test_two_dispatchers_and_both_clusters_drain_10
 
 from __future__ import annotations
 
-from containers.runtime.base import ContainerSpec
-from containers.runtime.fake import FakeRuntime
+from containers.engines.base import ContainerSpec
+from containers.engines.fake import FakeEngine
 
 
 def spec(name: str) -> ContainerSpec:
@@ -19,7 +19,7 @@ def spec(name: str) -> ContainerSpec:
 def test_inspect_by_id_skips_a_file_removed_while_it_scans(tmp_path):
     """A container file listed by the scan but unlinked before it is read (a concurrent
     ``remove`` in another worker) is skipped: inspect finds the one it was asked for."""
-    engine = FakeRuntime(f"fake://{tmp_path}")
+    engine = FakeEngine(f"fake://{tmp_path}")
     runtime_id = engine.create(spec("gb-kept"))
     # A name the scan lists first whose file is gone when it is opened.
     (tmp_path / "containers" / "a-removed.json").symlink_to(tmp_path / "nowhere.json")
@@ -29,7 +29,7 @@ def test_inspect_by_id_skips_a_file_removed_while_it_scans(tmp_path):
 
 
 def test_remove_and_inspect_of_a_gone_container_answer_none(tmp_path):
-    engine = FakeRuntime(f"fake://{tmp_path}")
+    engine = FakeEngine(f"fake://{tmp_path}")
     runtime_id = engine.create(spec("gb-gone"))
     engine.remove(runtime_id)
     engine.remove(runtime_id)  # idempotent

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
+from containers.engines import engine_for
 from containers.models import ContainerEvent, ContainerInstance
-from containers.runtime import runtime_for
 from containers.services import (
     container_create_by_template,
     container_delete,
@@ -34,7 +34,7 @@ def drain(rounds: int = 20) -> list[str]:
 
 @pytest.fixture
 def engine(fake_runtime):
-    return runtime_for(fake_runtime)
+    return engine_for(fake_runtime)
 
 
 @pytest.fixture

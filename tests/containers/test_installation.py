@@ -16,11 +16,11 @@ import pytest
 from django.apps import apps
 from django.urls import reverse
 
+from containers.engines import engine_for
+from containers.engines.base import ContainerSpec
 from containers.installation import LEGACY_ID, installation_id
 from containers.models import ContainerEvent, Installation, OrphanContainer, Runtime
 from containers.reconciler import reconcile
-from containers.runtime import runtime_for
-from containers.runtime.base import ContainerSpec
 from tests.factories import InstanceFactory
 
 pytestmark = pytest.mark.django_db
@@ -90,7 +90,7 @@ def test_containers_of_another_installation_on_the_same_engine_are_not_orphans(
 ):
     Runtime.objects.filter(name="local").delete()  # the real engine's row: stay off it
     gobrave_config(container={"orphan_policy": "remove"})
-    engine = runtime_for(fake_runtime)
+    engine = engine_for(fake_runtime)
     theirs = engine.create(
         ContainerSpec(
             name=f"gb-{uuid.uuid4()}",

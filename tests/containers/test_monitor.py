@@ -13,6 +13,8 @@ import uuid
 
 import pytest
 
+from containers.engines import engine_for
+from containers.engines.base import ContainerSpec, EngineEvent
 from containers.models import (
     ContainerEvent,
     ContainerInstance,
@@ -30,8 +32,6 @@ from containers.monitor import (
     is_duplicate,
 )
 from containers.reconciler import BUSY, CHANGED, SKIPPED, UNCHANGED
-from containers.runtime import runtime_for
-from containers.runtime.base import ContainerSpec, RuntimeEvent
 from containers.services import container_start
 from containers.states import Status
 from outbox.models import OutboxEvent
@@ -50,7 +50,7 @@ def only_test_runtimes(request):
 
 @pytest.fixture
 def engine(fake_runtime):
-    return runtime_for(fake_runtime)
+    return engine_for(fake_runtime)
 
 
 @pytest.fixture
@@ -182,9 +182,9 @@ def test_events_that_change_nothing_write_no_history(place, engine, fake_runtime
 
 @pytest.mark.django_db
 def test_an_event_of_a_container_with_no_instance_only_moves_the_cursor(engine, fake_runtime):
-    event = RuntimeEvent("start", "abc", "gb-x", {"io.gobrave.instance": str(uuid.uuid4())}, 5)
+    event = EngineEvent("start", "abc", "gb-x", {"io.gobrave.instance": str(uuid.uuid4())}, 5)
     assert apply(fake_runtime, event) == IGNORED
-    assert apply(fake_runtime, RuntimeEvent("start", "abc", "x", {}, 6)) == IGNORED
+    assert apply(fake_runtime, EngineEvent("start", "abc", "x", {}, 6)) == IGNORED
     assert cursor_for(fake_runtime).time_nano == 6
 
 
@@ -230,18 +230,18 @@ def test_a_replayed_event_is_a_duplicate_and_changes_nothing(place, engine, fake
 
 def test_duplicates_are_older_than_the_cursor_or_seen_at_its_time():
     cursor = MonitorCursor(time_nano=100, seen=["a/die"])
-    assert is_duplicate(cursor, RuntimeEvent("start", "a", "n", {}, 99))
-    assert is_duplicate(cursor, RuntimeEvent("die", "a", "n", {}, 100))
-    assert not is_duplicate(cursor, RuntimeEvent("destroy", "a", "n", {}, 100))
-    assert not is_duplicate(cursor, RuntimeEvent("die", "b", "n", {}, 100))
-    assert not is_duplicate(cursor, RuntimeEvent("die", "a", "n", {}, 101))
+    assert is_duplicate(cursor, EngineEvent("start", "a", "n", {}, 99))
+    assert is_duplicate(cursor, EngineEvent("die", "a", "n", {}, 100))
+    assert not is_duplicate(cursor, EngineEvent("destroy", "a", "n", {}, 100))
+    assert not is_duplicate(cursor, EngineEvent("die", "b", "n", {}, 100))
+    assert not is_duplicate(cursor, EngineEvent("die", "a", "n", {}, 101))
 
 
 @pytest.mark.django_db
 def test_the_cursor_keeps_every_key_seen_at_its_time_and_never_goes_back(fake_runtime):
-    apply(fake_runtime, RuntimeEvent("die", "a", "n", {}, 100))
-    apply(fake_runtime, RuntimeEvent("die", "b", "n", {}, 100))
-    apply(fake_runtime, RuntimeEvent("die", "c", "n", {}, 50))  # a duplicate: ignored
+    apply(fake_runtime, EngineEvent("die", "a", "n", {}, 100))
+    apply(fake_runtime, EngineEvent("die", "b", "n", {}, 100))
+    apply(fake_runtime, EngineEvent("die", "c", "n", {}, 50))  # a duplicate: ignored
     cursor = cursor_for(fake_runtime)
     assert (cursor.time_nano, cursor.seen) == (100, ["a/die", "b/die"])
 

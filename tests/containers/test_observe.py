@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from containers.engines.base import ContainerState
 from containers.models import ContainerEvent, ContainerInstance
 from containers.observe import REMOVED_OUTSIDE, Observation, apply_observation, target_for
-from containers.runtime.base import ContainerState
 from tests.factories import InstanceFactory
 
 

@@ -16,8 +16,8 @@ from collections import defaultdict
 import pytest
 from django.db import close_old_connections, connection
 
+from containers.engines import engine_for
 from containers.models import ContainerEvent, ContainerInstance
-from containers.runtime import runtime_for
 from containers.services import container_create_by_template, container_delete, container_stop
 from containers.slots import slot_count
 from outbox.models import OutboxEvent
@@ -37,7 +37,7 @@ BASE = {
 
 @pytest.fixture
 def engine(fake_runtime):
-    return runtime_for(fake_runtime)
+    return engine_for(fake_runtime)
 
 
 @pytest.fixture

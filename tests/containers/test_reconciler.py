@@ -15,6 +15,8 @@ from django.core.management.base import CommandError
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from containers.engines import engine_for
+from containers.engines.base import ContainerSpec, ContainerState
 from containers.images import template_images_refresh
 from containers.installation import installation_id
 from containers.models import (
@@ -26,8 +28,6 @@ from containers.models import (
 )
 from containers.observe import OOM_KILLED, REMOVED_OUTSIDE, target_for
 from containers.reconciler import NIL_UUID, reconcile
-from containers.runtime import runtime_for
-from containers.runtime.base import ContainerSpec, ContainerState
 from containers.states import Status
 from outbox.models import OutboxEvent
 from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory
@@ -43,7 +43,7 @@ def only_test_runtimes():
 
 @pytest.fixture
 def engine(fake_runtime):
-    return runtime_for(fake_runtime)
+    return engine_for(fake_runtime)
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from containers.engines import engine_for
 from containers.models import ContainerInstance
-from containers.runtime import runtime_for
 from containers.services import container_create_by_template
 from outbox.models import OutboxEvent, RelayCounter
 from tests.factories import TemplateFactory
@@ -31,7 +31,7 @@ WORKER = re.compile(r"ready for work at (\d+)")
 
 @pytest.fixture
 def engine(fake_runtime):
-    return runtime_for(fake_runtime)
+    return engine_for(fake_runtime)
 
 
 @pytest.fixture

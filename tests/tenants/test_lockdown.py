@@ -9,9 +9,9 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
+from containers.engines import engine_for
+from containers.engines.base import PermanentEngineError
 from containers.models import Runtime
-from containers.runtime import runtime_for
-from containers.runtime.base import PermanentRuntimeError
 from tests.factories import RuntimeFactory
 
 pytestmark = pytest.mark.django_db
@@ -92,8 +92,8 @@ def production(settings):
 
 def test_a_fake_runtime_row_runs_nothing_outside_tests(production, tmp_path):
     row = RuntimeFactory(name="sim", base_url=f"fake://{tmp_path}")
-    with pytest.raises(PermanentRuntimeError, match="fake driver is for tests only"):
-        runtime_for(row)
+    with pytest.raises(PermanentEngineError, match="fake driver is for tests only"):
+        engine_for(row)
 
 
 def test_the_admin_does_not_offer_the_fake_driver_outside_tests(production, callers):
@@ -111,4 +111,4 @@ def test_the_admin_does_not_offer_the_fake_driver_outside_tests(production, call
 
 def test_tests_may_choose_the_fake_driver(callers, tmp_path):
     assert settings.GOBRAVE_FAKE_RUNTIME is True
-    assert runtime_for(RuntimeFactory(name="sim", base_url=f"fake://{tmp_path}")) is not None
+    assert engine_for(RuntimeFactory(name="sim", base_url=f"fake://{tmp_path}")) is not None

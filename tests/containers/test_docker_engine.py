@@ -1,4 +1,4 @@
-"""DockerRuntime against a real Docker Engine and the local busybox image.
+"""DockerEngine against a real Docker Engine and the local busybox image.
 
 Needs ``scripts/test-engine.sh`` (starts dockerd, builds gobrave-test-busybox:latest).
 Skipped without an engine, except under CI=true where that is a failure. Every test
@@ -18,16 +18,16 @@ from pathlib import Path
 import docker
 import pytest
 
-from containers.runtime.base import (
+from containers.engines.base import (
     ContainerSpec,
     ContainerState,
+    EngineError,
+    EngineEvent,
     Mount,
-    PermanentRuntimeError,
-    RuntimeEvent,
-    RuntimeFailure,
+    PermanentEngineError,
 )
-from containers.runtime.docker import DockerRuntime
-from containers.runtime.labels import LABEL_INSTALLATION, LABEL_INSTANCE, LABEL_TEMPLATE
+from containers.engines.docker import DockerEngine
+from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE, LABEL_TEMPLATE
 
 pytestmark = pytest.mark.docker
 
@@ -45,8 +45,8 @@ def _unavailable(reason: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def runtime() -> DockerRuntime:
-    rt = DockerRuntime(BASE_URL, stop_grace=1)
+def runtime() -> DockerEngine:
+    rt = DockerEngine(BASE_URL, stop_grace=1)
     if not rt.ping():
         _unavailable("no Docker engine: run scripts/test-engine.sh")
     if not rt.image_present(IMAGE):
@@ -55,7 +55,7 @@ def runtime() -> DockerRuntime:
 
 
 @pytest.fixture(scope="module")
-def raw(runtime: DockerRuntime) -> Iterator[docker.APIClient]:
+def raw(runtime: DockerEngine) -> Iterator[docker.APIClient]:
     """The bare SDK, for what the runtime deliberately does not offer (pause, filters)."""
     client = docker.APIClient(base_url=BASE_URL, version="auto", timeout=30)
     yield client
@@ -63,7 +63,7 @@ def raw(runtime: DockerRuntime) -> Iterator[docker.APIClient]:
 
 
 @pytest.fixture
-def installations(runtime: DockerRuntime) -> Iterator[Callable[[], str]]:
+def installations(runtime: DockerEngine) -> Iterator[Callable[[], str]]:
     """Hands out fresh installation ids; removes every container labelled with one."""
     issued: list[str] = []
 
@@ -103,7 +103,7 @@ def make_spec(installation: str) -> MakeSpec:
 
 
 def wait_for(
-    runtime: DockerRuntime, ref: str, statuses: set[str], timeout: float = 10
+    runtime: DockerEngine, ref: str, statuses: set[str], timeout: float = 10
 ) -> ContainerState:
     deadline = time.monotonic() + timeout
     while True:
@@ -115,7 +115,7 @@ def wait_for(
         time.sleep(0.05)
 
 
-def run(runtime: DockerRuntime, spec: ContainerSpec) -> str:
+def run(runtime: DockerEngine, spec: ContainerSpec) -> str:
     ref = runtime.create(spec)
     runtime.start(ref)
     return ref
@@ -124,7 +124,7 @@ def run(runtime: DockerRuntime, spec: ContainerSpec) -> str:
 # -- create / start / inspect ------------------------------------------------------------------
 
 
-def test_create_start_inspect_running(runtime: DockerRuntime, make_spec: MakeSpec) -> None:
+def test_create_start_inspect_running(runtime: DockerEngine, make_spec: MakeSpec) -> None:
     spec = make_spec(["sleep", "1000"])
     ref = runtime.create(spec)
     assert runtime.inspect(ref).status == "created"
@@ -142,7 +142,7 @@ def test_create_start_inspect_running(runtime: DockerRuntime, make_spec: MakeSpe
 
 
 def test_create_passes_env_mounts_and_limits(
-    runtime: DockerRuntime, raw: docker.APIClient, make_spec: MakeSpec, tmp_path: Path
+    runtime: DockerEngine, raw: docker.APIClient, make_spec: MakeSpec, tmp_path: Path
 ) -> None:
     (tmp_path / "hello").write_text("from host\n")
     spec = make_spec(
@@ -167,7 +167,7 @@ def test_create_passes_env_mounts_and_limits(
 
 
 def test_create_twice_adopts(
-    runtime: DockerRuntime, raw: docker.APIClient, make_spec: MakeSpec
+    runtime: DockerEngine, raw: docker.APIClient, make_spec: MakeSpec
 ) -> None:
     spec = make_spec(["sleep", "1000"])
     first = runtime.create(spec)
@@ -179,12 +179,12 @@ def test_create_twice_adopts(
 
 
 def test_name_held_by_foreign_container_is_permanent(
-    runtime: DockerRuntime, make_spec: MakeSpec
+    runtime: DockerEngine, make_spec: MakeSpec
 ) -> None:
     ours = make_spec(["true"], instance="ours")
     foreign = make_spec(["true"], name=ours.name, instance="someone-else")
     runtime.create(foreign)
-    with pytest.raises(PermanentRuntimeError, match="held by"):
+    with pytest.raises(PermanentEngineError, match="held by"):
         runtime.create(ours)
     unlabelled = ContainerSpec(
         name=f"{ours.name}-x",
@@ -192,7 +192,7 @@ def test_name_held_by_foreign_container_is_permanent(
         labels={LABEL_INSTALLATION: ours.labels[LABEL_INSTALLATION]},
     )
     runtime.create(unlabelled)
-    with pytest.raises(PermanentRuntimeError, match="held by"):
+    with pytest.raises(PermanentEngineError, match="held by"):
         runtime.create(make_spec(["true"], name=unlabelled.name))
 
 
@@ -200,19 +200,19 @@ def test_name_held_by_foreign_container_is_permanent(
 
 
 def test_pull_policy_never_with_missing_image_is_permanent(
-    runtime: DockerRuntime, make_spec: MakeSpec
+    runtime: DockerEngine, make_spec: MakeSpec
 ) -> None:
     missing = f"gobrave-test-missing-{uuid.uuid4().hex[:8]}:1"
     assert not runtime.image_present(missing)
-    with pytest.raises(PermanentRuntimeError, match=rf"{missing}.*never"):
+    with pytest.raises(PermanentEngineError, match=rf"{missing}.*never"):
         runtime.create(make_spec(["true"], image=missing, pull_policy="never"))
-    with pytest.raises(RuntimeFailure):  # no registry has it (or none is reachable)
+    with pytest.raises(EngineError):  # no registry has it (or none is reachable)
         runtime.ensure_image(missing, "if_not_present")
-    with pytest.raises(PermanentRuntimeError, match="unknown pull_policy"):
+    with pytest.raises(PermanentEngineError, match="unknown pull_policy"):
         runtime.ensure_image(IMAGE, "sometimes")
 
 
-def test_pull_policy_always_falls_back_to_local_image(runtime: DockerRuntime) -> None:
+def test_pull_policy_always_falls_back_to_local_image(runtime: DockerEngine) -> None:
     runtime.ensure_image(IMAGE, "always")  # the pull fails (never pushed); local copy used
     runtime.ensure_image(IMAGE, "if_not_present")
     runtime.ensure_image(IMAGE, "never")
@@ -222,7 +222,7 @@ def test_pull_policy_always_falls_back_to_local_image(runtime: DockerRuntime) ->
 
 
 @pytest.mark.parametrize("code", [0, 3])
-def test_exit_code_seen_by_inspect(runtime: DockerRuntime, make_spec: MakeSpec, code: int) -> None:
+def test_exit_code_seen_by_inspect(runtime: DockerEngine, make_spec: MakeSpec, code: int) -> None:
     ref = run(runtime, make_spec(["sh", "-c", f"exit {code}"]))
     state = wait_for(runtime, ref, {"exited"})
     assert state.exit_code == code
@@ -233,14 +233,14 @@ def test_exit_code_seen_by_inspect(runtime: DockerRuntime, make_spec: MakeSpec, 
     assert abs(state.finished_at - state.started_at) < dt.timedelta(seconds=5)
 
 
-def test_bad_command_is_permanent_and_recorded(runtime: DockerRuntime, make_spec: MakeSpec) -> None:
+def test_bad_command_is_permanent_and_recorded(runtime: DockerEngine, make_spec: MakeSpec) -> None:
     ref = runtime.create(make_spec(["/no/such/binary"]))
-    with pytest.raises(PermanentRuntimeError):
+    with pytest.raises(PermanentEngineError):
         runtime.start(ref)
     assert "/no/such/binary" in runtime.inspect(ref).error
 
 
-def test_oom_killed(runtime: DockerRuntime, raw: docker.APIClient, make_spec: MakeSpec) -> None:
+def test_oom_killed(runtime: DockerEngine, raw: docker.APIClient, make_spec: MakeSpec) -> None:
     if not raw.info().get("MemoryLimit"):
         pytest.skip("this engine's cgroup setup does not enforce memory limits")
     # The kernel always kills the hog, but Docker 20.10 on cgroup v1 misses the OOM
@@ -260,7 +260,7 @@ def test_oom_killed(runtime: DockerRuntime, raw: docker.APIClient, make_spec: Ma
 # -- stop / remove / pause ------------------------------------------------------------------------
 
 
-def test_stop_kills_a_process_ignoring_sigterm(runtime: DockerRuntime, make_spec: MakeSpec) -> None:
+def test_stop_kills_a_process_ignoring_sigterm(runtime: DockerEngine, make_spec: MakeSpec) -> None:
     ref = run(runtime, make_spec(["sh", "-c", 'trap "" TERM; sleep 1000']))
     wait_for(runtime, ref, {"running"})
     began = time.monotonic()
@@ -274,14 +274,14 @@ def test_stop_kills_a_process_ignoring_sigterm(runtime: DockerRuntime, make_spec
 
 
 def test_stop_and_remove_are_idempotent_on_missing(
-    runtime: DockerRuntime, make_spec: MakeSpec
+    runtime: DockerEngine, make_spec: MakeSpec
 ) -> None:
     missing = f"gobrave-no-such-{uuid.uuid4().hex[:8]}"
     runtime.stop(missing, timeout=1)
     runtime.remove(missing)
     assert runtime.inspect(missing) is None
     assert runtime.logs(missing) == ""
-    with pytest.raises(PermanentRuntimeError):
+    with pytest.raises(PermanentEngineError):
         runtime.start(missing)
 
     ref = run(runtime, make_spec(["sleep", "1000"]))
@@ -290,7 +290,7 @@ def test_stop_and_remove_are_idempotent_on_missing(
     assert runtime.inspect(ref) is None
 
 
-def test_start_unpauses(runtime: DockerRuntime, raw: docker.APIClient, make_spec: MakeSpec) -> None:
+def test_start_unpauses(runtime: DockerEngine, raw: docker.APIClient, make_spec: MakeSpec) -> None:
     ref = run(runtime, make_spec(["sleep", "1000"]))
     wait_for(runtime, ref, {"running"})
     raw.pause(ref)
@@ -305,7 +305,7 @@ def test_start_unpauses(runtime: DockerRuntime, raw: docker.APIClient, make_spec
 # -- logs / listing ------------------------------------------------------------------------------
 
 
-def test_logs_tail(runtime: DockerRuntime, make_spec: MakeSpec) -> None:
+def test_logs_tail(runtime: DockerEngine, make_spec: MakeSpec) -> None:
     out = run(runtime, make_spec(["sh", "-c", "for i in 1 2 3 4 5; do echo line$i; done"]))
     err = run(runtime, make_spec(["sh", "-c", "echo boom >&2"]))
     wait_for(runtime, out, {"exited"})
@@ -316,7 +316,7 @@ def test_logs_tail(runtime: DockerRuntime, make_spec: MakeSpec) -> None:
 
 
 def test_list_ours_filters_by_installation(
-    runtime: DockerRuntime,
+    runtime: DockerEngine,
     make_spec: MakeSpec,
     installation: str,
     installations: Callable[[], str],
@@ -334,12 +334,12 @@ def test_list_ours_filters_by_installation(
 # -- events --------------------------------------------------------------------------------------
 
 
-def _actions(events: list[RuntimeEvent], ref: str) -> list[str]:
+def _actions(events: list[EngineEvent], ref: str) -> list[str]:
     return [e.action for e in events if e.runtime_id == ref]
 
 
 def test_events_replay_from_cursor(
-    runtime: DockerRuntime, make_spec: MakeSpec, installation: str
+    runtime: DockerEngine, make_spec: MakeSpec, installation: str
 ) -> None:
     since = time.time_ns()
     spec = make_spec(["sh", "-c", "exit 4"])
@@ -364,8 +364,8 @@ def test_events_replay_from_cursor(
     assert list(runtime.events(f"test-{uuid.uuid4().hex[:12]}", since, until_nano=until)) == []
 
 
-def test_events_follow_live(runtime: DockerRuntime, make_spec: MakeSpec, installation: str) -> None:
-    seen: list[RuntimeEvent] = []
+def test_events_follow_live(runtime: DockerEngine, make_spec: MakeSpec, installation: str) -> None:
+    seen: list[EngineEvent] = []
     stream = runtime.events(installation, until_nano=time.time_ns() + 3_000_000_000)
     follower = threading.Thread(target=lambda: seen.extend(stream), daemon=True)
     follower.start()
@@ -382,15 +382,15 @@ def test_events_follow_live(runtime: DockerRuntime, make_spec: MakeSpec, install
 
 
 def test_unreachable_engine_is_a_retriable_failure(tmp_path: Path) -> None:
-    dead = DockerRuntime(f"unix://{tmp_path}/no.sock", timeout=2)
+    dead = DockerEngine(f"unix://{tmp_path}/no.sock", timeout=2)
     assert dead.ping() is False
     for call in (lambda: dead.inspect("x"), lambda: dead.events("x"), dead.node_name):
-        with pytest.raises(RuntimeFailure) as info:
+        with pytest.raises(EngineError) as info:
             call()
-        assert not isinstance(info.value, PermanentRuntimeError)
+        assert not isinstance(info.value, PermanentEngineError)
 
 
-def test_client_is_recreated_after_fork(runtime: DockerRuntime) -> None:
+def test_client_is_recreated_after_fork(runtime: DockerEngine) -> None:
     assert runtime.ping()
     parent_client = runtime._client
     pid = os.fork()

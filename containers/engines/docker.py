@@ -1,13 +1,13 @@
-"""The Docker Engine runtime: ``ContainerRuntime`` over the ``docker`` SDK.
+"""The Docker engine: ``Engine`` over the ``docker`` SDK.
 
 Pure library code (no Django). Every public method turns engine and transport errors
-into ``RuntimeFailure`` (retriable: daemon unreachable, timeouts, 5xx, conflicts in
-flight) or ``PermanentRuntimeError`` (4xx that no retry can fix, image missing under
+into ``EngineError`` (retriable: daemon unreachable, timeouts, 5xx, conflicts in
+flight) or ``PermanentEngineError`` (4xx that no retry can fix, image missing under
 ``never``, a foreign container holding our name); no raw ``docker``/``requests``
 exception escapes.
 
 One ``docker.DockerClient`` per process: it is created lazily and recreated when the pid
-changes, so a runtime object inherited across ``fork`` never reuses the parent's sockets.
+changes, so an engine object inherited across ``fork`` never reuses the parent's sockets.
 """
 
 from __future__ import annotations
@@ -26,16 +26,16 @@ import requests.exceptions
 import urllib3.exceptions
 from docker.types import Mount as DockerMount
 
-from containers.runtime.base import (
+from containers.engines.base import (
     ContainerSpec,
     ContainerState,
-    PermanentRuntimeError,
-    RuntimeEvent,
-    RuntimeFailure,
+    EngineError,
+    EngineEvent,
+    PermanentEngineError,
 )
-from containers.runtime.labels import LABEL_INSTALLATION, LABEL_INSTANCE
+from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE
 
-__all__ = ["DockerRuntime", "EVENT_ACTIONS", "PULL_POLICIES"]
+__all__ = ["DockerEngine", "EVENT_ACTIONS", "PULL_POLICIES"]
 
 PULL_POLICIES = frozenset({"never", "if_not_present", "always"})
 EVENT_ACTIONS = frozenset(
@@ -56,13 +56,13 @@ _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def _api_error(what: str, exc: docker.errors.APIError) -> RuntimeFailure:
+def _api_error(what: str, exc: docker.errors.APIError) -> EngineError:
     """Classify an engine HTTP error: 5xx and retriable 4xx → retry, other 4xx → permanent."""
     status = exc.status_code
     message = f"{what}: {exc.explanation or exc} (HTTP {status})"
     if status is not None and 400 <= status < 500 and status not in _RETRIABLE_4XX:
-        return PermanentRuntimeError(message)
-    return RuntimeFailure(message)
+        return PermanentEngineError(message)
+    return EngineError(message)
 
 
 class _ImageMissing(Exception):  # noqa: N818 - a signal inside create(), never raised out
@@ -71,17 +71,17 @@ class _ImageMissing(Exception):  # noqa: N818 - a signal inside create(), never 
 
 @contextlib.contextmanager
 def _translated(what: str) -> Iterator[None]:
-    """Re-raise any docker/requests/socket error as RuntimeFailure or PermanentRuntimeError."""
+    """Re-raise any docker/requests/socket error as EngineError or PermanentEngineError."""
     try:
         yield
-    except RuntimeFailure:
+    except EngineError:
         raise
     except docker.errors.APIError as exc:
         raise _api_error(what, exc) from exc
     except (docker.errors.InvalidArgument, docker.errors.InvalidRepository) as exc:
-        raise PermanentRuntimeError(f"{what}: {exc}") from exc
+        raise PermanentEngineError(f"{what}: {exc}") from exc
     except (docker.errors.DockerException, *_TRANSPORT_ERRORS) as exc:
-        raise RuntimeFailure(f"{what}: {exc}") from exc
+        raise EngineError(f"{what}: {exc}") from exc
 
 
 def _parse_time(value: str | None) -> dt.datetime | None:
@@ -96,8 +96,8 @@ def _parse_time(value: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(f"{base}.{micros}{'+00:00' if zone == 'Z' else zone}")
 
 
-def _to_event(raw: dict[str, Any]) -> RuntimeEvent | None:
-    """One decoded /events message as a RuntimeEvent, or None when it is not one we follow."""
+def _to_event(raw: dict[str, Any]) -> EngineEvent | None:
+    """One decoded /events message as a EngineEvent, or None when it is not one we follow."""
     action = raw.get("Action") or raw.get("status") or ""
     if raw.get("Type", "container") != "container" or action not in EVENT_ACTIONS:
         return None
@@ -105,7 +105,7 @@ def _to_event(raw: dict[str, Any]) -> RuntimeEvent | None:
     attributes: dict[str, str] = actor.get("Attributes") or {}
     exit_code = attributes.get("exitCode")
     time_nano = raw.get("timeNano") or int(raw.get("time", 0)) * _NANO
-    return RuntimeEvent(
+    return EngineEvent(
         action=action,
         runtime_id=actor.get("ID") or raw.get("id", ""),
         name=attributes.get("name", ""),
@@ -115,8 +115,8 @@ def _to_event(raw: dict[str, Any]) -> RuntimeEvent | None:
     )
 
 
-class DockerRuntime:
-    """``ContainerRuntime`` for one Docker Engine at ``base_url``.
+class DockerEngine:
+    """``Engine`` for one Docker Engine at ``base_url``.
 
     ``stop_grace`` is the SIGTERM→SIGKILL grace the engine gives our containers when it
     stops them on its own (the container's StopTimeout), and ``stop()``'s default.
@@ -133,7 +133,7 @@ class DockerRuntime:
         self._node_name: str | None = None
 
     def __repr__(self) -> str:
-        return f"DockerRuntime({self.base_url!r})"
+        return f"DockerEngine({self.base_url!r})"
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -164,7 +164,7 @@ class DockerRuntime:
         try:
             with _translated("ping"):
                 return bool(self._api().ping())
-        except RuntimeFailure:
+        except EngineError:
             return False
 
     def node_name(self) -> str:
@@ -188,19 +188,19 @@ class DockerRuntime:
     def ensure_image(self, image: str, pull_policy: str) -> None:
         """Make ``image`` available per policy.
 
-        ``never``: missing is a PermanentRuntimeError. ``if_not_present``: pull only when
+        ``never``: missing is a PermanentEngineError. ``if_not_present``: pull only when
         missing. ``always``: pull; when the pull fails but a local copy exists, use it.
         Pull errors are classified like other engine errors (registry unreachable →
-        RuntimeFailure; e.g. repository not found → PermanentRuntimeError).
+        EngineError; e.g. repository not found → PermanentEngineError).
         """
         if pull_policy not in PULL_POLICIES:
-            raise PermanentRuntimeError(
+            raise PermanentEngineError(
                 f"unknown pull_policy {pull_policy!r} for image {image!r} "
                 f"(expected one of {', '.join(sorted(PULL_POLICIES))})"
             )
         if pull_policy == "never":
             if not self.image_present(image):
-                raise PermanentRuntimeError(
+                raise PermanentEngineError(
                     f"image {image!r} is not present on the engine and pull_policy is 'never'"
                 )
             return
@@ -208,7 +208,7 @@ class DockerRuntime:
             return
         try:
             self._pull(image)
-        except RuntimeFailure:
+        except EngineError:
             if pull_policy == "always" and self.image_present(image):
                 return
             raise
@@ -221,9 +221,9 @@ class DockerRuntime:
                 repository, tag=tag or "latest", stream=True, decode=True
             ):
                 if isinstance(chunk, dict) and chunk.get("error"):
-                    raise RuntimeFailure(f"pull {image}: {chunk['error']}")
+                    raise EngineError(f"pull {image}: {chunk['error']}")
         if not self.image_present(image):
-            raise RuntimeFailure(f"pull {image}: finished but the image is not present")
+            raise EngineError(f"pull {image}: finished but the image is not present")
 
     # -- containers -------------------------------------------------------------------------
 
@@ -232,7 +232,7 @@ class DockerRuntime:
 
         Idempotent: when the name is taken by a container whose instance label equals
         ``spec.labels[LABEL_INSTANCE]``, that container is adopted. A name held by any
-        other container is a PermanentRuntimeError. Memory swap is capped at the memory
+        other container is a PermanentEngineError. Memory swap is capped at the memory
         limit so exceeding it OOM-kills instead of swapping; no restart policy.
         """
         if spec.pull_policy == "always":
@@ -281,22 +281,22 @@ class DockerRuntime:
         """Resolve a name conflict: return the existing container's id when it is ours."""
         existing = self.inspect(spec.name)
         if existing is None:
-            raise RuntimeFailure(f"create {spec.name}: name conflict, but the holder vanished")
+            raise EngineError(f"create {spec.name}: name conflict, but the holder vanished")
         wanted = spec.labels.get(LABEL_INSTANCE)
         if wanted is None or existing.labels.get(LABEL_INSTANCE) != wanted:
-            raise PermanentRuntimeError(
+            raise PermanentEngineError(
                 f"create {spec.name}: the name is held by container {existing.runtime_id[:12]} "
                 f"with {LABEL_INSTANCE}={existing.labels.get(LABEL_INSTANCE)!r}, "
                 f"not {wanted!r}"
             )
         if existing.status == "removing":
-            raise RuntimeFailure(f"create {spec.name}: the existing container is being removed")
+            raise EngineError(f"create {spec.name}: the existing container is being removed")
         return existing.runtime_id
 
     def start(self, ref: str) -> None:
         """Start the container, or unpause it when paused. Nothing when already running.
 
-        A missing container is a PermanentRuntimeError (HTTP 404), as is a command that
+        A missing container is a PermanentEngineError (HTTP 404), as is a command that
         cannot be executed (HTTP 400).
         """
         with _translated(f"start {ref}"):
@@ -381,14 +381,14 @@ class DockerRuntime:
         since_nano: int | None = None,
         *,
         until_nano: int | None = None,
-    ) -> Iterator[RuntimeEvent]:
+    ) -> Iterator[EngineEvent]:
         """Follow lifecycle events of this installation's containers.
 
         From ``since_nano`` inclusive, at whole-second granularity, so events at the
         cursor's second may be delivered again (callers drop duplicates by time_nano).
         Without ``since_nano`` only new events arrive. ``until_nano`` (not in the
         protocol) ends the stream at that time instead of following. Raises
-        RuntimeFailure when the daemon is unreachable; the iterator simply ends when the
+        EngineError when the daemon is unreachable; the iterator simply ends when the
         stream drops.
         """
         filters = {
@@ -403,7 +403,7 @@ class DockerRuntime:
         return self._follow(stream)
 
     @staticmethod
-    def _follow(stream: Any) -> Iterator[RuntimeEvent]:
+    def _follow(stream: Any) -> Iterator[EngineEvent]:
         try:
             while True:
                 try:

@@ -1,11 +1,11 @@
-"""The runtime interface: the one seam between gobrave and a container engine.
+"""The engine interface: the one seam between gobrave and a container engine.
 
-Every call to an engine goes through a ``ContainerRuntime``. Docker is the first
+Every call to an engine goes through an ``Engine``. Docker is the first
 implementation (``docker.py``); ``fake.py`` is a file-backed engine that tests
-drive across processes. A Kubernetes runtime would plug in here.
+drive across processes. A Kubernetes engine would plug in here.
 
-Errors: ``RuntimeFailure`` is retriable (the relay backs off and tries again),
-``PermanentRuntimeError`` is not (the request goes dead and the instance fails).
+Errors: ``EngineError`` is retriable (the relay backs off and tries again),
+``PermanentEngineError`` is not (the request goes dead and the instance fails).
 Every method is idempotent where the docstring says so: the relay delivers at
 least once.
 """
@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 
-class RuntimeFailure(Exception):
+class EngineError(Exception):
     """A retriable engine error (daemon unreachable, timeout, conflict in flight)."""
 
     retry_after: float | None = None
 
 
-class PermanentRuntimeError(RuntimeFailure):
+class PermanentEngineError(EngineError):
     """An error that retrying cannot fix (image missing under pull policy never, bad spec)."""
 
 
@@ -67,7 +67,7 @@ class ContainerState:
 
 
 @dataclass(frozen=True)
-class RuntimeEvent:
+class EngineEvent:
     """One lifecycle event of one of our containers, as the engine reported it.
 
     ``action`` is one of: ``start``, ``die``, ``oom``, ``pause``, ``unpause``,
@@ -83,7 +83,7 @@ class RuntimeEvent:
     exit_code: int | None = None
 
 
-class ContainerRuntime(Protocol):
+class Engine(Protocol):
     """What gobrave asks of an engine. One instance per process; never shared across fork."""
 
     def ping(self) -> bool:
@@ -99,7 +99,7 @@ class ContainerRuntime(Protocol):
         """Make the image available per policy; missing under ``never`` is permanent."""
 
     def create(self, spec: ContainerSpec) -> str:
-        """Create the container named ``spec.name`` and return its runtime id.
+        """Create the container named ``spec.name`` and return its engine-side id.
 
         Idempotent: if a container with that name and our instance label exists,
         it is adopted and its id returned; a name held by a foreign container is a
@@ -124,7 +124,7 @@ class ContainerRuntime(Protocol):
     def list_ours(self, installation: str) -> list[ContainerState]:
         """Every container (any state) that carries our installation label."""
 
-    def events(self, installation: str, since_nano: int | None = None) -> Iterator[RuntimeEvent]:
+    def events(self, installation: str, since_nano: int | None = None) -> Iterator[EngineEvent]:
         """Follow lifecycle events of our containers, from ``since_nano`` (inclusive).
 
         The iterator ends when the stream drops; the caller reconnects.

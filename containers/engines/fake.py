@@ -9,12 +9,12 @@ append-only ``calls.log`` of every call, and control files the test writes:
 - ``permanent-<op>``: the op fails permanently with the file's text;
 - ``exit-on-start``: holds an exit code; ``start`` leaves the container exited with it.
 
-Every change is also appended to ``events.log`` (one JSON ``RuntimeEvent`` a line), which
+Every change is also appended to ``events.log`` (one JSON ``EngineEvent`` a line), which
 ``events()`` replays from ``since_nano`` (inclusive, whole seconds, like Docker) and then
 ends, as a dropped stream does; ``fail-events``/``permanent-events`` make it unreachable.
 ``set_state()`` changes a container behind gobrave's back (an exit, an OOM, a pause).
 
-It honours the runtime contract (idempotent create by name, stop/remove of a missing
+It honours the engine contract (idempotent create by name, stop/remove of a missing
 container succeed), so relay tests exercise the same paths as the Docker engine.
 """
 
@@ -31,16 +31,16 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from containers.runtime.base import (
+from containers.engines.base import (
     ContainerSpec,
     ContainerState,
-    PermanentRuntimeError,
-    RuntimeEvent,
-    RuntimeFailure,
+    EngineError,
+    EngineEvent,
+    PermanentEngineError,
 )
 
 
-class FakeRuntime:
+class FakeEngine:
     def __init__(self, base_url: str) -> None:
         self.root = Path(base_url.removeprefix("fake://"))
         self.root.mkdir(parents=True, exist_ok=True)
@@ -67,14 +67,14 @@ class FakeRuntime:
             time.sleep(float(delay.read_text() or "0"))
         permanent = self.root / f"permanent-{op}"
         if permanent.exists():
-            raise PermanentRuntimeError(permanent.read_text() or f"{op} refused")
+            raise PermanentEngineError(permanent.read_text() or f"{op} refused")
         with self._locked():
             fail = self.root / f"fail-{op}"
             if fail.exists():
                 left = int(fail.read_text() or "0")
                 if left > 0:
                     fail.write_text(str(left - 1))
-                    raise RuntimeFailure(f"injected {op} failure ({left - 1} left)")
+                    raise EngineError(f"injected {op} failure ({left - 1} left)")
 
     @staticmethod
     def _read(path: Path) -> dict | None:
@@ -129,7 +129,7 @@ class FakeRuntime:
         log = self.root / "created.log"
         return log.read_text().splitlines() if log.exists() else []
 
-    # --- the runtime interface ------------------------------------------------------------
+    # --- the engine interface -------------------------------------------------------------
 
     def ping(self) -> bool:
         return True
@@ -142,7 +142,7 @@ class FakeRuntime:
 
     def ensure_image(self, image: str, pull_policy: str) -> None:
         if not self.image_present(image) and pull_policy == "never":
-            raise PermanentRuntimeError(f"image {image} is missing and pull_policy is never")
+            raise PermanentEngineError(f"image {image} is missing and pull_policy is never")
 
     def create(self, spec: ContainerSpec) -> str:
         self._gate("create", spec.name)
@@ -170,7 +170,7 @@ class FakeRuntime:
         with self._locked():
             data = self._load(ref)
             if data is None:
-                raise PermanentRuntimeError(f"container {ref} does not exist")
+                raise PermanentEngineError(f"container {ref} does not exist")
             exit_file = self.root / "exit-on-start"
             if exit_file.exists():
                 data.update(status="exited", exit_code=int(exit_file.read_text() or "0"))
@@ -227,7 +227,7 @@ class FakeRuntime:
                 states.append(self.inspect(data["name"]))
         return [s for s in states if s]
 
-    def events(self, installation: str, since_nano: int | None = None) -> Iterator[RuntimeEvent]:
+    def events(self, installation: str, since_nano: int | None = None) -> Iterator[EngineEvent]:
         """Replay logged events of ``installation`` from ``since_nano``, then end.
 
         Inclusive and at whole-second granularity (as Docker's ``since``), so events at
@@ -248,9 +248,9 @@ class FakeRuntime:
 
     # --- engine-side changes and their events (tests) --------------------------------------
 
-    def _emit(self, action: str, data: dict) -> RuntimeEvent:
+    def _emit(self, action: str, data: dict) -> EngineEvent:
         """Append one event for the container ``data`` (call with the lock held)."""
-        event = RuntimeEvent(
+        event = EngineEvent(
             action=action,
             runtime_id=data["runtime_id"],
             name=data["name"],
@@ -262,11 +262,11 @@ class FakeRuntime:
             log.write(json.dumps(asdict(event)) + "\n")
         return event
 
-    def event_log(self) -> list[RuntimeEvent]:
+    def event_log(self) -> list[EngineEvent]:
         """Every event so far, oldest first."""
         log = self.root / "events.log"
         lines = log.read_text().splitlines() if log.exists() else []
-        return [RuntimeEvent(**json.loads(line)) for line in lines]
+        return [EngineEvent(**json.loads(line)) for line in lines]
 
     def set_state(
         self,
@@ -276,7 +276,7 @@ class FakeRuntime:
         exit_code: int | None = None,
         oom_killed: bool = False,
         error: str = "",
-    ) -> RuntimeEvent | None:
+    ) -> EngineEvent | None:
         """Change a container as the engine would on its own; returns the event it logs.
 
         ``running`` (start, or unpause when paused), ``paused`` (pause), ``exited``
