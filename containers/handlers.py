@@ -29,9 +29,9 @@ from containers.engines.base import (
 )
 from containers.lifecycle import CONTROL_QUEUE, CREATE_QUEUE, capacity_available, move, record
 from containers.models import ContainerInstance
-from containers.observe import apply_observation, target_for
 from containers.services import CREATE, DELETE, START, STOP
 from containers.states import Status, can_move
+from containers.sync import state_apply
 from outbox import registry
 from outbox.models import OutboxEvent
 from outbox.registry import Defer, Outcome, PermanentFailure, RetryLater
@@ -110,11 +110,7 @@ def _apply(instance: ContainerInstance, engine: Engine, runtime_id: str, doing: 
         instance.save(update_fields=["container_id", "runtime_node_name", "runtime_missing"])
         abandoned = instance.status == Status.FAILED
         if instance.status == doing:
-            observation = target_for(
-                state, instance.status, memory_limited=bool(instance.spec.get("memory"))
-            )
-            if observation is not None:
-                apply_observation(instance, observation, actor=WORKER)
+            state_apply(instance, state, actor=WORKER)
         elif abandoned:
             undo = "removing" if doing == Status.CREATING else "stopping"
             _record_cleanup(instance, f"{undo} the container: the instance failed meanwhile")

@@ -41,14 +41,8 @@ from containers.engines.labels import LABEL_INSTANCE
 from containers.images import template_images_refresh
 from containers.installation import installation_id
 from containers.models import ContainerInstance, MonitorCursor, Runtime
-from containers.reconciler import (
-    BUSY,
-    RACED,
-    SKIPPED,
-    distinct_engines,
-    instance_sync,
-    reconcile,
-)
+from containers.reconciler import distinct_engines, reconcile
+from containers.sync import Sync, instance_sync
 
 log = logging.getLogger(__name__)
 
@@ -138,9 +132,9 @@ def event_apply(*, runtime: Runtime, cursor: MonitorCursor, event: EngineEvent) 
                 **({"exit_code": event.exit_code} if event.exit_code is not None else {}),
             },
         )
-    if outcome not in (IGNORED, SKIPPED):
+    if outcome not in (IGNORED, Sync.SKIPPED):
         log.log(
-            logging.DEBUG if outcome == BUSY else logging.INFO,
+            logging.DEBUG if outcome == Sync.BUSY else logging.INFO,
             "event %s of %s (instance %s): %s",
             event.action,
             event.name or event.runtime_id[:12],
@@ -215,7 +209,7 @@ class Follower:
                     return count
                 close_old_connections()
                 outcome = event_apply(runtime=runtime, cursor=cursor, event=event)
-                if outcome in (BUSY, RACED):
+                if outcome in (Sync.BUSY, Sync.RACED):
                     self.monitor.recheck(event.labels[LABEL_INSTANCE])
                 count += 1
         return count
@@ -276,7 +270,7 @@ class Monitor:
             except EngineError as exc:  # the reconcile will look again
                 log.warning("recheck of instance %s: engine unreachable (%s)", instance_id, exc)
                 continue
-            if outcome in (BUSY, RACED) and now < until:
+            if outcome in (Sync.BUSY, Sync.RACED) and now < until:
                 with self._rechecks_lock:
                     due_again = self._rechecks.get(instance_id, (now + RECHECK_AFTER, 0.0))[0]
                     self._rechecks[instance_id] = (due_again, until)

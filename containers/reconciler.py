@@ -5,12 +5,7 @@ engine keeps only its last few hundred, and nothing is heard while the monitor i
 so ``reconcile()`` runs every ``reconcile_interval``, after every (re)connect of the
 monitor's event stream, and on demand (``manage.py reconcile --once``).
 
-Which instances are compared: those in ``WATCHED`` states. ``pending``,
-``start_pending``, ``stop_pending`` and ``delete_pending`` have a request queued whose
-worker inspects the engine itself; ``failed`` is terminal. A watched instance whose
-request is still unfinished in the outbox (``creating`` while its create runs) is also
-left to that worker: the engine may show a past state (the old exit code of a container
-being started) that the worker is about to change.
+Which instances are compared, and how one is compared: ``containers.sync``.
 
 Every transition goes through ``lifecycle.move`` (via ``observe.apply_observation``) on a
 row held with ``select_for_update()`` inside ``transaction.atomic()``; engine calls are
@@ -29,151 +24,25 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from containers.actors import RECONCILER
 from containers.engines import engine_for
 from containers.engines.base import ContainerState, Engine, EngineError
-from containers.engines.labels import LABEL_INSTANCE
 from containers.installation import installation_id
 from containers.lifecycle import move
 from containers.models import ContainerEvent, ContainerInstance, OrphanContainer, Runtime
-from containers.observe import apply_observation, target_for
 from containers.slots import slot_hold
-from containers.states import ACTIVE_SLOTS, IN_FLIGHT, Status
-from outbox.models import UNFINISHED, OutboxEvent, OutboxStatus
+from containers.states import ACTIVE_SLOTS, Status
+from containers.sync import WATCHED, Sync, instance_label, instance_sync
 
 log = logging.getLogger(__name__)
 
 NIL_UUID = uuid.UUID(int=0)
-# States in which the engine's view matters (see the module docstring).
-WATCHED = frozenset(
-    {
-        Status.CREATING,
-        Status.RUNNING,
-        Status.PAUSED,
-        Status.STARTING,
-        Status.STOPPING,
-        Status.STOPPED,
-        Status.DELETING,
-    }
-)
-
-# instance_sync outcomes
-CHANGED = "changed"
-UNCHANGED = "unchanged"
-BUSY = "busy"  # a worker's request for it is unfinished: the worker will look itself
-RACED = "raced"  # it moved while the engine was being asked: the next look catches up
-SKIPPED = "skipped"  # gone, or in a state the engine's view does not change
 
 
 def _config() -> dict[str, Any]:
     return settings.GOBRAVE["container"]
-
-
-def request_unfinished(instance_id: uuid.UUID | str) -> bool:
-    """True while an outbox row for the instance is pending or processing."""
-    return OutboxEvent.objects.filter(aggregate_id=str(instance_id), status__in=UNFINISHED).exists()
-
-
-def request_leased(instance_id: uuid.UUID | str) -> bool:
-    """True while a worker holds an unexpired lease on a request for the instance.
-
-    Leases are set on the database's clock (see ``outbox.relay``) and compared on it
-    here; never on this host's clock.
-    """
-    return OutboxEvent.objects.filter(
-        aggregate_id=str(instance_id),
-        status=OutboxStatus.PROCESSING,
-        lease_expires_at__gt=Now(),
-    ).exists()
-
-
-def instance_label(state: ContainerState) -> uuid.UUID | None:
-    """The instance a container belongs to, from its ``io.gobrave.instance`` label."""
-    try:
-        return uuid.UUID(state.labels.get(LABEL_INSTANCE, ""))
-    except ValueError:
-        return None
-
-
-def _backfill(instance: ContainerInstance, state: ContainerState | None, node: str) -> None:
-    """Fill the node name and container id the engine knows; clear a stale missing mark."""
-    changed = []
-    if not instance.runtime_node_name and node:
-        instance.runtime_node_name = node
-        changed.append("runtime_node_name")
-    if state is not None and not instance.container_id:
-        instance.container_id = state.runtime_id
-        changed.append("container_id")
-    if state is not None and instance.runtime_missing:
-        instance.runtime_missing = False
-        changed.append("runtime_missing")
-    if changed:
-        instance.save(update_fields=changed)
-
-
-def instance_sync(
-    *,
-    instance_id: uuid.UUID | str,
-    actor: str,
-    engine: Engine | None = None,
-    data: dict[str, Any] | None = None,
-) -> str:
-    """Compare one instance with its engine and apply what the engine says (SPEC 5).
-
-    Must run outside a transaction. Idempotent. Returns one of the outcomes above.
-    1. Read the instance (no lock). Skip it unless it is watched (or ``failed`` with no
-       node name yet, for the backfill only); leave it to the worker (``BUSY``) while a
-       request for it is unfinished.
-    2. Inspect its container (no transaction open).
-    3. Lock the row; if its state moved meanwhile, stop (``RACED``).
-    4. Backfill the node name and container id.
-    5. Apply ``target_for`` by the shortest true path. Not applied: a container missing
-       for a ``deleting`` instance (our own delete did it), and a ``stopped`` instance
-       already marked missing (recorded once, when first seen).
-    ``data`` (e.g. the runtime event that prompted the look) goes on the history entries.
-    """
-    instance = ContainerInstance.objects.select_related("runtime").filter(id=instance_id).first()
-    if instance is None:
-        return SKIPPED
-    backfill_only = instance.status == Status.FAILED
-    if backfill_only and (instance.runtime_node_name or not instance.container_id):
-        return SKIPPED
-    if not backfill_only and instance.status not in WATCHED:
-        return SKIPPED
-    if instance.status in IN_FLIGHT and request_unfinished(instance.id):
-        return BUSY
-    engine = engine or engine_for(instance.runtime)
-    state = engine.inspect(instance.container_id or instance.container_name)
-    node = state.node_name if state and state.node_name else ""
-    if not node and not instance.runtime_node_name:
-        node = engine.node_name()
-    with transaction.atomic():
-        locked = ContainerInstance.objects.select_for_update().filter(id=instance.id).first()
-        if locked is None:
-            return SKIPPED
-        if (locked.status, locked.status_changed_at) != (
-            instance.status,
-            instance.status_changed_at,
-        ):
-            return RACED
-        _backfill(locked, state, node)
-        if backfill_only:
-            return UNCHANGED
-        if state is None and (
-            locked.status == Status.DELETING
-            or (locked.status == Status.STOPPED and locked.runtime_missing)
-        ):
-            return UNCHANGED
-        observation = target_for(
-            state, locked.status, memory_limited=bool(locked.spec.get("memory"))
-        )
-        if observation is None:
-            return UNCHANGED
-        changed = apply_observation(locked, observation, actor=actor, data=data)
-        return CHANGED if changed else UNCHANGED
 
 
 def instance_fail_stuck(*, instance_id: uuid.UUID | str) -> bool:
@@ -360,9 +229,9 @@ def reconcile(
                     engine=engine,
                     data={"source": "reconcile"},
                 )
-                report.checked += outcome != SKIPPED
-                report.changed += outcome == CHANGED
-                report.busy += outcome == BUSY
+                report.checked += outcome != Sync.SKIPPED
+                report.changed += outcome == Sync.CHANGED
+                report.busy += outcome == Sync.BUSY
             Runtime.objects.filter(pk=runtime.pk).update(
                 last_seen_at=timezone.now(),
                 last_error="",

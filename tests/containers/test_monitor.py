@@ -31,9 +31,9 @@ from containers.monitor import (
     event_apply,
     is_duplicate,
 )
-from containers.reconciler import BUSY, CHANGED, SKIPPED, UNCHANGED
 from containers.services import container_start
 from containers.states import Status
+from containers.sync import Sync
 from outbox.models import OutboxEvent
 from tests.containers.conftest import EXIT_ON_TERM
 from tests.containers.test_docker_lifecycle import create, reaches, status, transitions
@@ -87,7 +87,7 @@ def test_a_die_event_with_code_zero_stops_a_running_instance_and_is_recorded(
 ):
     instance = place(Status.RUNNING)
     event = engine.set_state(instance.container_id, "exited", exit_code=0)
-    assert apply(fake_runtime, event) == CHANGED
+    assert apply(fake_runtime, event) == Sync.CHANGED
     row = stored(instance)
     assert (row.status, row.exit_code) == ("stopped", 0)
     [entry] = history(instance)
@@ -114,8 +114,8 @@ def test_an_oom_event_fails_the_instance_oomkilled(place, engine, fake_runtime):
     instance = place(Status.RUNNING)
     engine.set_state(instance.container_id, "exited", exit_code=137, oom_killed=True)
     oom, die = [e for e in engine.event_log() if e.action in ("oom", "die")]
-    assert apply(fake_runtime, oom) == CHANGED
-    assert apply(fake_runtime, die) == SKIPPED  # failed is terminal
+    assert apply(fake_runtime, oom) == Sync.CHANGED
+    assert apply(fake_runtime, die) == Sync.SKIPPED  # failed is terminal
     assert (stored(instance).status, stored(instance).status_reason) == ("failed", "OOMKilled")
     assert len(history(instance)) == 1
 
@@ -167,7 +167,7 @@ def test_an_event_while_a_worker_holds_the_request_is_left_to_the_worker(
         available_at=instance.created_at,
     )
     event = engine.set_state(instance.container_id, "exited", exit_code=137)
-    assert apply(fake_runtime, event) == BUSY
+    assert apply(fake_runtime, event) == Sync.BUSY
     assert stored(instance).status == "stopping"
     assert cursor_for(fake_runtime).time_nano == event.time_nano  # the cursor moves on
 
@@ -176,7 +176,7 @@ def test_an_event_while_a_worker_holds_the_request_is_left_to_the_worker(
 def test_events_that_change_nothing_write_no_history(place, engine, fake_runtime):
     instance = place(Status.RUNNING)
     start = [e for e in engine.event_log() if e.action == "start"][-1]
-    assert apply(fake_runtime, start) == UNCHANGED
+    assert apply(fake_runtime, start) == Sync.UNCHANGED
     assert history(instance) == []
 
 
@@ -202,7 +202,7 @@ def test_an_event_that_found_its_worker_busy_is_looked_at_again_once_it_is_done(
         available_at=instance.created_at,
     )
     event = engine.set_state(instance.container_id, "exited", exit_code=3)
-    assert apply(fake_runtime, event) == BUSY
+    assert apply(fake_runtime, event) == Sync.BUSY
     monitor = Monitor()
     monitor.recheck(str(instance.pk))
     # The worker applies what it saw before the exit, and finishes its request.
@@ -223,7 +223,7 @@ def test_an_event_that_found_its_worker_busy_is_looked_at_again_once_it_is_done(
 def test_a_replayed_event_is_a_duplicate_and_changes_nothing(place, engine, fake_runtime):
     instance = place(Status.RUNNING)
     event = engine.set_state(instance.container_id, "exited", exit_code=0)
-    assert apply(fake_runtime, event) == CHANGED
+    assert apply(fake_runtime, event) == Sync.CHANGED
     assert apply(fake_runtime, event) == DUPLICATE
     assert len(history(instance)) == 1
 

@@ -1,0 +1,163 @@
+"""Apply what the engine says to an instance (SPEC section 5), in one place.
+
+The monitor (after an event), the reconciler (every pass) and the request handlers
+(after their own engine calls) all come here:
+
+- ``state_apply`` moves a locked instance as an engine state implies
+  (``observe.target_for``, by the shortest true path of ``observe.apply_observation``);
+- ``instance_sync`` is the whole look: read, inspect the engine with no transaction
+  open, lock, backfill what the engine knows, ``state_apply``.
+
+Which instances are compared: those in ``WATCHED`` states. ``pending``,
+``start_pending``, ``stop_pending`` and ``delete_pending`` have a request queued whose
+worker inspects the engine itself; ``failed`` is terminal. A watched instance whose
+request is still unfinished in the outbox (``creating`` while its create runs) is also
+left to that worker: the engine may show a past state (the old exit code of a container
+being started) that the worker is about to change.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from typing import Any
+
+from django.db import transaction
+
+from containers.engines import engine_for
+from containers.engines.base import ContainerState, Engine
+from containers.engines.labels import LABEL_INSTANCE
+from containers.models import ContainerInstance
+from containers.observe import apply_observation, target_for
+from containers.states import IN_FLIGHT, Status
+from outbox.models import UNFINISHED, OutboxEvent
+
+# States in which the engine's view matters (see ``instance_sync``).
+WATCHED = frozenset(
+    {
+        Status.CREATING,
+        Status.RUNNING,
+        Status.PAUSED,
+        Status.STARTING,
+        Status.STOPPING,
+        Status.STOPPED,
+        Status.DELETING,
+    }
+)
+
+
+class Sync(enum.StrEnum):
+    """What ``instance_sync`` did."""
+
+    CHANGED = "changed"
+    UNCHANGED = "unchanged"
+    BUSY = "busy"  # a worker's request for it is unfinished: the worker will look itself
+    RACED = "raced"  # it moved while the engine was being asked: the next look catches up
+    SKIPPED = "skipped"  # gone, or in a state the engine's view does not change
+
+
+def request_unfinished(instance_id: uuid.UUID | str) -> bool:
+    """True while an outbox row for the instance is pending or processing."""
+    return OutboxEvent.objects.filter(aggregate_id=str(instance_id), status__in=UNFINISHED).exists()
+
+
+def instance_label(state: ContainerState) -> uuid.UUID | None:
+    """The instance a container belongs to, from its ``io.gobrave.instance`` label."""
+    try:
+        return uuid.UUID(state.labels.get(LABEL_INSTANCE, ""))
+    except ValueError:
+        return None
+
+
+def _backfill(instance: ContainerInstance, state: ContainerState | None, node: str) -> None:
+    """Fill the node name and container id the engine knows; clear a stale missing mark."""
+    changed = []
+    if not instance.runtime_node_name and node:
+        instance.runtime_node_name = node
+        changed.append("runtime_node_name")
+    if state is not None and not instance.container_id:
+        instance.container_id = state.runtime_id
+        changed.append("container_id")
+    if state is not None and instance.runtime_missing:
+        instance.runtime_missing = False
+        changed.append("runtime_missing")
+    if changed:
+        instance.save(update_fields=changed)
+
+
+def instance_sync(
+    *,
+    instance_id: uuid.UUID | str,
+    actor: str,
+    engine: Engine | None = None,
+    data: dict[str, Any] | None = None,
+) -> Sync:
+    """Compare one instance with its engine and apply what the engine says (SPEC 5).
+
+    Must run outside a transaction. Idempotent. Returns what it did (``Sync``).
+    1. Read the instance (no lock). Skip it unless it is watched (or ``failed`` with no
+       node name yet, for the backfill only); leave it to the worker (``BUSY``) while a
+       request for it is unfinished.
+    2. Inspect its container (no transaction open).
+    3. Lock the row; if its state moved meanwhile, stop (``RACED``).
+    4. Backfill the node name and container id.
+    5. Apply ``target_for`` by the shortest true path. Not applied: a container missing
+       for a ``deleting`` instance (our own delete did it), and a ``stopped`` instance
+       already marked missing (recorded once, when first seen).
+    ``data`` (e.g. the runtime event that prompted the look) goes on the history entries.
+    """
+    instance = ContainerInstance.objects.select_related("runtime").filter(id=instance_id).first()
+    if instance is None:
+        return Sync.SKIPPED
+    backfill_only = instance.status == Status.FAILED
+    if backfill_only and (instance.runtime_node_name or not instance.container_id):
+        return Sync.SKIPPED
+    if not backfill_only and instance.status not in WATCHED:
+        return Sync.SKIPPED
+    if instance.status in IN_FLIGHT and request_unfinished(instance.id):
+        return Sync.BUSY
+    engine = engine or engine_for(instance.runtime)
+    state = engine.inspect(instance.container_id or instance.container_name)
+    node = state.node_name if state and state.node_name else ""
+    if not node and not instance.runtime_node_name:
+        node = engine.node_name()
+    with transaction.atomic():
+        locked = ContainerInstance.objects.select_for_update().filter(id=instance.id).first()
+        if locked is None:
+            return Sync.SKIPPED
+        if (locked.status, locked.status_changed_at) != (
+            instance.status,
+            instance.status_changed_at,
+        ):
+            return Sync.RACED
+        _backfill(locked, state, node)
+        if backfill_only:
+            return Sync.UNCHANGED
+        if state is None and (
+            locked.status == Status.DELETING
+            or (locked.status == Status.STOPPED and locked.runtime_missing)
+        ):
+            return Sync.UNCHANGED
+        changed = state_apply(locked, state, actor=actor, data=data)
+        return Sync.CHANGED if changed else Sync.UNCHANGED
+
+
+def state_apply(
+    instance: ContainerInstance,
+    state: ContainerState | None,
+    *,
+    actor: str,
+    data: dict[str, Any] | None = None,
+) -> bool:
+    """Move ``instance`` (locked by the caller, inside its transaction) as ``state`` implies.
+
+    ``state`` is what the engine said (None: the container does not exist). Returns True
+    when the instance's state changed; an observation that cannot be applied is recorded
+    on the history with the reason (see ``observe.apply_observation``).
+    """
+    observation = target_for(
+        state, instance.status, memory_limited=bool(instance.spec.get("memory"))
+    )
+    if observation is None:
+        return False
+    return apply_observation(instance, observation, actor=actor, data=data)
