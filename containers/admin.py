@@ -232,7 +232,9 @@ class ContainerInstanceAdmin(ActionsOnlyAdminMixin, admin.ModelAdmin):
                 self.message_user(request, f"“{name}”: {verb} requested", messages.SUCCESS)
             else:
                 self.message_user(
-                    request, f"“{name}”: {verb} already under way ({result.status})", messages.INFO
+                    request,
+                    f"“{name}”: {verb} already under way ({result.instance.status})",
+                    messages.INFO,
                 )
         back = request.POST.get("_next", "")
         if back and url_has_allowed_host_and_scheme(back, {request.get_host()}):

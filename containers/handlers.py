@@ -27,9 +27,9 @@ from containers.engines.base import (
     Mount,
     PermanentEngineError,
 )
-from containers.lifecycle import CONTROL_QUEUE, CREATE_QUEUE, capacity_available, move, record
+from containers.lifecycle import capacity_available, move, record
 from containers.models import ContainerInstance
-from containers.services import CREATE, DELETE, START, STOP
+from containers.queues import Queue, RequestKind
 from containers.states import Status, can_move
 from containers.sync import state_apply
 from outbox import registry
@@ -209,10 +209,10 @@ def handle_delete(event: OutboxEvent) -> Outcome:
 
 # The states in which each request is still the instance's business (ready, doing).
 REQUEST_STATES = {
-    CREATE: (Status.PENDING, Status.CREATING),
-    START: (Status.START_PENDING, Status.STARTING),
-    STOP: (Status.STOP_PENDING, Status.STOPPING),
-    DELETE: (Status.DELETE_PENDING, Status.DELETING),
+    RequestKind.CREATE: (Status.PENDING, Status.CREATING),
+    RequestKind.START: (Status.START_PENDING, Status.STARTING),
+    RequestKind.STOP: (Status.STOP_PENDING, Status.STOPPING),
+    RequestKind.DELETE: (Status.DELETE_PENDING, Status.DELETING),
 }
 
 
@@ -263,16 +263,16 @@ def _translated(handler: Callable[[OutboxEvent], Outcome]) -> Callable[[OutboxEv
     return run
 
 
-HANDLERS: dict[str, tuple[str, Callable[[OutboxEvent], Outcome]]] = {
-    CREATE: (CREATE_QUEUE, handle_create),
-    START: (CREATE_QUEUE, handle_start),
-    STOP: (CONTROL_QUEUE, handle_stop),
-    DELETE: (CONTROL_QUEUE, handle_delete),
+HANDLERS: dict[RequestKind, Callable[[OutboxEvent], Outcome]] = {
+    RequestKind.CREATE: handle_create,
+    RequestKind.START: handle_start,
+    RequestKind.STOP: handle_stop,
+    RequestKind.DELETE: handle_delete,
 }
 
 
 def register() -> None:
-    registry.register_queue(CREATE_QUEUE, settings.GOBRAVE_CREATE_WORKERS)
-    registry.register_queue(CONTROL_QUEUE, settings.GOBRAVE_CONTROL_WORKERS)
-    for kind, (queue, handler) in HANDLERS.items():
-        registry.register(kind, queue=queue, handler=_translated(handler), on_dead=on_dead)
+    registry.register_queue(Queue.CREATE, settings.GOBRAVE_CREATE_WORKERS)
+    registry.register_queue(Queue.CONTROL, settings.GOBRAVE_CONTROL_WORKERS)
+    for kind, handler in HANDLERS.items():
+        registry.register(kind, queue=kind.queue, handler=_translated(handler), on_dead=on_dead)

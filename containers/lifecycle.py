@@ -16,14 +16,12 @@ from django.db import connection, transaction
 
 from containers.errors import InvalidTransition
 from containers.models import ContainerEvent, ContainerInstance, Gate
+from containers.queues import Queue
 from containers.slots import slot_count
 from containers.states import ACTIVE_SLOTS, Status, can_move
 from outbox.services import counter_bump, outbox_release_deferred
 
 log = logging.getLogger(__name__)
-
-CREATE_QUEUE = "create"
-CONTROL_QUEUE = "control"
 
 
 def record(
@@ -97,7 +95,7 @@ def move(
     )
     log.info("instance %s %s -> %s by %s %s", instance.id, source, target, actor, message)
     if source in ACTIVE_SLOTS and target not in ACTIVE_SLOTS:
-        outbox_release_deferred(queue=CREATE_QUEUE)
+        outbox_release_deferred(queue=Queue.CREATE)
     if target == Status.FAILED:
         transaction.on_commit(lambda: counter_bump("instance_failed"))
     return instance

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +33,25 @@ from containers.errors import (
 from containers.installation import installation_id
 from containers.lifecycle import lock_gate, move, record
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
+from containers.queues import RequestKind
 from containers.spec import clean_constraints, resolve_spec
 from containers.states import IN_FLIGHT, Status, sources_of
 from outbox.services import counter_bump, outbox_enqueue
 from tenants.selectors import OwnerQuotas, owner_quotas
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-CREATE = "ContainerCreateRequest"
-START = "ContainerStartRequest"
-STOP = "ContainerStopRequest"
-DELETE = "ContainerDeleteRequest"
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    """What a start, stop or delete request returns.
+
+    ``queued`` is True when this call wrote a new request (outbox row and history
+    entry), False for a repeat of a request already under way (a no-op, nothing written).
+    """
+
+    instance: ContainerInstance
+    queued: bool
 
 
 def _config() -> dict[str, Any]:
@@ -204,12 +214,14 @@ def container_create_by_template(
             )
             record(
                 instance,
-                kind=CREATE,
+                kind=RequestKind.CREATE,
                 actor=actor,
                 to_status=Status.PENDING,
                 message=f"create requested from template {template.name} on {runtime.name}",
             )
-            outbox_enqueue(kind=CREATE, aggregate_id=str(instance.id), payload={"by": actor})
+            outbox_enqueue(
+                kind=RequestKind.CREATE, aggregate_id=str(instance.id), payload={"by": actor}
+            )
             # Last, so the gate is held only for the count and the commit. Every earlier
             # holder has committed when we get it, so the count sees every admitted row.
             lock_gate("admission")
@@ -226,7 +238,6 @@ def container_create_by_template(
         counter_bump("create_refused")
         raise
     counter_bump("create_accepted")
-    instance.queued = True
     return instance
 
 
@@ -236,18 +247,17 @@ def _request(
     action: str,
     target: str,
     noop: frozenset[str],
-    kind: str,
+    kind: RequestKind,
     actor: str,
-) -> ContainerInstance:
+) -> RequestResult:
     """The shared shape of start, stop and delete (see the module docstring)."""
     with transaction.atomic():
         try:
             instance = ContainerInstance.objects.select_for_update().get(id=instance_id)
         except (ContainerInstance.DoesNotExist, ValidationError, ValueError, TypeError):
             raise NotFound(f"no container instance {instance_id}", id=str(instance_id)) from None
-        instance.queued = False
         if instance.status in noop:
-            return instance
+            return RequestResult(instance=instance, queued=False)
         if instance.status not in sources_of(target):
             raise InvalidTransition(
                 f"cannot {action} {instance.name}: it is {instance.status}",
@@ -256,41 +266,40 @@ def _request(
             )
         move(instance, target, actor=actor, kind=kind, message=f"{action} requested")
         outbox_enqueue(kind=kind, aggregate_id=str(instance.id), payload={"by": actor})
-        instance.queued = True
-        return instance
+        return RequestResult(instance=instance, queued=True)
 
 
-def container_start(*, instance_id: uuid.UUID | str, actor: str) -> ContainerInstance:
+def container_start(*, instance_id: uuid.UUID | str, actor: str) -> RequestResult:
     """running/paused/stopped → start_pending; a no-op while start_pending or starting."""
     return _request(
         instance_id=instance_id,
         action="start",
         target=Status.START_PENDING,
         noop=frozenset({Status.START_PENDING, Status.STARTING}),
-        kind=START,
+        kind=RequestKind.START,
         actor=actor,
     )
 
 
-def container_stop(*, instance_id: uuid.UUID | str, actor: str) -> ContainerInstance:
+def container_stop(*, instance_id: uuid.UUID | str, actor: str) -> RequestResult:
     """running/paused → stop_pending; a no-op while stop_pending, stopping, stopped or failed."""
     return _request(
         instance_id=instance_id,
         action="stop",
         target=Status.STOP_PENDING,
         noop=frozenset({Status.STOP_PENDING, Status.STOPPING, Status.STOPPED, Status.FAILED}),
-        kind=STOP,
+        kind=RequestKind.STOP,
         actor=actor,
     )
 
 
-def container_delete(*, instance_id: uuid.UUID | str, actor: str) -> ContainerInstance:
+def container_delete(*, instance_id: uuid.UUID | str, actor: str) -> RequestResult:
     """Any state but start_pending/starting → delete_pending; a no-op while deleting."""
     return _request(
         instance_id=instance_id,
         action="delete",
         target=Status.DELETE_PENDING,
         noop=frozenset({Status.DELETE_PENDING, Status.DELETING}),
-        kind=DELETE,
+        kind=RequestKind.DELETE,
         actor=actor,
     )

@@ -155,6 +155,11 @@ class InstanceAcceptedSerializer(InstanceOutputSerializer):
         fields = [*InstanceOutputSerializer.Meta.fields, "queued"]
         read_only_fields = fields
 
+    def to_representation(self, result):
+        """``result`` is the service's ``RequestResult``: the instance, plus ``queued``."""
+        instance = InstanceOutputSerializer(result.instance, context=self.context).data
+        return {**instance, "queued": result.queued}
+
 
 class EventOutputSerializer(serializers.ModelSerializer):
     class Meta:

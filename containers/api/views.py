@@ -28,6 +28,7 @@ from containers.engines.base import EngineError
 from containers.errors import EngineUnavailable, NotFound, TemplateUnavailable
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
 from containers.services import (
+    RequestResult,
     container_create_by_template,
     container_delete,
     container_start,
@@ -43,9 +44,9 @@ def _actor(request) -> str:
     return user_actor(request.user)
 
 
-def _accepted(instance: ContainerInstance, **headers: str) -> Response:
+def _accepted(result: RequestResult, **headers: str) -> Response:
     return Response(
-        s.InstanceAcceptedSerializer(instance).data,
+        s.InstanceAcceptedSerializer(result).data,
         status=status.HTTP_202_ACCEPTED,
         headers=headers,
     )
@@ -145,7 +146,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
             message = f"no template {ref!r} that you may use"
             raise ValidationError({"template": [message]}) from None
         location = reverse("container-detail", kwargs={"pk": instance.id}, request=request)
-        return _accepted(instance, Location=location)
+        return _accepted(RequestResult(instance=instance, queued=True), Location=location)
 
     def destroy(self, request, pk: str):
         instance = self._operable(pk)

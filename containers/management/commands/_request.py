@@ -139,10 +139,11 @@ class RequestCommand(ConsoleCommand):
         try:
             instance = instance_resolve(ref=options["instance"])
             before = instance_history_last_id(instance_id=instance.id)
-            instance = self.request(instance_id=instance.id, actor=actor)
+            result = self.request(instance_id=instance.id, actor=actor)
         except DomainError as exc:
             raise CommandError(f"refused: {exc.message}") from None
-        verb = "accepted" if instance.queued else "already under way (nothing queued)"
+        instance = result.instance
+        verb = "accepted" if result.queued else "already under way (nothing queued)"
         self.stdout.write(
             f"{self.action} {short_id(instance)} ({instance.name}): {verb}; "
             f"status {instance.status}"
