@@ -1,10 +1,11 @@
 """Relay throughput: outbox rows/s from commit to ``sent`` through dispatcher + django-q2.
 
-For each broker (ORM on the app's database, Redis) and each configuration, one
-dispatcher and the ``create`` cluster run; N ``BenchNoop`` rows (the bench app's no-op
-kind on the ``create`` queue) are committed at once and timed until the last is
-``sent``. Against: django-q2's own ``async_task`` of a no-op function, N tasks enqueued
-one by one on the same broker to the same running cluster, timed until the last ran;
+For each broker (``orm``: the app's database, where gobrave ships its own broker on
+PostgreSQL; Redis) and each configuration, one dispatcher and the ``create`` cluster run;
+N ``BenchNoop`` rows (the bench app's no-op kind on the ``create`` queue) are committed
+at once and timed until the last is ``sent``. Against: django-q2's own ``async_task`` of
+a no-op function, N tasks enqueued one by one to a ``create`` cluster of its own on the
+same broker (for ``orm``: django-q2's stock ORM broker), timed until the last ran;
 and Procrastinate, N no-op jobs deferred one by one on the same PostgreSQL server (its
 own database), timed until the last succeeded.
 
@@ -126,7 +127,11 @@ def raw_phase(env: dict, n: int, key: str, timeout: float) -> dict:
 
 
 def run_config(url: str, broker: str, name: str, overrides: dict, args, redis_url: str) -> dict:
+    """gobrave's relay on ``broker`` (``orm`` = the app's database: gobrave's own broker on
+    PostgreSQL), then raw django-q2 on the same broker (``orm``: django-q2's stock ORM
+    broker, the one django-q2 ships), each with a cluster of its own."""
     env = c.app_env(url, queue_broker=broker, BENCH_REDIS_URL=redis_url, **overrides)
+    raw_env = {**env, "BENCH_STOCK_ORM": "1"} if broker == "orm" else env
     with c.processes(f"relay-{name}") as procs, psycopg.connect(url, autocommit=True) as conn:
         procs.cluster("create", env)
         procs.dispatcher(env)
@@ -137,12 +142,16 @@ def run_config(url: str, broker: str, name: str, overrides: dict, args, redis_ur
         profile = Profile(conn, procs)
         profile.start()
         relay = relay_phase(conn, procs, args.rows, f"relay-{stamp}-", args.phase_timeout)
-        relay["profile"] = profile.stop(relay["done"])
-        profile.start()
-        raw = raw_phase(env, args.rows, f"bench-raw-{stamp}", args.phase_timeout)
-        raw["profile"] = profile.stop(raw["done"]) + " (+ the client's enqueues)"
+        relay["profile"] = profile.stop(relay["done"]) + " (1 write is the producer's insert)"
         procs.stop("dispatcher")
         procs.stop("create-cluster")
+        procs.cluster("create", raw_env, name="raw-cluster")
+        time.sleep(2)  # the raw cluster is up
+        profile = Profile(conn, procs)
+        profile.start()
+        raw = raw_phase(raw_env, args.rows, f"bench-raw-{stamp}", args.phase_timeout)
+        raw["profile"] = profile.stop(raw["done"]) + " (+ the client's enqueues)"
+        procs.stop("raw-cluster")
         conn.execute("DELETE FROM outbox_outboxevent")
         conn.execute("DELETE FROM django_q_ormq")
     return {"relay": relay, "raw": raw}

@@ -204,6 +204,17 @@ _container, _outbox, _queue = GOBRAVE["container"], GOBRAVE["outbox"], GOBRAVE["
 _timeout = math.ceil(_outbox["delivery_timeout"])
 
 
+def _broker() -> dict:
+    """``orm``: the app's database. On PostgreSQL that is gobrave's own broker (the claim
+    is the hand-off, NOTIFY wakes the pusher: ``outbox.broker``); on SQLite django-q2's
+    ORM broker, which polls every ``queue.poll``. Otherwise a Redis URL."""
+    if _queue["broker"] != "orm":
+        return {"redis": _queue["broker"]}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        return {"orm": "default", "broker_class": "outbox.broker.OutboxBroker"}
+    return {"orm": "default"}
+
+
 def _cluster(name: str, workers: int) -> dict:
     waits = math.ceil((_queue["queue_limit"] + _queue["bulk"] + 1) / workers)
     return {
@@ -223,7 +234,7 @@ def _cluster(name: str, workers: int) -> dict:
         "scheduler": False,
         "recycle": 500,
         "label": f"gobrave {name} cluster",
-        **({"orm": "default"} if _queue["broker"] == "orm" else {"redis": _queue["broker"]}),
+        **_broker(),
     }
 
 

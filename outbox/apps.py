@@ -9,6 +9,16 @@ class OutboxConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django_q.signals import post_spawn
+
         from outbox import forking
 
         forking.install()
+        # django-q2 workers buffer the relay's counters (one write per second, not per row).
+        post_spawn.connect(_buffer_counters, dispatch_uid="outbox-counters")
+
+
+def _buffer_counters(sender, **kwargs) -> None:
+    from outbox import services
+
+    services.counters_buffer_start()

@@ -2,11 +2,14 @@
 
 1. Reap nothing by hand: expired leases are simply due again in the claim query.
 2. For each registered queue, claim up to ``batch_size`` rows within its in-flight
-   limit and hand each to django-q2 (``cluster`` = the queue's name). With the ORM
-   broker the hand-off commits with the claim; otherwise a lost hand-off is recovered
-   when the lease expires.
+   limit, all queues in one transaction, and hand each to django-q2 (``cluster`` = the
+   queue's name). With gobrave's broker (``outbox.broker``, PostgreSQL) the hand-off is
+   a NOTIFY in the claim's transaction: the claimed row itself is the task. With
+   django-q2's ORM broker (SQLite) the task row commits with the claim. With Redis a
+   lost hand-off is recovered when the lease expires.
 3. Purge old ``sent`` rows now and then.
-4. Sleep until NOTIFY (PostgreSQL) or ``poll_interval``, whichever comes first.
+4. Unless a queue filled its batch, sleep until NOTIFY (PostgreSQL) or
+   ``poll_interval``, whichever comes first.
 A SIGTERM sets a flag; the loop finishes the step in hand and returns.
 """
 
@@ -24,7 +27,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 
-from outbox import conf, registry, relay
+from outbox import conf, listen, registry, relay, services
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +51,25 @@ def _orm_broker() -> bool:
     return "orm" in getattr(settings, "Q_CLUSTER", {})
 
 
+def default_sender() -> Sender:
+    """gobrave's broker takes the claim itself as the hand-off (a NOTIFY in the claim's
+    transaction); any other broker gets a django-q2 task per row."""
+    if getattr(settings, "Q_CLUSTER", {}).get("broker_class") == "outbox.broker.OutboxBroker":
+        from outbox.broker import handoff
+
+        return handoff
+    return send_to_django_q
+
+
 class Dispatcher:
     """One dispatcher process. Any number may run against one database."""
 
-    def __init__(self, *, send: Sender = send_to_django_q) -> None:
-        self.send = send
+    def __init__(self, *, send: Sender | None = None) -> None:
+        self.send = send or default_sender()
         self.stopping = threading.Event()
         self.listener = None
         self.last_purge = 0.0
+        self.more = False
 
     def stop(self, *_args) -> None:
         self.stopping.set()
@@ -65,21 +79,29 @@ class Dispatcher:
         signal.signal(signal.SIGINT, self.stop)
 
     def cycle(self) -> int:
-        """Claim and hand off one batch per queue; return how many rows were handed off."""
+        """Claim and hand off one batch per queue; return how many rows were handed off.
+
+        Every queue's claim runs in one transaction (one commit per cycle). With a broker
+        in the database the hand-off is part of that transaction: both commit or neither
+        does. With Redis the rows are sent after the commit; a lost hand-off comes back
+        when its lease expires. ``self.more`` says whether a queue filled its batch (more
+        may be due at once) or the loop may sleep until NOTIFY.
+        """
         close_old_connections()
-        handed = 0
-        for queue in registry.queues():
-            if _orm_broker():
-                # Claim and hand-off in one transaction: both commit or neither does.
-                with transaction.atomic():
-                    claimed = relay.claim(queue, conf.value("batch_size"))
-                    for event_id, token in claimed:
+        batch, in_db = conf.value("batch_size"), _orm_broker()
+        claims: dict[str, list] = {}
+        with transaction.atomic():
+            for queue in registry.queues():
+                claims[queue] = relay.claim(queue, batch)
+                if in_db:
+                    for event_id, token in claims[queue]:
                         self.send(queue, event_id, str(token))
-            else:
-                claimed = relay.claim(queue, conf.value("batch_size"))
+        if not in_db:
+            for queue, claimed in claims.items():
                 for event_id, token in claimed:
                     self.send(queue, event_id, str(token))
-            handed += len(claimed)
+        self.more = any(len(claimed) >= batch for claimed in claims.values())
+        handed = sum(len(claimed) for claimed in claims.values())
         if time.monotonic() - self.last_purge > 300:
             self.last_purge = time.monotonic()
             purged = relay.purge_sent()
@@ -89,14 +111,15 @@ class Dispatcher:
 
     def run(self) -> None:
         log.info("dispatcher %s started (queues: %s)", os.getpid(), registry.queues())
+        services.counters_buffer_start()
         while not self.stopping.is_set():
             try:
-                handed = self.cycle()
+                self.cycle()
             except Exception:  # noqa: BLE001 - the loop outlives a failed cycle
                 log.exception("dispatcher cycle failed; retrying after poll_interval")
-                handed = 0
+                self.more = False
                 self._close_listener()
-            if handed == 0 and not self.stopping.is_set():
+            if not self.more and not self.stopping.is_set():
                 self.wait(conf.value("poll_interval"))
         self._close_listener()
         log.info("dispatcher %s stopped", os.getpid())
@@ -123,14 +146,7 @@ class Dispatcher:
             return None
         if self.listener is None or self.listener.closed:
             try:
-                import psycopg
-
-                params = connection.get_connection_params()
-                params.pop("cursor_factory", None)
-                params.pop("context", None)
-                params.pop("prepare_threshold", None)
-                params["application_name"] = "gobrave-dispatcher-listen"
-                self.listener = psycopg.connect(autocommit=True, **params)
+                self.listener = listen.connect("gobrave-dispatcher-listen")
                 self.listener.execute(f"LISTEN {conf.NOTIFY_CHANNEL}")
             except Exception as exc:  # noqa: BLE001
                 log.warning("cannot LISTEN (%s); polling only", exc)

@@ -25,7 +25,12 @@ from outbox import conf, hooks, registry
 from outbox.heartbeat import Heartbeat
 from outbox.models import UNFINISHED, OutboxEvent, OutboxStatus
 from outbox.registry import Defer, Outcome, PermanentFailure, RetryLater
-from outbox.services import counter_bump, outbox_notify, outbox_release_deferred
+from outbox.services import (
+    counter_add,
+    outbox_notify,
+    outbox_notify_if_due,
+    outbox_release_deferred,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +69,10 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
        it had started (its worker died) counts an attempt; one reclaimed before any
        worker began it (handed to a cluster that took no tasks) counts a reclaim, with
        the reason on the row, so it never loops silently.
-    Runs in its own transaction (or the caller's); the caller hands the rows to workers.
+    Runs in its own transaction, or as part of the caller's (no savepoint: an error
+    rolls the caller's back too); the caller hands the rows to workers.
     """
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         if conf.is_postgres(connection):
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(hashtext('outbox:claim'))")
@@ -101,8 +107,8 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
             _count_crashes(crashed)
         if unstarted:
             _count_unstarted(unstarted)
-    counter_bump("claimed", len(rows))
-    counter_bump("reclaimed_unstarted", len(unstarted))
+    counter_add("claimed", len(rows))
+    counter_add("reclaimed_unstarted", len(unstarted))
     return [(row[0], token) for row in rows]
 
 
@@ -147,39 +153,51 @@ def claims_release_unstarted(queue: str) -> int:
     return released
 
 
-def begin(event_id: int, token: uuid.UUID) -> bool:
-    """Compare-and-set ``started_at`` for this claim; False for a duplicate delivery.
+_BEGIN = f"""
+UPDATE {OutboxEvent._meta.db_table} SET started_at = now(), lease_expires_at = now() + %s
+WHERE id = %s AND claim_token = %s AND status = 'processing' AND started_at IS NULL
+  AND lease_expires_at > now()
+RETURNING *
+"""
+
+
+def begin(event_id: int, token: uuid.UUID) -> OutboxEvent | None:
+    """Compare-and-set ``started_at`` for this claim; the row, or None for a duplicate
+    delivery (or a claim whose lease ran out).
 
     Also restarts the lease from now at ``liveness_timeout``, which the worker's
     heartbeat renews (``outbox.heartbeat``) up to a full ``delivery_timeout`` plus margin
-    however long the row waited in the worker queue.
+    however long the row waited in the worker queue. On PostgreSQL one statement both
+    sets and loads the row.
     """
-    return (
-        OutboxEvent.objects.filter(
-            id=event_id,
-            claim_token=token,
-            status=OutboxStatus.PROCESSING,
-            started_at__isnull=True,
-            lease_expires_at__gt=Now(),
-        ).update(started_at=Now(), lease_expires_at=Now() + conf.started_lease())
-        == 1
-    )
+    if conf.is_postgres(connection):
+        rows = list(OutboxEvent.objects.raw(_BEGIN, [conf.started_lease(), event_id, token]))
+        return rows[0] if rows else None
+    started = OutboxEvent.objects.filter(
+        id=event_id,
+        claim_token=token,
+        status=OutboxStatus.PROCESSING,
+        started_at__isnull=True,
+        lease_expires_at__gt=Now(),
+    ).update(started_at=Now(), lease_expires_at=Now() + conf.started_lease())
+    return OutboxEvent.objects.get(id=event_id) if started else None
 
 
 def _finish(event_id: int, token: uuid.UUID, **fields) -> bool:
-    """Record an outcome only while the claim is still ours, and wake the dispatchers.
+    """Record an outcome only while the claim is still ours, and wake the dispatchers if
+    a row waits for the slot this frees (one transaction: one commit).
 
-    Finishing frees an in-flight slot: without the wake-up a backlog would move one
-    batch per ``poll_interval``.
+    Without the wake-up a backlog would move one batch per ``poll_interval``.
     """
-    finished = (
-        OutboxEvent.objects.filter(
-            id=event_id, claim_token=token, status=OutboxStatus.PROCESSING
-        ).update(**fields)
-        == 1
-    )
-    if finished:
-        outbox_notify()
+    with transaction.atomic():
+        finished = (
+            OutboxEvent.objects.filter(
+                id=event_id, claim_token=token, status=OutboxStatus.PROCESSING
+            ).update(**fields)
+            == 1
+        )
+        if finished:
+            outbox_notify_if_due()
     return finished
 
 
@@ -192,11 +210,12 @@ def execute(event_id: int, token: uuid.UUID | str) -> str:
     ``deferred``, ``retried``, ``dead`` or ``stale`` (the claim was lost before the outcome).
     """
     token = uuid.UUID(str(token))
-    if not begin(event_id, token):
+    event = begin(event_id, token)
+    if event is None:
         log.info("outbox #%s: duplicate or expired delivery of claim %s ignored", event_id, token)
         return "duplicate"
     with Heartbeat(event_id, token):
-        return _run(OutboxEvent.objects.get(id=event_id), token)
+        return _run(event, token)
 
 
 def _run(event: OutboxEvent, token: uuid.UUID) -> str:
@@ -236,7 +255,7 @@ def _record(event: OutboxEvent, token: uuid.UUID, outcome: str) -> str:
         )
     if not _finish(event.id, token, **fields):
         return "stale"
-    counter_bump(outcome)
+    counter_add(outcome)
     if outcome == Outcome.SUPERSEDED:
         log.info("outbox #%s %s for %s superseded", event.id, event.kind, event.aggregate_id)
     return outcome
@@ -263,7 +282,7 @@ def _retry(event, token, route, detail: str, retry_after: float) -> str:
     # Waiting for its retry, the row holds no capacity (SPEC 4): what was deferred on
     # its queue may go now.
     outbox_release_deferred(queue=event.queue)
-    counter_bump("retried")
+    counter_add("retried")
     hooks.emit("retry", event=event, attempts=attempts, delay=delay, error=detail)
     return "retried"
 
@@ -282,7 +301,7 @@ def _dead(event, token, route, reason: str, attempts: int | None = None) -> str:
             return "stale"
         if route is not None and route.on_dead is not None:
             route.on_dead(event, _last_line(reason))
-    counter_bump("dead")
+    counter_add("dead")
     hooks.emit("dead", event=event, error=reason)
     return "dead"
 

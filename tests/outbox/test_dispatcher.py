@@ -10,9 +10,10 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
-from django_q.models import OrmQ
+from django_q.signing import SignedPackage
 
 from outbox import hooks, registry, relay
+from outbox.broker import OutboxBroker
 from outbox.dispatcher import Dispatcher
 from outbox.models import OutboxEvent
 from outbox.registry import Outcome
@@ -41,15 +42,19 @@ def enqueue(aggregate: str = "a") -> OutboxEvent:
 
 # cycle() starts with close_old_connections(), as a long-running loop must: real commits.
 @pytest.mark.django_db(transaction=True)
-def test_once_claims_and_hands_off_to_django_q_in_one_transaction():
+def test_once_claims_and_hands_off_to_django_q_in_one_transaction(postgres):
     row = enqueue()
     out = StringIO()
     call_command("run_dispatcher", "--once", stdout=out)
     assert "handed 1 outbox rows" in out.getvalue()
     row.refresh_from_db()
     assert row.status == "processing" and row.claim_token is not None
-    task = OrmQ.objects.get(key="probe")  # the ORM broker's queue for the probe cluster
-    assert task.task["args"] == (row.id, str(row.claim_token))
+    broker = OutboxBroker("probe")  # the broker of the probe cluster (PostgreSQL)
+    try:
+        [(_, payload)] = broker.dequeue()
+    finally:
+        broker._close()
+    assert SignedPackage.loads(payload)["args"] == (row.id, str(row.claim_token))
 
 
 @pytest.mark.django_db(transaction=True)

@@ -274,7 +274,7 @@ def test_purge_goes_in_chunks_and_takes_every_old_row():
 def test_begin_refuses_an_unknown_token():
     enqueue()
     [(event_id, _)] = relay.claim("probe", 16)
-    assert relay.begin(event_id, uuid.uuid4()) is False
+    assert relay.begin(event_id, uuid.uuid4()) is None
 
 
 def test_prefetch_adds_to_in_flight_and_lengthens_the_claim_lease(gobrave_config):
@@ -293,22 +293,21 @@ def test_prefetch_adds_to_in_flight_and_lengthens_the_claim_lease(gobrave_config
 
 
 @pytest.mark.django_db(transaction=True)
-def test_finishing_a_row_wakes_the_dispatchers(postgres):
-    import psycopg
-    from django.db import connection
+@pytest.mark.parametrize("waiting", [True, False], ids=["a-row-waits", "nothing-waits"])
+def test_finishing_a_row_wakes_the_dispatchers_only_when_a_row_waits(postgres, waiting):
+    from outbox import listen
 
-    params = connection.get_connection_params()
-    listener = psycopg.connect(
-        autocommit=True,
-        **{k: v for k, v in params.items() if k not in ("cursor_factory", "context")},
-    )
+    listener = listen.connect("test-listener")
     try:
         listener.execute("LISTEN gobrave_outbox")
-        enqueue()
+        enqueue("a")
+        if waiting:
+            enqueue("a")  # due, but behind the first row of its instance
         [(event_id, token)] = relay.claim("probe", 16)
-        assert len(list(listener.notifies(timeout=0.2))) == 1  # the enqueue's
-        relay.execute(event_id, token)
-        assert len(list(listener.notifies(timeout=1, stop_after=1))) == 1  # the finish's
+        assert len(list(listener.notifies(timeout=0.3))) == (2 if waiting else 1)  # enqueues
+        assert relay.execute(event_id, token) == "sent"
+        heard = list(listener.notifies(timeout=1 if waiting else 0.3, stop_after=1))
+        assert len(heard) == (1 if waiting else 0), heard
     finally:
         listener.close()
 

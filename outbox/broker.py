@@ -1,0 +1,217 @@
+"""gobrave's django-q2 broker on PostgreSQL: the claim is the hand-off, NOTIFY wakes the pusher.
+
+Configured as ``Q_CLUSTER["broker_class"]`` when the app's database is PostgreSQL and
+``queue.broker`` is ``orm`` (the default); on SQLite django-q2's own ORM broker runs.
+What it guarantees:
+
+1. **The hand-off commits with the claim, because it is the claim.** The dispatcher's
+   claim marks rows ``processing`` under a fresh token and, in the same transaction,
+   NOTIFYs ``HANDOFF_CHANNEL`` with the queue's name (``handoff()``). No copy of the row
+   is inserted, locked or deleted: a claim that rolls back hands nothing off.
+2. **A pusher wakes on NOTIFY, not on a poll.** ``dequeue()`` (run by each cluster's
+   pusher) reads the claimed rows of its queue whose handler has not begun
+   (``started_at IS NULL``) under a live lease, and returns each as the django-q2 task
+   ``outbox.tasks.execute(id, token)``, once per claim: it remembers the claims it pushed
+   while they stay unstarted. With nothing new it blocks on its LISTEN connection, at most
+   ``WAIT`` seconds (the safety net), so a commit reaches a worker in about a millisecond.
+   Its connection is its own (autocommit), never Django's.
+3. **One execution per claim still rests on ``relay.begin()``.** Several clusters of one
+   queue may each push the same claim; the compare-and-set on ``started_at`` lets one run
+   it and turns the others into ``duplicate`` at no cost to the row.
+4. **A killed cluster loses nothing it had not begun.** Its pushed-but-unstarted claims
+   are still ``processing`` with ``started_at`` unset and a live lease: the next pusher of
+   that queue (a restarted cluster, or another one) pushes them at once. A handler killed
+   mid-run is the relay's business: its lease runs out and the dispatcher reclaims it.
+5. **Other tasks** (``async_task`` of any function to these clusters) go through
+   django-q2's ``OrmQ`` table in the caller's transaction, with a NOTIFY, and are taken
+   with ``DELETE ... FOR UPDATE SKIP LOCKED`` (at most once: a cluster killed with such a
+   task in memory loses it). ``acknowledge()`` has nothing left to delete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+import uuid
+
+import psycopg
+from django.db import connection
+from django.utils import timezone
+from django_q.brokers import Broker
+from django_q.conf import Conf
+from django_q.models import OrmQ
+from django_q.signing import SignedPackage
+
+from outbox import listen
+from outbox.models import OutboxEvent
+
+log = logging.getLogger(__name__)
+
+HANDOFF_CHANNEL = "gobrave_outbox_handoff"
+# Connections inherited across fork: kept, never closed or collected in the child (that
+# would end the parent's session on the shared socket).
+_inherited: list[psycopg.Connection] = []
+WAIT = 1.0  # seconds a pusher blocks on LISTEN before it re-reads anyway
+TASK = "outbox.tasks.execute"
+
+_CLAIMS = f"""
+SELECT id, claim_token FROM {OutboxEvent._meta.db_table}
+WHERE queue = %s AND status = 'processing' AND started_at IS NULL
+  AND lease_expires_at > now()
+ORDER BY id
+"""
+_TAKE = f"""
+DELETE FROM {OrmQ._meta.db_table} WHERE id IN (
+    SELECT id FROM {OrmQ._meta.db_table} WHERE key = %s AND lock <= now()
+    ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)
+RETURNING id, payload
+"""
+
+
+def handoff(queue: str, event_id: int, token: str) -> None:
+    """The dispatcher's sender: wake ``queue``'s pushers when the claim commits.
+
+    Runs in the claim's transaction on Django's connection; PostgreSQL folds identical
+    notifications of one transaction into one.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [HANDOFF_CHANNEL, queue])
+
+
+class OutboxBroker(Broker):
+    """django-q2 broker for one cluster (``list_key`` = the outbox queue's name)."""
+
+    def __init__(self, list_key: str | None = None) -> None:
+        super().__init__(list_key)
+        self._reset()
+
+    def __setstate__(self, state) -> None:
+        super().__setstate__(state)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._conn: psycopg.Connection | None = None
+        self._pid: int | None = None
+        self._pushed: set[tuple[int, str]] = set()
+        self._read_now = True  # read before the first wait
+
+    @staticmethod
+    def get_connection(list_key: str | None = None):
+        return None  # connected lazily, in the process that reads (see _connection)
+
+    def _connection(self) -> psycopg.Connection:
+        """This process's LISTEN connection; made on first use and after a fork."""
+        if self._conn is not None and self._pid != os.getpid():
+            _inherited.append(self._conn)
+            self._conn = None
+        if self._conn is None or self._conn.closed:
+            self._conn = listen.connect(f"gobrave-broker-{self.list_key}")
+            self._conn.execute(f"LISTEN {HANDOFF_CHANNEL}")
+            self._pid = os.getpid()
+            self._read_now = True  # anything committed before the LISTEN had no wake-up
+        return self._conn
+
+    def _close(self) -> None:
+        if self._conn is not None and self._pid == os.getpid():
+            with contextlib.suppress(psycopg.Error):
+                self._conn.close()
+        self._conn = None
+
+    # -- django-q2's broker interface ---------------------------------------------------
+
+    def enqueue(self, task: str) -> int:
+        """Queue any django-q2 task in the caller's transaction and wake the pushers."""
+        row = OrmQ.objects.using(Conf.ORM or "default").create(
+            key=self.list_key, payload=task, lock=timezone.now()
+        )
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [HANDOFF_CHANNEL, self.list_key])
+        return row.pk
+
+    def dequeue(self) -> list[tuple[str, str]] | None:
+        """Tasks to run now: new claims of this queue, then other queued tasks.
+
+        1. Unless something woke us since the last read, block on LISTEN up to ``WAIT``.
+        2. Drain the wake-ups (any commit after this point sends a fresh one).
+        3. Read the unstarted claims; return those not pushed yet; forget the rest.
+        4. Take up to ``bulk`` other tasks (deleted as they are taken).
+        """
+        try:
+            conn = self._connection()
+            if not self._read_now:
+                for _ in conn.notifies(timeout=WAIT, stop_after=1):
+                    pass
+            for _ in conn.notifies(timeout=0):
+                pass
+            self._read_now = False
+            claims = conn.execute(_CLAIMS, [self.list_key]).fetchall()
+            others = conn.execute(_TAKE, [self.list_key, Conf.BULK]).fetchall()
+        except psycopg.Error as exc:
+            log.warning("broker %s: %s; reconnecting", self.list_key, exc)
+            self._close()
+            time.sleep(WAIT)
+            return None
+        current = {(event_id, str(token)) for event_id, token in claims}
+        new = sorted(current - self._pushed)
+        self._pushed = current
+        if len(others) >= Conf.BULK:
+            self._read_now = True  # more may be waiting
+        tasks = [(f"outbox-{i}-{token}", self._package(i, token)) for i, token in new]
+        tasks += [(str(task_id), payload) for task_id, payload in sorted(others)]
+        return tasks or None
+
+    def _package(self, event_id: int, token: str) -> str:
+        """The task ``async_task(TASK, event_id, token, save=False)`` would have queued."""
+        return SignedPackage.dumps(
+            {
+                "id": uuid.uuid4().hex,
+                "name": f"outbox-{event_id}-{token[:8]}",
+                "func": TASK,
+                "args": (event_id, token),
+                "kwargs": {},
+                "save": False,
+                "ack_failure": True,
+                "started": timezone.now(),
+            }
+        )
+
+    def acknowledge(self, task_id) -> None:
+        """Nothing to do: a claim is finished by its outcome, other tasks left at dequeue."""
+
+    def fail(self, task_id) -> None:
+        """Nothing to do (see ``acknowledge``)."""
+
+    def delete(self, task_id) -> None:
+        if not str(task_id).startswith("outbox-"):
+            OrmQ.objects.using(Conf.ORM or "default").filter(pk=task_id).delete()
+
+    def queue_size(self) -> int:
+        claims = OutboxEvent.objects.filter(
+            queue=self.list_key, status="processing", started_at__isnull=True
+        ).count()
+        return claims + OrmQ.objects.filter(key=self.list_key).count()
+
+    def lock_size(self) -> int:
+        return 0
+
+    def purge_queue(self):
+        return OrmQ.objects.filter(key=self.list_key).delete()
+
+    def delete_queue(self):
+        return self.purge_queue()
+
+    def ping(self) -> bool:
+        """A short connection of its own (the sentinel forks after it: nothing kept)."""
+        try:
+            with listen.connect(f"gobrave-broker-{self.list_key}-ping") as conn:
+                conn.execute("SELECT 1")
+        except psycopg.Error:
+            return False
+        return True
+
+    def info(self) -> str:
+        if not self._info:
+            self._info = f"gobrave outbox broker (PostgreSQL, LISTEN {HANDOFF_CHANNEL})"
+        return self._info

@@ -1,0 +1,171 @@
+"""gobrave's django-q2 broker on PostgreSQL: the claim is the hand-off, NOTIFY wakes it.
+
+The broker reads on its own connection, so every test here commits for real.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection, transaction
+from django_q.models import OrmQ
+from django_q.signing import SignedPackage
+from django_q.tasks import async_task
+
+from outbox import broker as broker_module
+from outbox import registry, relay
+from outbox.broker import OutboxBroker, handoff
+from outbox.dispatcher import Dispatcher, default_sender
+from outbox.models import OutboxEvent
+from outbox.registry import Outcome
+from outbox.services import outbox_enqueue
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
+KIND = "TestBroker"
+
+
+@pytest.fixture(autouse=True)
+def probe_queue(postgres, gobrave_config, monkeypatch):
+    registry.register_queue("probe", 2)
+    registry.register(KIND, queue="probe", handler=lambda event: Outcome.SENT)
+    monkeypatch.setattr(broker_module, "WAIT", 0.2)  # an idle read returns quickly here
+    yield
+    registry._routes.pop(KIND, None)
+    registry._queues.pop("probe", None)
+
+
+@pytest.fixture
+def broker():
+    made = OutboxBroker("probe")
+    yield made
+    made._close()
+
+
+def enqueue(aggregate: str = "a") -> OutboxEvent:
+    with transaction.atomic():
+        return outbox_enqueue(kind=KIND, aggregate_id=aggregate, payload={})
+
+
+def tasks(found) -> list[dict]:
+    return [SignedPackage.loads(payload) for _, payload in found or []]
+
+
+def claim_and_hand_off(limit: int = 16) -> list[tuple[int, str]]:
+    with transaction.atomic():
+        claimed = relay.claim("probe", limit)
+        for event_id, token in claimed:
+            handoff("probe", event_id, str(token))
+    return [(event_id, str(token)) for event_id, token in claimed]
+
+
+def test_the_shipped_postgres_config_uses_it_and_the_dispatcher_hands_off_by_notify():
+    from django.conf import settings
+
+    assert settings.Q_CLUSTER["broker_class"] == "outbox.broker.OutboxBroker"
+    assert settings.Q_CLUSTER["ALT_CLUSTERS"]["control"]["broker_class"] == (
+        "outbox.broker.OutboxBroker"
+    )
+    assert default_sender() is handoff
+
+
+def test_a_committed_claim_is_handed_to_its_queue_once_as_the_execute_task(broker):
+    first, second = enqueue("a"), enqueue("b")
+    Dispatcher().cycle()
+    first.refresh_from_db()
+    second.refresh_from_db()
+    found = tasks(broker.dequeue())
+    assert [(t["func"], t["args"]) for t in found] == [
+        ("outbox.tasks.execute", (first.id, str(first.claim_token))),
+        ("outbox.tasks.execute", (second.id, str(second.claim_token))),
+    ], OutboxEvent.objects.values("id", "status", "claim_token", "started_at")
+    assert all(t["save"] is False and t["ack_failure"] is True for t in found)
+    assert broker.dequeue() is None  # the same claims are never pushed twice
+    assert OutboxBroker("other").dequeue() is None  # nor to another queue's cluster
+    assert not OrmQ.objects.exists()  # nothing was copied into django-q2's table
+
+
+def test_a_claim_that_rolls_back_hands_nothing_off(broker):
+    row = enqueue()
+
+    def broken_send(queue, event_id, token):
+        handoff(queue, event_id, token)
+        raise ConnectionError("hand-off broke after the NOTIFY")
+
+    with pytest.raises(ConnectionError):
+        Dispatcher(send=broken_send).cycle()
+    row.refresh_from_db()
+    assert (row.status, row.claim_token) == ("pending", None), row.__dict__
+    assert broker.dequeue() is None
+
+
+def test_a_started_claim_is_not_handed_out_but_its_reclaim_is(broker):
+    row = enqueue()
+    [(event_id, token)] = claim_and_hand_off()
+    assert tasks(broker.dequeue())[0]["args"] == (event_id, token)
+    # Another cluster of the same queue sees the claim too; begin() lets one run it.
+    other = OutboxBroker("probe")
+    try:
+        assert tasks(other.dequeue())[0]["args"] == (event_id, token)
+        assert relay.begin(event_id, token) is not None
+        assert relay.begin(event_id, token) is None  # the second delivery does nothing
+        assert other.dequeue() is None  # started: handed to nobody any more
+    finally:
+        other._close()
+    # The worker died and its lease ran out: the reclaim is a new claim, handed again.
+    OutboxEvent.objects.filter(id=row.id).update(lease_expires_at=row.created_at)
+    [(again, new_token)] = claim_and_hand_off()
+    assert (again, new_token != token) == (row.id, True)
+    assert tasks(broker.dequeue())[0]["args"] == (row.id, new_token)
+    row.refresh_from_db()
+    assert row.attempts == 1, (row.status, row.attempts, row.last_error)
+
+
+def test_a_claim_whose_lease_ran_out_unstarted_is_not_handed_out(broker):
+    row = enqueue()
+    claim_and_hand_off()
+    OutboxEvent.objects.filter(id=row.id).update(lease_expires_at=row.created_at)
+    assert broker.dequeue() is None, OutboxEvent.objects.values("status", "lease_expires_at")
+
+
+def test_the_pusher_wakes_on_the_claims_commit_long_before_its_safety_net(broker, monkeypatch):
+    monkeypatch.setattr(broker_module, "WAIT", 30)
+    assert broker.dequeue() is None  # connected and listening; nothing claimed yet
+    got: list = []
+    reader = threading.Thread(target=lambda: got.append(broker.dequeue()))
+    reader.start()
+    time.sleep(0.3)  # the reader is blocked on LISTEN now
+    began = time.monotonic()
+    enqueue()
+    [(event_id, token)] = claim_and_hand_off()
+    reader.join(15)
+    assert not reader.is_alive(), "no wake-up within 15 s with a 30 s safety net"
+    assert time.monotonic() - began < 10
+    assert tasks(got[0])[0]["args"] == (event_id, token)
+
+
+def test_other_tasks_go_through_ormq_in_the_callers_transaction_and_run_once(broker):
+    with transaction.atomic():
+        async_task("math.floor", 2.5, cluster="probe", save=False)
+        transaction.set_rollback(True)
+    assert broker.dequeue() is None and not OrmQ.objects.exists()
+    with transaction.atomic():
+        async_task("math.floor", 3.5, cluster="probe", save=False)
+    [task] = tasks(broker.dequeue())
+    assert (task["func"], task["args"]) == ("math.floor", (3.5,))
+    assert not OrmQ.objects.exists()  # taken as it was read: never handed out twice
+    assert broker.dequeue() is None
+
+
+def test_the_broker_reconnects_after_its_connection_is_cut(broker):
+    broker.dequeue()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'gobrave-broker-probe' AND datname = current_database()"
+        )
+    assert broker.dequeue() is None  # the cut is noticed, logged, and slept off
+    enqueue()
+    [(event_id, token)] = claim_and_hand_off()
+    assert tasks(broker.dequeue())[0]["args"] == (event_id, token)
