@@ -31,8 +31,9 @@ from relay_throughput import parse_config
 
 IMAGE = "gobrave-test-busybox:latest"
 COMMAND = ["sleep", "600"]
-TARGET_RATIO = 1.25
-CONFIGS = {"default": {}, "tuned": {"queue_poll": 0.02}}
+TARGET_RATIO = 1.10  # p50 of gobrave over the p50 of bare docker
+TARGET_P95 = 1.25  # the same for p95
+CONFIGS = {"default": {}}
 
 
 def fixtures() -> str:
@@ -194,7 +195,8 @@ def main() -> int:
                 r95 = c.percentile(total, 95) / c.percentile(bare, 95)
                 print(
                     f"   ratio p50 {r50:.2f}, p95 {r95:.2f} (target p50 <= {TARGET_RATIO}: "
-                    f"{c.verdict(r50 <= TARGET_RATIO)})"
+                    f"{c.verdict(r50 <= TARGET_RATIO)}; p95 <= {TARGET_P95}: "
+                    f"{c.verdict(r95 <= TARGET_P95)})"
                 )
     finally:
         removed, left = cleanup(bench_id)

@@ -130,7 +130,7 @@ def run_config(url: str, broker: str, name: str, overrides: dict, args, redis_ur
     """gobrave's relay on ``broker`` (``orm`` = the app's database: gobrave's own broker on
     PostgreSQL), then raw django-q2 on the same broker (``orm``: django-q2's stock ORM
     broker, the one django-q2 ships), each with a cluster of its own."""
-    env = c.app_env(url, queue_broker=broker, BENCH_REDIS_URL=redis_url, **overrides)
+    env = c.app_env(url, pool=None, queue_broker=broker, BENCH_REDIS_URL=redis_url, **overrides)
     raw_env = {**env, "BENCH_STOCK_ORM": "1"} if broker == "orm" else env
     with c.processes(f"relay-{name}") as procs, psycopg.connect(url, autocommit=True) as conn:
         procs.cluster("create", env)

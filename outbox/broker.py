@@ -8,13 +8,17 @@ What it guarantees:
    claim marks rows ``processing`` under a fresh token and, in the same transaction,
    NOTIFYs ``HANDOFF_CHANNEL`` with the queue's name (``handoff()``). No copy of the row
    is inserted, locked or deleted: a claim that rolls back hands nothing off.
-2. **A pusher wakes on NOTIFY, not on a poll.** ``dequeue()`` (run by each cluster's
-   pusher) reads the claimed rows of its queue whose handler has not begun
-   (``started_at IS NULL``) under a live lease, and returns each as the django-q2 task
+2. **A pusher wakes on NOTIFY, not on a poll, and claims for its own queue.**
+   ``dequeue()`` (run by each cluster's pusher) claims its queue's due rows with
+   ``relay.claim()`` (the same claim, limits and lease as the dispatcher's), then reads
+   the claimed rows of its queue whose handler has not begun (``started_at IS NULL``)
+   under a live lease, and returns each as the django-q2 task
    ``outbox.tasks.execute(id, token)``, once per claim: it remembers the claims it pushed
-   while they stay unstarted. With nothing new it blocks on its LISTEN connection, at most
-   ``WAIT`` seconds (the safety net), so a commit reaches a worker in about a millisecond.
-   Its connection is its own (autocommit), never Django's.
+   while they stay unstarted. With nothing new it blocks on its LISTEN connection (the
+   relay's channel and the hand-off channel), at most ``WAIT`` seconds (the safety net),
+   so a commit reaches a worker without a dispatcher in between. The dispatcher then
+   only polls (``poll_interval``): it claims what no pusher took, e.g. while a cluster
+   is down. The LISTEN connection is the broker's own (autocommit), never Django's.
 3. **One execution per claim still rests on ``relay.begin()``.** Several clusters of one
    queue may each push the same claim; the compare-and-set on ``started_at`` lets one run
    it and turns the others into ``duplicate`` at no cost to the row.
@@ -37,14 +41,14 @@ import time
 import uuid
 
 import psycopg
-from django.db import connection
+from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 from django_q.brokers import Broker
 from django_q.conf import Conf
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
-from outbox import listen
+from outbox import conf, listen, relay
 from outbox.models import OutboxEvent
 
 log = logging.getLogger(__name__)
@@ -56,17 +60,20 @@ _inherited: list[psycopg.Connection] = []
 WAIT = 1.0  # seconds a pusher blocks on LISTEN before it re-reads anyway
 TASK = "outbox.tasks.execute"
 
-_CLAIMS = f"""
-SELECT id, claim_token FROM {OutboxEvent._meta.db_table}
-WHERE queue = %s AND status = 'processing' AND started_at IS NULL
+# One statement, one commit: the unstarted claims of a queue, and up to ``bulk`` other
+# tasks of it taken out of django-q2's table (``claim_token`` NULL marks those).
+_READ = f"""
+WITH taken AS (
+    DELETE FROM {OrmQ._meta.db_table} WHERE id IN (
+        SELECT id FROM {OrmQ._meta.db_table} WHERE key = %(queue)s AND lock <= now()
+        ORDER BY id LIMIT %(bulk)s FOR UPDATE SKIP LOCKED)
+    RETURNING id, payload
+)
+SELECT id, claim_token::text, NULL FROM {OutboxEvent._meta.db_table}
+WHERE queue = %(queue)s AND status = 'processing' AND started_at IS NULL
   AND lease_expires_at > now()
-ORDER BY id
-"""
-_TAKE = f"""
-DELETE FROM {OrmQ._meta.db_table} WHERE id IN (
-    SELECT id FROM {OrmQ._meta.db_table} WHERE key = %s AND lock <= now()
-    ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)
-RETURNING id, payload
+UNION ALL
+SELECT id, NULL, payload FROM taken
 """
 
 
@@ -109,6 +116,7 @@ class OutboxBroker(Broker):
         if self._conn is None or self._conn.closed:
             self._conn = listen.connect(f"gobrave-broker-{self.list_key}")
             self._conn.execute(f"LISTEN {HANDOFF_CHANNEL}")
+            self._conn.execute(f"LISTEN {conf.NOTIFY_CHANNEL}")
             self._pid = os.getpid()
             self._read_now = True  # anything committed before the LISTEN had no wake-up
         return self._conn
@@ -131,12 +139,18 @@ class OutboxBroker(Broker):
         return row.pk
 
     def dequeue(self) -> list[tuple[str, str]] | None:
-        """Tasks to run now: new claims of this queue, then other queued tasks.
+        """Tasks to run now: this queue's due rows (claimed here), its other unstarted
+        claims, then other queued tasks.
 
-        1. Unless something woke us since the last read, block on LISTEN up to ``WAIT``.
+        1. Unless something woke us since the last read, block on LISTEN (rows committed
+           or slots freed: ``gobrave_outbox``; claims made elsewhere:
+           ``HANDOFF_CHANNEL``) up to ``WAIT``.
         2. Drain the wake-ups (any commit after this point sends a fresh one).
-        3. Read the unstarted claims; return those not pushed yet; forget the rest.
-        4. Take up to ``bulk`` other tasks (deleted as they are taken).
+        3. Claim this queue's due rows within its in-flight limit (``relay.claim``, as a
+           dispatcher does: the pusher is the dispatcher of its own queue, one process
+           hop less between a commit and a worker).
+        4. Read the unstarted claims; return those not pushed yet; forget the rest.
+        5. Take up to ``bulk`` other tasks (deleted as they are taken).
         """
         try:
             conn = self._connection()
@@ -146,20 +160,25 @@ class OutboxBroker(Broker):
             for _ in conn.notifies(timeout=0):
                 pass
             self._read_now = False
-            claims = conn.execute(_CLAIMS, [self.list_key]).fetchall()
-            others = conn.execute(_TAKE, [self.list_key, Conf.BULK]).fetchall()
-        except psycopg.Error as exc:
+            close_old_connections()
+            batch = conf.value("batch_size")
+            if len(relay.claim(self.list_key, batch)) >= batch:
+                self._read_now = True  # more may be due
+            found = conn.execute(_READ, {"queue": self.list_key, "bulk": Conf.BULK}).fetchall()
+        except (psycopg.Error, DatabaseError) as exc:
             log.warning("broker %s: %s; reconnecting", self.list_key, exc)
             self._close()
+            close_old_connections()
             time.sleep(WAIT)
             return None
-        current = {(event_id, str(token)) for event_id, token in claims}
+        current = {(row_id, token) for row_id, token, _ in found if token is not None}
+        others = sorted((row_id, payload) for row_id, token, payload in found if token is None)
         new = sorted(current - self._pushed)
         self._pushed = current
         if len(others) >= Conf.BULK:
             self._read_now = True  # more may be waiting
         tasks = [(f"outbox-{i}-{token}", self._package(i, token)) for i, token in new]
-        tasks += [(str(task_id), payload) for task_id, payload in sorted(others)]
+        tasks += [(str(task_id), payload) for task_id, payload in others]
         return tasks or None
 
     def _package(self, event_id: int, token: str) -> str:

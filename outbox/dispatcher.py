@@ -9,7 +9,9 @@
    lost hand-off is recovered when the lease expires.
 3. Purge old ``sent`` rows now and then.
 4. Unless a queue filled its batch, sleep until NOTIFY (PostgreSQL) or
-   ``poll_interval``, whichever comes first.
+   ``poll_interval``, whichever comes first. With gobrave's broker the clusters' pushers
+   claim on NOTIFY (``outbox.broker``); the dispatcher only polls, the safety net that
+   claims what no pusher took.
 A SIGTERM sets a flag; the loop finishes the step in hand and returns.
 """
 
@@ -142,7 +144,7 @@ class Dispatcher:
             self._close_listener()
 
     def _listener(self):
-        if connection.vendor != "postgresql":
+        if connection.vendor != "postgresql" or self._pushers_listen():
             return None
         if self.listener is None or self.listener.closed:
             try:
@@ -152,6 +154,15 @@ class Dispatcher:
                 log.warning("cannot LISTEN (%s); polling only", exc)
                 self.listener = None
         return self.listener
+
+    def _pushers_listen(self) -> bool:
+        """With gobrave's broker the clusters' pushers claim on NOTIFY themselves; a
+        dispatcher that LISTENed too would only race them for the same rows."""
+        if self.send is send_to_django_q:
+            return False
+        from outbox.broker import handoff
+
+        return self.send is handoff
 
     def _close_listener(self) -> None:
         if self.listener is not None:

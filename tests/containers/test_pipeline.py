@@ -23,7 +23,7 @@ from containers.slots import slot_count
 from outbox.models import OutboxEvent
 from outbox.services import outbox_retry_now
 from tests.factories import TemplateFactory
-from tests.processes import running_app, wait_for
+from tests.processes import _descendants, running_app, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -212,6 +212,46 @@ def test_worker_killed_mid_handler_is_retried_after_its_lease_without_a_duplicat
         assert "lease expired" in row.last_error, rows()
         assert engine.created() == [f"gb-{instance.pk}"]  # adopted, never made twice
         assert len(engine.calls("create")) == 2
+
+
+def test_claims_a_killed_cluster_had_not_begun_go_to_the_next_cluster_at_once(
+    postgres, tmp_path, template, owner, engine
+):
+    """gobrave's broker: a claim pushed to a cluster that dies before a worker begins it
+    is still an unstarted claim, and the next pusher of its queue takes it at once, long
+    before its lease could run out. Only the handler that had begun waits for its lease."""
+    (engine.root / "block-start").write_text("")
+    with app_with(
+        tmp_path, queue_create_workers=1, outbox_prefetch=2, outbox_delivery_timeout=120
+    ) as app:
+        app.dispatcher()
+        cluster = app.cluster("create")
+        instances = [
+            container_create_by_template(template=template, owner=owner, actor="t")
+            for _ in range(3)
+        ]
+        # The one worker is stuck starting the first; the other two are claimed and
+        # pushed into the cluster's memory, unstarted.
+        wait_for(lambda: engine.call_records("start"), timeout=30, message="start call")
+        waiting = OutboxEvent.objects.filter(status="processing", started_at__isnull=True)
+        wait_for(lambda: waiting.count() == 2, timeout=30, message="2 unstarted claims")
+        for pid in [*_descendants(cluster.pid), cluster.pid]:
+            os.kill(pid, signal.SIGKILL)
+        cluster.wait()
+        (engine.root / "block-start").unlink()
+        app.cluster("create", name="create-cluster-2")
+        later = ContainerInstance.objects.filter(pk__in=[i.pk for i in instances[1:]])
+        wait_for(
+            lambda: set(later.values_list("status", flat=True)) == {"running"},
+            timeout=60,  # their claim leases run 390 s: only a fresh push explains this
+            message="the two unstarted claims running on the new cluster",
+            describe=rows,
+        )
+        first = OutboxEvent.objects.get(aggregate_id=str(instances[0].pk))
+        assert (first.status, first.attempts) == ("processing", 0), rows()
+        assert set(OutboxEvent.objects.exclude(pk=first.pk).values_list("status", "attempts")) == {
+            ("sent", 0)
+        }, rows()
 
 
 def test_a_backlog_with_one_worker_never_outlives_a_lease(

@@ -97,7 +97,22 @@ def test_a_claim_that_rolls_back_hands_nothing_off(broker):
         Dispatcher(send=broken_send).cycle()
     row.refresh_from_db()
     assert (row.status, row.claim_token) == ("pending", None), row.__dict__
-    assert broker.dequeue() is None
+    # Still due: the pusher claims it itself, under a token of its own.
+    [task] = tasks(broker.dequeue())
+    row.refresh_from_db()
+    assert (row.status, task["args"]) == ("processing", (row.id, str(row.claim_token)))
+
+
+def test_the_pusher_claims_due_rows_itself_within_the_in_flight_limit(broker):
+    rows = [enqueue(f"i{n}") for n in range(3)]
+    found = tasks(broker.dequeue())  # probe has 2 workers, prefetch 0: 2 in flight
+    claimed = list(OutboxEvent.objects.filter(status="processing").order_by("id"))
+    assert [t["args"] for t in found] == [(r.id, str(r.claim_token)) for r in claimed]
+    assert [r.id for r in claimed] == [rows[0].id, rows[1].id], claimed
+    assert broker.dequeue() is None  # no room until one finishes
+    assert relay.execute(*found[0]["args"]) == "sent"
+    [third] = tasks(broker.dequeue())
+    assert third["args"][0] == rows[2].id
 
 
 def test_a_started_claim_is_not_handed_out_but_its_reclaim_is(broker):
@@ -122,27 +137,39 @@ def test_a_started_claim_is_not_handed_out_but_its_reclaim_is(broker):
     assert row.attempts == 1, (row.status, row.attempts, row.last_error)
 
 
-def test_a_claim_whose_lease_ran_out_unstarted_is_not_handed_out(broker):
+def test_a_claim_whose_lease_ran_out_unstarted_is_claimed_again_without_an_attempt(broker):
     row = enqueue()
-    claim_and_hand_off()
+    [(_, token)] = claim_and_hand_off()
     OutboxEvent.objects.filter(id=row.id).update(lease_expires_at=row.created_at)
-    assert broker.dequeue() is None, OutboxEvent.objects.values("status", "lease_expires_at")
+    [task] = tasks(broker.dequeue())
+    row.refresh_from_db()
+    assert task["args"] == (row.id, str(row.claim_token)) and str(row.claim_token) != token
+    assert row.attempts == 0, (row.status, row.attempts, row.last_error)  # it never ran
 
 
-def test_the_pusher_wakes_on_the_claims_commit_long_before_its_safety_net(broker, monkeypatch):
+def test_the_pusher_wakes_on_a_commit_long_before_its_safety_net(broker, monkeypatch):
     monkeypatch.setattr(broker_module, "WAIT", 30)
-    assert broker.dequeue() is None  # connected and listening; nothing claimed yet
+    assert broker.dequeue() is None  # connected and listening; nothing due yet
     got: list = []
-    reader = threading.Thread(target=lambda: got.append(broker.dequeue()))
+    reader = threading.Thread(target=lambda: (got.append(broker.dequeue()), connection.close()))
     reader.start()
     time.sleep(0.3)  # the reader is blocked on LISTEN now
     began = time.monotonic()
-    enqueue()
-    [(event_id, token)] = claim_and_hand_off()
+    row = enqueue()
     reader.join(15)
     assert not reader.is_alive(), "no wake-up within 15 s with a 30 s safety net"
     assert time.monotonic() - began < 10
-    assert tasks(got[0])[0]["args"] == (event_id, token)
+    row.refresh_from_db()
+    assert tasks(got[0])[0]["args"] == (row.id, str(row.claim_token))
+
+
+def test_the_dispatcher_leaves_notify_to_the_pushers_and_polls():
+    assert Dispatcher()._listener() is None
+    other = Dispatcher(send=lambda *args: None)  # any other sender: it LISTENs itself
+    try:
+        assert other._listener() is not None
+    finally:
+        other._close_listener()
 
 
 def test_other_tasks_go_through_ormq_in_the_callers_transaction_and_run_once(broker):

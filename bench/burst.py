@@ -1,0 +1,191 @@
+"""Burst: N creates at once against ``create_queue_max_concurrency``, until all are running.
+
+gobrave as shipped (config.yml, PostgreSQL, its own bench database, gobrave's default
+connection pool, the real Docker Engine): gunicorn serving ``gobrave.wsgi``, one
+dispatcher, the ``create`` and ``control`` clusters and the monitor. N client threads,
+released together by a barrier, each POST one create of a busybox template
+(``gobrave-test-busybox:latest``, pull_policy never, ``sleep 600``); the time runs from
+the release to the last instance's ``running`` transition (from its history, the
+worker's clock). Baseline in the same run: the same N docker SDK create+starts of the
+same image and command, run by K threads (K = ``create_queue_max_concurrency``, 3 as
+shipped), timed from the first to the last start. Rounds alternate which goes first;
+between rounds every container is removed and the tables emptied, outside the timing.
+
+    .venv/bin/python bench/burst.py [--creates 50] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from types import SimpleNamespace
+
+import _common as c
+import docker
+from admission import request, start_server, wait_ready
+from end_to_end import COMMAND, IMAGE, cleanup, fixtures
+
+TARGET_RATIO = 1.15
+
+
+def bare_round(client, bench_id: str, n: int, threads: int, tag: str) -> float:
+    """N create+starts by ``threads`` threads; seconds from the first to the last start."""
+    todo = iter(range(n))
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        while True:
+            with lock:
+                i = next(todo, None)
+            if i is None:
+                return
+            try:
+                container = client.containers.create(
+                    IMAGE,
+                    command=COMMAND,
+                    name=f"{bench_id}-burst-{tag}-{i}",
+                    labels={"io.gobrave.installation": bench_id},
+                    detach=True,
+                )
+                container.start()
+            except BaseException as exc:  # noqa: BLE001 - reported after the join
+                errors.append(exc)
+                return
+
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    t0 = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"bare create+start failed: {errors[0]!r}")
+    return elapsed
+
+
+def gobrave_round(port: int, token: str, n: int, procs, timeout: float) -> dict:
+    from containers.models import ContainerEvent
+
+    barrier = threading.Barrier(n + 1)
+    answers: list[tuple[int, bytes]] = []
+    lock = threading.Lock()
+
+    def post() -> None:
+        barrier.wait()
+        status, (_, body) = request(port, token, "POST", "/api/containers/", {"template": "bench"})
+        with lock:
+            answers.append((status, body))
+
+    clients = [threading.Thread(target=post) for _ in range(n)]
+    for client in clients:
+        client.start()
+    t0 = time.time()
+    barrier.wait()
+    for client in clients:
+        client.join()
+    answered = time.time() - t0
+    refused = [(status, body[:200]) for status, body in answers if status != 202]
+    if refused:
+        raise RuntimeError(f"{len(refused)} creates refused, e.g. {refused[0]}")
+    ids = [json.loads(body)["id"] for _, body in answers]
+    running = ContainerEvent.objects.filter(instance_id__in=ids, to_status="running")
+
+    def all_running() -> bool:
+        procs.check()
+        return running.count() >= n
+
+    c.wait_until(all_running, timeout=timeout, interval=0.02, what=f"{n} instances running")
+    last = max(running.values_list("created_at", flat=True))
+    return {"total": last.timestamp() - t0, "answered": answered}
+
+
+def reset(bench_id: str) -> None:
+    """Remove every bench container and empty the tables (outside the timing)."""
+    from django.db import connection
+
+    cleanup(bench_id)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "TRUNCATE containers_containerinstance, outbox_outboxevent, django_q_ormq CASCADE"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--creates", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=120, help="max seconds per round")
+    parser.add_argument("--keep-db", action="store_true")
+    args = parser.parse_args()
+    bench_id = f"gbbench-{os.getpid()}-{int(time.time())}"
+    client = docker.from_env()
+    client.images.get(IMAGE)  # present, never pulled
+
+    c.header("burst: N creates at once -> all running, real Docker Engine")
+    try:
+        with c.bench_database("burst", keep=args.keep_db) as url:
+            c.django_setup(c.app_env(url, settings="gobrave.settings"))
+            from django.conf import settings
+
+            threads = settings.GOBRAVE["container"]["create_queue_max_concurrency"]
+            print(
+                f"   docker {client.version()['Version']}, bench id {bench_id}, "
+                f"{args.creates} creates, create_queue_max_concurrency {threads} "
+                f"(bare: {threads} threads), {args.rounds} rounds"
+            )
+            token = fixtures()
+            env = c.app_env(
+                url, settings="gobrave.settings", pool=None, container_installation_id=bench_id
+            )
+            bare, ours = [], []
+            with c.processes("burst") as procs:
+                port = start_server(
+                    procs,
+                    "web",
+                    "gobrave.wsgi:application",
+                    env,
+                    SimpleNamespace(workers=2, threads=4),
+                )
+                procs.dispatcher(env)
+                procs.cluster("create", env)
+                procs.cluster("control", env)
+                procs.manage("monitor", "run_monitor", env=env)
+                wait_ready(procs, port, token)
+                time.sleep(2)  # clusters up
+                gobrave_round(port, token, 3, procs, args.timeout)  # warm-up, not counted
+                reset(bench_id)
+                for r in range(args.rounds):
+                    order = ("bare", "gobrave") if r % 2 == 0 else ("gobrave", "bare")
+                    for which in order:
+                        if which == "bare":
+                            bare.append(bare_round(client, bench_id, args.creates, threads, str(r)))
+                            print(f"   round {r + 1} bare    {bare[-1]:6.2f} s")
+                        else:
+                            result = gobrave_round(port, token, args.creates, procs, args.timeout)
+                            ours.append(result["total"])
+                            print(
+                                f"   round {r + 1} gobrave {result['total']:6.2f} s (all "
+                                f"{args.creates} answered 202 in {result['answered']:.2f} s)"
+                            )
+                        reset(bench_id)
+            b, g = statistics.median(bare), statistics.median(ours)
+            ratio = g / b
+            print(
+                f"   median: gobrave {g:.2f} s, bare {b:.2f} s, ratio {ratio:.2f} "
+                f"(target <= {TARGET_RATIO}: {c.verdict(ratio <= TARGET_RATIO)})"
+            )
+    finally:
+        removed, left = cleanup(bench_id)
+        print(f"   removed {removed} containers labelled {bench_id}; left: {left}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
