@@ -23,7 +23,7 @@ from containers.slots import slot_count
 from outbox.models import OutboxEvent
 from outbox.services import outbox_retry_now
 from tests.factories import TemplateFactory
-from tests.processes import _descendants, running_app, wait_for
+from tests.processes import descendants, running_app, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -235,7 +235,7 @@ def test_claims_a_killed_cluster_had_not_begun_go_to_the_next_cluster_at_once(
         wait_for(lambda: engine.call_records("start"), timeout=30, message="start call")
         waiting = OutboxEvent.objects.filter(status="processing", started_at__isnull=True)
         wait_for(lambda: waiting.count() == 2, timeout=30, message="2 unstarted claims")
-        for pid in [*_descendants(cluster.pid), cluster.pid]:
+        for pid in [*descendants(cluster.pid), cluster.pid]:
             os.kill(pid, signal.SIGKILL)
         cluster.wait()
         (engine.root / "block-start").unlink()
