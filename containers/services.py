@@ -220,7 +220,10 @@ def container_create_by_template(
                 message=f"create requested from template {template.name} on {runtime.name}",
             )
             outbox_enqueue(
-                kind=RequestKind.CREATE, aggregate_id=str(instance.id), payload={"by": actor}
+                kind=RequestKind.CREATE,
+                aggregate_id=str(instance.id),
+                payload={"by": actor},
+                fairness_key=str(owner.pk),  # owners are served round-robin (SPEC 8)
             )
             # Last, so the gate is held only for the count and the commit. Every earlier
             # holder has committed when we get it, so the count sees every admitted row.
@@ -265,7 +268,12 @@ def _request(
                 action=action,
             )
         move(instance, target, actor=actor, kind=kind, message=f"{action} requested")
-        outbox_enqueue(kind=kind, aggregate_id=str(instance.id), payload={"by": actor})
+        outbox_enqueue(
+            kind=kind,
+            aggregate_id=str(instance.id),
+            payload={"by": actor},
+            fairness_key=str(instance.owner_id),
+        )
         return RequestResult(instance=instance, queued=True)
 
 

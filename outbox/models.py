@@ -30,6 +30,13 @@ class OutboxEvent(models.Model):
     kind = models.CharField(max_length=64, db_index=True)
     queue = models.CharField(max_length=32, help_text="The worker cluster that runs this kind.")
     aggregate_id = models.CharField(max_length=64, help_text="The entity this request is for.")
+    fairness_key = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        db_default="",  # rows inserted by plain SQL (benchmarks) get it too
+        help_text="Rows are served round-robin across keys (e.g. the requester).",
+    )
     payload = models.JSONField(default=dict, blank=True)
     status = models.CharField(
         max_length=16, choices=OutboxStatus.choices, default=OutboxStatus.PENDING
@@ -69,6 +76,12 @@ class OutboxEvent(models.Model):
                 name="outbox_unfinished_by_aggregate",
                 condition=Q(status__in=["pending", "processing"]),
             ),
+            # Fair share: the distinct keys with pending rows, and each key's oldest row.
+            models.Index(
+                fields=["queue", "fairness_key", "id"],
+                name="outbox_pending_by_key",
+                condition=Q(status="pending"),
+            ),
             # Dead letters (few; counted by the queue stats and /metrics).
             models.Index(fields=["id"], name="outbox_dead", condition=Q(status="dead")),
             # Retention purge.
@@ -77,6 +90,27 @@ class OutboxEvent(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.id} {self.kind} {self.aggregate_id} [{self.status}]"
+
+
+class FairnessMark(models.Model):
+    """When a fairness key of a queue was last served (its ``turn``), for round-robin.
+
+    Written by the claim, inside its transaction: the rows it claims give their keys the
+    next turns, in the order served. A key with no mark has never been served and goes
+    first. One row per key ever served on the queue.
+    """
+
+    queue = models.CharField(max_length=32)
+    key = models.CharField(max_length=64)
+    turn = models.BigIntegerField(default=0)
+    served_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["queue", "key"], name="fairness_unique")]
+        indexes = [models.Index(fields=["queue", "turn"], name="fairness_turn")]
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.key or '-'} turn {self.turn}"
 
 
 class RelayCounter(models.Model):

@@ -12,18 +12,20 @@ transaction open across a handler.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import logging
 import random
 import traceback
 import uuid
 
 from django.db import connection, transaction
-from django.db.models import CharField, Exists, F, OuterRef, Q, Value
+from django.db.models import CharField, Exists, F, Max, OuterRef, Value
 from django.db.models.functions import Cast, Concat, Now
+from django.utils import timezone
 
 from outbox import conf, hooks, registry
 from outbox.heartbeat import Heartbeat
-from outbox.models import UNFINISHED, OutboxEvent, OutboxStatus
+from outbox.models import UNFINISHED, FairnessMark, OutboxEvent, OutboxStatus
 from outbox.registry import Defer, Outcome, PermanentFailure, RetryLater
 from outbox.services import (
     counter_add,
@@ -41,18 +43,110 @@ def backoff(attempts: int) -> float:
     return base * (1 + random.uniform(0, 0.5))
 
 
-def _due(queue: str):
+def _unblocked(rows):
+    """``rows`` without those that have an older unfinished row of the same aggregate."""
     older_unfinished = OutboxEvent.objects.filter(
         aggregate_id=OuterRef("aggregate_id"), id__lt=OuterRef("id"), status__in=UNFINISHED
     )
-    return (
-        OutboxEvent.objects.filter(queue=queue)
-        .filter(
-            Q(status=OutboxStatus.PENDING, available_at__lte=Now())
-            | Q(status=OutboxStatus.PROCESSING, lease_expires_at__lt=Now())
-        )
-        .filter(~Exists(older_unfinished))
-        .order_by("id")
+    return rows.filter(~Exists(older_unfinished))
+
+
+def _expired(queue: str):
+    """``processing`` rows whose lease ran out (their worker died), oldest first."""
+    rows = OutboxEvent.objects.filter(
+        queue=queue, status=OutboxStatus.PROCESSING, lease_expires_at__lt=Now()
+    )
+    return _unblocked(rows).order_by("id")
+
+
+def _pending_due(queue: str):
+    return OutboxEvent.objects.filter(
+        queue=queue, status=OutboxStatus.PENDING, available_at__lte=Now()
+    )
+
+
+# The distinct fairness keys of a queue's due pending rows, one index probe per key (a
+# loose index scan on outbox_pending_by_key), however many rows each key has.
+_DUE_KEYS_SQL = """
+WITH RECURSIVE due(key) AS (
+    (SELECT fairness_key FROM outbox_outboxevent
+      WHERE queue = %(queue)s AND status = 'pending' AND available_at <= STATEMENT_TIMESTAMP()
+      ORDER BY fairness_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.fairness_key FROM outbox_outboxevent e
+             WHERE e.queue = %(queue)s AND e.status = 'pending'
+               AND e.available_at <= STATEMENT_TIMESTAMP() AND e.fairness_key > due.key
+             ORDER BY e.fairness_key LIMIT 1)
+      FROM due WHERE due.key IS NOT NULL
+)
+SELECT key FROM due WHERE key IS NOT NULL
+"""
+
+
+def _due_keys(queue: str) -> list[str]:
+    if conf.is_postgres(connection):
+        with connection.cursor() as cursor:
+            cursor.execute(_DUE_KEYS_SQL, {"queue": queue})
+            return [row[0] for row in cursor.fetchall()]
+    rows = _pending_due(queue).order_by("fairness_key").values_list("fairness_key", flat=True)
+    return list(rows.distinct())
+
+
+def _fair_pending(queue: str, room: int) -> list[tuple[int, str, object, str]]:
+    """Up to ``room`` due pending rows, round-robin over their fairness keys (SPEC 8).
+
+    1. List the keys that have due pending rows; order them by their last turn (a key
+       never served first, then the one served least recently; ties by key).
+    2. Take each key's oldest unblocked rows (``FOR UPDATE SKIP LOCKED``), a fair share
+       of the room each, in that key order; while room is left, take more from the keys
+       that had more.
+    3. Interleave them (every key's first row, then every key's second...), cut at room.
+    """
+    keys = _due_keys(queue)
+    if not keys:
+        return []
+    turns = dict(FairnessMark.objects.filter(queue=queue, key__in=keys).values_list("key", "turn"))
+    keys.sort(key=lambda key: (turns.get(key, 0), key))
+    picked: dict[str, list[tuple]] = {key: [] for key in keys}
+    found, active = 0, keys
+    while found < room and active:
+        share = -(-(room - found) // len(active))
+        more = []
+        for key in active:
+            if found >= room:
+                break
+            rows = _pending_due(queue).filter(fairness_key=key)
+            if picked[key]:
+                rows = rows.filter(id__gt=picked[key][-1][0])
+            got = list(
+                _unblocked(rows)
+                .order_by("id")
+                .select_for_update(skip_locked=True, of=("self",))
+                .values_list("id", "status", "started_at", "fairness_key")[:share]
+            )
+            picked[key] += got
+            found += len(got)
+            if len(got) == share:
+                more.append(key)
+        active = more
+    deepest = max(len(rows) for rows in picked.values())
+    rounds = (rows[i] for i in range(deepest) for rows in picked.values() if i < len(rows))
+    return list(itertools.islice(rounds, room))
+
+
+def _mark_served(queue: str, keys: list[str]) -> None:
+    """Give the keys just served the next turns, in the order they were served."""
+    last = FairnessMark.objects.filter(queue=queue).aggregate(turn=Max("turn"))["turn"] or 0
+    turns = {key: last + index for index, key in enumerate(keys, start=1)}
+    now = timezone.now()
+    FairnessMark.objects.bulk_create(
+        [
+            FairnessMark(queue=queue, key=key, turn=turn, served_at=now)
+            for key, turn in turns.items()
+        ],
+        update_conflicts=True,
+        unique_fields=["queue", "key"],
+        update_fields=["turn", "served_at"],
     )
 
 
@@ -63,8 +157,10 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
        SQLite) so that the in-flight counts below are exact.
     2. Room = the queue's in-flight limit minus its live ``processing`` rows, and no more
        than ``max_in_flight`` minus the live rows of every queue.
-    3. Select due rows (pending and due, or processing with an expired lease) that have
-       no older unfinished row of the same aggregate, ``FOR UPDATE SKIP LOCKED``.
+    3. Select due rows that have no older unfinished row of the same aggregate,
+       ``FOR UPDATE SKIP LOCKED``: first ``processing`` rows whose lease expired (oldest
+       first), then due ``pending`` rows round-robin by fairness key (``_fair_pending``),
+       whose keys get the next turns (``FairnessMark``), in this transaction.
     4. Mark them ``processing`` under a fresh token and a lease. A row reclaimed after
        it had started (its worker died) counts an attempt; one reclaimed before any
        worker began it (handed to a cluster that took no tasks) counts a reclaim, with
@@ -86,17 +182,20 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
         if room <= 0:
             return []
         rows = list(
-            _due(queue)
+            _expired(queue)
             .select_for_update(skip_locked=True, of=("self",))
-            .values_list("id", "status", "started_at")[:room]
+            .values_list("id", "status", "started_at", "fairness_key")[:room]
         )
+        if len(rows) < room:
+            fair = _fair_pending(queue, room - len(rows))
+            if fair:
+                _mark_served(queue, [row[3] for row in fair])
+            rows += fair
         if not rows:
             return []
         token = uuid.uuid4()
-        crashed = [row_id for row_id, status, started in rows if status == "processing" and started]
-        unstarted = [
-            row_id for row_id, status, started in rows if status == "processing" and not started
-        ]
+        crashed = [row[0] for row in rows if row[1] == "processing" and row[2]]
+        unstarted = [row[0] for row in rows if row[1] == "processing" and not row[2]]
         OutboxEvent.objects.filter(id__in=[row[0] for row in rows]).update(
             status=OutboxStatus.PROCESSING,
             claim_token=token,

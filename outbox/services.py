@@ -43,11 +43,14 @@ def outbox_notify_if_due() -> None:
             )
 
 
-def outbox_enqueue(*, kind: str, aggregate_id: str, payload: dict) -> OutboxEvent:
+def outbox_enqueue(
+    *, kind: str, aggregate_id: str, payload: dict, fairness_key: str = ""
+) -> OutboxEvent:
     """Write one request row. Must run inside the caller's transaction.
 
     The caller holds the aggregate's row lock, so rows of one aggregate commit in id
-    order (the relay's per-aggregate ordering relies on it).
+    order (the relay's per-aggregate ordering relies on it). Rows with different
+    ``fairness_key`` values are served round-robin by key (``relay.claim``).
     """
     if not connection.in_atomic_block:
         raise RuntimeError("outbox_enqueue() must run inside transaction.atomic()")
@@ -58,6 +61,7 @@ def outbox_enqueue(*, kind: str, aggregate_id: str, payload: dict) -> OutboxEven
         kind=kind,
         queue=route.queue,
         aggregate_id=str(aggregate_id),
+        fairness_key=fairness_key[:64],
         payload=payload,
         available_at=Now(),  # the database's clock, as every due time (see relay)
     )
