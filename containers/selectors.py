@@ -25,7 +25,8 @@ from containers.models import (
 )
 from containers.slots import slot_count
 from containers.states import Status
-from outbox.models import OutboxEvent, OutboxStatus, RelayCounter
+from outbox.models import OutboxStatus, RelayCounter
+from outbox.selectors import outbox_counts
 from outbox.services import counters_since
 
 
@@ -260,9 +261,7 @@ def queue_stats() -> dict[str, object]:
         .values_list("created_at", flat=True)
         .first()
     )
-    outbox = count_by_status(
-        OutboxEvent.objects.filter(status__in=[OutboxStatus.DEAD, OutboxStatus.PROCESSING])
-    )
+    outbox = outbox_counts([OutboxStatus.DEAD, OutboxStatus.PROCESSING])
     counters = counters_since(now - dt.timedelta(seconds=RELAY_WINDOW_SECONDS))
     return {
         "pending_count": counts.get(Status.PENDING, 0),

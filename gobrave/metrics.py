@@ -28,12 +28,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from containers.models import ContainerInstance
 from containers.selectors import RELAY_STATS, count_by_status, queue_stats
 from containers.states import Status
-from outbox.models import OutboxEvent, OutboxStatus, RelayCounter
+from outbox.models import RelayCounter
+from outbox.selectors import INDEXED_STATUSES, outbox_counts
 
 RELAY_COUNTERS = RELAY_STATS
 REQUEST_COUNTERS = ("create_accepted", "create_refused", "instance_failed")
-# Each has a partial index, so counting them never scans the sent rows.
-COUNTED_OUTBOX = (OutboxStatus.PENDING, OutboxStatus.PROCESSING, OutboxStatus.DEAD)
+COUNTED_OUTBOX = INDEXED_STATUSES
 
 
 class DatabaseCollector:
@@ -50,7 +50,7 @@ class DatabaseCollector:
             instances.add_metric([state.value], by_status.get(state, 0))
         yield instances
 
-        rows = count_by_status(OutboxEvent.objects.filter(status__in=COUNTED_OUTBOX))
+        rows = outbox_counts(COUNTED_OUTBOX)
         outbox = GaugeMetricFamily(
             "gobrave_outbox_rows",
             "Outbox rows by status (sent rows are not counted).",
