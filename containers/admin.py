@@ -17,10 +17,14 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import admin, messages
 from django.http import HttpResponseRedirect, StreamingHttpResponse
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.text import Truncator
+from django.utils.timesince import timesince
 
 from containers import admin_views, selectors
 from containers.actors import user_actor
@@ -40,7 +44,7 @@ from containers.services import (
     container_stop,
 )
 from containers.spec import clean_template_fields
-from containers.states import Status
+from containers.states import NOTHING_TO_DO, OFFERED, Status
 from core.admin_helpers import GREY, ActionsOnlyAdminMixin, ReadOnlyAdminMixin, badge
 from core.errors import DomainError
 from outbox import admin as outbox_admin
@@ -73,6 +77,46 @@ TEMPLATE_JSON_FIELDS = (
 
 def status_badge(status: str, *, title: str = ""):
     return badge(status, STATUS_COLOURS.get(status, GREY), title=title)
+
+
+def instance_status_cell(instance: ContainerInstance):
+    """The status badge with why it is so: the exit code and the reason, cut to fit."""
+    why = []
+    if instance.exit_code is not None and instance.status in (Status.STOPPED, Status.FAILED):
+        why.append(f"exit {instance.exit_code}")
+    if instance.status_reason:
+        why.append(instance.status_reason)
+    if instance.runtime_missing:
+        why.append("missing on the engine")
+    text = ": ".join(why)
+    return format_html(
+        '<span class="gb-status" data-id="{}">{}{}</span>',
+        instance.id,
+        status_badge(instance.status, title=instance.status_reason),
+        format_html(' <span class="gb-why" title="{}">{}</span>', text, Truncator(text).chars(60))
+        if text
+        else "",
+    )
+
+
+def time_ago(moment):
+    """ "2 minutes ago", the exact time (to the second, UTC) on hover."""
+    if moment is None:
+        return "-"
+    exact = date_format(timezone.localtime(moment), "DATETIME_FORMAT")
+    return format_html(
+        '<time datetime="{}" title="{}">{} ago</time>',
+        moment.isoformat(),
+        exact,
+        timesince(moment, depth=1),
+    )
+
+
+def _listed(items: list[str], limit: int = 10) -> str:
+    shown = ", ".join(items[:limit])
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    count = f"{len(items)} instance{'s' if len(items) != 1 else ''}"
+    return f"{count}: {shown}{more}"
 
 
 def actor_of(request) -> str:
@@ -114,26 +158,31 @@ class ContainerInstanceAdmin(ActionsOnlyAdminMixin, admin.ModelAdmin):
     add_form = InstanceCreateForm
     list_display = (
         "name",
+        "short_id",
         "status_display",
+        "changed",
+        "image",
         "template",
         "runtime",
         "owner",
-        "runtime_node_name",
-        "created_at",
-        "status_changed_at",
     )
     list_filter = ("status", "template", "runtime", "owner")
     list_select_related = ("template", "runtime", "owner")
     search_fields = ("name", "id")
     ordering = ("-created_at",)
     actions = ("start_instances", "stop_instances", "delete_instances")
-    readonly_fields = ("status_display", "history_link")
+    readonly_fields = (
+        "status_display",
+        "history_link",
+        "container_display",
+        "missing_display",
+    )
     fieldsets = (
         (None, {"fields": ("name", "id", "status_display", "status_reason", "history_link")}),
         ("Placement", {"fields": ("template", "runtime", "owner", "runtime_node_name")}),
         (
             "Container",
-            {"fields": ("container_id", "runtime_missing", "exit_code", "spec")},
+            {"fields": ("container_display", "missing_display", "exit_code", "spec")},
         ),
         (
             "Times",
@@ -146,11 +195,52 @@ class ContainerInstanceAdmin(ActionsOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="status", ordering="status")
     def status_display(self, obj: ContainerInstance):
-        return status_badge(obj.status, title=obj.status_reason)
+        return instance_status_cell(obj)
+
+    @admin.display(description="id")
+    def short_id(self, obj: ContainerInstance):
+        return format_html(
+            '<code title="{}">{}</code>', obj.id, str(obj.id)[: selectors.SHORT_ID_LENGTH]
+        )
+
+    @admin.display(description="changed", ordering="status_changed_at")
+    def changed(self, obj: ContainerInstance):
+        return time_ago(obj.status_changed_at)
+
+    @admin.display(description="image", ordering="template__image")
+    def image(self, obj: ContainerInstance):
+        return format_html('<span class="gb-cut" title="{0}">{0}</span>', obj.template.image)
 
     @admin.display(description="history")
     def history_link(self, obj: ContainerInstance):
         return format_html('<a href="{}">full event history</a>', history_url(obj.id))
+
+    @admin.display(description="container")
+    def container_display(self, obj: ContainerInstance):
+        if obj.container_id:
+            return format_html(
+                '<code title="{}">{}</code> ({})',
+                obj.container_id,
+                obj.container_id[:12],
+                obj.container_name,
+            )
+        if obj.status == Status.PENDING:
+            return format_html("not created yet; it will be <code>{}</code>", obj.container_name)
+        # The id is recorded once the create's start returns; the name is fixed beforehand.
+        return format_html(
+            "<code>{}</code> (the engine's id is recorded once it has started)",
+            obj.container_name,
+        )
+
+    @admin.display(description="on the engine")
+    def missing_display(self, obj: ContainerInstance):
+        if obj.runtime_missing:
+            return badge(
+                "missing", STATUS_COLOURS[Status.FAILED], title="the engine no longer has it"
+            )
+        if not obj.container_id:
+            return "-"
+        return "present when last seen"
 
     # -- add: through container_create_by_template --------------------------------------------
 
@@ -215,31 +305,52 @@ class ContainerInstanceAdmin(ActionsOnlyAdminMixin, admin.ModelAdmin):
                 logs=logs,
                 logs_problem=logs_problem,
                 can_operate=self.has_change_permission(request),
+                offered={verb: instance.status in OFFERED[verb] for verb in OFFERED},
                 changelist_url=reverse("admin:containers_containerinstance_changelist"),
             )
         return super().change_view(request, object_id, form_url, extra_context)
 
-    # -- actions: one service call per row, one line per row ----------------------------------
+    def history_view(self, request, object_id, extra_context=None):
+        """Django's change history is empty here (changes go through services): the
+        instance's event history is the real one."""
+        return HttpResponseRedirect(history_url(object_id))
 
-    def _request_each(self, request, queryset, *, service: Callable, verb: str):
-        for instance_id, name in queryset.values_list("id", "name"):
-            try:
-                result = service(instance_id=instance_id, actor=actor_of(request))
-            except DomainError as exc:
-                self.message_user(request, f"“{name}”: refused: {exc.message}", messages.WARNING)
-                continue
-            if result.queued:
-                self.message_user(request, f"“{name}”: {verb} requested", messages.SUCCESS)
-            else:
-                self.message_user(
-                    request,
-                    f"“{name}”: {verb} already under way ({result.instance.status})",
-                    messages.INFO,
-                )
+    # -- actions: a service call per row, one summary per outcome ------------------------------
+
+    def _back(self, request):
         back = request.POST.get("_next", "")
         if back and url_has_allowed_host_and_scheme(back, {request.get_host()}):
             return HttpResponseRedirect(back)
         return None
+
+    def _request_each(self, request, queryset, *, service: Callable, verb: str):
+        """Ask ``service`` for every selected row that is not already where ``verb`` leads,
+        then report three lines at most: requested, nothing to do, refused (with reasons)."""
+        done, nothing, refused = [], [], []
+        rows = queryset.order_by("name", "id").values_list("id", "name", "status")
+        for instance_id, name, status in rows:
+            if status in NOTHING_TO_DO[verb]:
+                nothing.append(f"{name} ({status})")
+                continue
+            try:
+                result = service(instance_id=instance_id, actor=actor_of(request))
+            except DomainError as exc:
+                refused.append(f"{name}: {exc.message}")
+                continue
+            (done if result.queued else nothing).append(
+                name if result.queued else f"{name} ({result.instance.status})"
+            )
+        if done:
+            self.message_user(
+                request, f"{verb.capitalize()} requested for {_listed(done)}.", messages.SUCCESS
+            )
+        if nothing:
+            self.message_user(request, f"Nothing to {verb} for {_listed(nothing)}.", messages.INFO)
+        if refused:
+            self.message_user(
+                request, f"{verb.capitalize()} refused for {_listed(refused)}.", messages.WARNING
+            )
+        return self._back(request)
 
     @admin.action(description="Start selected instances", permissions=["change"])
     def start_instances(self, request, queryset):
@@ -254,7 +365,29 @@ class ContainerInstanceAdmin(ActionsOnlyAdminMixin, admin.ModelAdmin):
         permissions=["change"],
     )
     def delete_instances(self, request, queryset):
+        """First a page that lists what will be removed; the delete runs on its "yes"."""
+        if request.POST.get("confirm") != "yes":
+            return self._confirm_delete(request, queryset)
         return self._request_each(request, queryset, service=container_delete, verb="delete")
+
+    def _confirm_delete(self, request, queryset):
+        rows = list(queryset.select_related("runtime", "template", "owner").order_by("name"))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Delete instances?",
+            "opts": self.model._meta,
+            "rows": rows,
+            "deletable": [row for row in rows if row.status in OFFERED["delete"]],
+            "already": [row for row in rows if row.status in NOTHING_TO_DO["delete"]],
+            "others": [
+                row for row in rows if row.status not in OFFERED["delete"] | NOTHING_TO_DO["delete"]
+            ],
+            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "next": request.POST.get("_next", ""),
+        }
+        return TemplateResponse(
+            request, "admin/containers/containerinstance/delete_confirmation.html", context
+        )
 
     # -- the queue dashboard lives under this admin's URLs ------------------------------------
 

@@ -320,8 +320,17 @@ def instance_logs_for_console(*, instance: ContainerInstance, tail: int = 100) -
     if problem:
         return "", f"logs unavailable from runtime {runtime.name}: {problem}"
     if not logs:
-        return "", "the engine has no output for this container (it may not exist any more)"
+        return "", _no_output(instance)
     return logs, ""
+
+
+def _no_output(instance: ContainerInstance) -> str:
+    """What is true when the engine gives no log lines for the instance's container."""
+    if instance.runtime_missing:
+        return "the engine no longer has this container, nor its output"
+    if instance.status in ("running", "paused", "stop_pending", "stopping"):
+        return "no output yet: the container has written nothing to stdout or stderr"
+    return "the container wrote nothing to stdout or stderr"
 
 
 def runtime_health(*, runtime) -> tuple[bool, str]:

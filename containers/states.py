@@ -60,3 +60,20 @@ def sources_of(target: str) -> list[str]:
 
 def can_move(source: str, target: str) -> bool:
     return target in TRANSITIONS.get(source, frozenset())
+
+
+# --- what the operator console offers (presentation of SPEC 2, not a second contract) ----
+# A request is offered where it changes something. Where its goal is reached or already
+# under way there is nothing to do (SPEC 2 also accepts a start of a running instance,
+# which only cycles its states, so the console does not offer it). Anywhere else the
+# service refuses it, with the reason.
+OFFERED: dict[str, frozenset[str]] = {
+    "start": frozenset({S.PAUSED, S.STOPPED}),
+    "stop": frozenset({S.RUNNING, S.PAUSED}),
+    "delete": frozenset(sources_of(S.DELETE_PENDING)),
+}
+NOTHING_TO_DO: dict[str, frozenset[str]] = {
+    "start": frozenset({S.RUNNING, S.START_PENDING, S.STARTING}),
+    "stop": frozenset({S.STOP_PENDING, S.STOPPING, S.STOPPED, S.FAILED}),
+    "delete": frozenset({S.DELETE_PENDING, S.DELETING}),
+}

@@ -147,6 +147,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# gobrave/formats/en: every page shows times to the second (2026-12-01 12:03:04).
+FORMAT_MODULE_PATH = ["gobrave.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"

@@ -51,7 +51,7 @@ def total(page, series: str) -> str:
 
 
 def shown_status(page) -> str:
-    return page.locator(".field-status_display .readonly").inner_text().strip()
+    return page.locator(".field-status_display .gb-badge").inner_text().strip()
 
 
 def reload_until(page, predicate, *, timeout: float, message: str) -> None:
@@ -106,8 +106,11 @@ def test_dashboard_and_changelist_in_the_browser(
     page.select_option("select[name=action]", "stop_instances")
     page.click("button[name=index]")
     page.wait_for_selector(".messagelist")
-    assert "“web-run”: stop requested" in page.locator(".messagelist").text_content()
+    assert "Stop requested for 1 instance: web-run." in page.locator(".messagelist").text_content()
     assert "stop_pending" in page.locator("#result_list tr", has_text="web-run").inner_text()
+    # The list fits the operator's 1366 px screen: no sideways scrolling.
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 1366, f"the changelist is {width} px wide"
     page.shots("changelist-after-stop")
 
     page.locator("#changelist-filter a", has_text="failed").first.click()
@@ -215,6 +218,7 @@ def _run_the_flow(page, live_server, admin_login, root, template, created) -> No
     reload_until(page, lambda p: shown_status(p) == "running", timeout=120, message="running")
     assert page.locator("#gb-events").inner_text().count("running") >= 1
     assert page.locator("#gb-logs").is_visible()
+    assert page.locator("#gb-stop").is_visible() and not page.locator("#gb-start").count()
     page.shots("running")
 
     # 4. The dashboard followed: one more accepted, nothing pending or active.
@@ -229,14 +233,19 @@ def _run_the_flow(page, live_server, admin_login, root, template, created) -> No
     page.goto(f"{base}/containers/containerinstance/{instance_id}/change/")
     page.click("#gb-stop")
     page.wait_for_selector(".messagelist")
-    assert "stop requested" in page.locator(".messagelist").text_content()
+    assert "Stop requested" in page.locator(".messagelist").text_content()
     reload_until(page, lambda p: shown_status(p) == "stopped", timeout=60, message="stopped")
     page.shots("stopped")
 
-    # 6. Delete it: the row goes, its history stays.
+    # 6. Delete it, after a page that says what will be removed: the row goes, its history stays.
+    assert page.locator("#gb-start").is_visible() and not page.locator("#gb-stop").count()
     page.click("#gb-delete")
+    page.wait_for_selector("#gb-delete-list")
+    assert f"gb-{instance_id}" in page.locator("#gb-delete-list").inner_text()
+    page.shots("delete-confirmation")
+    page.click("#gb-confirm-delete")
     page.wait_for_selector(".messagelist")
-    assert "delete requested" in page.locator(".messagelist").text_content()
+    assert "Delete requested" in page.locator(".messagelist").text_content()
     page.shots("delete-requested")
     wait_for(
         lambda: close_old_connections() or not ContainerInstance.objects.filter(id=instance_id),

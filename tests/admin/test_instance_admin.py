@@ -18,8 +18,11 @@ pytestmark = pytest.mark.django_db
 CHANGELIST = "admin:containers_containerinstance_changelist"
 
 
-def _messages(response) -> list[str]:
-    return [str(m) for m in get_messages(response.wsgi_request)]
+def _messages(response, *, with_level: bool = False) -> list:
+    found = list(get_messages(response.wsgi_request))
+    if with_level:
+        return [(m.level_tag, str(m)) for m in found]
+    return [str(m) for m in found]
 
 
 def _act(client, action: str, *instances, **extra):
@@ -75,37 +78,75 @@ def test_add_with_no_matching_runtime_names_the_constraint(as_user, operator, ow
 # --- actions --------------------------------------------------------------------------------
 
 
-def test_stop_reports_done_under_way_and_refused_per_row(as_user, operator):
+def test_stop_summarises_done_nothing_to_do_and_refused(as_user, operator):
     running = InstanceFactory(name="a-running", status=Status.RUNNING)
+    also = InstanceFactory(name="a2-running", status=Status.RUNNING)
     stopping = InstanceFactory(name="b-stopping", status=Status.STOPPING)
+    stopped = InstanceFactory(name="b2-stopped", status=Status.STOPPED)
     starting = InstanceFactory(name="c-starting", status=Status.STARTING)
-    response = _act(as_user(operator), "stop_instances", running, stopping, starting)
+    response = _act(as_user(operator), "stop_instances", running, also, stopping, stopped, starting)
     assert response.status_code == 302
-    messages = _messages(response)
-    assert "“a-running”: stop requested" in messages
-    assert "“b-stopping”: stop already under way (stopping)" in messages
-    assert any(m.startswith("“c-starting”: refused: cannot stop c-starting") for m in messages)
+    messages = _messages(response, with_level=True)
+    assert len(messages) == 3, messages
+    done, nothing, refused = sorted(
+        messages, key=lambda m: ["success", "info", "warning"].index(m[0])
+    )
+    assert done == ("success", "Stop requested for 2 instances: a-running, a2-running.")
+    assert nothing == (
+        "info",
+        "Nothing to stop for 2 instances: b-stopping (stopping), b2-stopped (stopped).",
+    )
+    assert refused == (
+        "warning",
+        "Stop refused for 1 instance: c-starting: cannot stop c-starting: it is starting.",
+    )
     running.refresh_from_db()
     assert running.status == Status.STOP_PENDING
-    assert OutboxEvent.objects.get().kind == "ContainerStopRequest"
-    assert ContainerEvent.objects.get(to_status=Status.STOP_PENDING).actor == "user:operator"
+    assert set(OutboxEvent.objects.values_list("kind", flat=True)) == {"ContainerStopRequest"}
+    assert OutboxEvent.objects.count() == 2
+    actors = set(
+        ContainerEvent.objects.filter(to_status=Status.STOP_PENDING).values_list("actor", flat=True)
+    )
+    assert actors == {"user:operator"}
 
 
 def test_start_action_requests_a_start(as_user, operator):
     stopped = InstanceFactory(name="s", status=Status.STOPPED)
     response = _act(as_user(operator), "start_instances", stopped)
-    assert "“s”: start requested" in _messages(response)
+    assert _messages(response) == ["Start requested for 1 instance: s."]
     stopped.refresh_from_db()
     assert stopped.status == Status.START_PENDING
 
 
-def test_delete_action_requests_a_delete_and_keeps_the_row(as_user, operator):
-    failed = InstanceFactory(name="f", status=Status.FAILED)
+def test_start_is_not_asked_of_a_running_instance(as_user, operator):
+    running = InstanceFactory(name="r", status=Status.RUNNING)
+    response = _act(as_user(operator), "start_instances", running)
+    assert _messages(response) == ["Nothing to start for 1 instance: r (running)."]
+    running.refresh_from_db()
+    assert running.status == Status.RUNNING
+    assert not OutboxEvent.objects.exists()
+
+
+def test_delete_action_first_asks_listing_what_will_be_removed(as_user, operator):
+    failed = InstanceFactory(name="f", status=Status.FAILED, container_id="c0ffee" * 10)
     deleting = InstanceFactory(name="d", status=Status.DELETING)
-    response = _act(as_user(operator), "delete_instances", failed, deleting)
+    starting = InstanceFactory(name="s", status=Status.STARTING)
+    client = as_user(operator)
+    page = _act(client, "delete_instances", failed, deleting, starting)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Delete 1 instance?" in html and "removed from its engine" in html
+    assert "c0ffeec0ffee" in html and f"gb-{failed.id}" in html
+    assert "Already being deleted (nothing to do): d." in html
+    assert "Cannot be deleted while starting: s (starting)." in html
+    failed.refresh_from_db()
+    assert failed.status == Status.FAILED and not OutboxEvent.objects.exists()
+
+    response = _act(client, "delete_instances", failed, deleting, starting, confirm="yes")
     messages = _messages(response)
-    assert "“f”: delete requested" in messages
-    assert "“d”: delete already under way (deleting)" in messages
+    assert "Delete requested for 1 instance: f." in messages
+    assert "Nothing to delete for 1 instance: d (deleting)." in messages
+    assert any(m.startswith("Delete refused for 1 instance: s: cannot delete s") for m in messages)
     failed.refresh_from_db()
     assert failed.status == Status.DELETE_PENDING
 

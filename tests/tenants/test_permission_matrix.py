@@ -212,8 +212,9 @@ def test_admin_action_cell(callers, objects, changelist, action, kind, expected,
     for role in ROLES:
         with transaction.atomic():
             pk, did_change = _target(kind, callers, objects)
+            # confirm: the delete action's "yes" (it asks first); the others ignore it.
             response = callers[role].web.post(
-                url, {"action": action, "_selected_action": [str(pk)]}
+                url, {"action": action, "_selected_action": [str(pk)], "confirm": "yes"}
             )
             got[role], moved[role] = response.status_code, int(did_change())
             transaction.set_rollback(True)
