@@ -148,10 +148,11 @@ def reset_tables() -> None:
     from django.db import connection
 
     from containers.models import ContainerEvent, ContainerInstance
-    from outbox.models import OutboxEvent, RelayCounter
+    from core.models import Counter
+    from outbox.models import OutboxEvent
 
     tables = [m._meta.db_table for m in (ContainerEvent, ContainerInstance, OutboxEvent)]
-    tables.append(RelayCounter._meta.db_table)
+    tables.append(Counter._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(tables)}")
         cursor.execute("VACUUM ANALYZE")  # the same starting point for every phase

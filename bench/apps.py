@@ -17,7 +17,7 @@ NOOP_KIND = "BenchNoop"
 
 
 def noop_handler(event):
-    from outbox.registry import Outcome
+    from outbox.outcomes import Outcome
 
     return Outcome.SENT
 

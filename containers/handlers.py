@@ -34,7 +34,8 @@ from containers.states import Status, can_move
 from containers.sync import state_apply
 from outbox import registry
 from outbox.models import OutboxEvent
-from outbox.registry import Defer, Outcome, PermanentFailure, RetryLater
+from outbox.outcomes import Outcome
+from outbox.registry import Defer, PermanentFailure, RetryLater
 
 log = logging.getLogger(__name__)
 

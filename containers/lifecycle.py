@@ -14,12 +14,14 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
+from containers.counters import RequestStat
 from containers.errors import InvalidTransition
 from containers.models import ContainerEvent, ContainerInstance, Gate
 from containers.queues import Queue
 from containers.slots import slot_count
 from containers.states import ACTIVE_SLOTS, Status, can_move
-from outbox.services import counter_bump, outbox_release_deferred
+from core.counters import counter_bump
+from outbox.services import outbox_release_deferred
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +99,7 @@ def move(
     if source in ACTIVE_SLOTS and target not in ACTIVE_SLOTS:
         outbox_release_deferred(queue=Queue.CREATE)
     if target == Status.FAILED:
-        transaction.on_commit(lambda: counter_bump("instance_failed"))
+        transaction.on_commit(lambda: counter_bump(RequestStat.INSTANCE_FAILED))
     return instance
 
 

@@ -14,6 +14,7 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from containers import access
+from containers.counters import RequestStat
 from containers.engines import engine_for
 from containers.errors import NotFound
 from containers.models import (
@@ -25,9 +26,10 @@ from containers.models import (
 )
 from containers.slots import slot_count
 from containers.states import Status
-from outbox.models import OutboxStatus, RelayCounter
+from core.counters import counter_rows, counters_since
+from outbox.counters import RelayStat
+from outbox.models import OutboxStatus
 from outbox.selectors import outbox_counts
-from outbox.services import counters_since
 
 
 def instance_list(*, statuses: Iterable[str] = (), user=None) -> QuerySet[ContainerInstance]:
@@ -199,16 +201,6 @@ def instance_logs(*, instance: ContainerInstance, tail: int = 100) -> str:
     )
 
 
-RELAY_STATS = (
-    "claimed",
-    "sent",
-    "superseded",
-    "deferred",
-    "retried",
-    "dead",
-    "reclaimed_unstarted",
-    "cluster_restarted",
-)
 RELAY_WINDOW_SECONDS = 3600
 
 
@@ -274,7 +266,7 @@ def queue_stats() -> dict[str, object]:
         ),
         "relay": {
             "window_seconds": RELAY_WINDOW_SECONDS,
-            **{name: counters.get(name, 0) for name in RELAY_STATS},
+            **{name: counters.get(name, 0) for name in RelayStat},
             "in_flight": outbox.get(OutboxStatus.PROCESSING, 0),
         },
     }
@@ -283,7 +275,7 @@ def queue_stats() -> dict[str, object]:
 # --- Operator console reads (appended for the admin; numbers shared with the API above) ---
 
 ENGINE_CALL_SECONDS = 5.0
-DASHBOARD_SERIES = ("create_accepted", "create_refused", "instance_failed")
+DASHBOARD_SERIES = tuple(RequestStat)
 DASHBOARD_BUCKET_MINUTES = 5
 _engine_calls = None
 
@@ -357,7 +349,7 @@ def orphan_list(*, include_removed: bool = False) -> QuerySet:
 def request_series(*, now=None, minutes: int = 60, bucket: int = DASHBOARD_BUCKET_MINUTES):
     """Accepted, refused and failed requests per ``bucket`` minutes over the last ``minutes``.
 
-    Read from the per-minute ``RelayCounter`` rows (``create_accepted``,
+    Read from the per-minute ``core.Counter`` rows (``create_accepted``,
     ``create_refused``, ``instance_failed``). Returns the buckets oldest first, each
     ``{"start": datetime, <name>: count...}``, and the totals over the whole window.
     """
@@ -370,9 +362,7 @@ def request_series(*, now=None, minutes: int = 60, bucket: int = DASHBOARD_BUCKE
         for i in range(count)
     ]
     totals = dict.fromkeys(DASHBOARD_SERIES, 0)
-    rows = RelayCounter.objects.filter(
-        name__in=DASHBOARD_SERIES, minute__gte=start, minute__lt=end
-    ).values_list("minute", "name", "count")
+    rows = counter_rows(names=DASHBOARD_SERIES, start=start, end=end)
     for minute, name, value in rows:
         index = min(count - 1, int((minute - start).total_seconds() // (bucket * 60)))
         buckets[index][name] += value

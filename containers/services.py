@@ -21,6 +21,7 @@ from django.db import transaction
 from django.db.models import Count, Q
 
 from containers import access
+from containers.counters import RequestStat
 from containers.errors import (
     InvalidSpec,
     InvalidTransition,
@@ -36,7 +37,8 @@ from containers.models import ContainerInstance, ContainerTemplate, Runtime
 from containers.queues import RequestKind
 from containers.spec import clean_constraints, resolve_spec
 from containers.states import IN_FLIGHT, Status, sources_of
-from outbox.services import counter_bump, outbox_enqueue
+from core.counters import counter_bump
+from outbox.services import outbox_enqueue
 from tenants.selectors import OwnerQuotas, owner_quotas
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -238,9 +240,9 @@ def container_create_by_template(
                     limit=limit,
                 )
     except (QueueFull, OwnerQuotaExceeded):
-        counter_bump("create_refused")
+        counter_bump(RequestStat.CREATE_REFUSED)
         raise
-    counter_bump("create_accepted")
+    counter_bump(RequestStat.CREATE_ACCEPTED)
     return instance
 
 

@@ -10,7 +10,7 @@ Nothing is kept in process memory: every scrape builds a fresh ``CollectorRegist
 whose collector reads the database (instance counts by status, outbox rows by status,
 the queue numbers of ``containers.selectors.queue_stats`` and the relay counters summed
 over all time), so every web process answers the same. Counters are totals of the
-per-minute ``RelayCounter`` rows; Prometheus treats a drop (old rows purged) as a reset.
+per-minute ``core.Counter`` rows; Prometheus treats a drop (old rows purged) as a reset.
 """
 
 from __future__ import annotations
@@ -19,20 +19,19 @@ import hmac
 import ipaddress
 
 from django.conf import settings
-from django.db.models import Sum
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from containers.counters import RequestStat
 from containers.models import ContainerInstance
-from containers.selectors import RELAY_STATS, count_by_status, queue_stats
+from containers.selectors import count_by_status, queue_stats
 from containers.states import Status
-from outbox.models import RelayCounter
+from core.counters import counter_totals
+from outbox.counters import RelayStat
 from outbox.selectors import INDEXED_STATUSES, outbox_counts
 
-RELAY_COUNTERS = RELAY_STATS
-REQUEST_COUNTERS = ("create_accepted", "create_refused", "instance_failed")
 COUNTED_OUTBOX = INDEXED_STATUSES
 
 
@@ -81,22 +80,17 @@ class DatabaseCollector:
             value=stats["relay"]["in_flight"],
         )
 
-        totals = dict(
-            RelayCounter.objects.order_by()
-            .values_list("name")
-            .annotate(total=Sum("count"))
-            .values_list("name", "total")
-        )
+        totals = counter_totals([*RelayStat, *RequestStat])
         relay = CounterMetricFamily(
             "gobrave_relay_events", "Relay outcomes since the counters began.", labels=["event"]
         )
-        for name in RELAY_COUNTERS:
+        for name in RelayStat:
             relay.add_metric([name], totals.get(name) or 0)
         yield relay
         requests = CounterMetricFamily(
             "gobrave_requests", "Create admissions and instance failures.", labels=["event"]
         )
-        for name in REQUEST_COUNTERS:
+        for name in RequestStat:
             requests.add_metric([name], totals.get(name) or 0)
         yield requests
 

@@ -19,6 +19,6 @@ class OutboxConfig(AppConfig):
 
 
 def _buffer_counters(sender, **kwargs) -> None:
-    from outbox import services
+    from core import counters
 
-    services.counters_buffer_start()
+    counters.counters_buffer_start()

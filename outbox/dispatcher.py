@@ -29,7 +29,8 @@ from collections.abc import Callable
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 
-from outbox import conf, listen, registry, relay, services
+from core import counters
+from outbox import conf, listen, registry, relay
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ class Dispatcher:
 
     def run(self) -> None:
         log.info("dispatcher %s started (queues: %s)", os.getpid(), registry.queues())
-        services.counters_buffer_start()
+        counters.counters_buffer_start()
         while not self.stopping.is_set():
             try:
                 self.cycle()

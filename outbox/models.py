@@ -111,24 +111,3 @@ class FairnessMark(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}/{self.key or '-'} turn {self.turn}"
-
-
-class RelayCounter(models.Model):
-    """Per-minute relay statistics (claimed, sent, superseded, deferred, retried, dead).
-
-    Rows are bumped with ``F()`` updates so that every dispatcher and worker process adds
-    to the same numbers; the dashboard, the API and ``/metrics`` read them.
-    """
-
-    minute = models.DateTimeField()
-    name = models.CharField(max_length=32)
-    count = models.PositiveBigIntegerField(default=0)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["minute", "name"], name="relay_counter_unique")
-        ]
-        indexes = [models.Index(fields=["name", "minute"])]
-
-    def __str__(self) -> str:
-        return f"{self.minute:%H:%M} {self.name}={self.count}"

@@ -9,18 +9,14 @@ other exception (retriable, counted, with its traceback kept).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from outbox.outcomes import Outcome
+
 if TYPE_CHECKING:
     from outbox.models import OutboxEvent
-
-
-class Outcome(enum.StrEnum):
-    SENT = "sent"
-    SUPERSEDED = "superseded"
 
 
 class Defer(Exception):  # noqa: N818 - a signal, not an error

@@ -23,16 +23,14 @@ from django.db.models import CharField, Exists, F, Max, OuterRef, Value
 from django.db.models.functions import Cast, Concat, Now
 from django.utils import timezone
 
+from core.counters import counter_add
 from outbox import conf, hooks, registry
+from outbox.counters import RelayStat
 from outbox.heartbeat import Heartbeat
 from outbox.models import UNFINISHED, FairnessMark, OutboxEvent, OutboxStatus
-from outbox.registry import Defer, Outcome, PermanentFailure, RetryLater
-from outbox.services import (
-    counter_add,
-    outbox_notify,
-    outbox_notify_if_due,
-    outbox_release_deferred,
-)
+from outbox.outcomes import HANDLER_OUTCOMES, Outcome
+from outbox.registry import Defer, PermanentFailure, RetryLater
+from outbox.services import outbox_notify, outbox_notify_if_due, outbox_release_deferred
 
 log = logging.getLogger(__name__)
 
@@ -206,8 +204,8 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
             _count_crashes(crashed)
         if unstarted:
             _count_unstarted(unstarted)
-    counter_add("claimed", len(rows))
-    counter_add("reclaimed_unstarted", len(unstarted))
+    counter_add(RelayStat.CLAIMED, len(rows))
+    counter_add(RelayStat.RECLAIMED_UNSTARTED, len(unstarted))
     return [(row[0], token) for row in rows]
 
 
@@ -300,7 +298,7 @@ def _finish(event_id: int, token: uuid.UUID, **fields) -> bool:
     return finished
 
 
-def execute(event_id: int, token: uuid.UUID | str) -> str:
+def execute(event_id: int, token: uuid.UUID | str) -> Outcome:
     """Run the handler for one claimed row and record its outcome. Never raises.
 
     While the handler runs and its outcome is written, a heartbeat keeps the claim
@@ -312,12 +310,12 @@ def execute(event_id: int, token: uuid.UUID | str) -> str:
     event = begin(event_id, token)
     if event is None:
         log.info("outbox #%s: duplicate or expired delivery of claim %s ignored", event_id, token)
-        return "duplicate"
+        return Outcome.DUPLICATE
     with Heartbeat(event_id, token):
         return _run(event, token)
 
 
-def _run(event: OutboxEvent, token: uuid.UUID) -> str:
+def _run(event: OutboxEvent, token: uuid.UUID) -> Outcome:
     route = registry.route(event.kind)
     try:
         if route is None:
@@ -327,7 +325,7 @@ def _run(event: OutboxEvent, token: uuid.UUID) -> str:
         outcome = route.handler(event)
     except Defer as exc:
         log.debug("outbox #%s deferred: %s", event.id, exc)
-        return _record(event, token, "deferred")
+        return _record(event, token, Outcome.DEFERRED)
     except PermanentFailure as exc:
         return _dead(event, token, route, str(exc))
     except Exception as exc:  # noqa: BLE001 - any handler error is a retriable failure
@@ -335,32 +333,34 @@ def _run(event: OutboxEvent, token: uuid.UUID) -> str:
         hooks.emit("error", event=event, error=detail)
         retry_after = exc.retry_after if isinstance(exc, RetryLater) else 0.0
         return _retry(event, token, route, detail, retry_after)
-    return _record(event, token, str(outcome))
+    if outcome not in HANDLER_OUTCOMES:
+        return _dead(event, token, route, f"handler returned {outcome!r}, not sent or superseded")
+    return _record(event, token, Outcome(outcome))
 
 
-def _record(event: OutboxEvent, token: uuid.UUID, outcome: str) -> str:
-    if outcome == "deferred":
+def _record(event: OutboxEvent, token: uuid.UUID, outcome: Outcome) -> Outcome:
+    if outcome == Outcome.DEFERRED:
         fields = dict(
             status=OutboxStatus.PENDING,
             available_at=Now() + dt.timedelta(seconds=conf.value("poll_interval")),
             claim_token=None,
             lease_expires_at=None,
             started_at=None,
-            outcome="deferred",
+            outcome=Outcome.DEFERRED,
         )
     else:
         fields = dict(
             status=OutboxStatus.SENT, sent_at=Now(), outcome=outcome, lease_expires_at=None
         )
     if not _finish(event.id, token, **fields):
-        return "stale"
-    counter_add(outcome)
+        return Outcome.STALE
+    counter_add(RelayStat(outcome))
     if outcome == Outcome.SUPERSEDED:
         log.info("outbox #%s %s for %s superseded", event.id, event.kind, event.aggregate_id)
     return outcome
 
 
-def _retry(event, token, route, detail: str, retry_after: float) -> str:
+def _retry(event, token, route, detail: str, retry_after: float) -> Outcome:
     attempts = event.attempts + 1
     if attempts >= conf.value("max_attempts"):
         return _dead(event, token, route, detail, attempts=attempts)
@@ -375,18 +375,18 @@ def _retry(event, token, route, detail: str, retry_after: float) -> str:
         claim_token=None,
         lease_expires_at=None,
         started_at=None,
-        outcome="retrying",
+        outcome=Outcome.RETRIED,
     ):
-        return "stale"
+        return Outcome.STALE
     # Waiting for its retry, the row holds no capacity (SPEC 4): what was deferred on
     # its queue may go now.
     outbox_release_deferred(queue=event.queue)
-    counter_add("retried")
+    counter_add(RelayStat.RETRIED)
     hooks.emit("retry", event=event, attempts=attempts, delay=delay, error=detail)
-    return "retried"
+    return Outcome.RETRIED
 
 
-def _dead(event, token, route, reason: str, attempts: int | None = None) -> str:
+def _dead(event, token, route, reason: str, attempts: int | None = None) -> Outcome:
     with transaction.atomic():
         if not _finish(
             event.id,
@@ -395,14 +395,14 @@ def _dead(event, token, route, reason: str, attempts: int | None = None) -> str:
             attempts=attempts if attempts is not None else event.attempts + 1,
             last_error=reason[-8000:],
             lease_expires_at=None,
-            outcome="dead",
+            outcome=Outcome.DEAD,
         ):
-            return "stale"
+            return Outcome.STALE
         if route is not None and route.on_dead is not None:
             route.on_dead(event, _last_line(reason))
-    counter_add("dead")
+    counter_add(RelayStat.DEAD)
     hooks.emit("dead", event=event, error=reason)
-    return "dead"
+    return Outcome.DEAD
 
 
 def _last_line(text: str) -> str:

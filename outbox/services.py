@@ -1,21 +1,16 @@
-"""Writes to the outbox from the caller's side: enqueue, wake, retry now, counters."""
+"""Writes to the outbox from the caller's side: enqueue, wake, retry now."""
 
 from __future__ import annotations
 
-import atexit
-import datetime as dt
 import logging
-import os
-import threading
 
-from django.db import IntegrityError, close_old_connections, connection, transaction
-from django.db.models import F
+from django.db import connection, transaction
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from outbox import conf, registry
 from outbox.errors import NotRetriable, OutboxRowNotFound
-from outbox.models import OutboxEvent, OutboxStatus, RelayCounter
+from outbox.models import OutboxEvent, OutboxStatus
+from outbox.outcomes import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -98,95 +93,8 @@ def outbox_release_deferred(*, queue: str) -> int:
     count = OutboxEvent.objects.filter(
         status=OutboxStatus.PENDING,
         queue=queue,
-        outcome="deferred",
+        outcome=Outcome.DEFERRED,
         available_at__gt=Now(),
     ).update(available_at=Now())
     outbox_notify()
     return count
-
-
-def counter_bump(name: str, by: int = 1) -> None:
-    """Add to this minute's counter ``name``. Runs in its own short transaction if none."""
-    if by <= 0:
-        return
-    minute = timezone.now().replace(second=0, microsecond=0)
-    for _ in range(3):
-        if RelayCounter.objects.filter(minute=minute, name=name).update(count=F("count") + by):
-            return
-        try:
-            with transaction.atomic():
-                RelayCounter.objects.create(minute=minute, name=name, count=by)
-            return
-        except IntegrityError:
-            continue
-    log.warning("counter %s not bumped after 3 tries", name)
-
-
-# --- counters buffered per process (the relay's hot path) ------------------------------------
-
-FLUSH_EVERY = 1.0  # seconds
-_buffer: dict[str, int] = {}
-_buffer_lock = threading.Lock()
-_buffering_pid: int | None = None
-
-
-def counter_add(name: str, by: int = 1) -> None:
-    """Add to counter ``name``: buffered where ``counters_buffer_start()`` ran in this
-    process (written at most ``FLUSH_EVERY`` late, and at a clean exit), else at once."""
-    if by <= 0:
-        return
-    if _buffering_pid != os.getpid():
-        counter_bump(name, by)
-        return
-    with _buffer_lock:
-        _buffer[name] = _buffer.get(name, 0) + by
-
-
-def counters_flush() -> None:
-    """Write what this process buffered (one UPDATE per counter name, not per event)."""
-    with _buffer_lock:
-        pending = dict(_buffer)
-        _buffer.clear()
-    for name, by in pending.items():
-        try:
-            counter_bump(name, by)
-        except Exception:  # noqa: BLE001 - statistics never stop the relay
-            log.exception("counter %s: %s lost", name, by)
-
-
-def counters_buffer_start() -> None:
-    """Buffer this process's relay counters from now on (dispatcher, django-q2 workers).
-
-    A thread of its own writes them every ``FLUSH_EVERY``; a clean exit (``atexit``, and
-    multiprocessing's exit of a recycled or stopped django-q2 worker) writes the rest.
-    Counts of a process killed by a signal in its last second are lost: they are
-    statistics, never state.
-    """
-    global _buffering_pid
-    pid = os.getpid()
-    if _buffering_pid == pid:
-        return
-    with _buffer_lock:
-        _buffer.clear()  # a forked child starts empty: its parent writes its own counts
-    _buffering_pid = pid
-    threading.Thread(target=_flush_loop, args=(pid,), name="counters", daemon=True).start()
-    atexit.register(counters_flush)
-    from multiprocessing import util
-
-    util.Finalize(None, counters_flush, exitpriority=10)
-
-
-def _flush_loop(pid: int) -> None:
-    stop = threading.Event()
-    while os.getpid() == pid and not stop.wait(FLUSH_EVERY):
-        if _buffer:
-            close_old_connections()
-            counters_flush()
-            close_old_connections()  # a pooled connection goes back at once
-
-
-def counters_since(since: dt.datetime) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for name, count in RelayCounter.objects.filter(minute__gte=since).values_list("name", "count"):
-        totals[name] = totals.get(name, 0) + count
-    return totals

@@ -38,8 +38,9 @@ from pathlib import Path
 from django.conf import settings
 from django.db import close_old_connections
 
+from core.counters import counter_bump
 from outbox import relay, selectors
-from outbox.services import counter_bump
+from outbox.counters import RelayStat
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ class Supervisor:
         released = relay.claims_release_unstarted(self.queue)
         if released:
             log.warning("cluster %s: %s claims it never began are due again", self.queue, released)
-        counter_bump("cluster_restarted")
+        counter_bump(RelayStat.CLUSTER_RESTARTED)
         self.restarts += 1
         self.start()
 

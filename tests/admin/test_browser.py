@@ -21,7 +21,7 @@ from django.utils import timezone
 from containers.models import ContainerEvent, ContainerInstance, Runtime
 from containers.services import container_create_by_template
 from containers.states import Status
-from outbox.models import RelayCounter
+from core.models import Counter
 from tests.admin.conftest import make_user, unavailable
 from tests.factories import InstanceFactory, TemplateFactory
 from tests.processes import running_app, wait_for
@@ -77,7 +77,7 @@ def test_dashboard_and_changelist_in_the_browser(
     InstanceFactory(
         name="web-failed", status=Status.FAILED, template=template, runtime=fake_runtime
     )
-    RelayCounter.objects.create(
+    Counter.objects.create(
         minute=timezone.now().replace(second=0, microsecond=0), name="create_accepted", count=4
     )
     admin_login(page, root)

@@ -11,8 +11,9 @@ from django.utils import timezone
 from containers import selectors
 from containers.models import ContainerEvent, OrphanContainer
 from containers.states import Status
-from outbox.models import OutboxEvent, OutboxStatus, RelayCounter
-from outbox.services import counter_bump
+from core.counters import counter_bump
+from core.models import Counter
+from outbox.models import OutboxEvent, OutboxStatus
 from tests.factories import InstanceFactory, RuntimeFactory
 
 pytestmark = pytest.mark.django_db
@@ -54,12 +55,12 @@ def test_dashboard_shows_the_queue_against_its_limits(as_user, viewer, gobrave_c
 
 
 def test_last_hour_counts_accepted_refused_and_failed(as_user, viewer):
-    RelayCounter.objects.create(minute=_minute(2), name="create_accepted", count=5)
-    RelayCounter.objects.create(minute=_minute(30), name="create_accepted", count=3)
-    RelayCounter.objects.create(minute=_minute(10), name="create_refused", count=2)
-    RelayCounter.objects.create(minute=_minute(0), name="instance_failed", count=1)
-    RelayCounter.objects.create(minute=_minute(90), name="create_accepted", count=100)  # too old
-    RelayCounter.objects.create(minute=_minute(1), name="sent", count=9)  # not charted
+    Counter.objects.create(minute=_minute(2), name="create_accepted", count=5)
+    Counter.objects.create(minute=_minute(30), name="create_accepted", count=3)
+    Counter.objects.create(minute=_minute(10), name="create_refused", count=2)
+    Counter.objects.create(minute=_minute(0), name="instance_failed", count=1)
+    Counter.objects.create(minute=_minute(90), name="create_accepted", count=100)  # too old
+    Counter.objects.create(minute=_minute(1), name="sent", count=9)  # not charted
     response = as_user(viewer).get(reverse(URL))
     series = response.context["stats"]["series"]
     assert series["totals"] == {"create_accepted": 8, "create_refused": 2, "instance_failed": 1}

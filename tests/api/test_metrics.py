@@ -15,7 +15,8 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from outbox.models import OutboxEvent, RelayCounter
+from core.models import Counter
+from outbox.models import OutboxEvent
 
 pytestmark = pytest.mark.django_db
 
@@ -38,9 +39,9 @@ def _seed(make_instance):
         )  # fmt: skip
     minute = timezone.now().replace(second=0, microsecond=0)
     # Counters as several dispatcher and worker processes leave them: one row per minute.
-    RelayCounter.objects.create(minute=minute, name="sent", count=3)
-    RelayCounter.objects.create(minute=minute - dt.timedelta(days=1), name="sent", count=4)
-    RelayCounter.objects.create(minute=minute, name="create_refused", count=2)
+    Counter.objects.create(minute=minute, name="sent", count=3)
+    Counter.objects.create(minute=minute - dt.timedelta(days=1), name="sent", count=4)
+    Counter.objects.create(minute=minute, name="create_refused", count=2)
 
 
 def test_metrics_in_prometheus_text_format(anon, make_instance, gobrave_config):

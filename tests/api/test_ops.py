@@ -7,7 +7,8 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from outbox.models import OutboxEvent, RelayCounter
+from core.models import Counter
+from outbox.models import OutboxEvent
 from tests.api.helpers import assert_error
 
 pytestmark = pytest.mark.django_db
@@ -107,10 +108,10 @@ def test_queue_reports_counts_limits_and_relay_stats(alice, make_instance, gobra
     _row("dead")
     _row("processing")
     minute = timezone.now().replace(second=0, microsecond=0)
-    RelayCounter.objects.create(minute=minute, name="sent", count=5)
-    RelayCounter.objects.create(minute=minute - dt.timedelta(minutes=5), name="sent", count=2)
-    RelayCounter.objects.create(minute=minute - dt.timedelta(hours=3), name="sent", count=100)
-    RelayCounter.objects.create(minute=minute, name="retried", count=1)
+    Counter.objects.create(minute=minute, name="sent", count=5)
+    Counter.objects.create(minute=minute - dt.timedelta(minutes=5), name="sent", count=2)
+    Counter.objects.create(minute=minute - dt.timedelta(hours=3), name="sent", count=100)
+    Counter.objects.create(minute=minute, name="retried", count=1)
     type(oldest).objects.filter(pk=oldest.pk).update(
         created_at=timezone.now() - dt.timedelta(seconds=90)
     )

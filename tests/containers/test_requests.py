@@ -12,7 +12,8 @@ from containers.services import (
     container_start,
     container_stop,
 )
-from outbox.models import OutboxEvent, RelayCounter
+from core.models import Counter
+from outbox.models import OutboxEvent
 from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory
 
 pytestmark = pytest.mark.django_db
@@ -115,8 +116,8 @@ def test_create_refused_at_max_pending_leaves_no_row(template, owner, gobrave_co
     assert ContainerInstance.objects.count() == 2
     assert OutboxEvent.objects.count() == 2
     assert ContainerEvent.objects.count() == 2
-    assert RelayCounter.objects.get(name="create_refused").count == 1
-    assert RelayCounter.objects.get(name="create_accepted").count == 2
+    assert Counter.objects.get(name="create_refused").count == 1
+    assert Counter.objects.get(name="create_accepted").count == 2
 
 
 def test_only_pending_instances_count_against_max_pending(template, owner, gobrave_config):

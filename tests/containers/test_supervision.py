@@ -19,7 +19,8 @@ import pytest
 from containers.engines import engine_for
 from containers.models import ContainerInstance
 from containers.services import container_create_by_template
-from outbox.models import OutboxEvent, RelayCounter
+from core.models import Counter
+from outbox.models import OutboxEvent
 from tests.factories import TemplateFactory
 from tests.processes import descendants, running_app, wait_for
 
@@ -66,7 +67,7 @@ def running(instance) -> bool:
 
 
 def counter(name: str) -> int:
-    return sum(RelayCounter.objects.filter(name=name).values_list("count", flat=True))
+    return sum(Counter.objects.filter(name=name).values_list("count", flat=True))
 
 
 def supervised(app):

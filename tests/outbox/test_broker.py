@@ -19,7 +19,7 @@ from outbox import registry, relay
 from outbox.broker import OutboxBroker, handoff
 from outbox.dispatcher import Dispatcher, default_sender
 from outbox.models import OutboxEvent
-from outbox.registry import Outcome
+from outbox.outcomes import Outcome
 from outbox.services import outbox_enqueue
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]

@@ -16,7 +16,7 @@ from outbox import hooks, registry, relay
 from outbox.broker import OutboxBroker
 from outbox.dispatcher import Dispatcher
 from outbox.models import OutboxEvent
-from outbox.registry import Outcome
+from outbox.outcomes import Outcome
 from outbox.services import outbox_enqueue
 
 KIND = "TestDispatch"

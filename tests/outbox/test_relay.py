@@ -10,11 +10,13 @@ from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from core.counters import counters_since
 from outbox import conf, registry, relay, selectors
 from outbox.errors import NotRetriable
 from outbox.models import OutboxEvent
-from outbox.registry import Defer, Outcome, PermanentFailure, RetryLater
-from outbox.services import counters_since, outbox_enqueue, outbox_retry_now
+from outbox.outcomes import Outcome
+from outbox.registry import Defer, PermanentFailure, RetryLater
+from outbox.services import outbox_enqueue, outbox_retry_now
 
 pytestmark = pytest.mark.django_db
 KIND = "TestProbe"
