@@ -28,8 +28,9 @@ from django.utils.timesince import timesince
 
 from containers import admin_views, selectors
 from containers.actors import user_actor
-from containers.engines import fake_driver_allowed
+from containers.engines import calls, fake_driver_allowed
 from containers.errors import InvalidSpec
+from containers.health import runtime_health_check
 from containers.models import (
     ContainerEvent,
     ContainerInstance,
@@ -298,7 +299,7 @@ class ContainerInstanceAdmin(ActionsOnlyAdminMixin, admin.ModelAdmin):
         extra_context = extra_context or {}
         instance = self.get_object(request, object_id)
         if instance is not None:
-            logs, logs_problem = selectors.instance_logs_for_console(instance=instance)
+            logs, logs_problem = calls.container_logs_for_console(instance=instance)
             extra_context.update(
                 events=list(selectors.instance_events(instance=instance)[:50]),
                 history_url=history_url(instance.id),
@@ -510,18 +511,35 @@ class RuntimeAdmin(admin.ModelAdmin):
         "last_seen_at",
         "labels",
     )
-    list_filter = ("driver", "enabled")
+    list_filter = ("driver", "enabled", "health")
     search_fields = ("name", "base_url", "node_name")
-    readonly_fields = ("answers", "node_name", "last_seen_at", "last_error", "created_at")
+    readonly_fields = (
+        "answers",
+        "health_checked_at",
+        "health_since",
+        "node_name",
+        "last_seen_at",
+        "last_error",
+        "created_at",
+    )
 
-    @admin.display(description="engine answers")
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        """The runtime's own page checks its engine now (bounded), then shows the record."""
+        runtime = self.get_object(request, object_id)
+        if runtime is not None and request.method == "GET":
+            runtime_health_check(runtime=runtime)
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    @admin.display(description="engine answers", ordering="health")
     def answers(self, obj: Runtime):
-        if obj.pk is None:
-            return "-"
-        ok, problem = selectors.runtime_health(runtime=obj)
-        if ok:
-            return badge("answers", "#198754")
-        return badge("no answer", "#dc3545", title=problem)
+        """The cached health record (``containers.health``): never an engine call."""
+        if obj.pk is None or obj.health == Runtime.Health.UNKNOWN:
+            return badge("not checked yet", GREY)
+        since = f" since {obj.health_since:%Y-%m-%d %H:%M:%S}" if obj.health_since else ""
+        checked = f"checked {obj.health_checked_at:%H:%M:%S}" if obj.health_checked_at else ""
+        if obj.health == Runtime.Health.REACHABLE:
+            return badge("answers", "#198754", title=f"{checked}{since}")
+        return badge("no answer", "#dc3545", title=f"{obj.last_error} ({checked}{since})")
 
 
 # --- history, orphans ------------------------------------------------------------------------

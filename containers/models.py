@@ -23,12 +23,19 @@ class Runtime(models.Model):
 
     ``labels`` are matched against a template's scheduling constraints; only
     ``enabled`` runtimes receive new instances. The local engine's row is created by a
-    migration.
+    migration. The object that talks to the engine is got with
+    ``containers.engines.engine_for(runtime)``; the ``health*`` fields cache what the
+    last check found (written only by ``containers.health.runtime_health_record``).
     """
 
     class Driver(models.TextChoices):
         DOCKER = "docker"
         FAKE = "fake", "fake (tests)"
+
+    class Health(models.TextChoices):
+        UNKNOWN = "unknown"  # never checked
+        REACHABLE = "reachable"
+        UNREACHABLE = "unreachable"
 
     name = models.SlugField(max_length=64, unique=True)
     driver = models.CharField(max_length=16, choices=Driver.choices, default=Driver.DOCKER)
@@ -36,8 +43,17 @@ class Runtime(models.Model):
     labels = models.JSONField(default=dict, blank=True)
     enabled = models.BooleanField(default=True)
     node_name = models.CharField(max_length=255, blank=True)
-    last_seen_at = models.DateTimeField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
+    # The engine's health as last checked (``containers.health``): pages show these and
+    # never ask the engine themselves.
+    health = models.CharField(max_length=16, choices=Health.choices, default=Health.UNKNOWN)
+    health_checked_at = models.DateTimeField(null=True, blank=True)
+    health_since = models.DateTimeField(
+        null=True, blank=True, help_text="When the engine entered its current health."
+    )
+    last_seen_at = models.DateTimeField(
+        null=True, blank=True, help_text="The last time the engine answered."
+    )
+    last_error = models.TextField(blank=True, help_text="Why the last check failed.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

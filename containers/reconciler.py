@@ -29,6 +29,7 @@ from django.utils import timezone
 from containers.actors import RECONCILER
 from containers.engines import engine_for
 from containers.engines.base import ContainerState, Engine, EngineError
+from containers.health import runtime_health_record
 from containers.installation import installation_id
 from containers.lifecycle import move
 from containers.models import ContainerEvent, ContainerInstance, OrphanContainer, Runtime
@@ -195,9 +196,10 @@ def reconcile(
 ) -> ReconcileReport:
     """One full pass over ``runtimes`` (default: all). Must run outside a transaction.
 
-    1. Per runtime: ``instance_sync`` each watched instance (and failed ones without a
-       node name); store the runtime's ``last_seen_at``/``node_name``, or its
-       ``last_error`` when the engine does not answer (the pass goes on).
+    1. Per runtime: ping its engine, ``instance_sync`` each watched instance (and failed
+       ones without a node name), and store the engine's health record on the row
+       (``containers.health``); an engine that does not answer is recorded
+       ``unreachable`` with the reason and the pass goes on.
     2. Fail instances that held a create/start slot past ``start_timeout`` (neither
        leased nor waiting for a retry: ``instance_fail_stuck``); this works with the
        engine down too.
@@ -222,6 +224,8 @@ def reconcile(
             continue
         engine = engine_for(runtime)
         try:
+            if not engine.ping():
+                raise EngineError("the engine did not answer a ping")
             for instance_id in ids:
                 outcome = instance_sync(
                     instance_id=instance_id,
@@ -232,16 +236,16 @@ def reconcile(
                 report.checked += outcome != Sync.SKIPPED
                 report.changed += outcome == Sync.CHANGED
                 report.busy += outcome == Sync.BUSY
-            Runtime.objects.filter(pk=runtime.pk).update(
-                last_seen_at=timezone.now(),
-                last_error="",
+            runtime_health_record(
+                runtime_id=runtime.pk,
+                reachable=True,
                 node_name=runtime.node_name or engine.node_name(),
             )
         except EngineError as exc:
             message = f"runtime {runtime.name} ({runtime.base_url}) unreachable: {exc}"
             report.errors.append(message)
             unreachable.add(runtime.pk)
-            Runtime.objects.filter(pk=runtime.pk).update(last_error=str(exc)[:2000])
+            runtime_health_record(runtime_id=runtime.pk, reachable=False, error=str(exc))
             log.warning("reconcile: %s", message)
     active = ContainerInstance.objects.filter(
         runtime__in=rows, status__in=ACTIVE_SLOTS

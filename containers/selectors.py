@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import datetime as dt
 import re
 import uuid
@@ -15,7 +14,6 @@ from django.utils import timezone
 
 from containers import access
 from containers.counters import RequestStat
-from containers.engines import engine_for
 from containers.errors import NotFound
 from containers.models import (
     ContainerEvent,
@@ -190,17 +188,6 @@ def instance_events(*, instance: ContainerInstance) -> QuerySet:
     return ContainerEvent.objects.filter(instance_id=instance.id).order_by("-created_at", "-id")
 
 
-def instance_logs(*, instance: ContainerInstance, tail: int = 100) -> str:
-    """The last ``tail`` lines of the container's output, from its engine.
-
-    Raises the runtime's errors (``EngineError``, or the engine client's) unchanged;
-    '' when the container does not exist (yet, or any more).
-    """
-    return engine_for(instance.runtime).logs(
-        instance.container_id or instance.container_name, tail=tail
-    )
-
-
 RELAY_WINDOW_SECONDS = 3600
 
 
@@ -274,63 +261,8 @@ def queue_stats() -> dict[str, object]:
 
 # --- Operator console reads (appended for the admin; numbers shared with the API above) ---
 
-ENGINE_CALL_SECONDS = 5.0
 DASHBOARD_SERIES = tuple(RequestStat)
 DASHBOARD_BUCKET_MINUTES = 5
-_engine_calls = None
-
-
-def _bounded_engine_call(call, *, seconds: float = ENGINE_CALL_SECONDS):
-    """Run ``call()`` on a helper thread; ``(value, "")`` or ``(None, reason)``, never raises.
-
-    An engine that hangs must not hang an operator's page: after ``seconds`` the caller
-    gets a reason and the call finishes (or times out) on its own thread.
-    """
-    global _engine_calls
-    if _engine_calls is None:
-        _engine_calls = concurrent.futures.ThreadPoolExecutor(
-            max_workers=4, thread_name_prefix="console-engine"
-        )
-    future = _engine_calls.submit(call)
-    try:
-        return future.result(timeout=seconds), ""
-    except concurrent.futures.TimeoutError:
-        return None, f"the engine did not answer within {seconds:g} s"
-    except Exception as exc:  # noqa: BLE001 - any engine error is shown, not raised
-        return None, f"{type(exc).__name__}: {exc}"
-
-
-def instance_logs_for_console(*, instance: ContainerInstance, tail: int = 100) -> tuple[str, str]:
-    """``(logs, problem)`` for the admin page: ``problem`` says why there are no logs.
-
-    Never raises and never waits on the engine longer than ``ENGINE_CALL_SECONDS``.
-    """
-    if not instance.container_id and instance.status in ("pending", "creating"):
-        return "", "no container yet: the create request has not reached the engine"
-    runtime = instance.runtime  # read here: the helper thread must not touch the database
-    logs, problem = _bounded_engine_call(lambda: instance_logs(instance=instance, tail=tail))
-    if problem:
-        return "", f"logs unavailable from runtime {runtime.name}: {problem}"
-    if not logs:
-        return "", _no_output(instance)
-    return logs, ""
-
-
-def _no_output(instance: ContainerInstance) -> str:
-    """What is true when the engine gives no log lines for the instance's container."""
-    if instance.runtime_missing:
-        return "the engine no longer has this container, nor its output"
-    if instance.status in ("running", "paused", "stop_pending", "stopping"):
-        return "no output yet: the container has written nothing to stdout or stderr"
-    return "the container wrote nothing to stdout or stderr"
-
-
-def runtime_health(*, runtime) -> tuple[bool, str]:
-    """``(answers, problem)`` for one ``Runtime`` row, asked now with a bounded wait."""
-    answered, problem = _bounded_engine_call(lambda: engine_for(runtime).ping())
-    if problem:
-        return False, problem
-    return bool(answered), "" if answered else "ping failed"
 
 
 def failure_list(*, limit: int = 10) -> QuerySet:

@@ -24,6 +24,7 @@ from rest_framework.views import APIView
 from containers import access, selectors, template_services
 from containers.actors import user_actor
 from containers.api import serializers as s
+from containers.engines import calls
 from containers.engines.base import EngineError
 from containers.errors import EngineUnavailable, NotFound, TemplateUnavailable
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
@@ -196,7 +197,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
         instance = self._instance(pk)
         tail = query.validated_data["tail"]
         try:
-            text = selectors.instance_logs(instance=instance, tail=tail)
+            text = calls.container_logs(instance=instance, tail=tail)
         except (EngineError, docker.errors.DockerException, OSError) as exc:
             # requests' errors are OSErrors; the engine may be down or unreachable.
             log.warning("logs of instance %s: runtime %s: %s", instance.id, instance.runtime, exc)

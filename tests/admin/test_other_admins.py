@@ -11,6 +11,7 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 from django.utils import timezone
 
+from containers.health import runtime_health_record
 from containers.models import ContainerEvent, ContainerTemplate, OrphanContainer
 from outbox.models import OutboxEvent, OutboxStatus
 from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory
@@ -76,14 +77,62 @@ def test_template_changelist_shows_the_image_status(as_user, operator):
 # --- runtimes -------------------------------------------------------------------------------
 
 
-def test_runtime_changelist_says_which_engines_answer(as_user, operator):
-    RuntimeFactory(name="fine")  # fake: always answers
-    RuntimeFactory(name="dead", driver="docker", base_url="unix:///nonexistent/docker.sock")
+def _engine_calls(monkeypatch) -> list[str]:
+    """Record every engine object asked for (the changelist must ask for none)."""
+    import containers.engines
+    import containers.engines.calls
+
+    asked: list[str] = []
+    real = containers.engines.engine_for
+
+    def spy(runtime):
+        asked.append(runtime.name)
+        return real(runtime)
+
+    monkeypatch.setattr(containers.engines, "engine_for", spy)
+    monkeypatch.setattr(containers.engines.calls, "engine_for", spy)
+    return asked
+
+
+def test_runtime_changelist_shows_the_cached_health_and_asks_no_engine(
+    as_user, operator, monkeypatch
+):
+    fine = RuntimeFactory(name="fine")  # fake: always answers
+    dead = RuntimeFactory(name="dead", driver="docker", base_url="unix:///nonexistent/d.sock")
+    RuntimeFactory(name="new")
+    runtime_health_record(runtime_id=fine.pk, reachable=True)
+    runtime_health_record(runtime_id=dead.pk, reachable=False, error="connection refused")
+    asked = _engine_calls(monkeypatch)
     response = as_user(operator).get(reverse("admin:containers_runtime_changelist"))
     content = response.content.decode()
     assert response.status_code == 200
-    assert content.count(">answers<") >= 1
-    assert ">no answer<" in content
+    assert asked == []
+    assert content.count(">answers<") == 1, content
+    assert ">no answer<" in content and "connection refused" in content
+    assert ">not checked yet<" in content
+
+
+def test_runtime_page_checks_its_engine_and_records_it(as_user, operator, monkeypatch):
+    dead = RuntimeFactory(name="dead", driver="docker", base_url="unix:///nonexistent/d.sock")
+    fine = RuntimeFactory(name="fine")
+    asked = _engine_calls(monkeypatch)
+    client = as_user(operator)
+    for runtime in (dead, fine):
+        page = client.get(reverse("admin:containers_runtime_change", args=[runtime.pk]))
+        assert page.status_code == 200
+    assert asked == ["dead", "fine"]
+    dead.refresh_from_db()
+    fine.refresh_from_db()
+    assert (dead.health, fine.health) == ("unreachable", "reachable"), (
+        dead.last_error,
+        fine.last_error,
+    )
+    assert dead.last_error and dead.health_checked_at and dead.health_since
+    assert fine.last_seen_at and not fine.last_error
+    assert (
+        ">no answer<"
+        in client.get(reverse("admin:containers_runtime_change", args=[dead.pk])).content.decode()
+    )
 
 
 # --- outbox ---------------------------------------------------------------------------------

@@ -1,0 +1,86 @@
+"""Engine calls that pages and the API make, each bounded in time.
+
+Reads of the database live in ``containers.selectors``; this module is where a request
+path talks to an engine, beside the engines themselves. ``bounded_call`` runs a call on
+a helper thread so that an engine that hangs never hangs a page; what pages show about
+an engine's health is the cached record on its ``Runtime`` row (``containers.health``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from containers.engines import engine_for
+
+if TYPE_CHECKING:
+    from containers.models import ContainerInstance, Runtime
+
+ENGINE_CALL_SECONDS = 5.0
+T = TypeVar("T")
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def bounded_call(call: Callable[[], T], *, seconds: float = ENGINE_CALL_SECONDS):
+    """Run ``call()`` on a helper thread; ``(value, "")`` or ``(None, reason)``, never raises.
+
+    After ``seconds`` the caller gets a reason and the call finishes (or times out on the
+    engine client's own timeout) on its thread. ``call`` must not touch the database:
+    read what it needs first.
+    """
+    global _pool
+    if _pool is None:
+        _pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="engine")
+    future = _pool.submit(call)
+    try:
+        return future.result(timeout=seconds), ""
+    except concurrent.futures.TimeoutError:
+        return None, f"the engine did not answer within {seconds:g} s"
+    except Exception as exc:  # noqa: BLE001 - any engine error is reported, not raised
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def container_logs(*, instance: ContainerInstance, tail: int = 100) -> str:
+    """The last ``tail`` lines of the container's output, from its engine.
+
+    Raises the engine's errors (``EngineError``, or the engine client's) unchanged;
+    '' when the container does not exist (yet, or any more). Bounded by the engine
+    client's own timeout.
+    """
+    return engine_for(instance.runtime).logs(
+        instance.container_id or instance.container_name, tail=tail
+    )
+
+
+def container_logs_for_console(*, instance: ContainerInstance, tail: int = 100) -> tuple[str, str]:
+    """``(logs, problem)`` for the admin page: ``problem`` says why there are no logs.
+
+    Never raises and never waits on the engine longer than ``ENGINE_CALL_SECONDS``.
+    """
+    if not instance.container_id and instance.status in ("pending", "creating"):
+        return "", "no container yet: the create request has not reached the engine"
+    runtime = instance.runtime  # read here: the helper thread must not touch the database
+    logs, problem = bounded_call(lambda: container_logs(instance=instance, tail=tail))
+    if problem:
+        return "", f"logs unavailable from runtime {runtime.name}: {problem}"
+    if not logs:
+        return "", _no_output(instance)
+    return logs, ""
+
+
+def _no_output(instance: ContainerInstance) -> str:
+    """What is true when the engine gives no log lines for the instance's container."""
+    if instance.runtime_missing:
+        return "the engine no longer has this container, nor its output"
+    if instance.status in ("running", "paused", "stop_pending", "stopping"):
+        return "no output yet: the container has written nothing to stdout or stderr"
+    return "the container wrote nothing to stdout or stderr"
+
+
+def engine_ping(*, runtime: Runtime, seconds: float = ENGINE_CALL_SECONDS) -> tuple[bool, str]:
+    """``(answers, problem)`` for the engine behind one ``Runtime`` row, asked now."""
+    answered, problem = bounded_call(lambda: engine_for(runtime).ping(), seconds=seconds)
+    if problem:
+        return False, problem
+    return bool(answered), "" if answered else "the engine did not answer a ping"

@@ -1,0 +1,77 @@
+"""The engine health record on each ``Runtime`` row: written here, read by every page.
+
+A page (the runtime changelist, the API) shows ``Runtime.health`` and friends and never
+asks an engine. The record is refreshed by:
+
+- the reconciler, once per pass and runtime (every ``reconcile_interval`` in the monitor,
+  or ``manage.py reconcile``): a ping, then the pass;
+- the runtime's own admin page, which checks its engine when opened (bounded in time);
+- anything else that learns an engine's health (``runtime_health_record``).
+
+Fields: ``health`` (``unknown`` until first checked, then ``reachable`` or
+``unreachable``), ``health_checked_at`` (the last check), ``health_since`` (when the
+current health began: it changes only when ``health`` does), ``last_seen_at`` (the last
+time the engine answered) and ``last_error`` (why the last check failed; cleared when
+the engine answers).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db.models import Case, F, Value, When
+from django.db.models.functions import Now
+
+from containers.engines.calls import ENGINE_CALL_SECONDS, engine_ping
+from containers.models import Runtime
+
+log = logging.getLogger(__name__)
+Health = Runtime.Health
+
+
+def runtime_health_record(
+    *, runtime_id: int, reachable: bool, error: str = "", node_name: str = ""
+) -> None:
+    """Store one check's result on the runtime row, in one UPDATE (no lock, no read).
+
+    Idempotent for a repeated result: ``health_since`` keeps its value while the
+    health stays the same. ``node_name`` fills the row's node name only if it is empty.
+    Safe inside or outside a transaction; times are the database's clock.
+    """
+    health = Health.REACHABLE if reachable else Health.UNREACHABLE
+    fields = {
+        "health": Value(health),
+        "health_checked_at": Now(),
+        "health_since": Case(
+            When(health=health, health_since__isnull=False, then=F("health_since")),
+            default=Now(),
+        ),
+    }
+    if reachable:
+        fields.update(last_seen_at=Now(), last_error=Value(""))
+        if node_name:
+            fields["node_name"] = Case(
+                When(node_name="", then=Value(node_name)), default=F("node_name")
+            )
+    else:
+        fields["last_error"] = Value((error or "the engine did not answer")[:2000])
+    changed = Runtime.objects.filter(pk=runtime_id).exclude(health=health).exists()
+    Runtime.objects.filter(pk=runtime_id).update(**fields)
+    if changed:
+        log.log(
+            logging.INFO if reachable else logging.WARNING,
+            "runtime %s: engine %s%s",
+            runtime_id,
+            health,
+            f" ({error})" if error else "",
+        )
+
+
+def runtime_health_check(*, runtime: Runtime, seconds: float = ENGINE_CALL_SECONDS) -> bool:
+    """Ping the runtime's engine now (at most ``seconds``), record and return the result.
+
+    Must not run inside a transaction that other work waits on (it waits on the engine).
+    """
+    reachable, problem = engine_ping(runtime=runtime, seconds=seconds)
+    runtime_health_record(runtime_id=runtime.pk, reachable=reachable, error=problem)
+    return reachable
