@@ -46,6 +46,19 @@ def _validation_details(detail: Any) -> dict[str, Any]:
     return {"non_field_errors": detail if isinstance(detail, list) else [detail]}
 
 
+def _for_caller(context: dict[str, Any], exc) -> tuple[str, dict[str, Any]]:
+    """The error's message and details as the caller may see them: users never get host
+    paths or engine addresses (``containers.redaction``); the refused field is named."""
+    from containers.redaction import error_for
+
+    request = context.get("request")
+    user = getattr(request, "user", None)
+    message, details = error_for(user, exc.message, dict(exc.details))
+    if message != exc.message or details != exc.details:
+        log.info("error %s shown to %s as %r; in full: %s", exc.code, user, message, exc.message)
+    return message, details
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """Map any exception raised by a DRF view to the stable error shape."""
     headers: dict[str, str] = {}
@@ -53,8 +66,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         set_rollback()
         if getattr(exc, "retry_after", None) is not None:
             headers["Retry-After"] = _retry_after(exc.retry_after)
+        message, details = _for_caller(context, exc)
         return Response(
-            error_body(exc.code, exc.message, exc.details), status=exc.http_status, headers=headers
+            error_body(exc.code, message, details), status=exc.http_status, headers=headers
         )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()

@@ -9,6 +9,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from containers import redaction
 from containers.env_policy import MAX_USER_KEYS, MAX_USER_VALUE
 from containers.models import (
     ContainerEvent,
@@ -115,7 +116,15 @@ class NamedRefSerializer(serializers.Serializer):
     name = serializers.CharField()
 
 
-class InstanceOutputSerializer(serializers.ModelSerializer):
+class ForViewer:
+    """Renders for ``context["viewer"]`` (the caller): what users never see is taken out
+    (``containers.redaction``). Without a viewer, as for the least privileged."""
+
+    def viewer(self):
+        return self.context.get("viewer")
+
+
+class InstanceOutputSerializer(ForViewer, serializers.ModelSerializer):
     template = NamedRefSerializer()
     runtime = NamedRefSerializer()
     owner = serializers.CharField(source="owner.get_username")
@@ -142,6 +151,14 @@ class InstanceOutputSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        viewer = self.viewer()
+        data["spec"] = redaction.spec_for(viewer, data.get("spec") or {})
+        if not redaction.sees_hosts(viewer):
+            data["status_reason"] = redaction.scrub(data.get("status_reason") or "")
+        return data
+
 
 class InstanceAcceptedSerializer(InstanceOutputSerializer):
     """An accepted request: the instance, and whether a new request was queued.
@@ -161,7 +178,7 @@ class InstanceAcceptedSerializer(InstanceOutputSerializer):
         return {**instance, "queued": result.queued}
 
 
-class EventOutputSerializer(serializers.ModelSerializer):
+class EventOutputSerializer(ForViewer, serializers.ModelSerializer):
     class Meta:
         model = ContainerEvent
         fields = [
@@ -175,6 +192,13 @@ class EventOutputSerializer(serializers.ModelSerializer):
             "created_at",
         ]
         read_only_fields = fields
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        if not redaction.sees_hosts(self.viewer()):
+            data["message"] = redaction.scrub(data["message"])
+            data["data"] = redaction.scrub_data(data["data"])
+        return data
 
 
 class LogsOutputSerializer(serializers.Serializer):
@@ -218,7 +242,7 @@ class TemplateInputSerializer(serializers.Serializer):
     )
 
 
-class TemplateOutputSerializer(serializers.ModelSerializer):
+class TemplateOutputSerializer(ForViewer, serializers.ModelSerializer):
     allowed_groups = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
 
     class Meta:
@@ -243,6 +267,9 @@ class TemplateOutputSerializer(serializers.ModelSerializer):
             "updated_at",
         ]
         read_only_fields = fields
+
+    def to_representation(self, instance):
+        return redaction.template_for(self.viewer(), super().to_representation(instance))
 
 
 # --- runtimes and the queue -------------------------------------------------------------

@@ -45,9 +45,14 @@ def _actor(request) -> str:
     return user_actor(request.user)
 
 
-def _accepted(result: RequestResult, **headers: str) -> Response:
+def _viewer(request) -> dict:
+    """Serializer context: render for this caller (``containers.redaction``)."""
+    return {"viewer": request.user}
+
+
+def _accepted(request, result: RequestResult, **headers: str) -> Response:
     return Response(
-        s.InstanceAcceptedSerializer(result).data,
+        s.InstanceAcceptedSerializer(result, context=_viewer(request)).data,
         status=status.HTTP_202_ACCEPTED,
         headers=headers,
     )
@@ -124,10 +129,14 @@ class ContainerViewSet(viewsets.GenericViewSet):
             ordering=query.validated_data.get("ordering"),
         )
         page = self.paginate_queryset(rows)
-        return self.get_paginated_response(s.InstanceOutputSerializer(page, many=True).data)
+        return self.get_paginated_response(
+            s.InstanceOutputSerializer(page, many=True, context=_viewer(request)).data
+        )
 
     def retrieve(self, request, pk: str):
-        return Response(s.InstanceOutputSerializer(self._instance(pk)).data)
+        return Response(
+            s.InstanceOutputSerializer(self._instance(pk), context=_viewer(request)).data
+        )
 
     def create(self, request):
         data = s.InstanceCreateInputSerializer(data=request.data)
@@ -147,11 +156,11 @@ class ContainerViewSet(viewsets.GenericViewSet):
             message = f"no template {ref!r} that you may use"
             raise ValidationError({"template": [message]}) from None
         location = reverse("container-detail", kwargs={"pk": instance.id}, request=request)
-        return _accepted(RequestResult(instance=instance, queued=True), Location=location)
+        return _accepted(request, RequestResult(instance=instance, queued=True), Location=location)
 
     def destroy(self, request, pk: str):
         instance = self._operable(pk)
-        return _accepted(container_delete(instance_id=instance.id, actor=_actor(request)))
+        return _accepted(request, container_delete(instance_id=instance.id, actor=_actor(request)))
 
     @extend_schema(
         summary="Request a start",
@@ -162,7 +171,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def start(self, request, pk: str):
         instance = self._operable(pk)
-        return _accepted(container_start(instance_id=instance.id, actor=_actor(request)))
+        return _accepted(request, container_start(instance_id=instance.id, actor=_actor(request)))
 
     @extend_schema(
         summary="Request a stop",
@@ -173,7 +182,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def stop(self, request, pk: str):
         instance = self._operable(pk)
-        return _accepted(container_stop(instance_id=instance.id, actor=_actor(request)))
+        return _accepted(request, container_stop(instance_id=instance.id, actor=_actor(request)))
 
     @extend_schema(
         summary="The instance's history, newest first",
@@ -183,7 +192,9 @@ class ContainerViewSet(viewsets.GenericViewSet):
     def events(self, request, pk: str):
         rows = selectors.instance_events(instance=self._instance(pk))
         page = self.paginate_queryset(rows)
-        return self.get_paginated_response(s.EventOutputSerializer(page, many=True).data)
+        return self.get_paginated_response(
+            s.EventOutputSerializer(page, many=True, context=_viewer(request)).data
+        )
 
     @extend_schema(
         summary="The last lines of the container's output",
@@ -258,24 +269,29 @@ class TemplateViewSet(viewsets.GenericViewSet):
 
     def list(self, request):
         page = self.paginate_queryset(selectors.template_list(user=request.user))
-        return self.get_paginated_response(s.TemplateOutputSerializer(page, many=True).data)
+        return self.get_paginated_response(
+            s.TemplateOutputSerializer(page, many=True, context=_viewer(request)).data
+        )
 
     def retrieve(self, request, pk: str):
         template = selectors.template_by_id(template_id=pk, user=request.user)
-        return Response(s.TemplateOutputSerializer(template).data)
+        return Response(s.TemplateOutputSerializer(template, context=_viewer(request)).data)
 
     def create(self, request):
         data = s.TemplateInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         template = template_services.template_create(**data.validated_data)
-        return Response(s.TemplateOutputSerializer(template).data, status=status.HTTP_201_CREATED)
+        return Response(
+            s.TemplateOutputSerializer(template, context=_viewer(request)).data,
+            status=status.HTTP_201_CREATED,
+        )
 
     def _update(self, request, pk: str, *, partial: bool) -> Response:
         template = selectors.template_by_id(template_id=pk, user=request.user)
         data = s.TemplateInputSerializer(data=request.data, partial=partial)
         data.is_valid(raise_exception=True)
         template = template_services.template_update(template_id=template.pk, **data.validated_data)
-        return Response(s.TemplateOutputSerializer(template).data)
+        return Response(s.TemplateOutputSerializer(template, context=_viewer(request)).data)
 
     def update(self, request, pk: str):
         return self._update(request, pk, partial=False)

@@ -1,0 +1,123 @@
+"""Nothing leaks to users: secret env values, host paths and engine addresses stay out of
+their responses and error texts (SPEC 8); an error still names the field that was wrong.
+Operators, who are trusted, still see everything."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+
+from containers.lifecycle import record
+from containers.models import ContainerInstance
+from containers.redaction import error_for, scrub
+from tests.factories import TemplateFactory
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "hunter2-do-not-show"
+
+
+@pytest.fixture
+def secret_template(fake_runtime):
+    return TemplateFactory(
+        name="vault",
+        env={"TOKEN": SECRET, "MODE": "debug", "DATA": "$WORKSPACE_PATH"},
+        secret_env=["TOKEN"],
+        volumes=[{"source": "$WORKSPACE_PATH", "target": "/work", "read_only": False}],
+    )
+
+
+def _workspace_root() -> str:
+    return settings.GOBRAVE["container"]["workspace_root"]
+
+
+def _assert_clean(response) -> None:
+    text = response.content.decode()
+    assert SECRET not in text, text
+    assert _workspace_root() not in text, text
+    assert "unix://" not in text and "fake://" not in text, text
+
+
+def test_a_user_sees_a_template_without_its_secrets_or_host_paths(callers, secret_template):
+    response = callers["user"].api.get(f"/api/templates/{secret_template.pk}/")
+    assert response.status_code == 200
+    _assert_clean(response)
+    body = response.json()
+    assert body["env"]["TOKEN"] == "********" and body["env"]["MODE"] == "debug"
+    assert body["volumes"] == [{"target": "/work", "read_only": False}]
+
+
+def test_an_operator_sees_the_template_as_written(callers, secret_template):
+    body = callers["operator"].api.get(f"/api/templates/{secret_template.pk}/").json()
+    assert body["env"]["TOKEN"] == SECRET
+    assert body["volumes"][0]["source"] == "$WORKSPACE_PATH"
+
+
+def test_a_viewer_sees_host_paths_but_not_secret_values(callers, secret_template):
+    body = callers["viewer"].api.get(f"/api/templates/{secret_template.pk}/").json()
+    assert body["env"]["TOKEN"] == "********"
+    assert body["volumes"][0]["source"] == "$WORKSPACE_PATH"
+
+
+def test_a_users_own_instance_shows_no_secret_or_host_path(callers, secret_template):
+    alice = callers["user"].api
+    created = alice.post("/api/containers/", {"template": "vault"}, format="json")
+    assert created.status_code == 202, created.content
+    _assert_clean(created)
+    instance = ContainerInstance.objects.get()
+    assert instance.spec["env"]["TOKEN"] == SECRET  # the worker still gets it
+    for path in (f"/api/containers/{instance.pk}/", "/api/containers/"):
+        response = alice.get(path)
+        assert response.status_code == 200
+        _assert_clean(response)
+    spec = alice.get(f"/api/containers/{instance.pk}/").json()["spec"]
+    assert spec["env"]["TOKEN"] == "********"
+    assert spec["mounts"] == [{"target": "/work", "read_only": False}]
+    operator = callers["operator"].api.get(f"/api/containers/{instance.pk}/").json()["spec"]
+    assert operator["env"]["TOKEN"] == SECRET
+    assert operator["mounts"][0]["source"].startswith(_workspace_root())
+
+
+def test_history_and_reasons_lose_engine_addresses_and_host_paths(callers, secret_template):
+    alice = callers["user"].api
+    alice.post("/api/containers/", {"template": "vault"}, format="json")
+    instance = ContainerInstance.objects.get()
+    socket = "unix:///var/run/docker.sock"
+    reason = f"Cannot connect to the Docker daemon at {socket} ({_workspace_root()}/7)"
+    ContainerInstance.objects.filter(pk=instance.pk).update(status="failed", status_reason=reason)
+    record(instance, kind="note", actor="worker", message=reason, data={"error": reason})
+    for path in (f"/api/containers/{instance.pk}/", f"/api/containers/{instance.pk}/events/"):
+        response = alice.get(path)
+        assert response.status_code == 200
+        _assert_clean(response)
+        assert "/var/run/docker.sock" not in response.content.decode()
+    shown = alice.get(f"/api/containers/{instance.pk}/").json()["status_reason"]
+    assert shown.startswith("Cannot connect to the Docker daemon at <engine>")
+    full = callers["operator"].api.get(f"/api/containers/{instance.pk}/").json()
+    assert full["status_reason"] == reason
+
+
+def test_a_refused_volume_tells_a_user_which_volume_and_nothing_more(callers):
+    user = callers["user"].user
+    message, details = error_for(
+        user,
+        "volumes[1].source: /srv/private/x is outside the allowed volume roots",
+        {"path": "/srv/private/x", "allowed": ["/srv/ok"]},
+    )
+    assert details == {"field": "volumes[1]"}
+    assert "/srv" not in message and message.startswith("volumes[1]:")
+
+
+def test_any_other_error_keeps_its_field_and_loses_host_details(callers):
+    message, details = error_for(
+        callers["user"].user,
+        "env.DATA: the runtime at tcp://10.1.2.3:2376 refused it",
+        {"field": "env", "key": "DATA"},
+    )
+    assert details == {"field": "env", "key": "DATA"}
+    assert "10.1.2.3" not in message and message.startswith("env.DATA:")
+
+
+def test_scrub_leaves_paths_inside_the_container_alone():
+    assert scrub('exec: "/bin/foo": not found') == 'exec: "/bin/foo": not found'
+    assert "<host path>" in scrub("/var/lib/docker/overlay2/abc/merged: no such file")
