@@ -10,6 +10,8 @@ number of queries however many rows it shows.
 from __future__ import annotations
 
 import csv
+import json
+import threading
 from collections.abc import Callable
 from functools import partial
 from urllib.parse import urlencode
@@ -26,7 +28,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.text import Truncator
 from django.utils.timesince import timesince
 
-from containers import admin_views, selectors
+from containers import admin_views, redaction, selectors
 from containers.actors import user_actor
 from containers.engines import calls, fake_driver_allowed
 from containers.errors import InvalidSpec
@@ -152,8 +154,48 @@ class InstanceCreateForm(forms.ModelForm):
         fields = ["template", "owner", "name"]
 
 
+_page = threading.local()  # the user a change page is being drawn for (one per thread)
+
+
+class RedactedFieldsMixin:
+    """Fields that can hold secret env values or host paths are drawn, for a viewer who may
+    not see them, through ``containers.redaction`` (the rule the API applies):
+    ``redacted_fields`` maps each such field to the display method that replaces it."""
+
+    redacted_fields: dict[str, str] = {}
+
+    def redacts(self, request, obj) -> bool:
+        return not (redaction.sees_secrets(request.user) and redaction.sees_hosts(request.user))
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or not self.redacts(request, obj):
+            return fieldsets
+        swap = self.redacted_fields
+        return [
+            (name, {**opts, "fields": tuple(swap.get(f, f) for f in opts["fields"])})
+            for name, opts in fieldsets
+        ]
+
+    def get_readonly_fields(self, request, obj=None):
+        return (*super().get_readonly_fields(request, obj), *self.redacted_fields.values())
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        _page.user = request.user
+        try:
+            return super().change_view(request, object_id, form_url, extra_context)
+        finally:
+            _page.user = None
+
+
+def _json_block(value) -> str:
+    return format_html(
+        '<pre style="white-space:pre-wrap">{}</pre>', json.dumps(value, indent=2, sort_keys=True)
+    )
+
+
 @admin.register(ContainerInstance)
-class ContainerInstanceAdmin(ActionsOnlyAdminMixin, admin.ModelAdmin):
+class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.ModelAdmin):
     """Instances. Created through the create service; changed only by the actions."""
 
     add_form = InstanceCreateForm
@@ -191,8 +233,20 @@ class ContainerInstanceAdmin(ActionsOnlyAdminMixin, admin.ModelAdmin):
         ),
     )
     change_form_template = "admin/containers/containerinstance/change_form.html"
+    redacted_fields = {"spec": "spec_shown", "status_reason": "status_reason_shown"}
 
     # -- display ------------------------------------------------------------------------------
+
+    @admin.display(description="spec")
+    def spec_shown(self, obj: ContainerInstance):
+        return _json_block(redaction.spec_for(getattr(_page, "user", None), obj.spec or {}))
+
+    @admin.display(description="status reason")
+    def status_reason_shown(self, obj: ContainerInstance):
+        user = getattr(_page, "user", None)
+        return (
+            obj.status_reason if redaction.sees_hosts(user) else redaction.scrub(obj.status_reason)
+        )
 
     @admin.display(description="status", ordering="status")
     def status_display(self, obj: ContainerInstance):
@@ -438,8 +492,9 @@ class ContainerTemplateForm(forms.ModelForm):
 
 
 @admin.register(ContainerTemplate)
-class ContainerTemplateAdmin(admin.ModelAdmin):
+class ContainerTemplateAdmin(RedactedFieldsMixin, admin.ModelAdmin):
     form = ContainerTemplateForm
+    redacted_fields = {"env": "env_shown", "volumes": "volumes_shown"}
     list_display = (
         "name",
         "image",
@@ -474,6 +529,21 @@ class ContainerTemplateAdmin(admin.ModelAdmin):
         ),
         ("Image", {"fields": ("image_status", "image_checked_at", "created_at", "updated_at")}),
     )
+
+    def redacts(self, request, obj) -> bool:
+        # Who may change the template edits it as written; who may only look sees it as
+        # the API shows it to them.
+        return not self.has_change_permission(request, obj) and super().redacts(request, obj)
+
+    @admin.display(description="env")
+    def env_shown(self, obj: ContainerTemplate):
+        user = getattr(_page, "user", None)
+        return _json_block(redaction.env_for(user, obj.env or {}, obj.secret_env or ()))
+
+    @admin.display(description="volumes")
+    def volumes_shown(self, obj: ContainerTemplate):
+        data = redaction.template_for(getattr(_page, "user", None), {"volumes": obj.volumes})
+        return _json_block(data["volumes"])
 
     @admin.display(description="image status", ordering="image_status")
     def image_display(self, obj: ContainerTemplate):

@@ -121,3 +121,24 @@ def test_any_other_error_keeps_its_field_and_loses_host_details(callers):
 def test_scrub_leaves_paths_inside_the_container_alone():
     assert scrub('exec: "/bin/foo": not found') == 'exec: "/bin/foo": not found'
     assert "<host path>" in scrub("/var/lib/docker/overlay2/abc/merged: no such file")
+
+
+def test_in_the_admin_a_viewer_sees_neither_secret_values_nor_an_instances_secret(
+    callers, secret_template
+):
+    from django.urls import reverse
+
+    callers["user"].api.post("/api/containers/", {"template": "vault"}, format="json")
+    instance = ContainerInstance.objects.get()
+    pages = [
+        reverse("admin:containers_containertemplate_change", args=[secret_template.pk]),
+        reverse("admin:containers_containerinstance_change", args=[instance.pk]),
+    ]
+    for url in pages:
+        viewer = callers["viewer"].web.get(url)
+        assert viewer.status_code == 200
+        assert SECRET not in viewer.content.decode(), url
+        assert "********" in viewer.content.decode(), url
+        operator = callers["operator"].web.get(url)
+        assert operator.status_code == 200
+        assert SECRET in operator.content.decode(), url
