@@ -40,9 +40,9 @@ CONFIGS = {
 }
 INSERT = """
 INSERT INTO outbox_outboxevent
-    (kind, queue, aggregate_id, payload, status, attempts, available_at, last_error,
-     outcome, created_at)
-SELECT 'BenchNoop', 'create', %s || g, '{}'::jsonb, 'pending', 0, now(), '', '', now()
+    (kind, queue, aggregate_id, payload, status, attempts, reclaims, available_at,
+     last_error, outcome, created_at)
+SELECT 'BenchNoop', 'create', %s || g, '{}'::jsonb, 'pending', 0, 0, now(), '', '', now()
 FROM generate_series(1, %s) AS g
 """
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
+from django_fsm import FSMField, FSMModelMixin, transition
 
 
 class OutboxStatus(models.TextChoices):
@@ -13,11 +14,47 @@ class OutboxStatus(models.TextChoices):
     DEAD = "dead"
 
 
+S = OutboxStatus
+
+# The one table of allowed moves (SPEC section 3). The model's transitions and every
+# compare-and-set of the relay (``OutboxQuerySet.move_to``) take their sources from it.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    S.PENDING: frozenset({S.PROCESSING}),  # claim
+    # an expired lease reclaimed under a new token; success or superseded; deferred or
+    # retrying; a permanent error or the last attempt
+    S.PROCESSING: frozenset({S.PROCESSING, S.SENT, S.PENDING, S.DEAD}),
+    S.SENT: frozenset(),
+    S.DEAD: frozenset(),
+}
+
 UNFINISHED = (OutboxStatus.PENDING, OutboxStatus.PROCESSING)
 
 
-class OutboxEvent(models.Model):
+def sources_of(target: str) -> list[str]:
+    """Every status from which ``target`` may be reached, in declaration order."""
+    return [source for source in OutboxStatus if target in TRANSITIONS[source]]
+
+
+def can_move(source: str, target: str) -> bool:
+    return target in TRANSITIONS.get(source, frozenset())
+
+
+class OutboxQuerySet(models.QuerySet):
+    def move_to(self, target: str, **fields) -> int:
+        """Compare-and-set: move the rows of this queryset that may reach ``target``.
+
+        One ``UPDATE ... WHERE <filters> AND status IN (sources of target)``: a row in
+        any other status is left alone (and not counted). Returns how many moved.
+        """
+        return self.filter(status__in=sources_of(target)).update(status=target, **fields)
+
+
+class OutboxEvent(FSMModelMixin, models.Model):
     """One request to relay, written in the same transaction as the change that caused it.
+
+    ``status`` is a protected django-fsm field: its transitions below are built from
+    ``TRANSITIONS``, and the relay's bulk compare-and-sets go through
+    ``OutboxQuerySet.move_to``, which allows exactly the same moves.
 
     Guarantees (see ``outbox.services`` and ``outbox.relay``):
     - ``id`` orders rows; rows of one ``aggregate_id`` run in ``id`` order, one at a time.
@@ -38,8 +75,8 @@ class OutboxEvent(models.Model):
         help_text="Rows are served round-robin across keys (e.g. the requester).",
     )
     payload = models.JSONField(default=dict, blank=True)
-    status = models.CharField(
-        max_length=16, choices=OutboxStatus.choices, default=OutboxStatus.PENDING
+    status = FSMField(
+        max_length=16, choices=OutboxStatus.choices, default=OutboxStatus.PENDING, protected=True
     )
     attempts = models.PositiveIntegerField(default=0)
     reclaims = models.PositiveIntegerField(
@@ -54,6 +91,8 @@ class OutboxEvent(models.Model):
     outcome = models.CharField(max_length=32, blank=True, help_text="sent, superseded, dead")
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+
+    objects = OutboxQuerySet.as_manager()
 
     class Meta:
         ordering = ["id"]
@@ -90,6 +129,28 @@ class OutboxEvent(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.id} {self.kind} {self.aggregate_id} [{self.status}]"
+
+    # --- transitions (the table above); the relay's writes are ``move_to`` ---------------
+
+    @transition(field=status, source=sources_of(S.PROCESSING), target=S.PROCESSING)
+    def mark_processing(self) -> None:
+        """Claimed (from pending), or reclaimed after its lease ran out."""
+
+    @transition(field=status, source=sources_of(S.SENT), target=S.SENT)
+    def mark_sent(self) -> None:
+        """Handled (or superseded)."""
+
+    @transition(field=status, source=sources_of(S.PENDING), target=S.PENDING)
+    def mark_pending(self) -> None:
+        """Deferred or retrying: due again later."""
+
+    @transition(field=status, source=sources_of(S.DEAD), target=S.DEAD)
+    def mark_dead(self) -> None:
+        """Gave up: a permanent error or the last attempt."""
+
+    def transition_method(self, target: str):
+        """The bound transition method that moves this row to ``target``."""
+        return getattr(self, f"mark_{target}")
 
 
 class FairnessMark(models.Model):

@@ -5,7 +5,9 @@ Every time a lease or a due time is set or compared, it is the database's clock
 still agree on when a lease runs out.
 
 Every write here is a compare-and-set on the row's claim token, so a worker whose claim
-expired (and was handed to someone else) changes nothing. Nothing here holds a
+expired (and was handed to someone else) changes nothing. Every status write is
+``OutboxQuerySet.move_to``: one UPDATE whose WHERE also requires a status from which the
+state machine (``outbox.models.TRANSITIONS``) allows the move. Nothing here holds a
 transaction open across a handler.
 """
 
@@ -194,8 +196,8 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
         token = uuid.uuid4()
         crashed = [row[0] for row in rows if row[1] == "processing" and row[2]]
         unstarted = [row[0] for row in rows if row[1] == "processing" and not row[2]]
-        OutboxEvent.objects.filter(id__in=[row[0] for row in rows]).update(
-            status=OutboxStatus.PROCESSING,
+        OutboxEvent.objects.filter(id__in=[row[0] for row in rows]).move_to(
+            OutboxStatus.PROCESSING,
             claim_token=token,
             lease_expires_at=Now() + conf.claim_lease(queue),
             started_at=None,
@@ -280,17 +282,16 @@ def begin(event_id: int, token: uuid.UUID) -> OutboxEvent | None:
     return OutboxEvent.objects.get(id=event_id) if started else None
 
 
-def _finish(event_id: int, token: uuid.UUID, **fields) -> bool:
-    """Record an outcome only while the claim is still ours, and wake the dispatchers if
-    a row waits for the slot this frees (one transaction: one commit).
+def _finish(event_id: int, token: uuid.UUID, target: str, **fields) -> bool:
+    """Move the row to ``target`` with ``fields``, only while the claim is still ours (a
+    compare-and-set on the token and on the sources the state machine allows), and wake
+    the dispatchers if a row waits for the slot this frees (one transaction: one commit).
 
     Without the wake-up a backlog would move one batch per ``poll_interval``.
     """
     with transaction.atomic():
         finished = (
-            OutboxEvent.objects.filter(
-                id=event_id, claim_token=token, status=OutboxStatus.PROCESSING
-            ).update(**fields)
+            OutboxEvent.objects.filter(id=event_id, claim_token=token).move_to(target, **fields)
             == 1
         )
         if finished:
@@ -340,8 +341,8 @@ def _run(event: OutboxEvent, token: uuid.UUID) -> Outcome:
 
 def _record(event: OutboxEvent, token: uuid.UUID, outcome: Outcome) -> Outcome:
     if outcome == Outcome.DEFERRED:
+        target = OutboxStatus.PENDING
         fields = dict(
-            status=OutboxStatus.PENDING,
             available_at=Now() + dt.timedelta(seconds=conf.value("poll_interval")),
             claim_token=None,
             lease_expires_at=None,
@@ -349,10 +350,9 @@ def _record(event: OutboxEvent, token: uuid.UUID, outcome: Outcome) -> Outcome:
             outcome=Outcome.DEFERRED,
         )
     else:
-        fields = dict(
-            status=OutboxStatus.SENT, sent_at=Now(), outcome=outcome, lease_expires_at=None
-        )
-    if not _finish(event.id, token, **fields):
+        target = OutboxStatus.SENT
+        fields = dict(sent_at=Now(), outcome=outcome, lease_expires_at=None)
+    if not _finish(event.id, token, target, **fields):
         return Outcome.STALE
     counter_add(RelayStat(outcome))
     if outcome == Outcome.SUPERSEDED:
@@ -368,7 +368,7 @@ def _retry(event, token, route, detail: str, retry_after: float) -> Outcome:
     if not _finish(
         event.id,
         token,
-        status=OutboxStatus.PENDING,
+        OutboxStatus.PENDING,
         attempts=attempts,
         available_at=Now() + dt.timedelta(seconds=delay),
         last_error=detail[-8000:],
@@ -391,7 +391,7 @@ def _dead(event, token, route, reason: str, attempts: int | None = None) -> Outc
         if not _finish(
             event.id,
             token,
-            status=OutboxStatus.DEAD,
+            OutboxStatus.DEAD,
             attempts=attempts if attempts is not None else event.attempts + 1,
             last_error=reason[-8000:],
             lease_expires_at=None,

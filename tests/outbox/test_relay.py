@@ -117,7 +117,7 @@ def test_a_stale_worker_changes_nothing():
     assert relay.execute(event_id, token) == "duplicate"
     row.refresh_from_db()
     assert (row.status, row.claim_token) == ("processing", new_token)
-    assert relay._finish(event_id, token, status="sent") is False
+    assert relay._finish(event_id, token, "sent") is False
 
 
 def test_expired_lease_is_due_again_and_counts_an_attempt_if_it_had_started():
