@@ -22,14 +22,18 @@ from django.http import HttpResponseRedirect, StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.utils.text import Truncator
-from django.utils.timesince import timesince
 
 from containers import admin_views, redaction, selectors
 from containers.actors import user_actor
+from containers.admin_display import (
+    container_line,
+    instance_status_cell,
+    presence_line,
+    status_badge,
+    time_ago,
+)
 from containers.engines import calls, fake_driver_allowed
 from containers.errors import InvalidSpec
 from containers.health import runtime_health_check
@@ -47,25 +51,11 @@ from containers.services import (
     container_stop,
 )
 from containers.spec import clean_template_fields
-from containers.states import NOTHING_TO_DO, OFFERED, Status
+from containers.states import NOTHING_TO_DO, OFFERED
 from core.admin_helpers import GREY, ActionsOnlyAdminMixin, ReadOnlyAdminMixin, badge
 from core.errors import DomainError
 from outbox import admin as outbox_admin
 
-STATUS_COLOURS = {
-    Status.PENDING: "#6c757d",
-    Status.CREATING: "#0d6efd",
-    Status.STARTING: "#0d6efd",
-    Status.START_PENDING: "#0dcaf0",
-    Status.RUNNING: "#198754",
-    Status.PAUSED: "#fd7e14",
-    Status.STOP_PENDING: "#adb5bd",
-    Status.STOPPING: "#adb5bd",
-    Status.STOPPED: "#495057",
-    Status.DELETE_PENDING: "#6f42c1",
-    Status.DELETING: "#6f42c1",
-    Status.FAILED: "#dc3545",
-}
 IMAGE_COLOURS = {"present": "#198754", "missing": "#dc3545", "unknown": "#6c757d"}
 TEMPLATE_JSON_FIELDS = (
     "command",
@@ -76,43 +66,6 @@ TEMPLATE_JSON_FIELDS = (
     "resources",
     "constraints",
 )
-
-
-def status_badge(status: str, *, title: str = ""):
-    return badge(status, STATUS_COLOURS.get(status, GREY), title=title)
-
-
-def instance_status_cell(instance: ContainerInstance):
-    """The status badge with why it is so: the exit code and the reason, cut to fit."""
-    why = []
-    if instance.exit_code is not None and instance.status in (Status.STOPPED, Status.FAILED):
-        why.append(f"exit {instance.exit_code}")
-    if instance.status_reason:
-        why.append(instance.status_reason)
-    if instance.runtime_missing:
-        why.append("missing on the engine")
-    text = ": ".join(why)
-    return format_html(
-        '<span class="gb-status" data-id="{}">{}{}</span>',
-        instance.id,
-        status_badge(instance.status, title=instance.status_reason),
-        format_html(' <span class="gb-why" title="{}">{}</span>', text, Truncator(text).chars(60))
-        if text
-        else "",
-    )
-
-
-def time_ago(moment):
-    """ "2 minutes ago", the exact time (to the second, UTC) on hover."""
-    if moment is None:
-        return "-"
-    exact = date_format(timezone.localtime(moment), "DATETIME_FORMAT")
-    return format_html(
-        '<time datetime="{}" title="{}">{} ago</time>',
-        moment.isoformat(),
-        exact,
-        timesince(moment, depth=1),
-    )
 
 
 def _listed(items: list[str], limit: int = 10) -> str:
@@ -235,6 +188,11 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
     change_form_template = "admin/containers/containerinstance/change_form.html"
     redacted_fields = {"spec": "spec_shown", "status_reason": "status_reason_shown"}
 
+    class Media:
+        # Refreshes the list and the page in place (polls live/ below; a local file).
+        js = ("containers/live.js",)
+        css = {"all": ("containers/console.css",)}
+
     # -- display ------------------------------------------------------------------------------
 
     @admin.display(description="spec")
@@ -272,30 +230,11 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
 
     @admin.display(description="container")
     def container_display(self, obj: ContainerInstance):
-        if obj.container_id:
-            return format_html(
-                '<code title="{}">{}</code> ({})',
-                obj.container_id,
-                obj.container_id[:12],
-                obj.container_name,
-            )
-        if obj.status == Status.PENDING:
-            return format_html("not created yet; it will be <code>{}</code>", obj.container_name)
-        # The id is recorded once the create's start returns; the name is fixed beforehand.
-        return format_html(
-            "<code>{}</code> (the engine's id is recorded once it has started)",
-            obj.container_name,
-        )
+        return container_line(obj)
 
     @admin.display(description="on the engine")
     def missing_display(self, obj: ContainerInstance):
-        if obj.runtime_missing:
-            return badge(
-                "missing", STATUS_COLOURS[Status.FAILED], title="the engine no longer has it"
-            )
-        if not obj.container_id:
-            return "-"
-        return "present when last seen"
+        return presence_line(obj)
 
     # -- add: through container_create_by_template --------------------------------------------
 
@@ -448,7 +387,12 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
 
     def get_urls(self):
         dashboard = self.admin_site.admin_view(partial(admin_views.queue_dashboard, admin=self))
-        return [path("dashboard/", dashboard, name="containers_dashboard"), *super().get_urls()]
+        live = self.admin_site.admin_view(partial(admin_views.instance_live, admin=self))
+        return [
+            path("dashboard/", dashboard, name="containers_dashboard"),
+            path("live/", live, name="containers_containerinstance_live"),
+            *super().get_urls(),
+        ]
 
 
 # --- templates -------------------------------------------------------------------------------

@@ -1,4 +1,8 @@
-"""The queue dashboard inside the admin (``/admin/containers/containerinstance/dashboard/``).
+"""The console's own views: the queue dashboard and the instances' live updates.
+
+The dashboard is ``/admin/containers/containerinstance/dashboard/``; ``live/`` beside it
+answers the JSON that ``containers/static/containers/live.js`` polls to refresh the
+instance list and page in place.
 
 Numbers come from ``selectors.dashboard_stats()``; this module only shapes them for the
 page (the chart's bar heights) and renders. ``?fragment=1`` returns the body alone, which
@@ -7,11 +11,16 @@ the page fetches every few seconds to refresh itself.
 
 from __future__ import annotations
 
+import uuid
+
 from django.core.exceptions import PermissionDenied
+from django.http import JsonResponse
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from containers import selectors
+from containers import admin_display as display
+from containers import selectors, states
 
 REFRESH_SECONDS = 5
 CHART_HEIGHT = 80
@@ -91,3 +100,70 @@ def queue_dashboard(request, *, admin):
         else "admin/containers/dashboard.html"
     )
     return TemplateResponse(request, template, context)
+
+
+# --- live updates of the instance list and page -------------------------------------------
+
+LIVE_MAX_IDS = 200
+LIVE_EVENTS = 50
+
+
+def _offered(instance) -> dict[str, bool]:
+    return {verb: instance.status in states.OFFERED[verb] for verb in states.OFFERED}
+
+
+def instance_live(request, *, admin):
+    """``GET live/?id=<uuid>&id=...[&detail=1]``: what the list and page show, as JSON.
+
+    One query for the rows (the admin's own queryset, so a user sees what the list shows
+    them) and, with ``detail``, one for the history of each row. An id that is not (or no
+    longer) visible answers ``null``: the page marks it gone. Reads only; no engine call.
+    """
+    if not admin.has_view_or_change_permission(request):
+        raise PermissionDenied
+    keys = []
+    for raw in request.GET.getlist("id")[:LIVE_MAX_IDS]:
+        try:
+            keys.append(uuid.UUID(raw))
+        except ValueError:
+            continue
+    rows = {
+        row.id: row
+        for row in admin.get_queryset(request)
+        .select_related("template", "runtime", "owner")
+        .filter(id__in=keys)
+    }
+    detail = request.GET.get("detail") == "1"
+    answer = {}
+    for key in keys:
+        row = rows.get(key)
+        if row is None:
+            answer[str(key)] = None
+            continue
+        item = {
+            "status": row.status,
+            "status_html": str(display.instance_status_cell(row)),
+            "changed_html": str(display.time_ago(row.status_changed_at)),
+        }
+        if detail:
+            events = selectors.instance_events(instance=row)[:LIVE_EVENTS]
+            item.update(
+                fields={
+                    "status_reason": row.status_reason or "-",
+                    "exit_code": "-" if row.exit_code is None else str(row.exit_code),
+                    "runtime_node_name": row.runtime_node_name or "-",
+                    "status_changed_at": display.exact_time(row.status_changed_at),
+                    "started_at": display.exact_time(row.started_at),
+                    "finished_at": display.exact_time(row.finished_at),
+                },
+                fields_html={
+                    "container_display": str(display.container_line(row)),
+                    "missing_display": str(display.presence_line(row)),
+                },
+                offered=_offered(row),
+                events_html=render_to_string(
+                    "admin/containers/containerinstance/event_rows.html", {"events": events}
+                ),
+            )
+        answer[str(key)] = item
+    return JsonResponse({"instances": answer})

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -50,20 +49,12 @@ def total(page, series: str) -> str:
     return page.locator(f"#gb-total-{series} strong").get_attribute("data-value")
 
 
-def shown_status(page) -> str:
-    return page.locator(".field-status_display .gb-badge").inner_text().strip()
-
-
-def reload_until(page, predicate, *, timeout: float, message: str) -> None:
-    """Reload ``page`` until ``predicate(page)`` holds (what an operator would do)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate(page):
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(0.4)
-        page.reload()
+def shows_without_reload(page, status: str, *, timeout: float) -> None:
+    """Wait until the page shows ``status`` by itself (live updates), never reloading it."""
+    page.evaluate("window.gbNotReloaded = true")
+    badge = "document.querySelector('.field-status_display .gb-badge')"
+    page.wait_for_function(f"{badge}.textContent.trim() === '{status}'", timeout=timeout * 1000)
+    assert page.evaluate("window.gbNotReloaded === true"), "the page was reloaded"
 
 
 # --- the harness, with the fake engine only --------------------------------------------------
@@ -108,6 +99,17 @@ def test_dashboard_and_changelist_in_the_browser(
     page.wait_for_selector(".messagelist")
     assert "Stop requested for 1 instance: web-run." in page.locator(".messagelist").text_content()
     assert "stop_pending" in page.locator("#result_list tr", has_text="web-run").inner_text()
+    # The row follows the instance without a reload (the worker's part, played here).
+    page.evaluate("window.gbNotReloaded = true")
+    stopped = ContainerInstance.objects.filter(name="web-run")
+    stopped.update(status=Status.STOPPED, exit_code=3, status_reason="exited with 3")
+    close_old_connections()
+    page.wait_for_function(
+        """() => Array.from(document.querySelectorAll('#result_list tr')).some(
+             tr => tr.textContent.includes('web-run')
+               && tr.querySelector('.gb-status').textContent.includes('exit 3: exited with 3'))"""
+    )
+    assert page.evaluate("window.gbNotReloaded === true"), "the list was reloaded"
     # The list fits the operator's 1366 px screen: no sideways scrolling.
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 1366, f"the changelist is {width} px wide"
@@ -214,11 +216,14 @@ def _run_the_flow(page, live_server, admin_login, root, template, created) -> No
     assert "queued" in page.locator(".messagelist").text_content()
     page.shots("created")
 
-    # 3. Watch it reach running (dispatcher → create cluster → engine).
-    reload_until(page, lambda p: shown_status(p) == "running", timeout=120, message="running")
-    assert page.locator("#gb-events").inner_text().count("running") >= 1
+    # 3. Watch it reach running (dispatcher → create cluster → engine) without a reload:
+    #    status, history and buttons follow by themselves.
+    shows_without_reload(page, "running", timeout=120)
+    page.wait_for_function(
+        "document.querySelector('#gb-events tbody').textContent.includes('running')"
+    )
     assert page.locator("#gb-logs").is_visible()
-    assert page.locator("#gb-stop").is_visible() and not page.locator("#gb-start").count()
+    assert page.locator("#gb-stop").is_visible() and page.locator("#gb-start").is_hidden()
     page.shots("running")
 
     # 4. The dashboard followed: one more accepted, nothing pending or active.
@@ -234,11 +239,12 @@ def _run_the_flow(page, live_server, admin_login, root, template, created) -> No
     page.click("#gb-stop")
     page.wait_for_selector(".messagelist")
     assert "Stop requested" in page.locator(".messagelist").text_content()
-    reload_until(page, lambda p: shown_status(p) == "stopped", timeout=60, message="stopped")
+    shows_without_reload(page, "stopped", timeout=60)
+    page.wait_for_selector("#gb-start:not([hidden])")
+    assert page.locator("#gb-stop").is_hidden()
     page.shots("stopped")
 
     # 6. Delete it, after a page that says what will be removed: the row goes, its history stays.
-    assert page.locator("#gb-start").is_visible() and not page.locator("#gb-stop").count()
     page.click("#gb-delete")
     page.wait_for_selector("#gb-delete-list")
     assert f"gb-{instance_id}" in page.locator("#gb-delete-list").inner_text()

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from django.contrib.messages import get_messages
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from containers.engines import engine_for
@@ -278,3 +282,48 @@ def test_status_is_shown_as_a_coloured_badge(as_user, operator):
     response = as_user(operator).get(reverse(CHANGELIST))
     assert 'class="gb-badge"' in response.content.decode()
     assert "#dc3545" in response.content.decode()
+
+
+# --- live updates ---------------------------------------------------------------------------
+
+LIVE = "admin:containers_containerinstance_live"
+
+
+def test_live_answers_what_the_list_and_page_show(as_user, viewer):
+    failed = InstanceFactory(
+        name="f", status=Status.FAILED, exit_code=3, status_reason="exited with 3"
+    )
+    gone = uuid.uuid4()
+    client = as_user(viewer)
+    url = reverse(LIVE)
+    response = client.get(url, {"id": [str(failed.id), str(gone), "not-a-uuid"]})
+    assert response.status_code == 200, response.content
+    body = response.json()["instances"]
+    assert set(body) == {str(failed.id), str(gone)}
+    assert body[str(gone)] is None
+    row = body[str(failed.id)]
+    assert row["status"] == "failed"
+    assert "exit 3: exited with 3" in row["status_html"] and "ago" in row["changed_html"]
+
+    detail = client.get(url, {"id": str(failed.id), "detail": "1"}).json()["instances"]
+    item = detail[str(failed.id)]
+    assert item["fields"]["exit_code"] == "3"
+    assert item["offered"] == {"start": False, "stop": False, "delete": True}
+    assert "No events." in item["events_html"]
+
+
+def test_live_query_count_does_not_grow_with_the_rows(as_user, viewer, django_assert_num_queries):
+    client = as_user(viewer)
+    url = reverse(LIVE)
+    one = [str(InstanceFactory().id)]
+    with CaptureQueriesContext(connection) as few:
+        client.get(url, {"id": one})
+    many = one + [str(InstanceFactory().id) for _ in range(20)]
+    with django_assert_num_queries(len(few.captured_queries)):
+        client.get(url, {"id": many})
+
+
+def test_live_is_refused_to_who_may_not_see_instances(client, outsider):
+    client.force_login(outsider)
+    response = client.get(reverse(LIVE), {"id": str(uuid.uuid4())})
+    assert response.status_code == 302 and reverse("admin:login") in response["Location"]
