@@ -149,6 +149,8 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "lease_margin": (_duration(1, 3600), 30.0),
         "liveness_timeout": (_duration(1, 3600), 20.0),
         "handoff_timeout": (_duration(1, 3600), 30.0),
+        "write_timeout": (_duration(0.1, 600), 5.0),
+        "stop_grace": (_duration(0, 3600), 8.0),
         "max_attempts": (_integer(1, 100), 8),
         "backoff_base": (_duration(0.01, 3600), 1.0),
         "backoff_cap": (_duration(0.01, 86400), 600.0),

@@ -16,6 +16,14 @@ class OutboxConfig(AppConfig):
         forking.install()
         # django-q2 workers buffer the relay's counters (one write per second, not per row).
         post_spawn.connect(_buffer_counters, dispatch_uid="outbox-counters")
+        # A worker sent SIGTERM mid-handler finishes it first (outbox.stopping).
+        post_spawn.connect(_stop_gracefully, dispatch_uid="outbox-stopping")
+
+
+def _stop_gracefully(sender, **kwargs) -> None:
+    from outbox import stopping
+
+    stopping.install_in_worker()
 
 
 def _buffer_counters(sender, **kwargs) -> None:

@@ -54,3 +54,14 @@ def in_flight_limit(queue: str) -> int:
 
 def is_postgres(connection) -> bool:
     return connection.vendor == "postgresql"
+
+
+def limit_statements(connection) -> None:
+    """Cancel any statement of the current transaction that runs past ``write_timeout``.
+
+    ``SET LOCAL``: it ends with the transaction. Only for the relay's own writes of an
+    outcome or a lease, never for the claim or the admission gate, which must wait.
+    """
+    if is_postgres(connection):
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL statement_timeout = {int(value('write_timeout') * 1000)}")

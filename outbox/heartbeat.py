@@ -17,7 +17,7 @@ import logging
 import threading
 import uuid
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Least, Now
 
@@ -30,18 +30,19 @@ log = logging.getLogger(__name__)
 def lease_renew(*, event_id: int, token: uuid.UUID) -> bool:
     """Extend the claim's lease by ``liveness_timeout``, capped at its full lease.
 
-    Returns False when the claim is no longer ours (finished, or reclaimed). Autocommit;
+    Returns False when the claim is no longer ours (finished, or reclaimed). A
+    transaction of its own under ``write_timeout`` (a renewal never hangs the worker);
     idempotent.
     """
-    return (
-        OutboxEvent.objects.filter(
+    with transaction.atomic():
+        conf.limit_statements(connection)
+        renewed = OutboxEvent.objects.filter(
             id=event_id,
             claim_token=token,
             status=OutboxStatus.PROCESSING,
             lease_expires_at__gt=Now(),
         ).update(lease_expires_at=Least(Now() + conf.liveness(), F("started_at") + conf.lease()))
-        == 1
-    )
+    return renewed == 1
 
 
 class Heartbeat:

@@ -17,16 +17,19 @@ import datetime as dt
 import itertools
 import logging
 import random
+import time
 import traceback
 import uuid
+from collections.abc import Callable
+from typing import TypeVar
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import CharField, Exists, F, Max, OuterRef, Value
 from django.db.models.functions import Cast, Concat, Now
 from django.utils import timezone
 
 from core.counters import counter_add
-from outbox import conf, hooks, registry
+from outbox import conf, hooks, registry, stopping
 from outbox.counters import RelayStat
 from outbox.heartbeat import Heartbeat
 from outbox.models import UNFINISHED, FairnessMark, OutboxEvent, OutboxStatus
@@ -35,6 +38,7 @@ from outbox.registry import Defer, PermanentFailure, RetryLater
 from outbox.services import outbox_notify, outbox_notify_if_due, outbox_release_deferred
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def backoff(attempts: int) -> float:
@@ -282,21 +286,63 @@ def begin(event_id: int, token: uuid.UUID) -> OutboxEvent | None:
     return OutboxEvent.objects.get(id=event_id) if started else None
 
 
-def _finish(event_id: int, token: uuid.UUID, target: str, **fields) -> bool:
+WRITE_TRIES = 3
+
+
+def _write_pause(attempt: int) -> None:
+    """Between two tries of an outcome write (a seam for tests)."""
+    time.sleep(min(2.0, 0.25 * 2**attempt))
+
+
+def _outcome_write(write: Callable[[], T], *, event_id: int) -> T | None:
+    """Run one outcome write, a transaction of its own, so that it finishes.
+
+    1. Each try is one transaction that first sets PostgreSQL's ``statement_timeout`` to
+       ``outbox.write_timeout`` for itself only (``SET LOCAL``): a write stuck on a lock
+       or a stalled server is cancelled, never left hanging. The claim's advisory lock
+       and the admission gate run in other transactions and keep waiting as they must.
+    2. A try that is cancelled or loses its connection is retried after a pause, up to
+       ``WRITE_TRIES`` times. If none lands, None: the outcome is left to the lease (the
+       row is due again when it runs out, and the handler is idempotent).
+    """
+    for attempt in range(1, WRITE_TRIES + 1):
+        try:
+            with transaction.atomic():
+                conf.limit_statements(connection)
+                return write()
+        except DatabaseError as exc:
+            log.warning(
+                "outbox #%s: outcome write %s/%s failed: %s", event_id, attempt, WRITE_TRIES, exc
+            )
+            if not connection.in_atomic_block and not connection.is_usable():
+                connection.close()
+            if attempt < WRITE_TRIES:
+                _write_pause(attempt)
+    log.error("outbox #%s: outcome not recorded; the row is left to its lease", event_id)
+    return None
+
+
+def _finish_in_txn(event_id: int, token: uuid.UUID, target: str, **fields) -> bool:
     """Move the row to ``target`` with ``fields``, only while the claim is still ours (a
     compare-and-set on the token and on the sources the state machine allows), and wake
-    the dispatchers if a row waits for the slot this frees (one transaction: one commit).
+    the dispatchers if a row waits for the slot this frees. Runs inside the caller's
+    transaction.
 
     Without the wake-up a backlog would move one batch per ``poll_interval``.
     """
-    with transaction.atomic():
-        finished = (
-            OutboxEvent.objects.filter(id=event_id, claim_token=token).move_to(target, **fields)
-            == 1
-        )
-        if finished:
-            outbox_notify_if_due()
+    finished = (
+        OutboxEvent.objects.filter(id=event_id, claim_token=token).move_to(target, **fields) == 1
+    )
+    if finished:
+        outbox_notify_if_due()
     return finished
+
+
+def _finish(event_id: int, token: uuid.UUID, target: str, **fields) -> bool:
+    """``_finish_in_txn`` as an outcome write of its own (``_outcome_write``)."""
+    return bool(
+        _outcome_write(lambda: _finish_in_txn(event_id, token, target, **fields), event_id=event_id)
+    )
 
 
 def execute(event_id: int, token: uuid.UUID | str) -> Outcome:
@@ -312,7 +358,7 @@ def execute(event_id: int, token: uuid.UUID | str) -> Outcome:
     if event is None:
         log.info("outbox #%s: duplicate or expired delivery of claim %s ignored", event_id, token)
         return Outcome.DUPLICATE
-    with Heartbeat(event_id, token):
+    with stopping.handling(), Heartbeat(event_id, token):
         return _run(event, token)
 
 
@@ -387,8 +433,8 @@ def _retry(event, token, route, detail: str, retry_after: float) -> Outcome:
 
 
 def _dead(event, token, route, reason: str, attempts: int | None = None) -> Outcome:
-    with transaction.atomic():
-        if not _finish(
+    def write() -> bool:
+        if not _finish_in_txn(
             event.id,
             token,
             OutboxStatus.DEAD,
@@ -397,9 +443,13 @@ def _dead(event, token, route, reason: str, attempts: int | None = None) -> Outc
             lease_expires_at=None,
             outcome=Outcome.DEAD,
         ):
-            return Outcome.STALE
+            return False
         if route is not None and route.on_dead is not None:
             route.on_dead(event, _last_line(reason))
+        return True
+
+    if not _outcome_write(write, event_id=event.id):
+        return Outcome.STALE
     counter_add(RelayStat.DEAD)
     hooks.emit("dead", event=event, error=reason)
     return Outcome.DEAD

@@ -10,6 +10,7 @@ import datetime as dt
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +105,64 @@ def test_a_slow_but_alive_handler_keeps_its_claim_past_the_liveness_timeout(
         assert (row.attempts, row.last_error) == (0, ""), rows()
         assert ContainerInstance.objects.get(pk=instance.pk).status == "running"
         assert len(engine.calls("create")) == 1 and len(engine.calls("start")) == 1
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_worker_sent_sigterm_mid_create_finishes_it_and_records_the_outcome(
+    postgres, tmp_path, template, owner, engine
+):
+    (engine.root / "block-start").write_text("")
+    with running_app(tmp_path, **BASE, outbox_stop_grace=60) as app:
+        app.dispatcher()
+        app.cluster("create")
+        instance = container_create_by_template(template=template, owner=owner, actor="t")
+        [(_, _, pid, _)] = wait_for(
+            lambda: engine.call_records("start"), timeout=60, message="start call", describe=rows
+        )
+        os.kill(pid, signal.SIGTERM)
+        wait_for(
+            lambda: "SIGTERM mid-handler" in (app.logdir / "create-cluster.log").read_text(),
+            timeout=30,
+            message="the worker noted the SIGTERM",
+        )
+        assert alive(pid), "the worker must finish its handler first"
+        (engine.root / "block-start").unlink()
+        wait_for(lambda: not alive(pid), timeout=60, message="the worker exited", describe=rows)
+        row = OutboxEvent.objects.get()
+        assert (row.status, row.attempts) == ("sent", 0), rows()
+        assert ContainerInstance.objects.get(pk=instance.pk).status == "running"
+        assert len(engine.calls("start")) == 1
+
+
+def test_a_worker_past_its_stop_grace_exits_without_an_outcome_and_the_lease_recovers_it(
+    postgres, tmp_path, template, owner, engine
+):
+    (engine.root / "block-start").write_text("")
+    with running_app(tmp_path, **BASE, outbox_stop_grace=1, outbox_liveness_timeout=3) as app:
+        app.dispatcher()
+        app.cluster("create")
+        instance = container_create_by_template(template=template, owner=owner, actor="t")
+        [(_, _, pid, _)] = wait_for(
+            lambda: engine.call_records("start"), timeout=60, message="start call", describe=rows
+        )
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not alive(pid), timeout=60, message="the worker gave up", describe=rows)
+        row = OutboxEvent.objects.get()
+        assert (row.status, row.outcome) == ("processing", ""), rows()  # nothing recorded
+        (engine.root / "block-start").unlink()
+        wait_for(
+            lambda: ContainerInstance.objects.get(pk=instance.pk).status == "running",
+            timeout=120,
+            message="running after the lease",
+            describe=rows,
+        )
+        wait_for(lambda: OutboxEvent.objects.get().status == "sent", timeout=30, describe=rows)
+        assert OutboxEvent.objects.get().attempts == 1, rows()
+        assert engine.created() == [f"gb-{instance.pk}"]

@@ -28,6 +28,9 @@ dead: list[tuple[int, str]] = []
 def probe(event):
     calls.append(event.id)
     action = behaviour.get(event.aggregate_id, "ok")
+    if callable(action):
+        action(event)
+        action = "ok"
     if action == "defer":
         raise Defer("full")
     if action == "boom":
@@ -331,3 +334,84 @@ def test_leases_follow_the_database_clock_not_a_skewed_host_clock(monkeypatch):
         assert 0 < left <= relay.conf.lease().total_seconds() + 1
     row = OutboxEvent.objects.get(id=event_id)
     assert row.lease_expires_at < skewed  # set from the database's clock, not the host's
+
+
+# -- outcome writes that finish ------------------------------------------------------------
+
+
+@pytest.fixture
+def row_locker():
+    """Hold a row lock on an outbox row from another connection until released."""
+    import threading
+
+    import psycopg
+    from django.db import connection
+
+    held, release, threads = threading.Event(), threading.Event(), []
+
+    def hold(event_id: int) -> None:
+        params = connection.get_connection_params()
+        for key in ("cursor_factory", "context", "prepare_threshold"):
+            params.pop(key, None)
+
+        def run() -> None:
+            with psycopg.connect(**params) as other:
+                other.execute(
+                    f"SELECT id FROM {OutboxEvent._meta.db_table} WHERE id = %s FOR UPDATE",
+                    [event_id],
+                )
+                held.set()
+                release.wait(30)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        threads.append(thread)
+        assert held.wait(10)
+
+    yield hold, release
+    release.set()
+    for thread in threads:
+        thread.join()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_outcome_write_stuck_on_a_lock_is_cancelled_and_tried_again(
+    postgres, row_locker, gobrave_config, monkeypatch
+):
+    """The first try waits on a row lock past write_timeout and is cancelled; the lock is
+    gone by the second try, which records the outcome."""
+    gobrave_config(outbox={"write_timeout": 0.3})
+    hold, release = row_locker
+    pauses = []
+    monkeypatch.setattr(
+        relay, "_write_pause", lambda attempt: (pauses.append(attempt), release.set())
+    )
+    row = enqueue("locked")
+    behaviour["locked"] = lambda event: hold(event.id)  # locked while the handler runs
+    [(event_id, token)] = relay.claim("probe", 16)
+    assert relay.execute(event_id, token) == "sent"
+    assert pauses == [1]
+    row.refresh_from_db()
+    assert (row.status, row.outcome) == ("sent", "sent"), row.last_error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_outcome_write_that_never_lands_leaves_the_row_to_its_lease(
+    postgres, row_locker, gobrave_config, monkeypatch
+):
+    from django.db import connection
+
+    gobrave_config(outbox={"write_timeout": 0.2})
+    hold, _release = row_locker
+    monkeypatch.setattr(relay, "_write_pause", lambda attempt: None)
+    row = enqueue("locked")
+    behaviour["locked"] = lambda event: hold(event.id)
+    [(event_id, token)] = relay.claim("probe", 16)
+    assert relay.execute(event_id, token) == "stale"
+    _release.set()
+    row.refresh_from_db()
+    assert (row.status, row.claim_token, row.outcome) == ("processing", token, ""), row.last_error
+    # The timeout was the outcome transaction's own: nothing after it is limited.
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW statement_timeout")
+        assert cursor.fetchone()[0] == "0"
