@@ -120,8 +120,16 @@ def test_a_killed_cluster_main_takes_every_process_of_its_cluster_with_it(postgr
         main = app.cluster("create")
         log = app.logdir / "create-cluster.log"
         wait_for(lambda: len(workers(log)) >= 3, timeout=60, message="workers up")
-        below = [pid for pid in descendants(main.pid) if alive(pid)]
-        assert len(below) >= 5  # sentinel, 3 workers, monitor, pusher
+        # sentinel, 3 workers, monitor, pusher
+        below = wait_for(
+            lambda: (
+                (found := [pid for pid in descendants(main.pid) if alive(pid)])
+                and len(found) >= 6
+                and found
+            ),
+            timeout=60,
+            message="the whole cluster up",
+        )
         os.kill(main.pid, signal.SIGKILL)
         wait_for(
             lambda: not [pid for pid in below if alive(pid)],
