@@ -16,6 +16,7 @@ import contextlib
 import datetime as dt
 import os
 import re
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -115,12 +116,49 @@ def _to_event(raw: dict[str, Any]) -> EngineEvent | None:
     )
 
 
+# TCP connections to an engine (calls and the events stream alike): keepalive probes
+# after 10 s idle, every 5 s, 3 unanswered ones end the connection (a silently cut link
+# is noticed within 25 s, where an idle events stream would otherwise wait forever),
+# and data unacknowledged for 30 s fails the socket.
+KEEPALIVE_OPTIONS: list[tuple[int, int, int]] = [
+    (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),
+    (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+    *(
+        [
+            (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 10),
+            (socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 5),
+            (socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3),
+            (socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 30_000),
+        ]
+        if hasattr(socket, "TCP_USER_TIMEOUT")
+        else []
+    ),
+]
+
+
+def _keepalive(api: docker.APIClient) -> None:
+    """Give every later TCP connection of ``api`` the keepalive options above.
+
+    The client's first call (the version negotiation) already opened a connection: the
+    pools are cleared so that every connection from now on has them. Unix sockets have
+    no such options and are left alone.
+    """
+    for prefix, adapter in api.adapters.items():
+        manager = getattr(adapter, "poolmanager", None)
+        if manager is None or not prefix.startswith(("http://", "https://")):
+            continue
+        manager.connection_pool_kw["socket_options"] = list(KEEPALIVE_OPTIONS)
+        manager.clear()
+
+
 class DockerEngine:
     """``Engine`` for one Docker Engine at ``base_url``.
 
     ``stop_grace`` is the SIGTERM→SIGKILL grace the engine gives our containers when it
     stops them on its own (the container's StopTimeout), and ``stop()``'s default.
-    ``timeout`` bounds every HTTP call except the events stream (which has none).
+    ``timeout`` bounds every HTTP call except the events stream (which has no read
+    timeout: it may be idle for hours); over TCP both carry keepalives
+    (``KEEPALIVE_OPTIONS``), so a dead link ends the stream and fails a call.
     """
 
     def __init__(self, base_url: str, stop_grace: int = 10, *, timeout: float = 30.0) -> None:
@@ -151,6 +189,7 @@ class DockerEngine:
                 self._client = docker.DockerClient(
                     base_url=self.base_url, version="auto", timeout=int(self.timeout)
                 )
+                _keepalive(self._client.api)
                 self._client_pid = pid
             return self._client
 
