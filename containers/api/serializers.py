@@ -109,6 +109,17 @@ class InstanceQuerySerializer(serializers.Serializer):
 
 class LogsQuerySerializer(serializers.Serializer):
     tail = serializers.IntegerField(min_value=1, max_value=10_000, default=100)
+    follow = serializers.BooleanField(
+        default=False,
+        help_text="Stream the output as it comes (text/plain) instead of one JSON answer; "
+        "the stream ends when the container stops, after `seconds`, or after 1 MiB.",
+    )
+    seconds = serializers.IntegerField(
+        min_value=1,
+        max_value=120,
+        default=60,
+        help_text="With follow: how long to follow at most.",
+    )
 
 
 class NamedRefSerializer(serializers.Serializer):

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 
 import docker.errors
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -197,9 +199,13 @@ class ContainerViewSet(viewsets.GenericViewSet):
         )
 
     @extend_schema(
-        summary="The last lines of the container's output",
+        summary="The last lines of the container's output, or a stream of it (follow)",
         parameters=[s.LogsQuerySerializer],
-        responses={200: s.LogsOutputSerializer, **error_responses(400, 404, 503)},
+        responses={
+            (200, "application/json"): s.LogsOutputSerializer,
+            (200, "text/plain"): OpenApiTypes.STR,
+            **error_responses(400, 404, 503),
+        },
     )
     @action(detail=True, methods=["get"])
     def logs(self, request, pk: str):
@@ -208,6 +214,14 @@ class ContainerViewSet(viewsets.GenericViewSet):
         instance = self._instance(pk)
         tail = query.validated_data["tail"]
         try:
+            if query.validated_data["follow"]:
+                stream = calls.container_logs_follow(
+                    instance=instance, tail=tail, seconds=query.validated_data["seconds"]
+                )
+                response = StreamingHttpResponse(stream, content_type="text/plain; charset=utf-8")
+                response["Cache-Control"] = "no-cache"
+                response["X-Accel-Buffering"] = "no"  # a proxy in front must not buffer it
+                return response
             text = calls.container_logs(instance=instance, tail=tail)
         except (EngineError, docker.errors.DockerException, OSError) as exc:
             # requests' errors are OSErrors; the engine may be down or unreachable.

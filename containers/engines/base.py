@@ -121,6 +121,15 @@ class Engine(Protocol):
     def logs(self, ref: str, tail: int = 100) -> str:
         """The last ``tail`` lines of output (stdout and stderr), '' when missing."""
 
+    def follow_logs(self, ref: str, *, tail: int, until: float) -> Iterator[str]:
+        """The last ``tail`` lines, then new output as it comes.
+
+        Opens at once (an engine that does not answer raises here, before anything is
+        read; a missing container gives an empty iterator). The iterator ends when the
+        container stops, the stream drops, or the wall clock passes ``until`` (epoch
+        seconds), whichever comes first; closing it closes the engine stream.
+        """
+
     def list_ours(self, installation: str) -> list[ContainerState]:
         """Every container (any state) that carries our installation label."""
 

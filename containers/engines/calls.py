@@ -9,7 +9,8 @@ an engine's health is the cached record on its ``Runtime`` row (``containers.hea
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 from containers.engines import engine_for
@@ -51,6 +52,44 @@ def container_logs(*, instance: ContainerInstance, tail: int = 100) -> str:
     return engine_for(instance.runtime).logs(
         instance.container_id or instance.container_name, tail=tail
     )
+
+
+LOG_FOLLOW_MAX_SECONDS = 120
+LOG_FOLLOW_MAX_BYTES = 1024 * 1024
+
+
+def container_logs_follow(
+    *, instance: ContainerInstance, tail: int = 100, seconds: float = 60
+) -> Iterator[str]:
+    """The container's output as it comes, for at most ``seconds`` (capped at
+    ``LOG_FOLLOW_MAX_SECONDS``) and ``LOG_FOLLOW_MAX_BYTES``; then it ends.
+
+    Opens the engine stream now, raising the engine's errors like ``container_logs``;
+    the reading happens as the caller iterates (outside any transaction).
+    """
+    until = time.time() + min(float(seconds), LOG_FOLLOW_MAX_SECONDS)
+    stream = engine_for(instance.runtime).follow_logs(
+        instance.container_id or instance.container_name, tail=tail, until=until
+    )
+
+    def bounded() -> Iterator[str]:
+        sent = 0
+        try:
+            for chunk in stream:
+                room = LOG_FOLLOW_MAX_BYTES - sent
+                data = chunk.encode("utf-8")
+                if len(data) >= room:
+                    yield data[:room].decode("utf-8", errors="ignore")
+                    yield "\n[gobrave: output cut at 1 MiB; ask again to go on]\n"
+                    return
+                sent += len(data)
+                yield chunk
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+
+    return bounded()
 
 
 def container_logs_for_console(*, instance: ContainerInstance, tail: int = 100) -> tuple[str, str]:

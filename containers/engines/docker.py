@@ -18,6 +18,7 @@ import os
 import re
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -402,6 +403,33 @@ class DockerEngine:
             except docker.errors.NotFound:
                 return ""
         return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+
+    def follow_logs(self, ref: str, *, tail: int, until: float) -> Iterator[str]:
+        """See ``ContainerEngine.follow_logs``. A timer closes the stream at ``until``,
+        which unblocks a read waiting on a quiet container."""
+        with _translated(f"logs {ref}"):
+            try:
+                stream = self._api().logs(
+                    ref, stdout=True, stderr=True, stream=True, follow=True, tail=tail
+                )
+            except docker.errors.NotFound:
+                return iter(())
+
+        def chunks() -> Iterator[str]:
+            timer = threading.Timer(max(0.0, until - time.time()), stream.close)
+            timer.daemon = True
+            timer.start()
+            try:
+                for chunk in stream:
+                    yield chunk.decode("utf-8", errors="replace")
+            except (OSError, urllib3.exceptions.HTTPError, requests.exceptions.RequestException):
+                return  # closed at the deadline, or the engine dropped the stream
+            finally:
+                timer.cancel()
+                with contextlib.suppress(Exception):
+                    stream.close()
+
+        return chunks()
 
     def list_ours(self, installation: str) -> list[ContainerState]:
         """Every container, in any state, labelled ``io.gobrave.installation=installation``."""

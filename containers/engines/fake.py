@@ -219,6 +219,21 @@ class FakeEngine:
     def logs(self, ref: str, tail: int = 100) -> str:
         return "" if self._load(ref) is None else "fake log line\n"
 
+    def follow_logs(self, ref: str, *, tail: int, until: float) -> Iterator[str]:
+        """The fake's one line, then nothing new until the container stops or ``until``."""
+        if self._load(ref) is None:
+            return iter(())
+
+        def lines() -> Iterator[str]:
+            yield "fake log line\n"
+            while time.time() < until:
+                state = self.inspect(ref)
+                if state is None or state.status not in ("running", "paused"):
+                    return
+                time.sleep(0.1)
+
+        return lines()
+
     def list_ours(self, installation: str) -> list[ContainerState]:
         states = []
         for path in sorted((self.root / "containers").glob("*.json")):

@@ -171,7 +171,8 @@ def test_operator_runs_an_instance_through_its_life(
     template = TemplateFactory(
         name=f"browser-{engine}",
         image=TEST_IMAGE,
-        command=["sleep", "600"],
+        # A line a second, so the page can be seen following the output.
+        command=["sh", "-c", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 1; done"],
         pull_policy="never",
         constraints=constraints,
     )
@@ -223,6 +224,19 @@ def _run_the_flow(page, live_server, admin_login, root, template, created) -> No
         "document.querySelector('#gb-events tbody').textContent.includes('running')"
     )
     assert page.locator("#gb-logs").is_visible()
+    # The page follows the container's output (the API's logs/?follow=1 stream).
+    page.wait_for_selector("#gb-log-text[data-following]", state="attached")
+    if "docker" in template.name:
+        page.wait_for_function(
+            "/tick [0-9]+/.test(document.getElementById('gb-log-text').textContent)"
+        )
+        first = int(re.findall(r"tick (\d+)", page.locator("#gb-log-text").text_content())[-1])
+        page.wait_for_function(
+            f"""() => {{ const n = [...document.getElementById('gb-log-text').textContent
+                         .matchAll(/tick (\\d+)/g)].map(m => +m[1]);
+                         return n.length && n[n.length - 1] >= {first + 2}; }}"""
+        )
+        assert page.evaluate("window.gbNotReloaded === true"), "the page was reloaded"
     assert page.locator("#gb-stop").is_visible() and page.locator("#gb-start").is_hidden()
     page.shots("running")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -301,6 +302,45 @@ def test_logs_come_from_the_runtime(alice, make_instance, fake_runtime):
     response = alice.get(f"/api/containers/{instance.pk}/logs/?tail=5")
     assert response.status_code == 200, response.content
     assert response.json() == {"id": str(instance.pk), "tail": 5, "logs": "fake log line\n"}
+
+
+def test_logs_follow_streams_until_the_container_stops(alice, make_instance, fake_runtime):
+    from containers.engines import engine_for
+    from containers.engines.base import ContainerSpec
+
+    instance = make_instance("running")
+    engine = engine_for(fake_runtime)
+    ref = engine.create(ContainerSpec(name=instance.container_name, image="busybox", labels={}))
+    engine.start(ref)
+    response = alice.get(f"/api/containers/{instance.pk}/logs/?follow=1&seconds=30")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/plain; charset=utf-8" and response.streaming
+    chunks = iter(response.streaming_content)
+    assert next(chunks) == b"fake log line\n"
+    engine.stop(ref, 0)
+    started = time.monotonic()
+    assert list(chunks) == []  # ends once the container stopped, long before 30 s
+    assert time.monotonic() - started < 10
+
+
+def test_logs_follow_ends_after_its_seconds(alice, make_instance, fake_runtime):
+    from containers.engines import engine_for
+    from containers.engines.base import ContainerSpec
+
+    instance = make_instance("running")
+    engine = engine_for(fake_runtime)
+    engine.start(engine.create(ContainerSpec(name=instance.container_name, image="b", labels={})))
+    started = time.monotonic()
+    response = alice.get(f"/api/containers/{instance.pk}/logs/?follow=true&seconds=1")
+    assert b"".join(response.streaming_content) == b"fake log line\n"
+    assert 0.9 < time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("seconds", ["0", "121", "x"])
+def test_logs_follow_with_invalid_seconds_is_400(alice, make_instance, seconds):
+    instance = make_instance("running")
+    response = alice.get(f"/api/containers/{instance.pk}/logs/?follow=1&seconds={seconds}")
+    assert "seconds" in assert_error(response, 400)["details"]
 
 
 def test_logs_of_a_container_not_yet_created_are_empty(alice, make_instance):

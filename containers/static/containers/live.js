@@ -40,6 +40,7 @@
     if (!box) { return; }
     if (item === null) { box.dataset.gone = "1"; return; }
     box.dataset.status = item.status;
+    followLogs(item.status);
     Object.keys(item.fields).forEach(function (name) {
       var el = document.querySelector(".field-" + name + " .readonly");
       if (el && el.textContent !== item.fields[name]) { el.textContent = item.fields[name]; }
@@ -52,6 +53,50 @@
       if (button) { button.hidden = !item.offered[verb]; }
     });
     setHtml(document.querySelector("#gb-events tbody"), item.events_html);
+  }
+
+  // --- the page follows the container's output while it runs -------------------------
+  var LOG_KEEP = 200000;  // characters kept on the page
+  var following = false;
+
+  function followLogs(status) {
+    var pre = document.getElementById("gb-log-text");
+    if (!pre || following || ["running", "paused", "stop_pending"].indexOf(status) < 0) {
+      return;
+    }
+    if (!window.fetch || !window.ReadableStream) { return; }
+    following = true;
+    var stateNote = document.getElementById("gb-log-state");
+    var problem = document.querySelector("#gb-logs .gb-logs-problem");
+    var decoder = new TextDecoder();
+    var first = true;
+    pre.dataset.following = "1";
+    if (stateNote) { stateNote.textContent = "(following)"; }
+    fetch(pre.dataset.followUrl, {credentials: "same-origin"})
+      .then(function (r) {
+        if (!r.ok) { throw new Error(r.status); }
+        var reader = r.body.getReader();
+        function read() {
+          return reader.read().then(function (part) {
+            if (part.done) { return; }
+            var text = decoder.decode(part.value, {stream: true});
+            if (first) { pre.textContent = ""; first = false; }
+            var atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+            pre.textContent = (pre.textContent + text).slice(-LOG_KEEP);
+            pre.hidden = false;
+            if (problem) { problem.hidden = true; }
+            if (atBottom) { pre.scrollTop = pre.scrollHeight; }
+            return read();
+          });
+        }
+        return read();
+      })
+      .catch(function () { /* followed again at the next poll */ })
+      .finally(function () {
+        following = false;
+        delete pre.dataset.following;
+        if (stateNote) { stateNote.textContent = ""; }
+      });
   }
 
   function poll() {
@@ -74,5 +119,10 @@
       .finally(function () { setTimeout(poll, EVERY_MS); });
   }
 
-  document.addEventListener("DOMContentLoaded", function () { setTimeout(poll, EVERY_MS); });
+  document.addEventListener("DOMContentLoaded", function () {
+    var badge = document.querySelector("#gb-live-detail") &&
+                document.querySelector(".field-status_display .gb-badge");
+    if (badge) { followLogs(badge.textContent.trim()); }
+    setTimeout(poll, EVERY_MS);
+  });
 })();
