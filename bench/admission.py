@@ -1,7 +1,7 @@
 """Admission: concurrent POST /api/containers/ against a real gunicorn server.
 
 Measures requests/s and p50/p99 latency of the create endpoint as gobrave serves it (the
-global ``admission`` row lock and the pending count, SPEC section 2) against the same
+global ``admission`` row lock and the pending count, contract §2) against the same
 endpoint with that check patched away (``bench/wsgi_unlocked.py``), on the fake runtime
 with no dispatcher (nothing runs; rows just queue), then checks exact admission: with
 ``max_pending=K`` and more than K simultaneous creates, exactly K are admitted.

@@ -1,6 +1,6 @@
 """Which env keys users may set on a template's containers, and which values are secret.
 
-Operators are trusted, users are not (SPEC section 8). A template's ``env`` is the
+Operators are trusted, users are not (contract §8). A template's ``env`` is the
 operator's; a user adds to it only what the template's ``user_env`` rules allow:
 
 - a rule is a key (``MODE``), a prefix pattern (``APP_*``: any key starting ``APP_``;

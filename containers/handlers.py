@@ -48,7 +48,7 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
     """Step 1: move ``ready → doing`` (or resume ``doing``); None if superseded.
 
     Gated requests (create, start) pass the capacity gate both times: a request that
-    waited for a retry, or whose worker died, held no slot meanwhile (SPEC 4).
+    waited for a retry, or whose worker died, held no slot meanwhile (contract §4).
     """
     with transaction.atomic():
         instance = _locked(event.aggregate_id)

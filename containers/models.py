@@ -302,7 +302,7 @@ class OrphanContainer(models.Model):
 
 
 class MonitorCursor(models.Model):
-    """Where the monitor's event stream for one engine resumes (SPEC section 5).
+    """Where the monitor's event stream for one engine resumes (contract §5).
 
     ``time_nano`` is the engine time of the last applied event; the stream is reopened
     from it (``since`` is inclusive, at whole-second granularity on Docker), and

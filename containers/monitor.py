@@ -1,4 +1,4 @@
-"""The monitor: follow each engine's event stream and apply it (SPEC section 5).
+"""The monitor: follow each engine's event stream and apply it (contract §5).
 
 ``manage.py run_monitor`` runs one ``Monitor``:
 

@@ -1,4 +1,4 @@
-"""What the engine says, applied to an instance (SPEC section 5).
+"""What the engine says, applied to an instance (contract §5).
 
 ``target_for`` maps an observed container state to the instance state it implies (pure,
 unit-tested); ``apply_observation`` moves the instance there by the shortest path that is

@@ -1,4 +1,4 @@
-"""The worker queues and the request kinds that run on them, side by side (SPEC 2 and 4).
+"""The worker queues and the request kinds that run on them, side by side (contract §2 and 4).
 
 A request kind is the ``kind`` of its ``OutboxEvent`` and of the ``ContainerEvent`` that
 records it; each kind runs on one queue (a django-q2 cluster of the same name, wired in

@@ -1,6 +1,6 @@
 """The reconciler: compare every instance with its engine and repair what was missed.
 
-SPEC section 5 (and the start_timeout rule of section 4). Events are not lossless (the
+contract §5 (and the start_timeout rule of section 4). Events are not lossless (the
 engine keeps only its last few hundred, and nothing is heard while the monitor is down),
 so ``reconcile()`` runs every ``reconcile_interval``, after every (re)connect of the
 monitor's event stream, and on demand (``manage.py reconcile --once``).

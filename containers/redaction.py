@@ -1,4 +1,4 @@
-"""What users never see (SPEC 8): secret env values, host paths, engine addresses.
+"""What users never see (contract §8): secret env values, host paths, engine addresses.
 
 Operators are trusted; users are not. Two permissions draw the line, the same in the API
 and the admin:

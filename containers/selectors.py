@@ -1,4 +1,5 @@
-"""Reads: querysets with the joins their callers need, and nothing that writes."""
+"""Reads of the database: querysets with the joins their callers need, nothing that writes
+and no engine call (those are ``containers.engines.calls``). Grouped by subject."""
 
 from __future__ import annotations
 
@@ -25,9 +26,27 @@ from containers.models import (
 from containers.slots import slot_count
 from containers.states import Status
 from core.counters import counter_rows, counters_since
+from core.ids import db_id
 from outbox.counters import RelayStat
 from outbox.models import OutboxStatus
 from outbox.selectors import outbox_counts
+
+# --- Shared helpers ------------------------------------------------------------------------------
+
+
+def _by_name_or_id(name_field: str, id_field: str, ref: object) -> Q:
+    """Rows whose ``name_field`` is ``ref``, or whose ``id_field`` is ``ref`` as an id."""
+    query = Q(**{name_field: str(ref)})
+    key = db_id(ref)
+    return query | Q(**{id_field: key}) if key is not None else query
+
+
+def count_by_status(rows: QuerySet) -> dict[str, int]:
+    """``{status: count}`` over ``rows`` in one grouped query."""
+    return dict(rows.order_by().values_list("status").annotate(n=Count("id")))
+
+
+# --- Instances -----------------------------------------------------------------------------------
 
 
 def instance_list(*, statuses: Iterable[str] = (), user=None) -> QuerySet[ContainerInstance]:
@@ -40,53 +59,7 @@ def instance_list(*, statuses: Iterable[str] = (), user=None) -> QuerySet[Contai
     return rows.order_by("-created_at")
 
 
-# --- API reads (appended for the REST API; the admin dashboard reuses queue_stats) -------
-
-_BIGINT_MAX = 2**63 - 1
 INSTANCE_ORDERINGS = ("created_at", "name", "status", "status_changed_at")
-
-
-def _as_id(ref: object) -> int | None:
-    """``ref`` as a database id when it is a plain decimal number in range, else None."""
-    text = str(ref)
-    if text.isascii() and text.isdigit() and int(text) <= _BIGINT_MAX:
-        return int(text)
-    return None
-
-
-def _by_name_or_id(name_field: str, id_field: str, ref: object) -> Q:
-    """Rows whose ``name_field`` is ``ref``, or whose ``id_field`` is ``ref`` as an id."""
-    query = Q(**{name_field: str(ref)})
-    key = _as_id(ref)
-    return query | Q(**{id_field: key}) if key is not None else query
-
-
-def count_by_status(rows: QuerySet) -> dict[str, int]:
-    """``{status: count}`` over ``rows`` in one grouped query."""
-    return dict(rows.order_by().values_list("status").annotate(n=Count("id")))
-
-
-def template_get(*, ref: str | int, user=None) -> ContainerTemplate:
-    """A template by id or by name that ``user`` may use (any, without a user).
-
-    ``NotFound`` for anything else, with the same message whether the template is
-    missing, switched off or not open to the user (never a DB error).
-    """
-    rows = ContainerTemplate.objects.filter(_by_name_or_id("name", "pk", ref))
-    if user is not None:
-        rows = rows.filter(access.usable_templates_q(user))
-    template = rows.order_by("pk").first()
-    if template is None:
-        raise NotFound(f"no template {str(ref)!r} that you may use", template=str(ref))
-    return template
-
-
-def template_list(*, user=None) -> QuerySet[ContainerTemplate]:
-    """Templates by name: all of them for ``view_containertemplate``, else the usable ones."""
-    rows = ContainerTemplate.objects.prefetch_related("allowed_groups").order_by("name")
-    if user is not None and not access.sees_all_templates(user):
-        rows = rows.filter(access.usable_templates_q(user))
-    return rows
 
 
 def instance_search(
@@ -132,6 +105,7 @@ def instance_get(*, instance_id: object, user) -> ContainerInstance:
 
 
 SHORT_ID_LENGTH = 8  # the admin's and the CLI's short id: the uuid's first 8 hex digits
+
 _HEX_PREFIX = re.compile(r"[0-9a-f]{4,32}")
 
 
@@ -183,19 +157,6 @@ def instance_resolve(*, ref: str) -> ContainerInstance:
     return matches[0]
 
 
-def instance_events(*, instance: ContainerInstance) -> QuerySet:
-    """The instance's history, newest first."""
-    return ContainerEvent.objects.filter(instance_id=instance.id).order_by("-created_at", "-id")
-
-
-RELAY_WINDOW_SECONDS = 3600
-
-
-def instance_history_after(*, instance_id: uuid.UUID, after_id: int = 0) -> QuerySet:
-    """History rows of an instance (even a deleted one) newer than ``after_id``, oldest first."""
-    return ContainerEvent.objects.filter(instance_id=instance_id, id__gt=after_id).order_by("id")
-
-
 @dataclass(frozen=True)
 class InstanceStatus:
     status: str
@@ -213,6 +174,19 @@ def instance_status(*, instance_id: uuid.UUID) -> InstanceStatus | None:
     return InstanceStatus(*row) if row else None
 
 
+# --- History -------------------------------------------------------------------------------------
+
+
+def instance_events(*, instance: ContainerInstance) -> QuerySet:
+    """The instance's history, newest first."""
+    return ContainerEvent.objects.filter(instance_id=instance.id).order_by("-created_at", "-id")
+
+
+def instance_history_after(*, instance_id: uuid.UUID, after_id: int = 0) -> QuerySet:
+    """History rows of an instance (even a deleted one) newer than ``after_id``, oldest first."""
+    return ContainerEvent.objects.filter(instance_id=instance_id, id__gt=after_id).order_by("id")
+
+
 def instance_history_last_id(*, instance_id: uuid.UUID) -> int:
     """The id of the instance's newest history row (0 when it has none)."""
     last = (
@@ -222,6 +196,76 @@ def instance_history_last_id(*, instance_id: uuid.UUID) -> int:
         .first()
     )
     return last or 0
+
+
+def failure_list(*, limit: int = 10) -> QuerySet:
+    """The latest failures: instances moved to ``failed`` and dead-lettered requests."""
+    return ContainerEvent.objects.filter(Q(to_status="failed") | Q(kind="dead_letter")).order_by(
+        "-created_at", "-id"
+    )[:limit]
+
+
+# --- Templates -----------------------------------------------------------------------------------
+
+
+def template_get(*, ref: str | int, user=None) -> ContainerTemplate:
+    """A template by id or by name that ``user`` may use (any, without a user).
+
+    ``NotFound`` for anything else, with the same message whether the template is
+    missing, switched off or not open to the user (never a DB error).
+    """
+    rows = ContainerTemplate.objects.filter(_by_name_or_id("name", "pk", ref))
+    if user is not None:
+        rows = rows.filter(access.usable_templates_q(user))
+    template = rows.order_by("pk").first()
+    if template is None:
+        raise NotFound(f"no template {str(ref)!r} that you may use", template=str(ref))
+    return template
+
+
+def template_list(*, user=None) -> QuerySet[ContainerTemplate]:
+    """Templates by name: all of them for ``view_containertemplate``, else the usable ones."""
+    rows = ContainerTemplate.objects.prefetch_related("allowed_groups").order_by("name")
+    if user is not None and not access.sees_all_templates(user):
+        rows = rows.filter(access.usable_templates_q(user))
+    return rows
+
+
+def template_by_id(*, template_id: object, user=None) -> ContainerTemplate:
+    """A template by its id only (detail URLs) that ``user`` may see; ``NotFound`` otherwise."""
+    key = db_id(template_id)
+    template = template_list(user=user).filter(pk=key).first() if key is not None else None
+    if template is None:
+        raise NotFound(f"no template {template_id}", template=str(template_id))
+    return template
+
+
+# --- Runtimes and orphans ------------------------------------------------------------------------
+
+
+def runtime_list() -> QuerySet:
+    return Runtime.objects.order_by("name")
+
+
+def runtime_by_id(*, runtime_id: object):
+    """A runtime by its id; ``NotFound`` for anything else."""
+    key = db_id(runtime_id)
+    runtime = runtime_list().filter(pk=key).first() if key is not None else None
+    if runtime is None:
+        raise NotFound(f"no runtime {runtime_id}", runtime=str(runtime_id))
+    return runtime
+
+
+def orphan_list(*, include_removed: bool = False) -> QuerySet:
+    """Containers with our labels and no instance, as the reconciler last saw them."""
+    rows = OrphanContainer.objects.select_related("runtime").order_by("-last_seen_at")
+    return rows if include_removed else rows.filter(removed_at__isnull=True)
+
+
+# --- The queue and the dashboard (the API's /api/queue/, the admin dashboard, /metrics) ----------
+
+
+RELAY_WINDOW_SECONDS = 3600
 
 
 def queue_stats() -> dict[str, object]:
@@ -259,23 +303,9 @@ def queue_stats() -> dict[str, object]:
     }
 
 
-# --- Operator console reads (appended for the admin; numbers shared with the API above) ---
-
 DASHBOARD_SERIES = tuple(RequestStat)
+
 DASHBOARD_BUCKET_MINUTES = 5
-
-
-def failure_list(*, limit: int = 10) -> QuerySet:
-    """The latest failures: instances moved to ``failed`` and dead-lettered requests."""
-    return ContainerEvent.objects.filter(Q(to_status="failed") | Q(kind="dead_letter")).order_by(
-        "-created_at", "-id"
-    )[:limit]
-
-
-def orphan_list(*, include_removed: bool = False) -> QuerySet:
-    """Containers with our labels and no instance, as the reconciler last saw them."""
-    rows = OrphanContainer.objects.select_related("runtime").order_by("-last_seen_at")
-    return rows if include_removed else rows.filter(removed_at__isnull=True)
 
 
 def request_series(*, now=None, minutes: int = 60, bucket: int = DASHBOARD_BUCKET_MINUTES):
@@ -310,25 +340,3 @@ def dashboard_stats(*, now=None) -> dict[str, object]:
         "failures": list(failure_list()),
         "orphan_count": orphan_list().count(),
     }
-
-
-def template_by_id(*, template_id: object, user=None) -> ContainerTemplate:
-    """A template by its id only (detail URLs) that ``user`` may see; ``NotFound`` otherwise."""
-    key = _as_id(template_id)
-    template = template_list(user=user).filter(pk=key).first() if key is not None else None
-    if template is None:
-        raise NotFound(f"no template {template_id}", template=str(template_id))
-    return template
-
-
-def runtime_list() -> QuerySet:
-    return Runtime.objects.order_by("name")
-
-
-def runtime_by_id(*, runtime_id: object):
-    """A runtime by its id; ``NotFound`` for anything else."""
-    key = _as_id(runtime_id)
-    runtime = runtime_list().filter(pk=key).first() if key is not None else None
-    if runtime is None:
-        raise NotFound(f"no runtime {runtime_id}", runtime=str(runtime_id))
-    return runtime

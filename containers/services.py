@@ -225,7 +225,7 @@ def container_create_by_template(
                 kind=RequestKind.CREATE,
                 aggregate_id=str(instance.id),
                 payload={"by": actor},
-                fairness_key=str(owner.pk),  # owners are served round-robin (SPEC 8)
+                fairness_key=str(owner.pk),  # owners are served round-robin (contract §8)
             )
             # Last, so the gate is held only for the count and the commit. Every earlier
             # holder has committed when we get it, so the count sees every admitted row.

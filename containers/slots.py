@@ -1,4 +1,4 @@
-"""What a create/start slot is (SPEC section 4), defined once.
+"""What a create/start slot is (contract §4), defined once.
 
 The capacity gate, the reconciler's ``start_timeout``, the queue stats and the tests'
 samplers all count slots here, so they cannot disagree.

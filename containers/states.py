@@ -1,4 +1,4 @@
-"""The container state machine, defined once (SPEC section 1).
+"""The container state machine, defined once (contract §1).
 
 ``TRANSITIONS`` is the contract's table; the model's django-fsm transitions are built
 from it, and nothing else decides which moves are allowed.
@@ -62,9 +62,9 @@ def can_move(source: str, target: str) -> bool:
     return target in TRANSITIONS.get(source, frozenset())
 
 
-# --- what the operator console offers (presentation of SPEC 2, not a second contract) ----
+# --- what the operator console offers (presentation of contract §2, not a second contract) ----
 # A request is offered where it changes something. Where its goal is reached or already
-# under way there is nothing to do (SPEC 2 also accepts a start of a running instance,
+# under way there is nothing to do (contract §2 also accepts a start of a running instance,
 # which only cycles its states, so the console does not offer it). Anywhere else the
 # service refuses it, with the reason.
 OFFERED: dict[str, frozenset[str]] = {

@@ -1,4 +1,4 @@
-"""Apply what the engine says to an instance (SPEC section 5), in one place.
+"""Apply what the engine says to an instance (contract §5), in one place.
 
 The monitor (after an event), the reconciler (every pass) and the request handlers
 (after their own engine calls) all come here:
@@ -92,7 +92,7 @@ def instance_sync(
     engine: Engine | None = None,
     data: dict[str, Any] | None = None,
 ) -> Sync:
-    """Compare one instance with its engine and apply what the engine says (SPEC 5).
+    """Compare one instance with its engine and apply what the engine says (contract §5).
 
     Must run outside a transaction. Idempotent. Returns what it did (``Sync``).
     1. Read the instance (no lock). Skip it unless it is watched (or ``failed`` with no

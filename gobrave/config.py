@@ -135,7 +135,7 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "workspace_root": (_text, "var/workspaces"),
         "allowed_volume_roots": (_absolute_paths, []),
         "installation_id": (_optional(_label), None),
-        # Tenants (SPEC 8): per-owner quotas; None is no limit. Overridable per user and
+        # Tenants (contract §8): per-owner quotas; None is no limit. Overridable per user and
         # per group in the admin (tenants.models).
         "max_pending_per_owner": (_optional(_integer(1, 1_000_000)), None),
         "max_instances_per_owner": (_optional(_integer(1, 1_000_000)), None),
@@ -156,7 +156,7 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "backoff_cap": (_duration(0.01, 86400), 600.0),
         "retention": (_duration(60, 365 * 86400), 7 * 86400.0),
     },
-    # Tenants (SPEC 8): request throttles per user (None: off) and the /metrics token.
+    # Tenants (contract §8): request throttles per user (None: off) and the /metrics token.
     "api": {
         "throttle_create": (_optional(_rate), "1000/minute"),
         "throttle_write": (_optional(_rate), "3000/minute"),

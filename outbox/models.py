@@ -16,7 +16,7 @@ class OutboxStatus(models.TextChoices):
 
 S = OutboxStatus
 
-# The one table of allowed moves (SPEC section 3). The model's transitions and every
+# The one table of allowed moves (contract §3). The model's transitions and every
 # compare-and-set of the relay (``OutboxQuerySet.move_to``) take their sources from it.
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING: frozenset({S.PROCESSING}),  # claim

@@ -1,4 +1,4 @@
-"""The relay's state machine for one outbox row: claim, start, outcome (SPEC section 3).
+"""The relay's state machine for one outbox row: claim, start, outcome (contract §3).
 
 Every time a lease or a due time is set or compared, it is the database's clock
 (``Now()``), never a host's: a dispatcher and a worker on hosts whose clocks disagree
@@ -97,7 +97,7 @@ def _due_keys(queue: str) -> list[str]:
 
 
 def _fair_pending(queue: str, room: int) -> list[tuple[int, str, object, str]]:
-    """Up to ``room`` due pending rows, round-robin over their fairness keys (SPEC 8).
+    """Up to ``room`` due pending rows, round-robin over their fairness keys (contract §8).
 
     1. List the keys that have due pending rows; order them by their last turn (a key
        never served first, then the one served least recently; ties by key).
@@ -424,7 +424,7 @@ def _retry(event, token, route, detail: str, retry_after: float) -> Outcome:
         outcome=Outcome.RETRIED,
     ):
         return Outcome.STALE
-    # Waiting for its retry, the row holds no capacity (SPEC 4): what was deferred on
+    # Waiting for its retry, the row holds no capacity (contract §4): what was deferred on
     # its queue may go now.
     outbox_release_deferred(queue=event.queue)
     counter_add(RelayStat.RETRIED)

@@ -1,4 +1,4 @@
-"""Reads over the outbox that processes watching it (the cluster supervisor) need.
+"""Reads over the outbox: the API's listing, the counts, what the cluster supervisor watches.
 
 Every time is compared on the database's clock, as the relay sets them.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 
+from django.db.models import QuerySet
 from django.db.models.functions import Now
 
 from outbox import conf
@@ -51,3 +52,24 @@ def outbox_counts(statuses: Iterable[str] = INDEXED_STATUSES) -> dict[str, int]:
             raise ValueError(f"counting {status!r} outbox rows would scan the table")
         counts[status] = OutboxEvent.objects.filter(status=status).count()
     return counts
+
+
+def outbox_rows(
+    *,
+    statuses=(),
+    kind: str | None = None,
+    queue: str | None = None,
+    aggregate_id: str | None = None,
+    ordering: str | None = None,
+) -> QuerySet[OutboxEvent]:
+    """Rows filtered as the API's list asks, newest first unless ``ordering`` says."""
+    rows = OutboxEvent.objects.all()
+    if statuses:
+        rows = rows.filter(status__in=list(statuses))
+    if kind:
+        rows = rows.filter(kind=kind)
+    if queue:
+        rows = rows.filter(queue=queue)
+    if aggregate_id:
+        rows = rows.filter(aggregate_id=aggregate_id)
+    return rows.order_by(ordering or "-id", "-id")

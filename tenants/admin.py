@@ -1,4 +1,4 @@
-"""Quota overrides per user and per group (operators edit them; SPEC 8), and the admin's
+"""Quota overrides per user and per group (operators edit them; contract §8), and the admin's
 lock-down: django-q2's pages unregistered, API tokens for superusers only."""
 
 from __future__ import annotations

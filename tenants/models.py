@@ -1,4 +1,4 @@
-"""Per-owner quota overrides an operator edits in the admin (SPEC 8).
+"""Per-owner quota overrides an operator edits in the admin (contract §8).
 
 Each quota is looked up key by key (``tenants.selectors.owner_quotas``): the user's own
 override wins, then the most generous of the user's groups' overrides, then

@@ -21,7 +21,7 @@ class OwnerQuotas:
 
 def owner_quotas(*, owner) -> OwnerQuotas:
     """The owner's quotas, key by key: their own override, else the most generous of their
-    groups' overrides, else ``config.yml`` (SPEC 8). Two queries; no lock."""
+    groups' overrides, else ``config.yml`` (contract §8). Two queries; no lock."""
     own = UserQuota.objects.filter(user_id=owner.pk).first()
     groups = list(GroupQuota.objects.filter(group__user__id=owner.pk))
     config = settings.GOBRAVE["container"]

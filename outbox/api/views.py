@@ -3,45 +3,25 @@ backing-off row due now (``change_outboxevent``)."""
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import exceptions, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from core.ids import db_id
 from gobrave.api_defaults import JSONParser
 from gobrave.api_errors import error_responses
+from outbox import selectors
 from outbox.api import serializers as s
 from outbox.models import OutboxEvent
 from outbox.services import outbox_retry_now
 
-_BIGINT_MAX = 2**63 - 1
-
-
-def outbox_rows(
-    *,
-    statuses=(),
-    kind: str | None = None,
-    queue: str | None = None,
-    aggregate_id: str | None = None,
-    ordering: str | None = None,
-) -> QuerySet[OutboxEvent]:
-    rows = OutboxEvent.objects.all()
-    if statuses:
-        rows = rows.filter(status__in=list(statuses))
-    if kind:
-        rows = rows.filter(kind=kind)
-    if queue:
-        rows = rows.filter(queue=queue)
-    if aggregate_id:
-        rows = rows.filter(aggregate_id=aggregate_id)
-    return rows.order_by(ordering or "-id", "-id")
-
 
 def _event_id(pk: str) -> int:
-    if not (pk.isascii() and pk.isdigit()) or int(pk) > _BIGINT_MAX:
+    key = db_id(pk)
+    if key is None:
         raise exceptions.NotFound(f"No outbox row {pk}.")
-    return int(pk)
+    return key
 
 
 @extend_schema_view(
@@ -71,7 +51,7 @@ class OutboxViewSet(viewsets.GenericViewSet):
         query = s.OutboxQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         filters = dict(query.validated_data)
-        rows = outbox_rows(statuses=sorted(filters.pop("status", ())), **filters)
+        rows = selectors.outbox_rows(statuses=sorted(filters.pop("status", ())), **filters)
         page = self.paginate_queryset(rows)
         return self.get_paginated_response(s.OutboxEventOutputSerializer(page, many=True).data)
 

@@ -1,7 +1,7 @@
 """Workers that die are found out in seconds; workers that are slow keep their claim.
 
 Real ``run_dispatcher`` and ``qcluster`` processes on the test database and the fake
-engine (SPEC sections 3 and 4, issue 16 item 2).
+engine (contract §3 and §4, issue 16 item 2).
 """
 
 from __future__ import annotations

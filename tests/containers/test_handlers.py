@@ -1,4 +1,4 @@
-"""Worker handlers (SPEC section 4) through the relay, in-process, on the fake engine."""
+"""Worker handlers (contract §4) through the relay, in-process, on the fake engine."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def test_a_freed_slot_makes_deferred_creates_due_at_once(create, gobrave_config)
 
 
 def test_a_create_waiting_for_its_retry_holds_no_slot(create, engine, gobrave_config):
-    """SPEC 4: backoff holds no slot; the retry passes the gate again and still runs."""
+    """contract §4: backoff holds no slot; the retry passes the gate again and still runs."""
     gobrave_config(container={"create_queue_max_concurrency": 1})
     (engine.root / "fail-create").write_text("1")
     failing = create()

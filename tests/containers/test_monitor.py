@@ -1,4 +1,4 @@
-"""The monitor (SPEC section 5): event mapping, cursor and duplicates, reconnects.
+"""The monitor (contract §5): event mapping, cursor and duplicates, reconnects.
 
 The first part runs on the fake engine (no Docker): its ``events()`` replays a log from
 the cursor and then ends, as a dropped stream does. The second part runs ``run_monitor``

@@ -1,4 +1,4 @@
-"""SPEC section 5 as pure mapping: what the engine says → the instance's state."""
+"""contract §5 as pure mapping: what the engine says → the instance's state."""
 
 from __future__ import annotations
 

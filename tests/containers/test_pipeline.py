@@ -316,7 +316,7 @@ def test_a_create_waiting_for_its_retry_never_holds_back_a_healthy_one(
     postgres, tmp_path, template, owner, engine, gobrave_config
 ):
     """maxConcurrency 1; the first create fails once and waits a 60 s+ backoff: the
-    next create runs meanwhile (SPEC 4), then the failing one's retry still succeeds."""
+    next create runs meanwhile (contract §4), then the failing one's retry still succeeds."""
     gobrave_config(container={"create_queue_max_concurrency": 1})
     (engine.root / "fail-create").write_text("1")
     with app_with(

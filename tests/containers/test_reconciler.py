@@ -1,4 +1,4 @@
-"""The reconciler (SPEC sections 4 and 5) on the fake engine, plus template image status.
+"""The reconciler (contract §4 and §5) on the fake engine, plus template image status.
 
 Instances are placed directly in a state with a container in the fake engine; the engine
 is then changed behind gobrave's back (``set_state``) and one pass is run.
@@ -296,7 +296,7 @@ def test_creating_past_start_timeout_is_failed_when_no_worker_holds_it(place, go
 
 
 def test_start_timeout_never_fails_an_instance_waiting_for_a_retry(place, gobrave_config):
-    """Backoff holds no slot (SPEC 4), so it is not slot-holding time."""
+    """Backoff holds no slot (contract §4), so it is not slot-holding time."""
     gobrave_config(container={"start_timeout": 5})
     instance = place(Status.CREATING, "created")
     outbox_row(instance, "pending")  # attempt 1 failed; waiting on its backoff

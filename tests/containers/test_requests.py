@@ -1,4 +1,4 @@
-"""SPEC section 2: every request in every state, and admission under maxPending."""
+"""contract §2: every request in every state, and admission under maxPending."""
 
 from __future__ import annotations
 

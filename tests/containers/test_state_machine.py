@@ -1,4 +1,4 @@
-"""SPEC section 1, pair by pair: every allowed move succeeds, every other one is refused."""
+"""contract §1, pair by pair: every allowed move succeeds, every other one is refused."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The relay's row semantics (SPEC section 3), driven in-process with a test handler."""
+"""The relay's row semantics (contract §3), driven in-process with a test handler."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC section 3's table of outbox moves, pair by pair, for the model and for the relay.
+"""contract §3's table of outbox moves, pair by pair, for the model and for the relay.
 
 The model's django-fsm transitions and the relay's compare-and-sets (``move_to``, one
 UPDATE each) must allow exactly the moves of the contract's table, and no others.

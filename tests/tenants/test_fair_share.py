@@ -1,5 +1,5 @@
 """Fair share: owners waiting on the create queue are served round-robin, not in commit
-order (SPEC 8). The claim itself on PostgreSQL, then the real dispatcher and cluster."""
+order (contract §8). The claim itself on PostgreSQL, then the real dispatcher and cluster."""
 
 from __future__ import annotations
 

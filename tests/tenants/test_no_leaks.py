@@ -1,5 +1,5 @@
 """Nothing leaks to users: secret env values, host paths and engine addresses stay out of
-their responses and error texts (SPEC 8); an error still names the field that was wrong.
+their responses and error texts (contract §8); an error still names the field that was wrong.
 Operators, who are trusted, still see everything."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ready-made groups hold exactly what SPEC 8 gives them, on a migrated database."""
+"""The ready-made groups hold exactly what contract §8 gives them, on a migrated database."""
 
 from __future__ import annotations
 
