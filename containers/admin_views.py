@@ -21,13 +21,14 @@ from django.urls import reverse
 
 from containers import admin_display as display
 from containers import selectors, states
+from containers.counters import RequestStat
 
 REFRESH_SECONDS = 5
 CHART_HEIGHT = 80
 SERIES_STYLE = (
-    ("create_accepted", "accepted", "#198754"),
-    ("create_refused", "refused", "#fd7e14"),
-    ("instance_failed", "failed", "#dc3545"),
+    (RequestStat.CREATE_ACCEPTED, "accepted", "#198754"),
+    (RequestStat.CREATE_REFUSED, "refused", "#fd7e14"),
+    (RequestStat.INSTANCE_FAILED, "failed", "#dc3545"),
 )
 
 
