@@ -129,6 +129,7 @@ def plan() -> str:
     from outbox import relay
 
     with transaction.atomic(), connection.cursor() as cursor:
+        # The claim's per-key row query (fair share: each key's oldest unblocked rows).
         query = (
             relay._unblocked(relay._pending_due("create").filter(fairness_key=""))
             .order_by("id")

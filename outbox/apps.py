@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+from outbox import forking
+
 
 class OutboxConfig(AppConfig):
     """A reusable transactional-outbox relay; it knows nothing of containers."""
@@ -10,8 +12,6 @@ class OutboxConfig(AppConfig):
 
     def ready(self) -> None:
         from django_q.signals import post_spawn
-
-        from outbox import forking
 
         forking.install()
         # django-q2 workers buffer the relay's counters (one write per second, not per row).
@@ -27,6 +27,9 @@ def _stop_gracefully(sender, **kwargs) -> None:
 
 
 def _buffer_counters(sender, **kwargs) -> None:
+    """A django-q2 worker: counters buffered (one write per second, not per row), and
+    connections unchecked (``forking.health_checks_off``)."""
     from core import counters
 
     counters.counters_buffer_start()
+    forking.health_checks_off()

@@ -48,7 +48,8 @@ from django_q.conf import Conf
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
-from outbox import conf, listen, relay, services
+from core import counters
+from outbox import conf, forking, listen, relay
 from outbox.models import OutboxEvent
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,8 @@ class OutboxBroker(Broker):
             self._conn.execute(f"LISTEN {conf.NOTIFY_CHANNEL}")
             self._pid = os.getpid()
             self._read_now = True  # anything committed before the LISTEN had no wake-up
-            services.counters_buffer_start()  # this pusher's claims count once a second
+            counters.counters_buffer_start()  # this pusher's claims count once a second
+            forking.health_checks_off()  # a failed claim reconnects below
         return self._conn
 
     def _close(self) -> None:

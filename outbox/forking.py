@@ -104,3 +104,20 @@ def install() -> None:
         os.register_at_fork(before=_remember_parent, after_in_child=_in_child)
         _die_with_launcher()
         _installed = True
+
+
+def health_checks_off() -> None:
+    """In a django-q2 worker or pusher process: no connection health check per task.
+
+    django-q2 closes the connection before every task (and the broker before every
+    read); with ``CONN_HEALTH_CHECKS`` every reopening is checked with a statement of its
+    own, half the commits of a relayed row. Unchecked, a connection that died (a
+    PostgreSQL restart) fails the first statement instead: ``relay.execute()`` then
+    retries ``begin()`` once on a fresh connection, the broker reconnects on its next
+    read, and Django closes the broken connection before the next task.
+    """
+    from django.db import connections
+
+    for conn in connections.all():
+        conn.settings_dict["CONN_HEALTH_CHECKS"] = False
+        conn.health_check_enabled = False

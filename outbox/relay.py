@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import CharField, Exists, F, Max, OuterRef, Value
 from django.db.models.functions import Cast, Concat, Now
 from django.utils import timezone
@@ -354,7 +354,14 @@ def execute(event_id: int, token: uuid.UUID | str) -> Outcome:
     ``deferred``, ``retried``, ``dead`` or ``stale`` (the claim was lost before the outcome).
     """
     token = uuid.UUID(str(token))
-    event = begin(event_id, token)
+    try:
+        event = begin(event_id, token)
+    except (InterfaceError, OperationalError):
+        # The connection died since the last task (workers skip health checks,
+        # ``forking.health_checks_off``): once more on a fresh one. A begin that did
+        # commit before the cut reads as a duplicate; the short lease then frees the row.
+        connection.close()
+        event = begin(event_id, token)
     if event is None:
         log.info("outbox #%s: duplicate or expired delivery of claim %s ignored", event_id, token)
         return Outcome.DUPLICATE

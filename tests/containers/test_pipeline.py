@@ -254,6 +254,40 @@ def test_claims_a_killed_cluster_had_not_begun_go_to_the_next_cluster_at_once(
         }, rows()
 
 
+def test_a_cluster_whose_connections_were_cut_runs_the_next_request_at_once(
+    postgres, tmp_path, template, owner, engine
+):
+    """Workers skip the per-task health check: a connection cut under them (as by a
+    PostgreSQL restart) fails one statement, which is retried on a fresh connection,
+    and the broker reconnects; nothing waits for a lease."""
+    with app_with(tmp_path, outbox_delivery_timeout=120) as app:
+        app.dispatcher()
+        app.cluster("create")
+        first = container_create_by_template(template=template, owner=owner, actor="t")
+        wait_for(
+            lambda: ContainerInstance.objects.get(pk=first.pk).status == "running",
+            timeout=60,
+            message="the first create running",
+            describe=rows,
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND application_name IN "
+                "('gobrave-test-create-cluster', 'gobrave-broker-create')"
+            )
+            assert cursor.fetchone()[0] >= 2  # the cluster's connections and its LISTEN
+        second = container_create_by_template(template=template, owner=owner, actor="t")
+        wait_for(
+            lambda: ContainerInstance.objects.get(pk=second.pk).status == "running",
+            timeout=60,  # its claim lease runs 150 s: only a working reconnect explains this
+            message="the second create running after the cut",
+            describe=rows,
+        )
+        row = OutboxEvent.objects.get(aggregate_id=str(second.pk))
+        assert (row.attempts, row.reclaims) == (0, 0), rows()
+
+
 def test_a_backlog_with_one_worker_never_outlives_a_lease(
     postgres, tmp_path, template, owner, engine, gobrave_config
 ):
