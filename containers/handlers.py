@@ -30,6 +30,7 @@ from containers.engines.base import (
 from containers.lifecycle import capacity_available, move, record
 from containers.models import ContainerInstance
 from containers.queues import Queue, RequestKind
+from containers.signals import instance_removed
 from containers.states import Status, can_move
 from containers.sync import state_apply
 from outbox import registry
@@ -204,6 +205,7 @@ def handle_delete(event: OutboxEvent) -> Outcome:
                 from_status=Status.DELETING,
                 message="container removed and instance deleted",
             )
+            instance_removed.send(sender=ContainerInstance, instance=instance, actor=WORKER)
             instance.delete()
     return Outcome.SENT
 

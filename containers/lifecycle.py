@@ -18,6 +18,7 @@ from containers.counters import RequestStat
 from containers.errors import InvalidTransition
 from containers.models import ContainerEvent, ContainerInstance, Gate
 from containers.queues import Queue
+from containers.signals import instance_moved
 from containers.slots import slot_count
 from containers.states import ACTIVE_SLOTS, Status, can_move
 from core.counters import counter_bump
@@ -65,6 +66,7 @@ def move(
     Raises ``InvalidTransition`` (and changes nothing) when the move is not allowed.
     ``fields`` are passed to the transition method (``reason``, ``exit_code``).
     When the instance leaves a create/start slot, deferred creates are woken.
+    Sends ``instance_moved`` (in this transaction) once the change is recorded.
     """
     if not connection.in_atomic_block:
         raise RuntimeError("move() must run inside transaction.atomic()")
@@ -100,6 +102,9 @@ def move(
         outbox_release_deferred(queue=Queue.CREATE)
     if target == Status.FAILED:
         transaction.on_commit(lambda: counter_bump(RequestStat.INSTANCE_FAILED))
+    instance_moved.send(
+        sender=ContainerInstance, instance=instance, source=source, target=target, actor=actor
+    )
     return instance
 
 

@@ -10,14 +10,16 @@ from __future__ import annotations
 import math
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 
 from containers import access
@@ -60,24 +62,39 @@ def _config() -> dict[str, Any]:
     return settings.GOBRAVE["container"]
 
 
-def runtime_select(*, template: ContainerTemplate) -> Runtime:
+def runtime_select(
+    *, template: Any, templates: list[Any] | None = None, among: list[Runtime] | None = None
+) -> Runtime:
     """The enabled runtime whose labels satisfy the template's constraints.
 
+    ``templates`` (besides ``template``): the runtime must satisfy all of theirs too (a
+    DAG run puts every node on one engine). ``among``: only these runtimes qualify.
     Among several matches, the one with the fewest instances under way wins.
     """
-    constraints = clean_constraints(template.constraints)
+    every = [template, *(templates or [])]
+    constraints: dict[str, str] = {}
+    for each in every:
+        constraints.update(clean_constraints(each.constraints))
     candidates = Runtime.objects.filter(enabled=True).annotate(
         load=Count("instances", filter=Q(instances__status__in=IN_FLIGHT | {Status.RUNNING}))
     )
+    if among is not None:
+        candidates = candidates.filter(pk__in=[r.pk for r in among])
     matching = [
         runtime
         for runtime in candidates.order_by("load", "name")
-        if all(str(runtime.labels.get(k)) == v for k, v in constraints.items())
+        if all(
+            all(
+                str(runtime.labels.get(k)) == v for k, v in clean_constraints(t.constraints).items()
+            )
+            for t in every
+        )
     ]
     if not matching:
         wanted = ", ".join(f"{k}={v}" for k, v in constraints.items()) or "(none)"
+        names = ", ".join(sorted({str(t.name) for t in every}))
         raise NoMatchingRuntime(
-            f"no enabled runtime matches the constraints {wanted} of template {template.name}",
+            f"no enabled runtime matches the constraints {wanted} of template {names}",
             constraints=constraints,
         )
     return matching[0]
@@ -153,6 +170,15 @@ def _check_owner_quotas(*, owner, quotas: OwnerQuotas) -> None:
             )
 
 
+def _from_snapshot(snapshot: Mapping[str, Any]) -> SimpleNamespace:
+    """A template as a snapshot recorded it; fields it predates take their defaults."""
+    fields = {
+        field.attname: field.get_default() for field in ContainerTemplate._meta.concrete_fields
+    }
+    fields.update(snapshot)
+    return SimpleNamespace(pk=fields["id"], **fields)
+
+
 def container_create_by_template(
     *,
     template: ContainerTemplate,
@@ -160,6 +186,11 @@ def container_create_by_template(
     actor: str,
     name: str | None = None,
     env: dict[str, Any] | None = None,
+    instance_id: uuid.UUID | None = None,
+    runtime: Runtime | None = None,
+    snapshot: Mapping[str, Any] | None = None,
+    extra_labels: Mapping[str, str] | None = None,
+    extra_mounts: list[dict[str, Any]] | None = None,
 ) -> ContainerInstance:
     """Accept a create request, or refuse it (``OwnerQuotaExceeded``, ``QueueFull``,
     ``InvalidSpec``).
@@ -173,14 +204,30 @@ def container_create_by_template(
        and count the other ``pending`` instances; at ``create_queue_max_pending`` refuse.
        Any refusal rolls all of it back.
     A refusal is counted for the dashboard and leaves no row anywhere.
+
+    For callers that create on behalf of a larger unit of work (DAG runs):
+    ``instance_id`` makes the create idempotent (an instance with that id, made
+    earlier, is returned as it is, not queued again); ``runtime`` pins the engine (it
+    must still match the constraints); ``snapshot`` (``spec.template_snapshot``) is
+    resolved instead of the template's current fields; ``extra_labels`` and
+    ``extra_mounts`` (trusted, made by gobrave: e.g. ``{"type": "volume", "source":
+    name, "target": "/dag"}``) are added to the resolved spec.
     """
     if not access.may_use_template(owner, template):
         raise TemplateUnavailable(
             f"template: {template.name} is switched off or not open to {owner.get_username()}",
             field="template",
         )
-    runtime = runtime_select(template=template)
-    instance_id = uuid.uuid4()
+    if instance_id is not None:
+        existing = ContainerInstance.objects.filter(id=instance_id).first()
+        if existing is not None:
+            return existing
+    source = template if snapshot is None else _from_snapshot(snapshot)
+    if runtime is None:
+        runtime = runtime_select(template=source)
+    else:
+        runtime = runtime_select(template=source, among=[runtime])
+    instance_id = instance_id or uuid.uuid4()
     if not name:
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", template.name).strip("-._")[:100] or "c"
         name = f"{stem}-{str(instance_id)[:8]}"
@@ -191,17 +238,28 @@ def container_create_by_template(
             field="name",
         )
     variables = _variables(
-        instance_id=instance_id, name=name, owner=owner, template=template, runtime=runtime
+        instance_id=instance_id, name=name, owner=owner, template=source, runtime=runtime
     )
     # The owner's own workspace, not the whole workspace_root: no one mounts another's.
     roots = [variables["WORKSPACE_PATH"], *_config()["allowed_volume_roots"]]
     spec = resolve_spec(
-        template=template,
+        template=source,
         variables=variables,
         env_overrides=env,
         roots=roots,
         installation=installation_id(),
     )
+    if extra_labels:
+        spec["labels"] = {**dict(extra_labels), **spec["labels"]}
+    for mount in extra_mounts or []:
+        spec["mounts"].append(
+            {
+                "source": mount["source"],
+                "target": mount["target"],
+                "read_only": bool(mount.get("read_only", False)),
+                "type": mount.get("type", "bind"),
+            }
+        )
     limit = _config()["create_queue_max_pending"]
     quotas = owner_quotas(owner=owner)
     try:
@@ -242,6 +300,12 @@ def container_create_by_template(
     except (QueueFull, OwnerQuotaExceeded):
         counter_bump(RequestStat.CREATE_REFUSED)
         raise
+    except IntegrityError:
+        # The same instance_id was admitted meanwhile: that request is the one.
+        existing = ContainerInstance.objects.filter(id=instance_id).first()
+        if existing is None:
+            raise
+        return existing
     counter_bump(RequestStat.CREATE_ACCEPTED)
     return instance
 

@@ -232,6 +232,24 @@ def resolve_mounts(
     return mounts
 
 
+# Template fields that say nothing about what a container is.
+_NOT_SNAPSHOT = frozenset({"created_at", "updated_at", "image_status", "image_checked_at"})
+
+
+def template_snapshot(template: Any) -> dict[str, Any]:
+    """The fields of a template that a spec is resolved from, as plain JSON.
+
+    Stored by callers that must create from a template as it was (a DAG run), however
+    the template is edited later; ``container_create_by_template(snapshot=...)`` takes it
+    (fields added to templates later take their defaults there).
+    """
+    return {
+        field.attname: getattr(template, field.attname)
+        for field in template._meta.concrete_fields
+        if field.attname not in _NOT_SNAPSHOT
+    }
+
+
 def resolve_spec(
     *,
     template: Any,

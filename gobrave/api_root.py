@@ -15,6 +15,8 @@ ENDPOINTS = (
     ("runtimes", "runtime-list", "the container engines (permission view_runtime)"),
     ("queue", "queue", "the create queue and the relay, now and over the last hour"),
     ("outbox", "outbox-list", "the outbox rows (permission view_outboxevent)"),
+    ("dag-templates", "dag-template-list", "DAG templates: graphs of container runs"),
+    ("dag-runs", "dag-run-list", "DAG runs: start, watch, cancel, retry failed"),
     ("schema", "schema", "the OpenAPI schema"),
     ("docs", "swagger-ui", "the API documentation (Swagger UI)"),
     ("metrics", "metrics", "Prometheus metrics"),

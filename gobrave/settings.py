@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "outbox",
     "containers",
     "tenants",
+    "dags",
 ]
 
 MIDDLEWARE = [

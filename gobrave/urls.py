@@ -31,6 +31,7 @@ urlpatterns = [
     path("api/", ApiRootView.as_view(), name="api-root"),
     path("api/", include("containers.api.urls")),
     path("api/", include("outbox.api.urls")),
+    path("api/", include("dags.api.urls")),
     path("metrics", metrics_view, name="metrics"),
 ]
 

@@ -12,6 +12,9 @@
    ``poll_interval``, whichever comes first. With gobrave's broker the clusters' pushers
    claim on NOTIFY (``outbox.broker``); the dispatcher only polls, the safety net that
    claims what no pusher took.
+At start (``run``) the dispatcher records its liveness mark and, when it starts cold,
+runs the apps' cold-start callbacks (``outbox.liveness``); it renews the mark every
+``poll_interval`` and drops it at a clean stop.
 A SIGTERM sets a flag; the loop finishes the step in hand and returns.
 """
 
@@ -30,7 +33,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 
 from core import counters
-from outbox import conf, listen, registry, relay
+from outbox import conf, listen, liveness, registry, relay
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +76,8 @@ class Dispatcher:
         self.listener = None
         self.last_purge = 0.0
         self.more = False
+        self.name = liveness.beat_name()
+        self.last_beat = 0.0
 
     def stop(self, *_args) -> None:
         self.stopping.set()
@@ -112,11 +117,25 @@ class Dispatcher:
                 log.info("purged %s sent outbox rows past retention", purged)
         return handed
 
+    def beat(self) -> None:
+        if time.monotonic() - self.last_beat >= conf.value("poll_interval"):
+            self.last_beat = time.monotonic()
+            liveness.dispatcher_beat(name=self.name)
+
     def run(self) -> None:
         log.info("dispatcher %s started (queues: %s)", os.getpid(), registry.queues())
         counters.counters_buffer_start()
         while not self.stopping.is_set():
             try:
+                liveness.dispatcher_start(name=self.name)
+                self.last_beat = time.monotonic()
+                break
+            except Exception:  # noqa: BLE001 - the database may not be up yet
+                log.exception("dispatcher start failed; retrying after poll_interval")
+                self.stopping.wait(conf.value("poll_interval"))
+        while not self.stopping.is_set():
+            try:
+                self.beat()
                 self.cycle()
             except Exception:  # noqa: BLE001 - the loop outlives a failed cycle
                 log.exception("dispatcher cycle failed; retrying after poll_interval")
@@ -125,6 +144,8 @@ class Dispatcher:
             if not self.more and not self.stopping.is_set():
                 self.wait(conf.value("poll_interval"))
         self._close_listener()
+        with contextlib.suppress(Exception):
+            liveness.dispatcher_gone(name=self.name)
         log.info("dispatcher %s stopped", os.getpid())
 
     # --- wake-up ------------------------------------------------------------------------

@@ -172,3 +172,19 @@ class FairnessMark(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}/{self.key or '-'} turn {self.turn}"
+
+
+class DispatcherBeat(models.Model):
+    """A running dispatcher's liveness mark, renewed every ``poll_interval``.
+
+    Written only by ``outbox.liveness``. A dispatcher that starts when no mark is
+    younger than ten poll intervals is at a cold start (see there). Times are the
+    database's clock.
+    """
+
+    name = models.CharField(max_length=128, primary_key=True)
+    started_at = models.DateTimeField()
+    beat_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} @ {self.beat_at}"

@@ -64,6 +64,26 @@ def outbox_enqueue(
     return event
 
 
+def outbox_enqueue_once(*, kind: str, aggregate_id: str, payload: dict) -> None:
+    """Make a not yet started ``pending`` row of this kind and aggregate due now, or
+    write a new one. For requests that say "look again" (idempotent handlers): one
+    waiting row serves any number of asks. Must run inside the caller's transaction.
+
+    A row being claimed meanwhile is locked by the claim; the update waits for it, finds
+    it no longer pending and writes a new row, so no ask is lost.
+    """
+    woken = OutboxEvent.objects.filter(
+        kind=kind,
+        aggregate_id=str(aggregate_id),
+        status=OutboxStatus.PENDING,
+        started_at__isnull=True,
+    ).update(available_at=Now())
+    if woken:
+        outbox_notify()
+        return
+    outbox_enqueue(kind=kind, aggregate_id=aggregate_id, payload=payload)
+
+
 def outbox_retry_now(*, event_id: int) -> OutboxEvent:
     """Make a pending row that waits on backoff due now, under its row lock.
 

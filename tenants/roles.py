@@ -28,12 +28,16 @@ ROLES: dict[str, frozenset[str]] = {
         + _perms("containers", ("view",), ["containerevent", "orphancontainer"])
         + _perms("outbox", ("view", "change"), ["outboxevent"])
         + _perms("tenants", ("view", "add", "change", "delete"), ["userquota", "groupquota"])
+        + _perms("dags", ("view", "add", "change", "delete"), ["dagtemplate"])
+        + _perms("dags", ("view", "change"), ["dagrun"])
+        + _perms("dags", ("view",), ["dagevent"])
     ),
     VIEWERS: frozenset(
         _perms("containers", ("view",), ["containertemplate", "containerinstance", "runtime"])
         + _perms("containers", ("view",), ["containerevent", "orphancontainer"])
         + _perms("outbox", ("view",), ["outboxevent"])
         + _perms("tenants", ("view",), ["userquota", "groupquota"])
+        + _perms("dags", ("view",), ["dagtemplate", "dagrun", "dagevent"])
     ),
 }
 

@@ -30,9 +30,12 @@ class PermanentEngineError(EngineError):
 
 @dataclass(frozen=True)
 class Mount:
+    """A bind mount (``source`` is a host path) or a named volume (``source`` its name)."""
+
     source: str
     target: str
     read_only: bool = False
+    type: str = "bind"  # bind | volume
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,9 @@ class Engine(Protocol):
 
     def remove(self, ref: str) -> None:
         """Force-remove the container. Idempotent; a missing container is fine."""
+
+    def remove_volume(self, name: str) -> None:
+        """Remove the named volume. Idempotent; a missing volume is fine."""
 
     def inspect(self, ref: str) -> ContainerState | None:
         """The container's state, or None when it does not exist."""

@@ -290,7 +290,7 @@ class DockerEngine:
             api = self._api()
             host_config = api.create_host_config(
                 mounts=[
-                    DockerMount(m.target, m.source, type="bind", read_only=m.read_only)
+                    DockerMount(m.target, m.source, type=m.type, read_only=m.read_only)
                     for m in spec.mounts
                 ],
                 nano_cpus=round(spec.cpu * _NANO) if spec.cpu else None,
@@ -369,6 +369,14 @@ class DockerEngine:
                 if exc.status_code == 409 and "already in progress" in str(exc.explanation):
                     return
                 raise
+
+    def remove_volume(self, name: str) -> None:
+        """Remove the named volume. Idempotent: a missing volume is fine."""
+        with _translated(f"remove volume {name}"):
+            try:
+                self._api().remove_volume(name, force=True)
+            except docker.errors.NotFound:
+                return
 
     def inspect(self, ref: str) -> ContainerState | None:
         """The container's state, or None when it does not exist.

@@ -201,6 +201,10 @@ class FakeEngine:
                 path.unlink()
                 self._emit("destroy", data)
 
+    def remove_volume(self, name: str) -> None:
+        with self._locked(), open(self.root / "volumes-removed.log", "a") as log:
+            log.write(f"{name}\n")
+
     def inspect(self, ref: str) -> ContainerState | None:
         data = self._load(ref)
         if data is None:

@@ -1,0 +1,18 @@
+"""Signals other apps subscribe to, so that containers never imports them.
+
+Both are sent inside the transaction that holds the instance's row lock, after the
+change is saved and recorded. Receivers run in that transaction: they must be quick, may
+write rows of their own (an outbox row, say) and must never lock rows of another app
+that could be waiting on this instance (a DAG run's row, for one), nor call an engine.
+
+- ``instance_moved(instance, source, target, actor)``: every state change (``move()``).
+- ``instance_removed(instance, actor)``: the instance's row is about to be deleted after
+  its container was removed (the delete request finished).
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+instance_moved = Signal()
+instance_removed = Signal()

@@ -1,0 +1,232 @@
+"""Admin pages for DAG templates and runs; every change goes through ``dags.services``.
+
+A run's page draws its graph (server-rendered SVG, no script from anywhere else) with
+each node's state, refreshes the drawing every two seconds while the run is active, and
+offers cancel and retry-failed. Changelists use ``list_select_related``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.contrib import admin, messages
+from django.http import HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
+
+from containers.actors import user_actor
+from core.admin_helpers import ReadOnlyAdminMixin, badge
+from core.errors import DomainError
+from dags import selectors
+from dags.errors import DagInvalid
+from dags.graph_layout import COLOURS, layout
+from dags.models import DagEvent, DagRun, DagTemplate
+from dags.services import (
+    dag_nodes_clean,
+    dag_run_cancel,
+    dag_run_retry_failed,
+    dag_run_start,
+    dag_template_delete,
+    dag_template_save,
+)
+from dags.states import RUN_ACTIVE, RunStatus
+
+RUN_COLOURS = {
+    RunStatus.PENDING: "#6c757d",
+    RunStatus.RUNNING: "#0d6efd",
+    RunStatus.CANCELLING: "#fd7e14",
+    RunStatus.SUCCEEDED: "#198754",
+    RunStatus.FAILED: "#dc3545",
+    RunStatus.CANCELLED: "#fd7e14",
+}
+
+
+def _actor(request) -> str:
+    return user_actor(request.user)
+
+
+class DagTemplateForm(forms.ModelForm):
+    nodes = forms.JSONField(
+        help_text='A JSON list of nodes: {"key", "template" (name or id), "command", "env", '
+        '"depends_on", "retries"}.',
+        widget=forms.Textarea(attrs={"rows": 16, "cols": 90, "style": "font-family:monospace"}),
+    )
+
+    class Meta:
+        model = DagTemplate
+        fields = ["name", "description", "nodes"]
+
+    def clean_nodes(self):
+        try:
+            return dag_nodes_clean(self.cleaned_data["nodes"])
+        except DagInvalid as exc:
+            raise forms.ValidationError(exc.message) from None
+
+
+@admin.register(DagTemplate)
+class DagTemplateAdmin(admin.ModelAdmin):
+    form = DagTemplateForm
+    list_display = ("name", "node_count", "updated_at")
+    search_fields = ("name",)
+    actions = ["start_runs"]
+
+    @admin.display(description="nodes")
+    def node_count(self, obj: DagTemplate) -> int:
+        return len(obj.nodes)
+
+    def save_model(self, request, obj, form, change) -> None:
+        saved = dag_template_save(
+            name=form.cleaned_data["name"],
+            description=form.cleaned_data.get("description", ""),
+            nodes=form.cleaned_data["nodes"],
+            dag=obj if change else None,
+        )
+        obj.pk = saved.pk
+
+    def delete_model(self, request, obj) -> None:
+        dag_template_delete(dag=obj)
+
+    @admin.action(description="Start a run of the selected DAG templates (as me)")
+    def start_runs(self, request, queryset):
+        for dag in queryset:
+            try:
+                run = dag_run_start(dag=dag, owner=request.user, actor=_actor(request))
+            except DomainError as exc:
+                self.message_user(request, f"{dag.name}: refused: {exc.message}", messages.ERROR)
+                continue
+            url = reverse("admin:dags_dagrun_change", args=[run.pk])
+            self.message_user(
+                request, format_html('Started <a href="{}">{}</a>', url, run), messages.SUCCESS
+            )
+
+
+@admin.register(DagRun)
+class DagRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("short_id", "template_name", "owner", "status_display", "nodes", "created_at")
+    list_filter = ("status",)
+    list_select_related = ("owner",)
+    search_fields = ("template_name", "owner__username")
+    actions = ["cancel_runs", "retry_failed_runs"]
+    change_form_template = "admin/dags/dagrun/change_form.html"
+    fields = (
+        "id",
+        "template_name",
+        "owner",
+        "status",
+        "reason",
+        "runtime",
+        "created_by",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "workspace_removed_at",
+    )
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("nodes")
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        # The change page only shows; the actions need the change permission.
+        return request.user.has_perm("dags.change_dagrun") if obj is None else False
+
+    @admin.display(description="run")
+    def short_id(self, obj: DagRun) -> str:
+        return str(obj.pk)[:8]
+
+    @admin.display(description="status", ordering="status")
+    def status_display(self, obj: DagRun):
+        return badge(obj.status, RUN_COLOURS.get(obj.status, "#6c757d"), title=obj.reason)
+
+    @admin.display(description="nodes")
+    def nodes(self, obj: DagRun):
+        counts: dict[str, int] = {}
+        for node in obj.nodes.all():
+            counts[node.status] = counts.get(node.status, 0) + 1
+        return format_html_join(
+            " ",
+            '<span style="color:{}">{}&nbsp;{}</span>',
+            ((COLOURS.get(s, "#333"), s, n) for s, n in sorted(counts.items())),
+        )
+
+    def _each(self, request, queryset, service, verb: str) -> None:
+        done, refused = 0, []
+        for run in queryset:
+            if run.owner_id != request.user.pk and not request.user.has_perm("dags.change_dagrun"):
+                refused.append(f"{run}: not yours")
+                continue
+            try:
+                service(run_id=run.pk, actor=_actor(request))
+                done += 1
+            except DomainError as exc:
+                refused.append(f"{run}: {exc.message}")
+        if done:
+            self.message_user(request, f"{verb}: {done} run(s).", messages.SUCCESS)
+        for line in refused:
+            self.message_user(request, f"{verb} refused: {line}", messages.WARNING)
+
+    @admin.action(description="Cancel the selected runs", permissions=["change"])
+    def cancel_runs(self, request, queryset):
+        self._each(request, queryset, dag_run_cancel, "Cancel")
+        return self._back(request)
+
+    @admin.action(description="Retry the failed nodes of the selected runs", permissions=["change"])
+    def retry_failed_runs(self, request, queryset):
+        self._each(request, queryset, dag_run_retry_failed, "Retry failed")
+        return self._back(request)
+
+    def _back(self, request):
+        target = request.POST.get("_next")
+        if target and target.startswith("/admin/"):
+            return HttpResponseRedirect(target)
+        return None
+
+    def get_urls(self):
+        graph = self.admin_site.admin_view(self.graph_view)
+        return [
+            path("<uuid:object_id>/graph/", graph, name="dags_dagrun_graph"),
+            *super().get_urls(),
+        ]
+
+    def _graph_context(self, run: DagRun) -> dict:
+        nodes = selectors.run_nodes(run)
+        states = {
+            n.key: {"status": n.status, "attempt": n.attempt, "reason": n.reason} for n in nodes
+        }
+        return {
+            "run": run,
+            "layout": layout(run.graph, states),
+            "node_rows": nodes,
+            "active": run.status in RUN_ACTIVE,
+        }
+
+    def graph_view(self, request, object_id):
+        """The graph, the nodes table and the status: the fragment the page refreshes."""
+        if not self.has_view_permission(request):
+            return HttpResponseRedirect(reverse("admin:index"))
+        run = get_object_or_404(DagRun, pk=object_id)
+        return TemplateResponse(request, "admin/dags/dagrun/graph.html", self._graph_context(run))
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        run = self.get_object(request, object_id)
+        extra_context = extra_context or {}
+        if run is not None:
+            extra_context.update(self._graph_context(run))
+            extra_context["events"] = list(
+                DagEvent.objects.filter(run_id=run.pk).order_by("-created_at", "-id")[:100]
+            )
+            extra_context["graph_url"] = reverse("admin:dags_dagrun_graph", args=[run.pk])
+            extra_context["can_act"] = request.user.has_perm("dags.change_dagrun") or (
+                run.owner_id == request.user.pk
+            )
+            extra_context["graph_json"] = json.dumps(run.graph)
+        return super().change_view(request, object_id, form_url, extra_context)
+
+
+@admin.register(DagEvent)
+class DagEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("created_at", "run_id", "node", "kind", "from_status", "to_status", "actor")
+    list_filter = ("kind",)
+    search_fields = ("run_id", "node", "message")

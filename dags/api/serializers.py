@@ -1,0 +1,104 @@
+"""Input and output serializers of the DAG API; the services in ``dags.services`` write."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from containers.api.serializers import StoredJSONField, TemplateRefField
+from dags.models import DagEvent, DagNodeRun, DagRun, DagTemplate
+from dags.states import RunStatus
+
+
+class DagTemplateInputSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=128)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    nodes = StoredJSONField(
+        help_text="A list of nodes: key, template (name or id), command, env, depends_on, retries."
+    )
+
+
+class DagTemplateOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = DagTemplate
+        fields = ["id", "name", "description", "nodes", "created_at", "updated_at"]
+        read_only_fields = fields
+
+
+class DagRunCreateInputSerializer(serializers.Serializer):
+    template = TemplateRefField(help_text="The DAG template's id or name.")
+
+
+class DagRunQuerySerializer(serializers.Serializer):
+    status = serializers.MultipleChoiceField(choices=RunStatus.choices, required=False)
+
+
+class DagNodeOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = DagNodeRun
+        fields = [
+            "key",
+            "status",
+            "depends_on",
+            "retries",
+            "attempt",
+            "instance_id",
+            "instance_name",
+            "exit_code",
+            "reason",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+
+class DagRunOutputSerializer(serializers.ModelSerializer):
+    template = serializers.CharField(source="template_name", read_only=True)
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    runtime = serializers.CharField(source="runtime.name", read_only=True, default=None)
+    node_counts = serializers.SerializerMethodField()
+
+    class Meta:
+        model = DagRun
+        fields = [
+            "id",
+            "template",
+            "owner",
+            "status",
+            "reason",
+            "runtime",
+            "node_counts",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+    def get_node_counts(self, run: DagRun) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for node in run.nodes.all():  # prefetched by the view
+            counts[node.status] = counts.get(node.status, 0) + 1
+        return counts
+
+
+class DagRunDetailSerializer(DagRunOutputSerializer):
+    nodes = DagNodeOutputSerializer(many=True, read_only=True)
+
+    class Meta(DagRunOutputSerializer.Meta):
+        fields = [*DagRunOutputSerializer.Meta.fields, "nodes"]
+        read_only_fields = fields
+
+
+class DagEventOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = DagEvent
+        fields = [
+            "id",
+            "node",
+            "kind",
+            "from_status",
+            "to_status",
+            "message",
+            "actor",
+            "created_at",
+        ]
+        read_only_fields = fields

@@ -1,0 +1,126 @@
+"""Reads: DAG templates and runs a user may see, and the instances of a run."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db.models import QuerySet
+
+from containers import access
+from containers.models import ContainerEvent, ContainerInstance, ContainerTemplate
+from containers.queues import RequestKind
+from dags.errors import NotFound
+from dags.history import instance_id_for
+from dags.models import DagEvent, DagNodeRun, DagRun, DagTemplate
+
+
+def _sees_all(user, model: str) -> bool:
+    return bool(user is None or user.has_perm(f"dags.view_{model}"))
+
+
+def usable_template_ids(user) -> set[int] | None:
+    """Ids of the container templates ``user`` may use (the containers app's rule:
+    enabled, and open to one of their groups); None means no user, no limit."""
+    if user is None:
+        return None
+    return set(
+        ContainerTemplate.objects.filter(access.usable_templates_q(user)).values_list(
+            "pk", flat=True
+        )
+    )
+
+
+def dag_template_list(*, user=None) -> QuerySet[DagTemplate]:
+    """DAG templates ``user`` may list and start: every container template in each must be
+    usable by them (SPEC 7; operators too: seeing a template is not using it)."""
+    rows = DagTemplate.objects.order_by("name")
+    usable = usable_template_ids(user)
+    if usable is None:
+        return rows
+    allowed = [dag.pk for dag in rows if dag.template_ids() <= usable]
+    return rows.filter(pk__in=allowed)
+
+
+def dag_template_get(*, ref: Any, user=None) -> DagTemplate:
+    """A DAG template by id or name that ``user`` may use; ``NotFound`` for any other."""
+    rows = dag_template_list(user=user)
+    text = str(ref)
+    found = rows.filter(name=text).first()
+    if found is None and text.isascii() and text.isdigit() and len(text) < 19:
+        found = rows.filter(pk=int(text)).first()
+    if found is None:
+        raise NotFound(f"no DAG template {text!r}", dag_template=text)
+    return found
+
+
+def dag_run_list(*, user=None, statuses: list[str] | None = None) -> QuerySet[DagRun]:
+    """Runs newest first; a user without ``view_dagrun`` sees only their own."""
+    rows = DagRun.objects.select_related("owner", "runtime", "template").order_by("-created_at")
+    if statuses:
+        rows = rows.filter(status__in=statuses)
+    if not _sees_all(user, "dagrun"):
+        rows = rows.filter(owner=user)
+    return rows
+
+
+def dag_run_get(*, run_id: Any, user=None) -> DagRun:
+    """One run ``user`` may see (by id or unique id prefix); ``NotFound`` otherwise."""
+    text = str(run_id).strip().lower()
+    rows = dag_run_list(user=user)
+    try:
+        return rows.get(id=uuid.UUID(text))
+    except (ValueError, DagRun.DoesNotExist):
+        pass
+    if 4 <= len(text) < 36 and all(c in "0123456789abcdef-" for c in text):
+        matches = list(rows.filter(id__startswith=text)[:2])
+        if len(matches) == 1:
+            return matches[0]
+    raise NotFound(f"no DAG run {str(run_id)!r}", run=str(run_id))
+
+
+def run_nodes(run: DagRun) -> list[DagNodeRun]:
+    return list(run.nodes.order_by("id"))
+
+
+def run_events(run: DagRun, *, limit: int = 500) -> list[DagEvent]:
+    return list(DagEvent.objects.filter(run_id=run.id).order_by("-created_at", "-id")[:limit])
+
+
+def attempt_ids(run_id: uuid.UUID | str, nodes: list[DagNodeRun]) -> dict[uuid.UUID, tuple]:
+    """Every instance id the run's nodes ever had: id → (node key, attempt)."""
+    return {
+        instance_id_for(run_id, node.key, attempt): (node.key, attempt)
+        for node in nodes
+        for attempt in range(1, node.attempt + 1)
+    }
+
+
+def instances_by_id(ids) -> dict[uuid.UUID, ContainerInstance]:
+    """The instances that still exist among ``ids`` (read without locks)."""
+    return {i.id: i for i in ContainerInstance.objects.filter(id__in=list(ids))}
+
+
+def requests_by_others(ids, *, actor: str) -> dict[uuid.UUID, tuple[str, str]]:
+    """Stop or delete requests made for these instances by anyone but ``actor``:
+    instance id → (request kind, who asked), the first of each."""
+    found: dict[uuid.UUID, tuple[str, str]] = {}
+    rows = (
+        ContainerEvent.objects.filter(
+            instance_id__in=list(ids), kind__in=[RequestKind.STOP, RequestKind.DELETE]
+        )
+        .exclude(actor=actor)
+        .order_by("id")
+        .values_list("instance_id", "kind", "actor")
+    )
+    for instance_id, kind, who in rows:
+        found.setdefault(instance_id, (kind, who))
+    return found
+
+
+def was_created(instance_id: uuid.UUID) -> bool:
+    return ContainerEvent.objects.filter(instance_id=instance_id, kind=RequestKind.CREATE).exists()
+
+
+def live_template(template_id: int) -> ContainerTemplate | None:
+    return ContainerTemplate.objects.filter(pk=template_id).first()

@@ -1,0 +1,171 @@
+"""Writes: DAG templates, and the requests on runs (start, cancel, retry failed).
+
+Each request on a run is one transaction: lock the run's row, check, transition, record,
+and ask the runner (``dags.runner``) to advance it through the outbox. What follows
+(creating, stopping and deleting instances) is the runner's job.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from containers.errors import NotFound as ContainerNotFound
+from containers.models import ContainerTemplate
+from containers.selectors import template_get
+from containers.spec import template_snapshot
+from dags.errors import DagInvalid, InvalidTransition, NotFound
+from dags.graph import clean_nodes, topological
+from dags.history import advance_soon, node_move, record, run_move
+from dags.models import DagNodeRun, DagRun, DagTemplate
+from dags.selectors import dag_template_list
+from dags.states import NodeStatus, RunStatus
+
+
+def dag_nodes_clean(nodes: Any) -> list[dict[str, Any]]:
+    """Validate ``nodes`` (``dags.graph.clean_nodes``) and resolve each template (by name
+    or id) to its id; an unknown template is refused naming the node."""
+    cleaned = clean_nodes(nodes)
+    for node in cleaned:
+        try:
+            node["template"] = template_get(ref=node["template"]).pk
+        except ContainerNotFound:
+            raise DagInvalid(
+                f"node {node['key']}: unknown template {node['template']!r}",
+                node=node["key"],
+                template=str(node["template"]),
+            ) from None
+    return cleaned
+
+
+def dag_template_save(
+    *,
+    name: str,
+    nodes: Any,
+    description: str = "",
+    dag: DagTemplate | None = None,
+) -> DagTemplate:
+    """Create (or, given ``dag``, replace) a DAG template after validating it whole.
+
+    Refused with ``DagInvalid`` (nothing saved): a bad name, a name in use, any problem
+    ``dag_nodes_clean`` finds. Runs under way keep their snapshot.
+    """
+    name = (name or "").strip()
+    if not name or len(name) > 128:
+        raise DagInvalid("name: 1 to 128 characters", field="name")
+    cleaned = dag_nodes_clean(nodes)
+    dag = dag or DagTemplate()
+    dag.name, dag.nodes, dag.description = name, cleaned, description or ""
+    try:
+        with transaction.atomic():
+            dag.save()
+    except IntegrityError:
+        raise DagInvalid(f"name: a DAG template named {name!r} exists", field="name") from None
+    return dag
+
+
+def dag_template_delete(*, dag: DagTemplate) -> None:
+    """Delete a DAG template; its runs keep their snapshot (and its name)."""
+    dag.delete()
+
+
+def dag_run_start(*, dag: DagTemplate, owner, actor: str) -> DagRun:
+    """Start a run of ``dag`` for ``owner``: one transaction that snapshots the graph and
+    the container templates, makes the run (``pending``) and its nodes (``waiting``),
+    and asks the runner to advance it.
+
+    ``NotFound`` when ``owner`` may not use every template of the DAG (as if it did not
+    exist); ``DagInvalid`` when a template was deleted since the DAG was saved.
+    """
+    if not dag_template_list(user=owner).filter(pk=dag.pk).exists():
+        raise NotFound(f"no DAG template {dag.name!r}", dag_template=dag.name)
+    ids = dag.template_ids()
+    templates = {t.pk: t for t in ContainerTemplate.objects.filter(pk__in=ids)}
+    missing = sorted(ids - set(templates))
+    if missing:
+        raise DagInvalid(f"DAG {dag.name}: template {missing[0]} no longer exists")
+    order = {key: index for index, key in enumerate(topological(dag.nodes))}
+    graph = sorted(dag.nodes, key=lambda node: order[node["key"]])
+    with transaction.atomic():
+        run = DagRun.objects.create(
+            template=dag,
+            template_name=dag.name,
+            owner=owner,
+            graph=graph,
+            templates={str(pk): template_snapshot(t) for pk, t in templates.items()},
+            created_by=actor,
+        )
+        DagNodeRun.objects.bulk_create(
+            DagNodeRun(
+                run=run,
+                key=node["key"],
+                depends_on=node["depends_on"],
+                retries=node["retries"],
+            )
+            for node in graph
+        )
+        record(
+            run.id,
+            kind="DagRunStart",
+            actor=actor,
+            to_status=RunStatus.PENDING,
+            message=f"run of {dag.name} ({len(graph)} nodes) requested for {owner}",
+        )
+        advance_soon(run.id, why="started")
+    return run
+
+
+def _locked(run_id) -> DagRun:
+    run = DagRun.objects.select_for_update().filter(id=run_id).first()
+    if run is None:
+        raise NotFound(f"no DAG run {run_id}", run=str(run_id))
+    return run
+
+
+def dag_run_cancel(*, run_id, actor: str) -> DagRun:
+    """Cancel a run: ``pending`` → ``cancelled``; ``running`` → ``cancelling`` with its
+    waiting and ready nodes ``cancelled`` (the runner stops or deletes what runs, then
+    ends the run). A no-op while cancelling or cancelled; refused once it ended.
+    One transaction under the run's row lock.
+    """
+    with transaction.atomic():
+        run = _locked(run_id)
+        if run.status in (RunStatus.CANCELLING, RunStatus.CANCELLED):
+            return run
+        if run.status not in (RunStatus.PENDING, RunStatus.RUNNING):
+            raise InvalidTransition(
+                f"cannot cancel run {run}: it is {run.status}", status=run.status, action="cancel"
+            )
+        reason = f"cancelled by {actor}"
+        for node in run.nodes.filter(status__in=[NodeStatus.WAITING, NodeStatus.READY]):
+            node_move(node, NodeStatus.CANCELLED, actor=actor, reason=reason)
+        if run.status == RunStatus.PENDING:
+            run_move(run, RunStatus.CANCELLED, actor=actor, reason=reason)
+        else:
+            run_move(run, RunStatus.CANCELLING, actor=actor, reason=reason)
+        advance_soon(run.id, why="cancel")
+        return run
+
+
+def dag_run_retry_failed(*, run_id, actor: str) -> DagRun:
+    """Re-run the failed and skipped nodes of a ``failed`` run: they go back to
+    ``waiting`` (with their retries anew), the run to ``running``; succeeded nodes are
+    kept. Refused (``InvalidTransition``) for a run in any other state.
+    """
+    with transaction.atomic():
+        run = _locked(run_id)
+        if run.status != RunStatus.FAILED:
+            raise InvalidTransition(
+                f"cannot retry run {run}: it is {run.status}, not failed",
+                status=run.status,
+                action="retry_failed",
+            )
+        for node in run.nodes.filter(status__in=[NodeStatus.FAILED, NodeStatus.SKIPPED]):
+            node_move(node, NodeStatus.WAITING, actor=actor, reason=f"retry failed by {actor}")
+        run_move(run, RunStatus.RUNNING, actor=actor, message=f"retry failed by {actor}")
+        if run.workspace_removed_at is not None:
+            run.workspace_removed_at = None
+            run.save(update_fields=["workspace_removed_at"])
+        advance_soon(run.id, why="retry failed")
+        return run
