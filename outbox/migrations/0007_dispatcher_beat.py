@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('outbox', '0004_fair_share'),
+        ('outbox', '0006_status_fsm'),
     ]
 
     operations = [
