@@ -25,7 +25,12 @@ pytestmark = pytest.mark.django_db
 
 TEMPLATE = {"name": "web", "image": "nginx", "constraints": {"engine": "fake"}}
 DAG = {"name": "solo", "nodes": [{"key": "a", "template": "sleeper"}]}
-ERROR_CODES = {401: "not_authenticated", 403: "permission_denied", 404: "not_found"}
+ERROR_CODES = {
+    401: "not_authenticated",
+    403: "permission_denied",
+    404: "not_found",
+    405: "method_not_allowed",
+}
 
 
 @pytest.fixture
@@ -110,6 +115,11 @@ API = [
     ("post", "/api/dag-runs/{run}/retry-failed/", None, (401, 409, 404, 404, 403, 409, 409)),
     ("get", "/api/queue/", None,                        (401, 200, 200, 200, 200, 200, 200)),
     ("get", "/api/schema/", None,                       (401, 200, 200, 200, 200, 200, 200)),
+    # Methods an endpoint does not have: 405 once the caller is known.
+    ("patch", "/api/containers/{instance}/", {"name": "x"}, (401, 405, 405, 405, 405, 405, 405)),
+    ("put", "/api/runtimes/{runtime}/", {"name": "x"},  (401, 405, 405, 405, 405, 405, 405)),
+    ("delete", "/api/outbox/{row}/", None,              (401, 405, 405, 405, 405, 405, 405)),
+    ("post", "/api/queue/", None,                       (401, 405, 405, 405, 405, 405, 405)),
 ]  # fmt: skip
 
 
