@@ -73,7 +73,7 @@ def apply_observation(
 ) -> bool:
     """Move a locked instance as the observation says. True when its state changed.
 
-    ``data`` (e.g. the runtime event that prompted the look) is kept on every history
+    ``data`` (e.g. the engine event that prompted the look) is kept on every history
     entry this writes.
 
     1. Already there: nothing to do.

@@ -258,7 +258,7 @@ def resolve_spec(
     roots: list[str],
     installation: str,
 ) -> dict[str, Any]:
-    """The stored spec: what the worker hands the runtime, fully resolved.
+    """The stored spec: what the worker hands the engine, fully resolved.
 
     The user's ``env_overrides`` pass the template's env policy (``containers.env_policy``);
     ``secret_env`` names the env keys whose values users must not see.

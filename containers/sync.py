@@ -104,7 +104,7 @@ def instance_sync(
     5. Apply ``target_for`` by the shortest true path. Not applied: a container missing
        for a ``deleting`` instance (our own delete did it), and a ``stopped`` instance
        already marked missing (recorded once, when first seen).
-    ``data`` (e.g. the runtime event that prompted the look) goes on the history entries.
+    ``data`` (e.g. the engine event that prompted the look) goes on the history entries.
     """
     instance = ContainerInstance.objects.select_related("runtime").filter(id=instance_id).first()
     if instance is None:
