@@ -7,7 +7,7 @@ from dags.history import ADVANCE
 from dags.runner import dag_run_advance, dag_runs_at_cold_start
 from outbox import liveness, registry
 from outbox.models import OutboxEvent
-from outbox.registry import Outcome
+from outbox.outcomes import Outcome
 
 
 def handle_advance(event: OutboxEvent) -> Outcome:

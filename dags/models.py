@@ -44,7 +44,7 @@ class DagRun(FSMModelMixin, models.Model):
 
     ``graph`` and ``templates`` are copies taken at start (nodes; container template
     fields by id), so editing either never changes a run under way. ``status`` is a
-    protected django-fsm field (SPEC 7); it changes only in ``dags.services`` and
+    protected django-fsm field (contract §7); it changes only in ``dags.services`` and
     ``dags.runner``, under this row's lock. ``runtime`` is the one engine every node
     runs on, chosen when the run starts.
     """

@@ -1,4 +1,4 @@
-"""The runner: advance a DAG run from its stored state (SPEC section 7).
+"""The runner: advance a DAG run from its stored state (contract §7).
 
 ``dag_run_advance`` is the handler of the ``DagRunAdvance`` outbox kind (control queue,
 aggregate = the run). It is idempotent and derives everything from what is stored: the
@@ -66,7 +66,8 @@ from dags.selectors import attempt_ids, instances_by_id, live_template, requests
 from dags.states import NODE_OPEN, NodeStatus, RunStatus
 from outbox import conf as outbox_conf
 from outbox.liveness import COLD_AFTER
-from outbox.registry import Defer, Outcome
+from outbox.outcomes import Outcome
+from outbox.registry import Defer
 
 log = logging.getLogger(__name__)
 

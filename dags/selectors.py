@@ -33,7 +33,7 @@ def usable_template_ids(user) -> set[int] | None:
 
 def dag_template_list(*, user=None) -> QuerySet[DagTemplate]:
     """DAG templates ``user`` may list and start: every container template in each must be
-    usable by them (SPEC 7; operators too: seeing a template is not using it)."""
+    usable by them (contract §7; operators too: seeing a template is not using it)."""
     rows = DagTemplate.objects.order_by("name")
     usable = usable_template_ids(user)
     if usable is None:

@@ -1,4 +1,4 @@
-"""The DAG run and node state machines, defined once (SPEC section 7).
+"""The DAG run and node state machines, defined once (contract §7).
 
 ``RUN_TRANSITIONS`` and ``NODE_TRANSITIONS`` are the contract's tables; the models'
 django-fsm transitions are built from them, and nothing else decides which moves are

@@ -1,4 +1,4 @@
-"""The DAG API: templates written by operators, runs owner-scoped (SPEC 7 and 8)."""
+"""The DAG API: templates written by operators, runs owner-scoped (contract §7 and §8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The cold start decides the crash's runs only (SPEC 7, recover_running_dag_on_start)."""
+"""The cold start decides the crash's runs only (contract §7, recover_running_dag_on_start)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DAG validation when saved: cycles named, unknown keys and templates, size (SPEC 7)."""
+"""DAG validation when saved: cycles named, unknown keys and templates, size (contract §7)."""
 
 from __future__ import annotations
 

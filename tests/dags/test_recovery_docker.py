@@ -1,4 +1,4 @@
-"""DAG runs across a crash of every process, and at scale (SPEC section 7, real engine)."""
+"""DAG runs across a crash of every process, and at scale (contract §7, real engine)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DAG runs on the real Docker Engine, through the real processes (SPEC section 7)."""
+"""DAG runs on the real Docker Engine, through the real processes (contract §7)."""
 
 from __future__ import annotations
 

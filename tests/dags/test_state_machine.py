@@ -1,4 +1,4 @@
-"""Every allowed and every forbidden move of runs and nodes (SPEC section 7)."""
+"""Every allowed and every forbidden move of runs and nodes (contract §7)."""
 
 from __future__ import annotations
 
