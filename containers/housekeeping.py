@@ -28,11 +28,7 @@ def containers_remove_unowned(
     id. Returns the names removed.
     """
     engine = engine_for(runtime)
-    states = [
-        state
-        for state in engine.list_ours(installation_id())
-        if all(state.labels.get(k) == v for k, v in labels.items())
-    ]
+    states = engine.list_ours(installation_id(), labels=dict(labels))
     ids: dict[str, uuid.UUID | None] = {}
     for state in states:
         try:

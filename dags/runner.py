@@ -12,16 +12,17 @@ or removes a node's instance asks for an advance (``dags.receivers``). Steps:
    retry left a new attempt (``ready``); skip what lies below a node that failed for
    good; make ready the nodes whose dependencies all succeeded; end the run when no
    node can move.
-2. **Clean up** (no run lock; each request its own transaction through the container
-   services): the stop or delete requests that the config and the node states call for
-   (cancel, ``delete_container_on_node_success``, ``dag_node_cleanup_on_failed``,
-   ``dag_node_cleanup_on_dag_finished``), and the run's workspace once a finished run's
-   instances are all gone under ``delete``.
-3. **Create** ready nodes, one node per short transaction (run locked, then the normal
+2. **Create** ready nodes, one node per short transaction (run locked, then the normal
    create service, which takes the admission gate last): the instance id is derived
    from (run, node, attempt). ``queue_full`` (or ``owner_quota`` while the owner has
    something in flight) leaves the node ready and defers the advance; a refusal that
    waiting cannot cure fails the node, and step 1 runs again.
+3. **Clean up** (no run lock; each request its own transaction through the container
+   services): the stop or delete requests that the config and the node states call for
+   (cancel, ``delete_container_on_node_success``, ``dag_node_cleanup_on_failed``,
+   ``dag_node_cleanup_on_dag_finished``), and the run's workspace once a finished run's
+   instances are all gone under ``delete``. After the creates, so the next node waits
+   on nothing else; a crash between them only delays the cleanup to the next advance.
 Container code never locks a run; the runner locks a run, then (in the create) the
 admission gate, never the reverse.
 """
@@ -102,6 +103,7 @@ class Pass:
     ready: list[str] = field(default_factory=list)
     requests: list[tuple[uuid.UUID, str]] = field(default_factory=list)  # (instance, stop|delete)
     remove_workspace: bool = False
+    again: bool = False  # a ready node had an instance before (a retry, a lost row)
 
 
 # --- step 1: settle -----------------------------------------------------------------------
@@ -286,10 +288,11 @@ def _step_settle(run_id: str) -> Pass:
             ready=ready if run.status == R.RUNNING else [],
             requests=requests,
             remove_workspace=remove,
+            again=any(nodes[key].attempt > 0 for key in ready),
         )
 
 
-# --- step 2: clean up -------------------------------------------------------------------
+# --- step 3: clean up -------------------------------------------------------------------
 
 
 def _step_cleanup(work: Pass) -> None:
@@ -313,7 +316,7 @@ def _step_cleanup(work: Pass) -> None:
             record(run.id, kind="workspace_removed", actor=actor, message=run.workspace_name)
 
 
-# --- step 3: create ---------------------------------------------------------------------
+# --- step 2: create ---------------------------------------------------------------------
 
 
 def _owner_has_work_in_flight(run: DagRun) -> bool:
@@ -394,9 +397,14 @@ def _create_one(run_id: uuid.UUID, key: str) -> str:
 
 
 def _step_create(work: Pass) -> tuple[bool, bool]:
-    """Step 3. Returns (something failed at once, the queue was full)."""
+    """Step 2. Returns (something failed at once, the queue was full).
+
+    Leftover containers can exist only for a node that had an instance before (its
+    earlier attempt's, or a crash's whose row was lost): only then is the engine asked.
+    """
     run = work.run
-    if _config()["cleanup_dag_node_containers_before_start"] and run.runtime is not None:
+    cleanup = _config()["cleanup_dag_node_containers_before_start"]
+    if cleanup and work.again and run.runtime is not None:
         containers_remove_unowned(
             runtime=run.runtime, labels={LABEL_DAG_RUN: str(run.id)}, actor=runner_actor(run.id)
         )
@@ -422,10 +430,10 @@ def dag_run_advance(*, run_id: str) -> Outcome:
         work = _step_settle(run_id)
         if work.run is None:
             return Outcome.SUPERSEDED
+        failed = False
+        if work.ready:  # creates first: the next node waits on nothing else
+            failed, full = _step_create(work)
         _step_cleanup(work)
-        if not work.ready:
-            break
-        failed, full = _step_create(work)
         if not failed:
             break
     if full:

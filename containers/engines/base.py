@@ -136,8 +136,11 @@ class Engine(Protocol):
         seconds), whichever comes first; closing it closes the engine stream.
         """
 
-    def list_ours(self, installation: str) -> list[ContainerState]:
-        """Every container (any state) that carries our installation label."""
+    def list_ours(
+        self, installation: str, labels: dict[str, str] | None = None
+    ) -> list[ContainerState]:
+        """Every container (any state) that carries our installation label (and every
+        one of ``labels``, filtered by the engine)."""
 
     def events(self, installation: str, since_nano: int | None = None) -> Iterator[EngineEvent]:
         """Follow lifecycle events of our containers, from ``since_nano`` (inclusive).

@@ -439,12 +439,15 @@ class DockerEngine:
 
         return chunks()
 
-    def list_ours(self, installation: str) -> list[ContainerState]:
-        """Every container, in any state, labelled ``io.gobrave.installation=installation``."""
+    def list_ours(
+        self, installation: str, labels: dict[str, str] | None = None
+    ) -> list[ContainerState]:
+        """Every container, in any state, labelled ``io.gobrave.installation=installation``
+        and each of ``labels`` (the engine filters, so only those are inspected)."""
+        wanted = [f"{LABEL_INSTALLATION}={installation}"]
+        wanted += [f"{key}={value}" for key, value in (labels or {}).items()]
         with _translated(f"list {installation}"):
-            found = self._api().containers(
-                all=True, filters={"label": f"{LABEL_INSTALLATION}={installation}"}
-            )
+            found = self._api().containers(all=True, filters={"label": wanted})
         states = (self.inspect(summary["Id"]) for summary in found)
         return [state for state in states if state is not None]
 

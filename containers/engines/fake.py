@@ -238,11 +238,14 @@ class FakeEngine:
 
         return lines()
 
-    def list_ours(self, installation: str) -> list[ContainerState]:
+    def list_ours(
+        self, installation: str, labels: dict[str, str] | None = None
+    ) -> list[ContainerState]:
+        wanted = {"io.gobrave.installation": installation, **(labels or {})}
         states = []
         for path in sorted((self.root / "containers").glob("*.json")):
             data = self._read(path)
-            if data is not None and data["labels"].get("io.gobrave.installation") == installation:
+            if data is not None and all(data["labels"].get(k) == v for k, v in wanted.items()):
                 states.append(self.inspect(data["name"]))
         return [s for s in states if s]
 
