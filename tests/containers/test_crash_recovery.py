@@ -78,10 +78,10 @@ def test_a_busy_worker_killed_mid_create_is_replaced_within_the_liveness_timeout
 def test_a_slow_but_alive_handler_keeps_its_claim_past_the_liveness_timeout(
     postgres, tmp_path, template, owner, engine
 ):
-    """A 3 s liveness timeout; the handler blocks until its lease was renewed well past
+    """An 8 s liveness timeout; the handler blocks until its lease was renewed well past
     three liveness timeouts: never reclaimed, one run, no attempt counted."""
     (engine.root / "block-start").write_text("")
-    with running_app(tmp_path, **BASE, outbox_liveness_timeout=3) as app:
+    with running_app(tmp_path, **BASE, outbox_liveness_timeout=8) as app:
         app.dispatcher()
         app.cluster("create")
         instance = container_create_by_template(template=template, owner=owner, actor="t")
@@ -90,7 +90,7 @@ def test_a_slow_but_alive_handler_keeps_its_claim_past_the_liveness_timeout(
 
         def renewed_past_three_timeouts() -> bool:
             row = OutboxEvent.objects.get()
-            return row.lease_expires_at - row.started_at > dt.timedelta(seconds=10)
+            return row.lease_expires_at - row.started_at > dt.timedelta(seconds=25)
 
         wait_for(renewed_past_three_timeouts, timeout=90, message="renewals", describe=rows)
         row = OutboxEvent.objects.get()
@@ -145,7 +145,7 @@ def test_a_worker_past_its_stop_grace_exits_without_an_outcome_and_the_lease_rec
     postgres, tmp_path, template, owner, engine
 ):
     (engine.root / "block-start").write_text("")
-    with running_app(tmp_path, **BASE, outbox_stop_grace=1, outbox_liveness_timeout=3) as app:
+    with running_app(tmp_path, **BASE, outbox_stop_grace=1, outbox_liveness_timeout=5) as app:
         app.dispatcher()
         app.cluster("create")
         instance = container_create_by_template(template=template, owner=owner, actor="t")

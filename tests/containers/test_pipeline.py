@@ -409,6 +409,11 @@ def test_the_redis_broker_carries_the_same_pipeline(postgres, tmp_path, template
 def test_dispatcher_exits_zero_on_sigterm(postgres, tmp_path):
     with app_with(tmp_path) as app:
         process = app.dispatcher()
-        time.sleep(2)
-        assert app.stop("dispatcher", timeout=10) == 0
+        # SIGTERM before Django has loaded would find no handler yet (and kill it).
+        wait_for(
+            lambda: "started (queues" in (app.logdir / "dispatcher.log").read_text(),
+            timeout=120,
+            message="the dispatcher started",
+        )
+        assert app.stop("dispatcher", timeout=30) == 0
         assert process.returncode == 0
