@@ -8,8 +8,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 
+from django.db import connection
 from django.db.models import QuerySet
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from outbox import conf
 from outbox.models import OutboxEvent, OutboxStatus
@@ -73,3 +75,22 @@ def outbox_rows(
     if aggregate_id:
         rows = rows.filter(aggregate_id=aggregate_id)
     return rows.order_by(ordering or "-id", "-id")
+
+
+def queue_began_since(*, queue: str, since: dt.datetime | None) -> bool:
+    """True when a row of ``queue`` was begun by a worker after ``since`` (database clock)."""
+    if since is None:
+        return False
+    return OutboxEvent.objects.filter(queue=queue, started_at__gte=since).exists()
+
+
+def database_now() -> dt.datetime:
+    """The database's clock now (what leases and ``started_at`` are set on).
+
+    SQLite runs on this host, whose clock it uses anyway.
+    """
+    if conf.is_postgres(connection):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT now()")
+            return cursor.fetchone()[0]
+    return timezone.now()

@@ -10,7 +10,8 @@ The supervisor, one per cluster:
    (and every process of the cluster dies with its parent: ``outbox.forking``).
 2. Every ``check_interval``: a child that exited is dead; a queue whose work no worker
    takes (``outbox.selectors.handoff_stalled``: rows claimed over ``handoff_timeout`` ago
-   and never begun, none begun since, none running) is wedged.
+   and never begun, none begun since, none running) is wedged. Each wedge restart in a
+   row doubles that window (up to 8x), until the new cluster has begun a row.
 3. A dead or wedged cluster: kill its whole process group (SIGKILL: a wedged one cannot
    stop), make the claims it never began due at once (``relay.claims_release_unstarted``,
    so they go to the new cluster now rather than when their lease runs out), count the
@@ -25,6 +26,7 @@ counters (``cluster_restarted``), shown on the dashboard and ``/metrics``.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import os
 import signal
@@ -56,6 +58,10 @@ class Supervisor:
     stopping: threading.Event = field(default_factory=threading.Event)
     child: subprocess.Popen | None = None
     restarts: int = 0
+    # Wedge restarts in a row double the window (up to 8x handoff_timeout), so a cluster
+    # that merely starts slowly on a loaded host is not restarted again and again.
+    patience: float = 1.0
+    started_at: dt.datetime | None = None  # the database's clock when the cluster started
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -79,6 +85,8 @@ class Supervisor:
             # The cluster dies with this supervisor, however it dies (outbox.forking).
             "GOBRAVE_DIE_WITH_PARENT": str(os.getpid()),
         }
+        with contextlib.suppress(Exception):  # the database may be down: no mark then
+            self.started_at = selectors.database_now()
         self.child = subprocess.Popen(self.command, env=env, start_new_session=True)
         log.info("cluster %s started (pid %s)", self.queue, self.child.pid)
 
@@ -123,14 +131,10 @@ class Supervisor:
             code = None if self.child is None else self.child.returncode
             return f"exited with {code}"
         close_old_connections()
-        stalled = selectors.handoff_stalled(
-            queue=self.queue, seconds=settings.OUTBOX["handoff_timeout"]
-        )
+        window = settings.OUTBOX["handoff_timeout"] * self.patience
+        stalled = selectors.handoff_stalled(queue=self.queue, seconds=window)
         if stalled:
-            return (
-                f"is wedged: {stalled} claimed rows not begun by any worker within "
-                f"{settings.OUTBOX['handoff_timeout']:g}s"
-            )
+            return f"is wedged: {stalled} claimed rows not begun by any worker within {window:g}s"
         return None
 
     def run(self) -> int:
@@ -146,7 +150,13 @@ class Supervisor:
             if reason is None:
                 if time.monotonic() - started > 60:
                     backoff = 1.0
+                if self.patience > 1 and selectors.queue_began_since(
+                    queue=self.queue, since=self.started_at
+                ):
+                    self.patience = 1.0  # the new cluster took work: it is not slow to start
                 continue
+            if reason.startswith("is wedged"):
+                self.patience = min(8.0, self.patience * 2)
             if time.monotonic() - started < 10:
                 # Dying at once again and again (a bad deploy): do not spin.
                 self.stopping.wait(backoff)

@@ -415,3 +415,13 @@ def test_an_outcome_write_that_never_lands_leaves_the_row_to_its_lease(
     with connection.cursor() as cursor:
         cursor.execute("SHOW statement_timeout")
         assert cursor.fetchone()[0] == "0"
+
+
+def test_a_queue_began_since_a_mark_only_once_a_worker_begins_a_row(postgres):
+    mark = selectors.database_now()
+    enqueue("a")
+    [(event_id, token)] = relay.claim("probe", 16)
+    assert not selectors.queue_began_since(queue="probe", since=mark)
+    assert relay.begin(event_id, token)
+    assert selectors.queue_began_since(queue="probe", since=mark)
+    assert not selectors.queue_began_since(queue="probe", since=None)
