@@ -28,7 +28,7 @@ from containers.engines.base import (
     PermanentEngineError,
 )
 from containers.lifecycle import capacity_available, move, record
-from containers.models import ContainerInstance
+from containers.models import ContainerInstance, Runtime
 from containers.queues import Queue, RequestKind
 from containers.signals import instance_removed
 from containers.states import Status, can_move
@@ -45,17 +45,47 @@ def _locked(instance_id: str) -> ContainerInstance | None:
     return ContainerInstance.objects.select_for_update().filter(id=instance_id).first()
 
 
+# How soon a request deferred because its engine is unreachable is looked at again (the
+# health record changes with each reconcile pass, or when an operator opens the runtime).
+ENGINE_AWAY_RECHECK_SECONDS = 5.0
+
+
+def _engine_away(instance: ContainerInstance) -> str:
+    """Why the request must wait ('' if it need not): its engine is recorded unreachable.
+
+    The instance keeps its state; its ``status_reason`` is set to that reason (the next
+    transition replaces it). Runs inside ``_begin``'s transaction, on the locked row.
+    """
+    runtime = Runtime.objects.filter(pk=instance.runtime_id).first()
+    if runtime is None or runtime.health != Runtime.Health.UNREACHABLE:
+        return ""
+    since = runtime.health_since.isoformat(timespec="seconds") if runtime.health_since else "?"
+    reason = (
+        f"waiting: engine of runtime {runtime.name} unreachable since {since}"
+        f" ({runtime.last_error or 'no answer'})"
+    )[:1000]
+    if instance.status_reason != reason:
+        instance.status_reason = reason
+        instance.save(update_fields=["status_reason"])
+    return reason
+
+
 def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> ContainerInstance | None:
     """Step 1: move ``ready → doing`` (or resume ``doing``); None if superseded.
 
     Gated requests (create, start) pass the capacity gate both times: a request that
     waited for a retry, or whose worker died, held no slot meanwhile (contract §4).
+    A request whose engine is recorded unreachable is deferred before any of this
+    (``_engine_away``): no attempt counted, no slot taken, the instance's state kept.
     """
     with transaction.atomic():
         instance = _locked(event.aggregate_id)
         if instance is None:
             return None
-        if instance.status == ready:
+        away = _engine_away(instance) if instance.status in (ready, doing) else ""
+        if away:
+            pass  # the reason commits with this transaction; the request waits (below)
+        elif instance.status == ready:
             if gated and not capacity_available():
                 raise Defer(f"no create/start slot free for {instance.id}")
             move(instance, doing, actor=WORKER, message=f"outbox #{event.id}")
@@ -65,7 +95,9 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
                 raise Defer(f"no create/start slot free for {instance.id} (retry)")
         else:
             return None
-        return instance
+    if away:
+        raise Defer(away, delay=ENGINE_AWAY_RECHECK_SECONDS)
+    return instance
 
 
 _SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(ContainerSpec))

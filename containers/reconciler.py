@@ -29,6 +29,7 @@ from django.utils import timezone
 from containers.actors import RECONCILER
 from containers.engines import engine_for
 from containers.engines.base import ContainerState, Engine, EngineError
+from containers.engines.calls import engine_ping
 from containers.health import runtime_health_record
 from containers.installation import installation_id
 from containers.lifecycle import move
@@ -201,8 +202,8 @@ def reconcile(
        (``containers.health``); an engine that does not answer is recorded
        ``unreachable`` with the reason and the pass goes on.
     2. Fail instances that held a create/start slot past ``start_timeout`` (neither
-       leased nor waiting for a retry: ``instance_fail_stuck``); this works with the
-       engine down too.
+       leased nor waiting for a retry: ``instance_fail_stuck``), except on an engine
+       this pass found unreachable: those keep their state until it answers.
     3. Per distinct engine of the enabled runtimes: ``orphans_scan``.
     Idempotent; safe to run while the monitor and workers run.
     """
@@ -224,8 +225,10 @@ def reconcile(
             continue
         engine = engine_for(runtime)
         try:
-            if not engine.ping():
-                raise EngineError("the engine did not answer a ping")
+            # Bounded: a silently cut link must not hold the pass for the client's timeout.
+            answers, problem = engine_ping(runtime=runtime)
+            if not answers:
+                raise EngineError(problem)
             for instance_id in ids:
                 outcome = instance_sync(
                     instance_id=instance_id,
@@ -247,9 +250,13 @@ def reconcile(
             unreachable.add(runtime.pk)
             runtime_health_record(runtime_id=runtime.pk, reachable=False, error=str(exc))
             log.warning("reconcile: %s", message)
-    active = ContainerInstance.objects.filter(
-        runtime__in=rows, status__in=ACTIVE_SLOTS
-    ).values_list("id", flat=True)
+    # An instance on an engine that does not answer keeps its state until the engine
+    # answers again (then the pass above settles it): never timed out blind.
+    active = (
+        ContainerInstance.objects.filter(runtime__in=rows, status__in=ACTIVE_SLOTS)
+        .exclude(runtime__in=unreachable)
+        .values_list("id", flat=True)
+    )
     for instance_id in active:
         report.timed_out += instance_fail_stuck(instance_id=instance_id)
     for runtime in distinct_engines(r for r in rows if r.enabled):

@@ -69,7 +69,8 @@ def runtime_select(
 
     ``templates`` (besides ``template``): the runtime must satisfy all of theirs too (a
     DAG run puts every node on one engine). ``among``: only these runtimes qualify.
-    Among several matches, the one with the fewest instances under way wins.
+    Among several matches, a reachable (or not yet checked) one before one recorded
+    unreachable, then the one with the fewest instances under way.
     """
     every = [template, *(templates or [])]
     constraints: dict[str, str] = {}
@@ -90,6 +91,9 @@ def runtime_select(
             for t in every
         )
     ]
+    # An engine recorded unreachable comes last: a create goes to one that answers if
+    # any matches, else it is accepted all the same and waits (``handlers._engine_away``).
+    matching.sort(key=lambda runtime: runtime.health == Runtime.Health.UNREACHABLE)
     if not matching:
         wanted = ", ".join(f"{k}={v}" for k, v in constraints.items()) or "(none)"
         names = ", ".join(sorted({str(t.name) for t in every}))

@@ -20,7 +20,15 @@ if TYPE_CHECKING:
 
 
 class Defer(Exception):  # noqa: N818 - a signal, not an error
-    """Capacity denied: back to pending without counting an attempt."""
+    """Not now (capacity denied, the target away): back to pending, no attempt counted.
+
+    ``delay``: due again after that many seconds at the earliest (default: the relay's
+    ``poll_interval``); a freed slot still makes every deferred row due at once.
+    """
+
+    def __init__(self, message: str = "", *, delay: float = 0.0) -> None:
+        super().__init__(message)
+        self.delay = delay
 
 
 class PermanentFailure(Exception):

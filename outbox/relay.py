@@ -379,7 +379,7 @@ def _run(event: OutboxEvent, token: uuid.UUID) -> Outcome:
         outcome = route.handler(event)
     except Defer as exc:
         log.debug("outbox #%s deferred: %s", event.id, exc)
-        return _record(event, token, Outcome.DEFERRED)
+        return _record(event, token, Outcome.DEFERRED, delay=exc.delay)
     except PermanentFailure as exc:
         return _dead(event, token, route, str(exc))
     except Exception as exc:  # noqa: BLE001 - any handler error is a retriable failure
@@ -392,11 +392,12 @@ def _run(event: OutboxEvent, token: uuid.UUID) -> Outcome:
     return _record(event, token, Outcome(outcome))
 
 
-def _record(event: OutboxEvent, token: uuid.UUID, outcome: Outcome) -> Outcome:
+def _record(event: OutboxEvent, token: uuid.UUID, outcome: Outcome, *, delay: float = 0) -> Outcome:
     if outcome == Outcome.DEFERRED:
         target = OutboxStatus.PENDING
+        wait = max(float(conf.value("poll_interval")), delay)
         fields = dict(
-            available_at=Now() + dt.timedelta(seconds=conf.value("poll_interval")),
+            available_at=Now() + dt.timedelta(seconds=wait),
             claim_token=None,
             lease_expires_at=None,
             started_at=None,

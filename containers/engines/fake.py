@@ -7,7 +7,8 @@ append-only ``calls.log`` of every call, and control files the test writes:
 - ``delay-<op>``: holds seconds; the op sleeps that long;
 - ``fail-<op>``: holds a count; each call fails (retriably) and decrements it;
 - ``permanent-<op>``: the op fails permanently with the file's text;
-- ``exit-on-start``: holds an exit code; ``start`` leaves the container exited with it.
+- ``exit-on-start``: holds an exit code; ``start`` leaves the container exited with it;
+- ``down``: ``ping()`` answers False (an engine that stopped answering).
 
 Every change is also appended to ``events.log`` (one JSON ``EngineEvent`` a line), which
 ``events()`` replays from ``since_nano`` (inclusive, whole seconds, like Docker) and then
@@ -132,7 +133,7 @@ class FakeEngine:
     # --- the engine interface -------------------------------------------------------------
 
     def ping(self) -> bool:
-        return True
+        return not (self.root / "down").exists()
 
     def node_name(self) -> str:
         return "fake-node"

@@ -361,13 +361,16 @@ def test_a_host_clock_behind_the_database_still_fails_a_slot_held_too_long(
     assert "after holding its slot for 400s" in row.status_reason
 
 
-def test_start_timeout_applies_with_the_engine_down(owner, gobrave_config):
+def test_start_timeout_waits_for_an_engine_that_is_down(owner, gobrave_config):
+    """Its instances keep their state until the engine answers (then a pass settles them)."""
     gobrave_config(container={"start_timeout": 5})
     down = RuntimeFactory(driver="docker", base_url="unix:///tmp/gobrave-no-engine.sock")
     instance = InstanceFactory(status=Status.CREATING, runtime=down)
     age(instance, 6)
     report = reconcile()
-    assert report.timed_out == 1
+    assert report.timed_out == 0, str(report)
+    row = stored(instance)
+    assert row.status == "creating", (row.status, row.status_reason)
     assert "unreachable" in report.errors[0]
     down.refresh_from_db()
     assert down.last_error

@@ -1,0 +1,195 @@
+"""Engines that vanish: where creates go and what waits while an engine is unreachable.
+
+On the real database, through the relay in-process, on fake engines (the real cut of a
+Docker Engine over TCP is in test_engine_cut.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db.models.functions import Now
+
+from containers.engines import engine_for
+from containers.health import runtime_health_record
+from containers.models import ContainerInstance, Runtime
+from containers.reconciler import reconcile
+from containers.services import container_create_by_template, container_stop
+from containers.slots import slot_count
+from outbox import relay
+from outbox.models import OutboxEvent
+from tests.factories import RuntimeFactory, TemplateFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def drain(rounds: int = 20) -> list[str]:
+    outcomes = []
+    for _ in range(rounds):
+        claimed = [(q, c) for q in ("create", "control") for c in relay.claim(q, 16)]
+        if not claimed:
+            break
+        outcomes += [relay.execute(event_id, token) for _, (event_id, token) in claimed]
+    return outcomes
+
+
+def shown(instance) -> tuple:
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    requests = list(
+        OutboxEvent.objects.filter(aggregate_id=str(instance.pk))
+        .order_by("id")
+        .values_list("kind", "status", "attempts", "outcome", "last_error")
+    )
+    return row.status, row.status_reason, row.runtime.name, requests
+
+
+def make_due(instance) -> None:
+    """A deferred request waits ENGINE_AWAY_RECHECK_SECONDS; the test does not."""
+    OutboxEvent.objects.filter(aggregate_id=str(instance.pk), status="pending").update(
+        available_at=Now()
+    )
+
+
+@pytest.fixture
+def engines(tmp_path):
+    """Two fake engines with the same labels: ``a`` sorts first by name."""
+    labels = {"engine": "fake", "pool": "p"}
+    a = RuntimeFactory(name="a-engine", base_url=f"fake://{tmp_path / 'a'}", labels=labels)
+    b = RuntimeFactory(name="b-engine", base_url=f"fake://{tmp_path / 'b'}", labels=labels)
+    return a, b
+
+
+@pytest.fixture
+def pooled(engines):
+    return TemplateFactory(name="pooled", constraints={"pool": "p"})
+
+
+def test_a_create_goes_to_a_matching_engine_that_answers(engines, pooled, owner):
+    a, b = engines
+    first = container_create_by_template(template=pooled, owner=owner, actor="t")
+    assert first.runtime == a, shown(first)  # both answer: the name decides
+    runtime_health_record(runtime_id=a.pk, reachable=False, error="connection timed out")
+    routed = container_create_by_template(template=pooled, owner=owner, actor="t")
+    assert routed.runtime == b, shown(routed)
+
+
+def test_with_every_matching_engine_away_a_create_is_accepted_and_waits(engines, pooled, owner):
+    a, b = engines
+    for runtime in engines:
+        runtime_health_record(runtime_id=runtime.pk, reachable=False, error="no route to host")
+    instance = container_create_by_template(template=pooled, owner=owner, actor="t")
+    assert drain() == ["deferred"], shown(instance)
+    status, reason, _, requests = shown(instance)
+    assert status == "pending", shown(instance)
+    assert reason.startswith(f"waiting: engine of runtime {instance.runtime.name} unreachable")
+    assert "no route to host" in reason, reason
+    assert [(kind, st, attempts) for kind, st, attempts, *_ in requests] == [
+        ("ContainerCreateRequest", "pending", 0)
+    ], shown(instance)
+    assert slot_count() == 0
+    assert engine_for(instance.runtime).calls("create") == []
+    # Looked at again later, still away: still waiting, still no attempt counted.
+    make_due(instance)
+    assert drain() == ["deferred"], shown(instance)
+    assert shown(instance)[3][0][2] == 0, shown(instance)
+    # The engine answers again: the create runs and the reason is gone.
+    runtime_health_record(runtime_id=instance.runtime_id, reachable=True)
+    make_due(instance)
+    assert drain() == ["sent"], shown(instance)
+    status, reason, _, _ = shown(instance)
+    assert (status, reason) == ("running", ""), shown(instance)
+
+
+def test_a_deferred_request_waits_before_it_is_claimed_again(engines, pooled, owner):
+    for runtime in engines:
+        runtime_health_record(runtime_id=runtime.pk, reachable=False, error="cut")
+    instance = container_create_by_template(template=pooled, owner=owner, actor="t")
+    assert drain() == ["deferred"], shown(instance)
+    row = OutboxEvent.objects.get(aggregate_id=str(instance.pk))
+    ahead = OutboxEvent.objects.filter(
+        pk=row.pk, available_at__gt=Now() + dt.timedelta(seconds=3)
+    ).exists()
+    assert ahead, (row.available_at, shown(instance))
+    assert drain() == [], shown(instance)  # not claimed again at once
+
+
+def test_a_healthy_create_is_not_held_up_by_one_waiting_for_its_engine(
+    engines, owner, gobrave_config
+):
+    gobrave_config(container={"create_queue_max_concurrency": 1})
+    a, b = engines
+    on_a = TemplateFactory(name="on-a", constraints={"node": "a"})
+    on_b = TemplateFactory(name="on-b", constraints={"node": "b"})
+    Runtime.objects.filter(pk=a.pk).update(labels={"engine": "fake", "node": "a"})
+    Runtime.objects.filter(pk=b.pk).update(labels={"engine": "fake", "node": "b"})
+    runtime_health_record(runtime_id=a.pk, reachable=False, error="cut")
+    waiting = container_create_by_template(template=on_a, owner=owner, actor="t")
+    healthy = container_create_by_template(template=on_b, owner=owner, actor="t")
+    # (a freed slot makes deferred rows due at once: the waiting one may defer twice)
+    outcomes = drain()
+    assert sorted(set(outcomes)) == ["deferred", "sent"], (outcomes, shown(waiting))
+    assert shown(healthy)[0] == "running", shown(healthy)
+    assert shown(waiting)[0] == "pending", shown(waiting)
+
+
+def test_a_stop_waits_while_the_engine_is_away_and_runs_when_it_answers(
+    fake_runtime, template, owner
+):
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert drain() == ["sent"], shown(instance)
+    runtime_health_record(runtime_id=fake_runtime.pk, reachable=False, error="cut")
+    container_stop(instance_id=instance.pk, actor="t")
+    assert drain() == ["deferred"], shown(instance)
+    status, reason, _, requests = shown(instance)
+    assert status == "stop_pending" and "unreachable" in reason, shown(instance)
+    assert requests[-1][2] == 0, shown(instance)
+    assert engine_for(fake_runtime).calls("stop") == []
+    runtime_health_record(runtime_id=fake_runtime.pk, reachable=True)
+    make_due(instance)
+    assert drain() == ["sent"], shown(instance)
+    assert shown(instance)[:2] == ("stopped", ""), shown(instance)
+
+
+def test_the_reconciler_marks_an_engine_that_stops_answering_and_keeps_its_instances(
+    fake_runtime, template, owner, gobrave_config
+):
+    gobrave_config(container={"start_timeout": 5})
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert drain() == ["sent"], shown(instance)
+    engine = engine_for(fake_runtime)
+    (engine.root / "down").write_text("")
+    # The container exits behind our back while the engine does not answer.
+    engine.set_state(f"gb-{instance.pk}", "exited", exit_code=0)
+    report = reconcile()
+    row = Runtime.objects.get(pk=fake_runtime.pk)
+    assert row.health == "unreachable" and row.health_since, (row.health, row.last_error)
+    assert "did not answer" in row.last_error, row.last_error
+    assert report.errors and report.changed == 0, str(report)
+    assert shown(instance)[0] == "running", shown(instance)
+    # Back: the next pass records it reachable and settles the instance.
+    (engine.root / "down").unlink()
+    reconcile()
+    row = Runtime.objects.get(pk=fake_runtime.pk)
+    assert row.health == "reachable", (row.health, row.last_error)
+    assert shown(instance)[0] == "stopped", shown(instance)
+
+
+def test_start_timeout_leaves_a_creating_instance_alone_while_its_engine_is_away(
+    fake_runtime, template, owner, gobrave_config
+):
+    gobrave_config(container={"start_timeout": 5})
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert drain() == ["sent"], shown(instance)
+    # The worker returned, the instance never settled, and its slot is held long past.
+    ContainerInstance.objects.filter(pk=instance.pk).update(status="creating")
+    OutboxEvent.objects.filter(aggregate_id=str(instance.pk)).update(
+        started_at=Now() - dt.timedelta(seconds=60)
+    )
+    (engine_for(fake_runtime).root / "down").write_text("")
+    report = reconcile()
+    assert report.timed_out == 0, str(report)
+    assert shown(instance)[0] == "creating", shown(instance)
+    (engine_for(fake_runtime).root / "down").unlink()
+    reconcile()
+    assert shown(instance)[0] == "running", shown(instance)
