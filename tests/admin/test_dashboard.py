@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 import pytest
 from django.urls import reverse
@@ -131,3 +132,19 @@ def test_fragment_is_the_body_alone_for_the_refresh(as_user, viewer):
 def test_counter_bump_feeds_the_series():
     counter_bump("create_refused", 3)
     assert selectors.request_series()["totals"]["create_refused"] == 3
+
+
+def test_dead_letters_count_as_open_only_while_their_instance_exists(as_user, viewer):
+    kept = InstanceFactory(status=Status.FAILED)
+    for aggregate in (str(kept.id), str(uuid.uuid4()), str(uuid.uuid4())):  # two deleted
+        OutboxEvent.objects.create(
+            kind="ContainerStartRequest",
+            queue="create",
+            aggregate_id=aggregate,
+            status=OutboxStatus.DEAD,
+            available_at=timezone.now(),
+        )
+    response = as_user(viewer).get(reverse(URL))
+    stats = response.context["stats"]
+    assert (stats["dead_open_count"], stats["dead_count"]) == (1, 3)
+    assert "3 dead in all" in response.content.decode()
