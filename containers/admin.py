@@ -17,6 +17,7 @@ from functools import partial
 from urllib.parse import urlencode
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.http import HttpResponseRedirect, StreamingHttpResponse
 from django.template.response import TemplateResponse
@@ -34,9 +35,11 @@ from containers.admin_display import (
     status_badge,
     time_ago,
 )
+from containers.admin_fields import CommandField, EnvRowsField, VolumeRowsField
 from containers.engines import calls, fake_driver_allowed
 from containers.errors import InvalidSpec
 from containers.health import runtime_health_check
+from containers.images import template_images_refresh
 from containers.models import (
     ContainerEvent,
     ContainerInstance,
@@ -50,7 +53,7 @@ from containers.services import (
     container_start,
     container_stop,
 )
-from containers.spec import clean_template_fields
+from containers.spec import check_literal_volume_roots, clean_template_fields, clean_volumes
 from containers.states import NOTHING_TO_DO, OFFERED
 from core.admin_helpers import GREY, ActionsOnlyAdminMixin, ReadOnlyAdminMixin, badge
 from core.errors import DomainError
@@ -399,7 +402,23 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
 
 
 class ContainerTemplateForm(forms.ModelForm):
-    """Validates the JSON fields with the same rules the create service applies."""
+    """Validates the JSON fields with the same rules the create service applies.
+
+    The command, env and volumes are typed as text (``containers.admin_fields``); a
+    volume source that is a literal host path must lie inside ``allowed_volume_roots``
+    now, at save, not first when an instance is created.
+    """
+
+    command = CommandField(
+        help_text="A shell command such as <code>sleep 600</code> (run by <code>sh -c</code>), "
+        'or a JSON list of words such as <code>["sleep", "600"]</code>.'
+    )
+    env = EnvRowsField(help_text="One <code>NAME=value</code> per line.")
+    volumes = VolumeRowsField(
+        help_text="One <code>source:target</code> or <code>source:target:ro</code> per line; "
+        "a source is <code>$WORKSPACE_PATH</code> (the owner's workspace) or a path inside "
+        "the allowed volume roots."
+    )
 
     class Meta:
         model = ContainerTemplate
@@ -427,6 +446,13 @@ class ContainerTemplateForm(forms.ModelForm):
                 clean_template_fields(**{name: cleaned[name]})
             except InvalidSpec as exc:
                 self.add_error(name, exc.message)
+        if "volumes" in cleaned and "volumes" not in self.errors:
+            roots = settings.GOBRAVE["container"]["allowed_volume_roots"]
+            try:
+                cleaned["volumes"] = clean_volumes(cleaned["volumes"])  # stored as mappings
+                check_literal_volume_roots(cleaned["volumes"], roots)
+            except InvalidSpec as exc:
+                self.add_error("volumes", exc.message)
         if "secret_env" in cleaned and "env" in cleaned and not self.errors:
             try:
                 clean_template_fields(env=cleaned["env"], secret_env=cleaned["secret_env"])
@@ -492,6 +518,32 @@ class ContainerTemplateAdmin(RedactedFieldsMixin, admin.ModelAdmin):
     @admin.display(description="image status", ordering="image_status")
     def image_display(self, obj: ContainerTemplate):
         return badge(obj.image_status, IMAGE_COLOURS.get(obj.image_status, GREY))
+
+    actions = ("refresh_image_status",)
+
+    @admin.action(description="Check the selected templates' images now", permissions=["change"])
+    def refresh_image_status(self, request, queryset):
+        """Asks the engines now (``template_images_refresh``) and says what each found."""
+        found: dict[str, list[str]] = {}
+        for template in template_images_refresh(templates=list(queryset.order_by("name"))):
+            found.setdefault(template.image_status, []).append(template.name)
+        parts = [f"{status}: {', '.join(names)}" for status, names in sorted(found.items())]
+        level = messages.WARNING if "missing" in found else messages.SUCCESS
+        self.message_user(request, f"Image status — {'; '.join(parts)}.", level)
+
+    def save_model(self, request, obj, form, change) -> None:
+        """Saves, then checks the image at once when nothing would pull a missing one."""
+        super().save_model(request, obj, form, change)
+        if obj.pull_policy != "never":
+            return
+        template_images_refresh(templates=[obj])
+        if obj.image_status == "missing":
+            self.message_user(
+                request,
+                f"The image {obj.image} is missing on a runtime this template may use and its "
+                "pull policy is never: creates will fail until the image is there.",
+                messages.WARNING,
+            )
 
 
 # --- runtimes --------------------------------------------------------------------------------

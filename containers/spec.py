@@ -183,6 +183,30 @@ def _inside(path: str, roots: list[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
+def check_literal_volume_roots(volumes: list[dict[str, Any]], roots: list[str]) -> None:
+    """Refuse a volume whose source is a literal host path (no variable) outside ``roots``.
+
+    Sources with variables are checked when a request expands them (``resolve_mounts``),
+    where the owner's workspace is known.
+    """
+    for index, volume in enumerate(volumes):
+        source = volume["source"]
+        if "$" in source:
+            continue
+        where = f"volumes[{index}]"
+        if not source.startswith("/"):
+            raise InvalidSpec(f"{where}.source: {source!r} is not an absolute path", path=source)
+        path = os.path.normpath(source)
+        if not _inside(path, roots):
+            allowed = ", ".join(roots) or "none are set (container.allowed_volume_roots)"
+            raise InvalidSpec(
+                f"{where}.source: {path} is outside the allowed volume roots ({allowed}); "
+                "use $WORKSPACE_PATH for the owner's workspace",
+                path=path,
+                allowed=roots,
+            )
+
+
 def _segment_safe(variables: Mapping[str, str]) -> dict[str, str]:
     """The variables a volume path may use: path variables as they are, and every other
     value only if it is one harmless path segment (no ``/``, not ``.`` or ``..``)."""

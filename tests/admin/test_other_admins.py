@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import re
 
 import pytest
 from django.contrib.messages import get_messages
@@ -14,6 +15,7 @@ from django.utils import timezone
 from containers.health import runtime_health_record
 from containers.models import ContainerEvent, ContainerTemplate, OrphanContainer
 from outbox.models import OutboxEvent, OutboxStatus
+from tests.admin.conftest import make_user
 from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory
 
 pytestmark = pytest.mark.django_db
@@ -21,6 +23,12 @@ pytestmark = pytest.mark.django_db
 
 def _messages(response) -> list[str]:
     return [str(m) for m in get_messages(response.wsgi_request)]
+
+
+def _missing_on(runtime, image: str) -> None:
+    from containers.engines import engine_for
+
+    (engine_for(runtime).root / f"missing-image-{image}").write_text("")
 
 
 # --- templates ------------------------------------------------------------------------------
@@ -47,13 +55,20 @@ def test_a_valid_template_is_saved(as_user, operator):
     "field, value, says",
     [
         ("env", '{"1BAD": "x"}', "env: '1BAD' is not a valid variable name"),
-        ("env", '["A=1"]', "env: must be a mapping"),
+        ("env", "A=1\nNOEQUALS", "Line 2: write NAME=value."),
+        ("env", "A=1\nA=2", "Line 2: A is set twice."),
+        ("env", '{"A": ', "Not valid JSON"),
         ("volumes", '[{"source": "/a", "target": "relative"}]', "volumes[0].target"),
-        ("volumes", '{"a": 1}', "volumes: must be a list"),
+        ("volumes", '{"a": 1}', "volumes[0].target"),
+        (
+            "volumes",
+            "/etc:/host-etc",
+            "volumes[0].source: /etc is outside the allowed volume roots",
+        ),
         ("resources", '{"memory": "1k"}', "resources.memory: must be at least 4m"),
         ("resources", '{"gpus": 1}', "resources: keys are cpu and memory"),
         ("constraints", '{"engine": ["a"]}', "constraints: must map label names"),
-        ("command", '{"a": 1}', "command: must be a list of strings"),
+        ("command", '["sleep", 6]', "command: must be a list of strings"),
     ],
 )
 def test_template_validation_names_the_bad_field(as_user, operator, field, value, says):
@@ -65,6 +80,56 @@ def test_template_validation_names_the_bad_field(as_user, operator, field, value
     assert list(errors) == [field]
     assert says in errors[field][0]
     assert not ContainerTemplate.objects.exists()
+
+
+def test_template_fields_take_a_plain_command_and_rows(as_user, operator, gobrave_config):
+    gobrave_config(container={"allowed_volume_roots": ["/srv"]})
+    typed = {
+        **VALID,
+        "command": "sleep 600",
+        "env": "MODE=debug\nHOME=$WORKSPACE_PATH\n",
+        "volumes": "$WORKSPACE_PATH:/work\n/srv/data:/data:ro",
+    }
+    response = as_user(operator).post(reverse("admin:containers_containertemplate_add"), typed)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    template = ContainerTemplate.objects.get(name="web")
+    assert template.command == "sleep 600"
+    assert template.env == {"MODE": "debug", "HOME": "$WORKSPACE_PATH"}
+    assert template.volumes == [
+        {"source": "$WORKSPACE_PATH", "target": "/work", "read_only": False},
+        {"source": "/srv/data", "target": "/data", "read_only": True},
+    ]
+    root = make_user("root", superuser=True)  # sees env values and host paths unredacted
+    page = as_user(root).get(
+        reverse("admin:containers_containertemplate_change", args=[template.pk])
+    )
+    html = page.content.decode()
+    assert 'value="sleep 600"' in html
+    env_rows = re.search(r'id="id_env">\n(.*?)</textarea>', html, re.S).group(1)
+    assert sorted(env_rows.splitlines()) == ["HOME=$WORKSPACE_PATH", "MODE=debug"]
+    assert "$WORKSPACE_PATH:/work\n/srv/data:/data:ro</textarea>" in html
+
+
+def test_saving_a_never_pull_template_whose_image_is_missing_warns(as_user, operator, fake_runtime):
+    _missing_on(fake_runtime, "not-here:1")
+    response = as_user(operator).post(
+        reverse("admin:containers_containertemplate_add"), {**VALID, "image": "not-here:1"}
+    )
+    assert response.status_code == 302
+    assert any("missing" in m and "pull policy is never" in m for m in _messages(response))
+    assert ContainerTemplate.objects.get(name="web").image_status == "missing"
+
+
+def test_refresh_image_status_action_asks_now(as_user, operator, fake_runtime):
+    _missing_on(fake_runtime, "not-here:1")
+    template = TemplateFactory(name="t1", image="not-here:1", constraints={"engine": "fake"})
+    response = as_user(operator).post(
+        reverse("admin:containers_containertemplate_changelist"),
+        {"action": "refresh_image_status", "_selected_action": [str(template.pk)]},
+    )
+    assert _messages(response) == ["Image status — missing: t1."]
+    template.refresh_from_db()
+    assert template.image_status == "missing" and template.image_checked_at is not None
 
 
 def test_template_changelist_shows_the_image_status(as_user, operator):
