@@ -35,7 +35,7 @@ def statuses() -> dict[str, int]:
     return counts
 
 
-INSTANCES = 30  # more than the 20 kills: a create that outruns its strike is not retried
+INSTANCES = 36  # more than the 20 kills: a create that outruns its strike is not retried
 STRIKE = re.compile(r" (\d+) instance (\S+) pending -> creating by worker")
 STRIKE_DELAYS = [0.0, 0.02, 0.04, 0.06, 0.09]  # into the handler: before, during, after create
 
@@ -52,6 +52,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.docker
+@pytest.mark.timeout(900)  # waits on conditions; a loaded 2-core machine needs the room
 def test_workers_sigkilled_during_creates_20_times_leave_no_duplicate(dock, owner, gobrave_config):
     gobrave_config(container={"create_queue_max_concurrency": 4})
     template = dock.template(["sleep", "1000"])
@@ -72,8 +73,10 @@ def test_workers_sigkilled_during_creates_20_times_leave_no_duplicate(dock, owne
         # depths into the handler. Only busy workers are killed: a worker killed while
         # idle in django-q2's task queue can hold the queue's lock forever.
         struck: set[str] = set()
-        deadline = time.monotonic() + 120
-        while kills < 20 and time.monotonic() < deadline:
+        # Bounded by progress, not by a fixed window: strikes go on while creates remain
+        # to strike (a slow, loaded machine only makes each kill take longer).
+        deadline = time.monotonic() + 480
+        while kills < 20 and len(struck) < INSTANCES and time.monotonic() < deadline:
             log = (app.logdir / "create-cluster.log").read_text(errors="replace")
             for pid, instance_id in STRIKE.findall(log):
                 if instance_id in struck:
@@ -85,7 +88,7 @@ def test_workers_sigkilled_during_creates_20_times_leave_no_duplicate(dock, owne
                     os.kill(int(pid), signal.SIGKILL)
                     kills += 1
             time.sleep(0.005)
-        assert kills == 20
+        assert kills == 20, f"{kills} kills landed over {len(struck)} strikes; now {statuses()}"
         wait_for(
             lambda: statuses() == {"running": INSTANCES},
             timeout=180,
