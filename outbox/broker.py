@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing
 import os
 import time
 import uuid
@@ -120,8 +121,9 @@ class OutboxBroker(Broker):
             self._conn.execute(f"LISTEN {conf.NOTIFY_CHANNEL}")
             self._pid = os.getpid()
             self._read_now = True  # anything committed before the LISTEN had no wake-up
-            counters.counters_buffer_start()  # this pusher's claims count once a second
-            forking.health_checks_off()  # a failed claim reconnects below
+            if multiprocessing.parent_process() is not None:  # a cluster's pusher
+                counters.counters_buffer_start()  # its claims count once a second
+                forking.health_checks_off()  # a failed claim reconnects below
         return self._conn
 
     def _close(self) -> None:

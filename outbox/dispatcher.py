@@ -32,7 +32,6 @@ from collections.abc import Callable
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 
-from core import counters
 from outbox import conf, listen, liveness, registry, relay
 
 log = logging.getLogger(__name__)
@@ -124,7 +123,6 @@ class Dispatcher:
 
     def run(self) -> None:
         log.info("dispatcher %s started (queues: %s)", os.getpid(), registry.queues())
-        counters.counters_buffer_start()
         while not self.stopping.is_set():
             try:
                 liveness.dispatcher_start(name=self.name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
+from core import counters
 from outbox.dispatcher import Dispatcher
 
 
@@ -20,4 +21,5 @@ class Command(BaseCommand):
             self.stdout.write(f"handed {handed} outbox rows to workers")
             return
         dispatcher.install_signal_handlers()
+        counters.counters_buffer_start()  # this process's claims count once a second
         dispatcher.run()
