@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Bring up a local Docker Engine for the integration tests and build the test image.
 #
-# Idempotent: installs docker.io and busybox-static only when missing, starts dockerd only
-# when `docker info` does not answer, builds gobrave-test-busybox:latest only when absent.
+# Idempotent: installs docker.io, busybox-static, iproute2 and iptables only when missing,
+# starts dockerd only when `docker info` does not answer, builds gobrave-test-busybox:latest
+# only when absent.
 # Never pulls from a registry: the image is built FROM scratch around the static busybox.
 #
 # Environment:
@@ -22,6 +23,9 @@ die() { printf '[test-engine] ERROR: %s\n' "$*" >&2; exit 1; }
 missing=()
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
+# The engine-cut test (a private dockerd in a network namespace) needs ip and iptables.
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 if [ "${#missing[@]}" -gt 0 ]; then
     [ "$(id -u)" -eq 0 ] || die "need root to install: ${missing[*]}"
     say "installing ${missing[*]}"

@@ -127,6 +127,13 @@ class NamedRefSerializer(serializers.Serializer):
     name = serializers.CharField()
 
 
+class RuntimeRefSerializer(NamedRefSerializer):
+    """The instance's runtime and its engine's health as last recorded (since when)."""
+
+    health = serializers.CharField()
+    health_since = serializers.DateTimeField(allow_null=True)
+
+
 class ForViewer:
     """Renders for ``context["viewer"]`` (the caller): what users never see is taken out
     (``containers.redaction``). Without a viewer, as for the least privileged."""
@@ -137,7 +144,7 @@ class ForViewer:
 
 class InstanceOutputSerializer(ForViewer, serializers.ModelSerializer):
     template = NamedRefSerializer()
-    runtime = NamedRefSerializer()
+    runtime = RuntimeRefSerializer()
     owner = serializers.CharField(source="owner.get_username")
 
     class Meta:
