@@ -52,6 +52,7 @@ FLUSH_EVERY = 1.0  # seconds
 _buffer: dict[str, int] = {}
 _buffer_lock = threading.Lock()
 _buffering_pid: int | None = None
+_flusher: tuple[threading.Thread, threading.Event] | None = None
 
 
 def counter_add(name: str, by: int = 1) -> None:
@@ -86,22 +87,38 @@ def counters_buffer_start() -> None:
     Counts of a process killed by a signal in its last second are lost: they are
     statistics, never state.
     """
-    global _buffering_pid
+    global _buffering_pid, _flusher
     pid = os.getpid()
     if _buffering_pid == pid:
         return
     with _buffer_lock:
         _buffer.clear()  # a forked child starts empty: its parent writes its own counts
     _buffering_pid = pid
-    threading.Thread(target=_flush_loop, args=(pid,), name="counters", daemon=True).start()
+    stop = threading.Event()
+    thread = threading.Thread(target=_flush_loop, args=(pid, stop), name="counters", daemon=True)
+    thread.start()
+    _flusher = (thread, stop)
     atexit.register(counters_flush)
     from multiprocessing import util
 
     util.Finalize(None, counters_flush, exitpriority=10)
 
 
-def _flush_loop(pid: int) -> None:
-    stop = threading.Event()
+def counters_buffer_stop() -> None:
+    """Stop buffering in this process: its flush thread ends, what it buffered is written,
+    and later counts are written at once. A no-op where buffering never started (an
+    embedding process, such as a test run, that started it in-process calls this)."""
+    global _buffering_pid, _flusher
+    if _buffering_pid != os.getpid() or _flusher is None:
+        return
+    thread, stop = _flusher
+    _buffering_pid, _flusher = None, None
+    stop.set()
+    thread.join(10)
+    counters_flush()
+
+
+def _flush_loop(pid: int, stop: threading.Event) -> None:
     while os.getpid() == pid and not stop.wait(FLUSH_EVERY):
         if _buffer:
             counters_flush()

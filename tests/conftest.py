@@ -9,6 +9,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from core.counters import counters_buffer_stop
 from tests.factories import RuntimeFactory, TemplateFactory, UserFactory
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -17,6 +18,14 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 def pytest_collection_modifyitems(config, items):
     if IN_CI and "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
         raise pytest.UsageError("CI=true: the suite must run on PostgreSQL (set DATABASE_URL)")
+
+
+@pytest.fixture(autouse=True)
+def _no_counter_buffering_leaks():
+    """A test that runs a dispatcher or a pusher in this process starts its counters' flush
+    thread; stop it at the end, so it never writes into a later test's database state."""
+    yield
+    counters_buffer_stop()
 
 
 @pytest.fixture

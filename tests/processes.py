@@ -24,6 +24,11 @@ from django.db import connection
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Waits end when their condition holds, so a generous bound costs a passing test nothing;
+# it only keeps a loaded 2-core CI machine from failing a test that was merely slow.
+# GOBRAVE_TEST_PATIENCE scales every bound given to ``wait_for`` (default 3).
+PATIENCE = float(os.environ.get("GOBRAVE_TEST_PATIENCE", "3"))
+
 
 def current_database_url() -> str:
     """A DATABASE_URL for the database this test process is using."""
@@ -153,11 +158,13 @@ def running_app(tmp_path: Path, **config: object) -> Iterator[App]:
 def wait_for(
     predicate, *, timeout: float, interval: float = 0.05, message: str = "", describe=None
 ):
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``.
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``
+    (scaled by ``PATIENCE``).
 
     ``describe`` (a callable returning text, e.g. the rows' status, attempts and last
     error) is added to the failure, so a timeout says what the rows said.
     """
+    timeout *= PATIENCE
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

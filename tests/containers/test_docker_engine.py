@@ -28,6 +28,7 @@ from containers.engines.base import (
 )
 from containers.engines.docker import DockerEngine
 from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE, LABEL_TEMPLATE
+from tests.processes import PATIENCE
 
 pytestmark = pytest.mark.docker
 
@@ -105,7 +106,7 @@ def make_spec(installation: str) -> MakeSpec:
 def wait_for(
     runtime: DockerEngine, ref: str, statuses: set[str], timeout: float = 10
 ) -> ContainerState:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout * PATIENCE
     while True:
         state = runtime.inspect(ref)
         if state is not None and state.status in statuses:

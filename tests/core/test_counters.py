@@ -9,7 +9,12 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from core.counters import counter_add, counters_buffer_start, counters_since
+from core.counters import (
+    counter_add,
+    counters_buffer_start,
+    counters_buffer_stop,
+    counters_since,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,3 +40,15 @@ def test_without_buffering_a_count_is_written_at_once():
     counter_add("test_direct", 3)
     since = timezone.now() - dt.timedelta(minutes=5)
     assert counters_since(since).get("test_direct") == 3
+
+
+def test_stopping_the_buffer_writes_what_it_held_and_later_counts_at_once():
+    since = timezone.now() - dt.timedelta(minutes=5)
+    counters_buffer_start()
+    try:
+        counter_add("test_stopped", 2)
+    finally:
+        counters_buffer_stop()
+    assert counters_since(since).get("test_stopped") == 2, counters_since(since)
+    counter_add("test_stopped", 1)  # no flush thread any more: written at once
+    assert counters_since(since).get("test_stopped") == 3, counters_since(since)

@@ -79,10 +79,9 @@ def test_the_dispatcher_wakes_on_notify_long_before_its_poll(postgres, gobrave_c
     thread.start()
     try:
         time.sleep(0.5)  # the dispatcher is asleep on its LISTEN connection now
-        began = time.monotonic()
         enqueue()
-        assert handed.wait(5), "no hand-off within 5 s with a 30 s poll"
-        assert time.monotonic() - began < 2
+        # Well inside the 30 s poll, with room for a loaded machine: only NOTIFY gets here.
+        assert handed.wait(10), "no hand-off within 10 s with a 30 s poll"
     finally:
         dispatcher.stop()
         thread.join(10)
