@@ -67,6 +67,7 @@ TEMPLATE_JSON_FIELDS = (
     "secret_env",
     "volumes",
     "resources",
+    "security",
     "constraints",
 )
 
@@ -269,7 +270,8 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
                 name=form.cleaned_data.get("name") or None,
             )
         except DomainError as exc:
-            obj._refusal = exc.message
+            # Operators are shown the host path a refused mount names (users never are).
+            obj._refusal = getattr(exc, "operator_message", exc.message)
             return
         obj.id, obj.name, obj.runtime = created.id, created.name, created.runtime
 
@@ -432,6 +434,7 @@ class ContainerTemplateForm(forms.ModelForm):
             "secret_env",
             "volumes",
             "resources",
+            "security",
             "constraints",
             "enabled",
             "allowed_groups",
@@ -439,7 +442,7 @@ class ContainerTemplateForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
-        for name in TEMPLATE_JSON_FIELDS:
+        for name in ("image", *TEMPLATE_JSON_FIELDS):
             if name not in cleaned:  # already invalid JSON, or not on the form
                 continue
             try:
@@ -483,12 +486,22 @@ class ContainerTemplateAdmin(RedactedFieldsMixin, admin.ModelAdmin):
             "Environment and mounts",
             {
                 "fields": ("env", "user_env", "secret_env", "volumes"),
-                "description": "Values may use $OWNER_ID, ${INSTANCE_ID}, $WORKSPACE_PATH... "
-                'Volumes: [{"source": "$WORKSPACE_PATH", "target": "/work", '
-                '"read_only": false}].',
+                "description": "Values may use $OWNER_ID, ${INSTANCE_ID}... Volumes: "
+                '[{"source": "$WORKSPACE_PATH", "target": "/work", "read_only": false}] '
+                "mounts the owner's workspace (exactly $WORKSPACE_PATH, never a path below "
+                "it; gobrave makes it). Other sources are host paths under "
+                "allowed_volume_roots, local engines only.",
             },
         ),
         ("Placement", {"fields": ("resources", "constraints")}),
+        (
+            "Security",
+            {
+                "fields": ("security",),
+                "description": "Overrides of config.yml's container.security for this "
+                "template (see docs/security.md).",
+            },
+        ),
         (
             "Who may use it",
             {
@@ -572,6 +585,7 @@ class RuntimeAdmin(admin.ModelAdmin):
         "driver",
         "base_url",
         "enabled",
+        "workspace_driver",
         "answers",
         "node_name",
         "last_seen_at",

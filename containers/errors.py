@@ -85,3 +85,18 @@ class EngineUnavailable(DomainError):
 
     code = "runtime_unavailable"
     http_status = 503
+
+
+class MountRefused(InvalidSpec):
+    """A volume of the template may not be mounted (HTTP 400, ``invalid_spec``).
+
+    ``message`` names only the template's volume (``volumes[0]``, its target): it is what
+    a user may read. ``operator_message`` names the host path and the rule it broke; it
+    goes to the log, the outbox row's ``last_error``, the admin and, through
+    ``containers.redaction``, to API callers who may see the engines (so does
+    ``details["path"]``).
+    """
+
+    def __init__(self, message: str, *, operator_message: str, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.operator_message = operator_message

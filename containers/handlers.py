@@ -27,12 +27,15 @@ from containers.engines.base import (
     Mount,
     PermanentEngineError,
 )
+from containers.engines.labels import LABEL_INSTALLATION
+from containers.errors import MountRefused
 from containers.lifecycle import capacity_available, move, record
 from containers.models import ContainerInstance, Runtime
 from containers.queues import Queue, RequestKind
 from containers.signals import instance_removed
 from containers.states import Status, can_move
 from containers.sync import state_apply
+from containers.workspaces import LABEL_OWNER, mounts_check, workspace_ensure
 from outbox import registry
 from outbox.models import OutboxEvent
 from outbox.outcomes import Outcome
@@ -160,10 +163,36 @@ def handle_create(event: OutboxEvent) -> Outcome:
         _remove_unrecorded(event.aggregate_id)
         return Outcome.SUPERSEDED
     engine = engine_for(instance.runtime)
+    _prepare(instance, engine)
     runtime_id = engine.create(_spec(instance))
     engine.start(runtime_id)
     _apply(instance, engine, runtime_id, Status.CREATING)
     return Outcome.SENT
+
+
+def _prepare(instance: ContainerInstance, engine: Engine) -> None:
+    """Before a create or start: the owner's workspace and network exist, and every bind
+    source passes the worker's check on this host, now.
+
+    A refused mount is permanent. The relay keeps the whole reason on the outbox row
+    (operators: the path and the rule) and hands ``on_dead`` its last line, which is the
+    user's text (the template's volume only).
+    """
+    spec = instance.spec
+    workspace_ensure(instance=instance, engine=engine)
+    if spec.get("network_owned"):
+        engine.ensure_network(
+            spec["network"],
+            labels={
+                LABEL_INSTALLATION: spec["labels"][LABEL_INSTALLATION],
+                LABEL_OWNER: str(instance.owner_id),
+            },
+        )
+    try:
+        mounts_check(instance=instance)
+    except MountRefused as exc:
+        log.warning("%s", exc.operator_message)
+        raise PermanentFailure(f"{exc.operator_message}\n{exc.message}") from exc
 
 
 def _remove_unrecorded(instance_id: str) -> None:
@@ -191,6 +220,7 @@ def handle_start(event: OutboxEvent) -> Outcome:
         raise PermanentFailure(
             f"container {instance.container_name} is missing (removed outside gobrave)"
         )
+    _prepare(instance, engine)
     engine.start(state.runtime_id)
     _apply(instance, engine, state.runtime_id, Status.STARTING)
     return Outcome.SENT

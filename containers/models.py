@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
@@ -26,6 +27,9 @@ class Runtime(models.Model):
     migration. The object that talks to the engine is got with
     ``containers.engines.engine_for(runtime)``; the ``health*`` fields cache what the
     last check found (written only by ``containers.health.runtime_health_record``).
+    ``workspace_driver`` says how owners' workspaces are made on this engine: a named
+    volume (the default, the only choice for a remote engine) or a directory under
+    ``workspace_root`` (an engine on this host, ``is_local``).
     """
 
     class Driver(models.TextChoices):
@@ -37,11 +41,18 @@ class Runtime(models.Model):
         REACHABLE = "reachable"
         UNREACHABLE = "unreachable"
 
+    class WorkspaceDriver(models.TextChoices):
+        VOLUME = "volume", "named volume"
+        DIRECTORY = "directory", "directory under workspace_root (local engines)"
+
     name = models.SlugField(max_length=64, unique=True)
     driver = models.CharField(max_length=16, choices=Driver.choices, default=Driver.DOCKER)
     base_url = models.CharField(max_length=255, default="unix:///var/run/docker.sock")
     labels = models.JSONField(default=dict, blank=True)
     enabled = models.BooleanField(default=True)
+    workspace_driver = models.CharField(
+        max_length=16, choices=WorkspaceDriver.choices, default=WorkspaceDriver.VOLUME
+    )
     node_name = models.CharField(max_length=255, blank=True)
     # The engine's health as last checked (``containers.health``): pages show these and
     # never ask the engine themselves.
@@ -61,6 +72,18 @@ class Runtime(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def is_local(self) -> bool:
+        """The engine runs on this host (a unix socket), so its host paths are ours to
+        check; every other engine gets named volumes only."""
+        return self.base_url.startswith(("unix://", "fake://"))
+
+    def clean(self) -> None:
+        if self.workspace_driver == self.WorkspaceDriver.DIRECTORY and not self.is_local:
+            raise ValidationError(
+                {"workspace_driver": "A remote engine can only use named-volume workspaces."}
+            )
 
 
 class ContainerTemplate(models.Model):
@@ -101,6 +124,13 @@ class ContainerTemplate(models.Model):
     )
     volumes = models.JSONField(default=list, blank=True)
     resources = models.JSONField(default=dict, blank=True)
+    security = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Overrides of config.yml's container.security: user (owner, image, a uid "
+        'or "uid:gid"), cap_add (from capabilities_allowed), read_only_rootfs, network '
+        "(bridge, none, owner), runtime (from runtimes_allowed).",
+    )
     constraints = models.JSONField(default=dict, blank=True)
     pull_policy = models.CharField(
         max_length=16, choices=PullPolicy.choices, default=PullPolicy.IF_NOT_PRESENT
@@ -334,3 +364,31 @@ class Installation(models.Model):
 
     def __str__(self) -> str:
         return self.installation_id
+
+
+class Workspace(models.Model):
+    """An owner's workspace that gobrave made on one engine (SPEC section 8).
+
+    A row means the volume or directory exists there, owned by the owner's uid and gid
+    with mode 2770: the worker makes it before the first create that mounts it, and
+    later creates find the row and pay nothing (``containers.workspaces``). Never
+    deleted by gobrave: it holds the owner's files.
+    """
+
+    runtime = models.ForeignKey(Runtime, on_delete=models.CASCADE, related_name="workspaces")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="workspaces"
+    )
+    kind = models.CharField(max_length=16, choices=Runtime.WorkspaceDriver.choices)
+    source = models.CharField(max_length=512, help_text="The volume name or host directory.")
+    uid = models.BigIntegerField()
+    gid = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["runtime", "owner", "source"], name="workspace_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source} on {self.runtime}"

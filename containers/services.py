@@ -7,12 +7,12 @@ nothing behind. Repeats of a request already under way are accepted as no-ops.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,21 +27,26 @@ from containers.counters import RequestStat
 from containers.errors import (
     InvalidSpec,
     InvalidTransition,
+    MountRefused,
     NoMatchingRuntime,
     NotFound,
     OwnerQuotaExceeded,
     QueueFull,
     TemplateUnavailable,
 )
+from containers.hardening import owner_ids
 from containers.installation import installation_id
 from containers.lifecycle import lock_gate, move, record
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
 from containers.queues import RequestKind
 from containers.spec import clean_constraints, resolve_spec
 from containers.states import IN_FLIGHT, Status, sources_of
+from containers.workspaces import workspace_for
 from core.counters import counter_bump
 from outbox.services import outbox_enqueue
 from tenants.selectors import OwnerQuotas, owner_quotas
+
+log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
@@ -111,9 +116,9 @@ def _variables(
     owner: AbstractBaseUser,
     template: ContainerTemplate,
     runtime: Runtime,
+    workspace: dict[str, Any],
 ) -> dict[str, str]:
     group = owner.groups.order_by("id").first() if hasattr(owner, "groups") else None
-    workspace = Path(_config()["workspace_root"]) / str(owner.pk)
     return {
         "USERID": str(owner.pk),
         "GROUPID": str(group.pk if group else owner.pk),
@@ -125,7 +130,7 @@ def _variables(
         "TEMPLATE_ID": str(template.pk),
         "TEMPLATE_NAME": template.name,
         "RUNTIME_NAME": runtime.name,
-        "WORKSPACE_PATH": str(workspace),
+        "WORKSPACE_PATH": workspace["source"],
         "WORKSPACE_ROOT": _config()["workspace_root"],
     }
 
@@ -241,18 +246,36 @@ def container_create_by_template(
             "name: 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit",
             field="name",
         )
+    security = _config()["security"]
+    installation = installation_id()
+    uid, gid = owner_ids(owner.pk, security)
+    workspace = workspace_for(
+        runtime=runtime, owner_id=owner.pk, uid=uid, gid=gid, installation=installation
+    )
     variables = _variables(
-        instance_id=instance_id, name=name, owner=owner, template=source, runtime=runtime
-    )
-    # The owner's own workspace, not the whole workspace_root: no one mounts another's.
-    roots = [variables["WORKSPACE_PATH"], *_config()["allowed_volume_roots"]]
-    spec = resolve_spec(
+        instance_id=instance_id,
+        name=name,
+        owner=owner,
         template=source,
-        variables=variables,
-        env_overrides=env,
-        roots=roots,
-        installation=installation_id(),
+        runtime=runtime,
+        workspace=workspace,
     )
+    try:
+        spec = resolve_spec(
+            template=source,
+            variables=variables,
+            env_overrides=env,
+            roots=_config()["allowed_volume_roots"],
+            installation=installation,
+            owner_id=owner.pk,
+            security=security,
+            workspace=workspace,
+            local=runtime.is_local,
+            workspace_root=_config()["workspace_root"],
+        )
+    except MountRefused as exc:
+        log.warning("create refused for %s: %s", owner.get_username(), exc.operator_message)
+        raise
     if extra_labels:
         spec["labels"] = {**dict(extra_labels), **spec["labels"]}
     for mount in extra_mounts or []:

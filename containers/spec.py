@@ -8,20 +8,28 @@ objects passed in), so it is unit-tested without a database.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from containers import env_policy
+from containers import env_policy, mounts
 from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE, LABEL_TEMPLATE
-from containers.errors import InvalidSpec
+from containers.errors import InvalidSpec, MountRefused
+from containers.hardening import clean_security, resolve_hardening
+from containers.image_refs import clean_image
+from gobrave.config import SECURITY_DEFAULTS
 
 _VAR = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
-# Variables whose values are paths by design; every other value must stay one path segment.
-PATH_VARIABLES = frozenset({"WORKSPACE_PATH", "WORKSPACE_ROOT"})
-_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+# Sizes are bounded before any pattern runs; no pattern has nested or overlapping
+# quantifiers, so each runs in time linear in its (bounded) input.
+_MEMORY = re.compile(r"(\d{1,15})(?:\.(\d{1,9}))? ?([kmgt]?)(?:i?b)?", re.IGNORECASE)
 _MEMORY_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-MIN_MEMORY = 4 * 1024 * 1024  # Docker refuses less than 6 MB; 4 MB keeps the error ours
+MIN_MEMORY = 6 * 1024 * 1024  # Docker's own minimum
+MAX_MEMORY = 16 * 1024**4
+MAX_CPU = 1024
+MAX_PIDS = 4_194_304
+MAX_VOLUMES = 32
 
 
 def expand(text: str, variables: Mapping[str, str], *, strict: bool, where: str) -> str:
@@ -45,28 +53,46 @@ def expand(text: str, variables: Mapping[str, str], *, strict: bool, where: str)
 
 
 def parse_memory(value: Any, *, where: str = "resources.memory") -> int:
-    """Bytes from an int or a string such as ``64m``, ``1g``, ``512MiB``."""
+    """Bytes from an int or a string such as ``64m``, ``1g``, ``512MiB``, ``1.5g``.
+
+    The string's length is checked first (at most 32 characters); the arithmetic is on
+    integers, so no value overflows.
+    """
+    wrong = f"{where}: must be bytes or a size such as '256m', from 6m to 16t"
     if isinstance(value, bool):
-        raise InvalidSpec(f"{where}: must be bytes or a size such as '256m'", field=where)
+        raise InvalidSpec(wrong, field=where)
     if isinstance(value, int):
         size = value
-    elif isinstance(value, str) and (match := _MEMORY.match(value)):
-        size = int(float(match.group(1)) * _MEMORY_UNITS[match.group(2).lower()])
+    elif (
+        isinstance(value, str) and len(value) <= 32 and (match := _MEMORY.fullmatch(value.strip()))
+    ):
+        whole, fraction, unit = match.groups()
+        scale = _MEMORY_UNITS[unit.lower()]
+        size = int(whole) * scale
+        if fraction:
+            size += int(fraction) * scale // 10 ** len(fraction)
     else:
-        raise InvalidSpec(f"{where}: must be bytes or a size such as '256m'", field=where)
-    if size < MIN_MEMORY:
-        raise InvalidSpec(f"{where}: must be at least 4m, got {value!r}", field=where)
+        raise InvalidSpec(wrong, field=where)
+    if not MIN_MEMORY <= size <= MAX_MEMORY:
+        raise InvalidSpec(wrong, field=where)
     return size
 
 
 def clean_command(command: Any) -> list[str] | None:
+    """A list of strings, or one string run with ``sh -c``; at most 256 parts of 32768."""
     if command in (None, "", []):
         return None
     if isinstance(command, str):
-        return ["sh", "-c", command]
-    if isinstance(command, list) and all(isinstance(part, str) for part in command):
+        command = ["sh", "-c", command]
+    if (
+        isinstance(command, list)
+        and len(command) <= 256
+        and all(isinstance(part, str) and len(part) <= 32768 for part in command)
+    ):
         return list(command)
-    raise InvalidSpec("command: must be a list of strings or one string", field="command")
+    raise InvalidSpec(
+        "command: must be a list of at most 256 strings or one string", field="command"
+    )
 
 
 def clean_env(env: Any, *, where: str = "env") -> dict[str, str]:
@@ -98,15 +124,23 @@ def clean_env(env: Any, *, where: str = "env") -> dict[str, str]:
 
 
 def clean_volumes(volumes: Any) -> list[dict[str, Any]]:
-    """``[{"source", "target", "read_only"}]``, also accepting ``"src:dst[:ro]"`` strings."""
+    """``[{"source", "target", "read_only"}]``, also accepting ``"src:dst[:ro]"`` strings.
+
+    Sources follow ``containers.mounts``: exactly ``$WORKSPACE_PATH``, or an absolute
+    host path without user-chosen variables, outside the paths never mounted.
+    """
     if volumes in (None, ""):
         return []
     if not isinstance(volumes, list):
         raise InvalidSpec("volumes: must be a list", field="volumes")
+    if len(volumes) > MAX_VOLUMES:
+        raise InvalidSpec(f"volumes: at most {MAX_VOLUMES}", field="volumes")
     cleaned = []
     for index, volume in enumerate(volumes):
         where = f"volumes[{index}]"
         if isinstance(volume, str):
+            if len(volume) > 2 * mounts.MAX_PATH + 4:
+                raise InvalidSpec(f"{where}: at most {2 * mounts.MAX_PATH} characters", field=where)
             parts = volume.split(":")
             if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
                 raise InvalidSpec(
@@ -118,28 +152,60 @@ def clean_volumes(volumes: Any) -> list[dict[str, Any]]:
         source, target = volume.get("source"), volume.get("target")
         if not isinstance(source, str) or not source:
             raise InvalidSpec(f"{where}.source: must be a path", field=where)
-        if not isinstance(target, str) or not target.startswith("/"):
-            raise InvalidSpec(f"{where}.target: must be an absolute path", field=where)
+        problem = mounts.source_problem(source)
+        if problem:
+            raise InvalidSpec(f"{where}.source: {source[:200]!r}: {problem}", field=where)
+        if (
+            not isinstance(target, str)
+            or not target.startswith("/")
+            or len(target) > mounts.MAX_PATH
+            or mounts.variables_in(target)
+        ):
+            raise InvalidSpec(
+                f"{where}.target: must be an absolute path in the container, without variables",
+                field=where,
+            )
         read_only = volume.get("read_only", False)
         if not isinstance(read_only, bool):
             raise InvalidSpec(f"{where}.read_only: must be true or false", field=where)
         cleaned.append({"source": source, "target": target, "read_only": read_only})
+    targets = [v["target"].rstrip("/") or "/" for v in cleaned]
+    if len(set(targets)) != len(targets):
+        raise InvalidSpec("volumes: two volumes share a target", field="volumes")
     return cleaned
 
 
+def _whole(value: Any, *, where: str, low: int, high: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidSpec(f"{where}: {what} between {low} and {high}", field=where)
+    return value
+
+
 def clean_resources(resources: Any) -> dict[str, Any]:
+    """``cpu`` (cores), ``memory`` (bytes or a size) and ``pids`` (processes), each bounded."""
     if resources in (None, ""):
         return {}
-    if not isinstance(resources, dict) or set(resources) - {"cpu", "memory"}:
-        raise InvalidSpec("resources: keys are cpu and memory", field="resources")
+    if not isinstance(resources, dict) or set(resources) - {"cpu", "memory", "pids"}:
+        raise InvalidSpec("resources: keys are cpu, memory and pids", field="resources")
     cleaned: dict[str, Any] = {}
     cpu = resources.get("cpu")
     if cpu is not None:
-        if isinstance(cpu, bool) or not isinstance(cpu, int | float) or not 0 < cpu <= 1024:
-            raise InvalidSpec("resources.cpu: must be a number of cores above 0", field="resources")
+        if (
+            isinstance(cpu, bool)
+            or not isinstance(cpu, int | float)
+            or not 0.01 <= cpu <= MAX_CPU  # NaN fails both comparisons
+        ):
+            raise InvalidSpec(
+                f"resources.cpu: must be a number of cores from 0.01 to {MAX_CPU}",
+                field="resources.cpu",
+            )
         cleaned["cpu"] = float(cpu)
     if resources.get("memory") is not None:
         cleaned["memory"] = parse_memory(resources["memory"])
+    if resources.get("pids") is not None:
+        cleaned["pids"] = _whole(
+            resources["pids"], where="resources.pids", low=8, high=MAX_PIDS, what="processes"
+        )
     return cleaned
 
 
@@ -165,12 +231,14 @@ def clean_template_fields(**fields: Any) -> dict[str, Any]:
         return value if value not in (None, "") else []
 
     cleaners = {
+        "image": clean_image,
         "command": check_command,
         "env": clean_env,
         "volumes": clean_volumes,
         "resources": clean_resources,
         "constraints": clean_constraints,
         "user_env": env_policy.clean_user_env,
+        "security": clean_security,
         "secret_env": env_policy.clean_secret_env,
     }
     cleaned = {name: cleaners[name](value) for name, value in fields.items() if name in cleaners}
@@ -208,52 +276,85 @@ def check_literal_volume_roots(volumes: list[dict[str, Any]], roots: list[str]) 
 
 
 def _segment_safe(variables: Mapping[str, str]) -> dict[str, str]:
-    """The variables a volume path may use: path variables as they are, and every other
-    value only if it is one harmless path segment (no ``/``, not ``.`` or ``..``)."""
-    safe = {}
-    for name, value in variables.items():
-        if name in PATH_VARIABLES or ("/" not in value and value not in (".", "..")):
-            safe[name] = value
-    return safe
+    """The variables an operator's bind source may use: gobrave's own, each only if its
+    value is one harmless path segment (no ``/``, not ``.`` or ``..``)."""
+    return {
+        name: value
+        for name, value in variables.items()
+        if name not in mounts.USER_CHOSEN | mounts.WORKSPACE_VARIABLES
+        and "/" not in value
+        and value not in ("", ".", "..")
+    }
 
 
 def resolve_mounts(
-    volumes: list[dict[str, Any]], variables: Mapping[str, str], roots: list[str]
+    volumes: list[dict[str, Any]],
+    variables: Mapping[str, str],
+    *,
+    roots: list[str],
+    workspace: Mapping[str, Any] | None,
+    local: bool,
+    workspace_root: str,
+    template_name: str,
 ) -> list[dict[str, Any]]:
-    """Expand volume sources strictly and keep them inside the allowed roots.
+    """The template's volumes as mounts for this owner on this engine.
 
-    1. Expand; an unknown variable, or a value that would add path segments (an
-       instance or user name such as ``../7``), refuses the request naming it.
-    2. The source must be absolute; it is normalized, and so is its real path where it
-       exists here (a symlink planted in a workspace cannot point outside the roots).
-    3. Both must lie inside one of ``roots``.
+    1. ``$WORKSPACE_PATH`` becomes the owner's ``workspace`` (a volume or a directory).
+    2. Any other source is an operator's bind: only on a ``local`` engine; expanded
+       strictly (unknown variables, and values that would add path segments, refused);
+       normalized; inside ``roots``; not a path never mounted (``containers.mounts``).
+    A refusal is a ``MountRefused`` whose message names only the template's volume;
+    its ``operator_message`` names the path and the rule.
     """
-    safe = _segment_safe(variables)
-    mounts = []
+    resolved = []
     for index, volume in enumerate(clean_volumes(volumes)):
         where = f"volumes[{index}]"
-        for name in set(variables) - set(safe):
-            if re.search(rf"\$(?:{name}\b|\{{{name}\}})", volume["source"]):
-                raise InvalidSpec(
-                    f"{where}.source: ${name} ({variables[name]!r}) is not a single path segment",
-                    field=where,
-                    variable=name,
-                )
-        source = expand(volume["source"], safe, strict=True, where=f"{where}.source")
-        target = expand(volume["target"], safe, strict=True, where=f"{where}.target")
-        if not source.startswith("/"):
-            raise InvalidSpec(f"{where}.source: {source!r} is not an absolute path", path=source)
-        source = os.path.normpath(source)
-        real = os.path.realpath(source)
-        for path in {source, real}:
-            if not _inside(path, roots):
-                raise InvalidSpec(
-                    f"{where}.source: {path} is outside the allowed volume roots",
-                    path=path,
-                    allowed=roots,
-                )
-        mounts.append({"source": source, "target": target, "read_only": volume["read_only"]})
-    return mounts
+        target, read_only = volume["target"], volume["read_only"]
+        if volume["source"] in mounts.WORKSPACE_SOURCES:
+            if workspace is None:
+                raise InvalidSpec(f"{where}: this engine has no workspaces", field=where)
+            kind = "volume" if workspace["kind"] == "volume" else "bind"
+            resolved.append(
+                {
+                    "source": workspace["source"],
+                    "target": target,
+                    "read_only": read_only,
+                    "type": kind,
+                    "workspace": True,
+                }
+            )
+            continue
+
+        def refuse(
+            reason: str, source: str = volume["source"], where: str = where, target: str = target
+        ) -> MountRefused:
+            return MountRefused(
+                f"{where} (target {target}) of template {template_name} was refused",
+                operator_message=f"template {template_name} {where}: {source}: {reason}",
+                field=where,
+                target=target,
+                path=source,
+            )
+
+        if not local:
+            raise refuse("remote engines get volumes only (no host paths)")
+        problem = mounts.source_problem(volume["source"])
+        if problem:
+            raise refuse(problem)
+        try:
+            source = expand(volume["source"], _segment_safe(variables), strict=True, where=where)
+        except InvalidSpec as exc:
+            raise refuse(f"{exc.message} (or a value that is not one path segment)") from None
+        source = posixpath.normpath(source)
+        reason = mounts.forbidden_reason(source, workspace_root=workspace_root)
+        if reason is None and not any(mounts.inside(source, root) for root in roots):
+            reason = "outside the allowed volume roots"
+        if reason:
+            raise refuse(reason, source)
+        resolved.append(
+            {"source": source, "target": target, "read_only": read_only, "type": "bind"}
+        )
+    return resolved
 
 
 # Template fields that say nothing about what a container is.
@@ -281,20 +382,46 @@ def resolve_spec(
     env_overrides: Mapping[str, Any] | None,
     roots: list[str],
     installation: str,
+    owner_id: int = 0,
+    security: Mapping[str, Any] | None = None,
+    workspace: Mapping[str, Any] | None = None,
+    local: bool = True,
+    workspace_root: str = "",
 ) -> dict[str, Any]:
     """The stored spec: what the worker hands the engine, fully resolved.
 
     The user's ``env_overrides`` pass the template's env policy (``containers.env_policy``);
-    ``secret_env`` names the env keys whose values users must not see.
+    ``secret_env`` names the env keys whose values users must not see. ``workspace``
+    (``kind``, ``source``, ``uid``, ``gid``) is the owner's workspace on the chosen
+    engine, kept in the spec when a volume mounts it so the worker provisions it;
+    ``security`` is ``container.security`` (its defaults when None).
     """
     env = clean_env(template.env)
     env.update(env_policy.check_user_env(env_overrides, rules=template.user_env, template_env=env))
     secret = [k for k in env_policy.clean_secret_env(template.secret_env) if k in env]
     command = clean_command(template.command)
     resources = clean_resources(template.resources)
+    if workspace is None:
+        workspace = {"kind": "directory", "source": variables.get("WORKSPACE_PATH", "")}
+    resolved_mounts = resolve_mounts(
+        template.volumes,
+        variables,
+        roots=roots,
+        workspace=workspace,
+        local=local,
+        workspace_root=workspace_root,
+        template_name=template.name,
+    )
+    hardening = resolve_hardening(
+        template_security=getattr(template, "security", {}),
+        resources=resources,
+        config=SECURITY_DEFAULTS if security is None else security,
+        owner_id=owner_id,
+        installation=installation,
+    )
     return {
         "name": variables["CONTAINER_NAME"],
-        "image": template.image,
+        "image": clean_image(template.image),
         "pull_policy": template.pull_policy,
         "command": (
             [expand(p, variables, strict=False, where="command") for p in command]
@@ -302,10 +429,12 @@ def resolve_spec(
             else None
         ),
         "env": {k: expand(v, variables, strict=False, where=f"env.{k}") for k, v in env.items()},
-        "mounts": resolve_mounts(template.volumes, variables, roots),
-        "cpu": resources.get("cpu"),
-        "memory": resources.get("memory"),
+        "mounts": resolved_mounts,
+        **hardening,
         "secret_env": secret,
+        "workspace": (
+            dict(workspace) if any(m.get("workspace") for m in resolved_mounts) else None
+        ),
         "labels": {
             LABEL_INSTALLATION: installation,
             LABEL_INSTANCE: variables["INSTANCE_ID"],

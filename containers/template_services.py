@@ -28,6 +28,7 @@ WRITABLE = (
     "secret_env",
     "volumes",
     "resources",
+    "security",
     "constraints",
     "pull_policy",
     "enabled",

@@ -53,9 +53,10 @@ def _for_caller(context: dict[str, Any], exc) -> tuple[str, dict[str, Any]]:
 
     request = context.get("request")
     user = getattr(request, "user", None)
-    message, details = error_for(user, exc.message, dict(exc.details))
-    if message != exc.message or details != exc.details:
-        log.info("error %s shown to %s as %r; in full: %s", exc.code, user, message, exc.message)
+    full = getattr(exc, "operator_message", exc.message)  # a refused mount's whole story
+    message, details = error_for(user, full, dict(exc.details))
+    if message != full or details != exc.details:
+        log.info("error %s shown to %s as %r; in full: %s", exc.code, user, message, full)
     return message, details
 
 

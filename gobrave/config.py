@@ -9,6 +9,7 @@ is read as YAML, so ``true``, ``5`` and ``[a, b]`` mean what they say.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -118,6 +119,156 @@ def _broker(value: Any) -> str:
     raise ValueError(f"must be 'orm' or a redis:// URL, got {value!r}")
 
 
+# --- container.security (SPEC 8): how every container is locked down ------------------------
+
+_SIZE = re.compile(r"^(\d{1,15})([kmgt]?)$")
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+_CAPABILITY = re.compile(r"^[A-Z][A-Z_]{1,31}$")
+# Capabilities no template may ever get: each one undoes the container boundary.
+NEVER_CAPABILITIES = frozenset(
+    {
+        "ALL", "SYS_ADMIN", "SYS_MODULE", "SYS_RAWIO", "SYS_PTRACE", "SYS_BOOT", "SYS_TIME",
+        "MAC_ADMIN", "MAC_OVERRIDE", "DAC_READ_SEARCH", "NET_ADMIN", "BPF", "PERFMON",
+        "SYSLOG", "LINUX_IMMUTABLE", "SYS_RESOURCE", "BLOCK_SUSPEND", "WAKE_ALARM",
+        "AUDIT_CONTROL", "AUDIT_READ", "CHECKPOINT_RESTORE", "IPC_OWNER", "LEASE",
+        "SYS_NICE", "SYS_PACCT", "SYS_TTY_CONFIG", "IPC_LOCK",
+    }
+)  # fmt: skip
+
+
+def _size(low: int) -> Callable[[Any], int]:
+    """Bytes as a whole number, or a string such as ``512m`` or ``1g`` (no spaces)."""
+
+    def check(value: Any) -> int:
+        if isinstance(value, bool):
+            raise ValueError("must be bytes or a size such as '512m'")
+        if isinstance(value, int):
+            size = value
+        elif isinstance(value, str) and len(value) <= 20 and (match := _SIZE.match(value.lower())):
+            size = int(match.group(1)) * _SIZE_UNITS[match.group(2)]
+        else:
+            raise ValueError("must be bytes or a size such as '512m'")
+        if not low <= size <= 1024**5:
+            raise ValueError(f"must be between {low} bytes and 1p, got {str(value)[:40]!r}")
+        return size
+
+    return check
+
+
+def _number(low: float, high: float) -> Callable[[Any], float]:
+    def check(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"must be a number between {low:g} and {high:g}")
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low:g} and {high:g}, got {value}")
+        return float(value)
+
+    return check
+
+
+def container_user(value: Any) -> str | int | tuple[int, int]:
+    """``owner``, ``image``, a uid, or ``"uid:gid"`` (shared with template validation)."""
+    if value in ("owner", "image"):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31:
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\d{1,10}(:\d{1,10})?", value):
+        ids = [int(part) for part in value.split(":")]
+        if all(i < 2**31 for i in ids):
+            return ids[0] if len(ids) == 1 else (ids[0], ids[1])
+    raise ValueError("must be owner, image, a uid or 'uid:gid'")
+
+
+def capabilities(value: Any) -> list[str]:
+    """A list of capability names (``NET_RAW``; a ``CAP_`` prefix is dropped)."""
+    if not isinstance(value, list) or len(value) > 64:
+        raise ValueError("must be a list of capability names such as NET_BIND_SERVICE")
+    names = []
+    for item in value:
+        name = item.upper().removeprefix("CAP_") if isinstance(item, str) else item
+        if not isinstance(name, str) or not _CAPABILITY.match(name):
+            raise ValueError(f"{item!r} is not a capability name")
+        if name in NEVER_CAPABILITIES:
+            raise ValueError(f"{name} is never granted: it undoes the container boundary")
+        names.append(name)
+    return sorted(set(names))
+
+
+def _runtime_names(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(
+        isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", v) for v in value
+    ):
+        raise ValueError("must be a list of OCI runtime names such as runsc")
+    return value
+
+
+def _runtime_name(value: Any) -> str:
+    if value in (None, ""):
+        return ""
+    return _runtime_names([value])[0]
+
+
+SECURITY_SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
+    "user": (container_user, "owner"),
+    "uid_range_start": (_integer(1000, 2**31 - 2), 1_000_000),
+    "uid_range_size": (_integer(1, 2**31 - 1), 1_000_000),
+    "no_new_privileges": (_boolean, True),
+    "capabilities": (
+        capabilities,
+        [
+            "CHOWN",
+            "DAC_OVERRIDE",
+            "FOWNER",
+            "FSETID",
+            "KILL",
+            "NET_BIND_SERVICE",
+            "SETGID",
+            "SETUID",
+        ],
+    ),  # fmt: skip
+    "capabilities_allowed": (
+        capabilities,
+        ["AUDIT_WRITE", "MKNOD", "NET_RAW", "SETFCAP", "SETPCAP", "SYS_CHROOT"],
+    ),
+    "pids_limit": (_integer(8, 4_194_304), 1024),
+    "memory": (_size(6 * 1024**2), 1024**3),
+    "cpu": (_number(0.01, 1024), 1.0),
+    "read_only_rootfs": (_boolean, False),
+    "tmpfs_size": (_size(1024**2), 64 * 1024**2),
+    "network": (_choice("bridge", "none", "owner"), "bridge"),
+    "runtime": (_runtime_name, ""),
+    "runtimes_allowed": (_runtime_names, []),
+}
+
+
+def _nested(schema: dict[str, tuple[Callable[[Any], Any], Any]], where: str):
+    """A mapping validated key by key against ``schema`` (defaults filled in)."""
+
+    def check(value: Any) -> dict[str, Any]:
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            raise ValueError("must be a mapping")
+        unknown = sorted(set(value) - set(schema))
+        if unknown:
+            raise ConfigError(f"unknown key {where}.{unknown[0]}")
+        result = {}
+        for key, (validate, default) in schema.items():
+            try:
+                result[key] = validate(value[key]) if key in value else default
+            except ValueError as exc:
+                raise ConfigError(f"{where}.{key}: {exc}") from None
+        return result
+
+    return check
+
+
+_security = _nested(SECURITY_SCHEMA, "container.security")
+SECURITY_DEFAULTS = _security({})
+# Keys whose value is a mapping of their own: overridden as GOBRAVE_<SECTION>_<KEY>__<SUBKEY>.
+NESTED = {("container", "security"): SECURITY_SCHEMA}
+
+
 SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     "container": {
         "refresh_image_status_on_start": (_boolean, True),
@@ -135,6 +286,7 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "workspace_root": (_text, "var/workspaces"),
         "allowed_volume_roots": (_absolute_paths, []),
         "installation_id": (_optional(_label), None),
+        "security": (_security, SECURITY_DEFAULTS),
         # Tenants (contract §8): per-owner quotas; None is no limit. Overridable per user and
         # per group in the admin (tenants.models).
         "max_pending_per_owner": (_optional(_integer(1, 1_000_000)), None),
@@ -192,14 +344,20 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
         for section in SCHEMA:
             prefix = f"GOBRAVE_{section.upper()}_"
             if name.startswith(prefix):
-                key = name[len(prefix) :].lower()
-                if key not in SCHEMA[section]:
-                    raise ConfigError(f"{name}: unknown key {section}.{key}")
+                key, _, sub = name[len(prefix) :].lower().partition("__")
+                if key not in SCHEMA[section] or bool(sub) != ((section, key) in NESTED):
+                    shown = f"{section}.{key}" + (f".{sub}" if sub else "")
+                    raise ConfigError(f"{name}: unknown key {shown}")
+                if sub and sub not in NESTED[(section, key)]:
+                    raise ConfigError(f"{name}: unknown key {section}.{key}.{sub}")
                 try:
                     value = yaml.safe_load(raw)
                 except yaml.YAMLError:
                     value = raw
-                overrides.setdefault(section, {})[key] = value
+                if sub:
+                    overrides.setdefault(section, {}).setdefault(key, {})[sub] = value
+                else:
+                    overrides.setdefault(section, {})[key] = value
     return overrides
 
 
@@ -227,7 +385,14 @@ def load_config(
             if key not in SCHEMA[section]:
                 raise ConfigError(f"{path}: unknown key {section}.{key}")
     for section, values in _env_overrides(environ).items():
-        data.setdefault(section, {}).update(values)
+        for key, value in values.items():
+            if (section, key) in NESTED:
+                given = data.setdefault(section, {}).get(key)
+                if given is not None and not isinstance(given, dict):
+                    raise ConfigError(f"{path}: {section}.{key} must be a mapping")
+                data[section][key] = {**(given or {}), **value}
+            else:
+                data.setdefault(section, {})[key] = value
 
     config: dict[str, dict[str, Any]] = {}
     for section, keys in SCHEMA.items():
@@ -235,7 +400,7 @@ def load_config(
         given = data.get(section, {})
         for key, (validate, default) in keys.items():
             if key not in given:
-                config[section][key] = default
+                config[section][key] = copy.deepcopy(default)
                 continue
             try:
                 config[section][key] = validate(given[key])
@@ -252,6 +417,12 @@ def _check_relations(config: dict[str, dict[str, Any]], base: Path) -> None:
     for p in container["allowed_volume_roots"]:
         if not Path(p).is_absolute():
             raise ConfigError(f"container.allowed_volume_roots: {p!r} must be an absolute path")
+    security = container["security"]
+    if security["uid_range_start"] + security["uid_range_size"] > 2**31:
+        raise ConfigError(
+            "container.security.uid_range_size: uid_range_start + uid_range_size must stay "
+            f"below 2^31 ({2**31})"
+        )
     if outbox["backoff_cap"] < outbox["backoff_base"]:
         raise ConfigError("outbox.backoff_cap: must not be below outbox.backoff_base")
     if container["stop_timeout"] >= outbox["delivery_timeout"]:

@@ -9,9 +9,17 @@
 # Environment:
 #   DOCKERD_LOG   where dockerd logs (default /var/log/dockerd.log)
 #   ENGINE_WAIT   seconds to wait for each dockerd attempt (default 60)
+#   DAEMON_JSON   dockerd's configuration file (default /etc/docker/daemon.json)
+#
+# The hardening tests run a container with the OCI runtime "runsc" (gVisor's name). No gVisor
+# package is installable here, so unless the engine already knows "runsc", the name is mapped
+# to runc in daemon.json's "runtimes": written before dockerd starts, or applied to a running
+# engine with SIGHUP (a live configuration reload; the engine is never restarted).
 set -euo pipefail
 
 IMAGE="gobrave-test-busybox:latest"
+RUNTIME_ALIAS="runsc"
+DAEMON_JSON="${DAEMON_JSON:-/etc/docker/daemon.json}"
 DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd.log}"
 ENGINE_WAIT="${ENGINE_WAIT:-60}"
 export DEBIAN_FRONTEND=noninteractive
@@ -42,6 +50,34 @@ command -v docker >/dev/null 2>&1 || die "no docker CLI on PATH after installing
 
 # --- 2. engine -------------------------------------------------------------------------------
 engine_up() { docker info >/dev/null 2>&1; }
+engine_knows_alias() {
+    docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q "\"$RUNTIME_ALIAS\""
+}
+
+# Add {"runtimes": {"runsc": {"path": <runc>}}} to daemon.json unless the name is there.
+# Prints "added" or "present"; keeps every other key of the file as it was.
+map_runtime_alias() {
+    python3 - "$DAEMON_JSON" "$RUNTIME_ALIAS" "$(command -v runc || echo runc)" <<'JSON'
+import json, os, sys
+path, name, runc = sys.argv[1:]
+data = {}
+if os.path.exists(path):
+    with open(path) as handle:
+        text = handle.read().strip()
+    data = json.loads(text) if text else {}
+runtimes = data.setdefault("runtimes", {})
+if name in runtimes:
+    print("present")
+    sys.exit(0)
+runtimes[name] = {"path": runc}
+os.makedirs(os.path.dirname(path), exist_ok=True)
+with open(path + ".tmp", "w") as handle:
+    json.dump(data, handle, indent=2)
+    handle.write("\n")
+os.replace(path + ".tmp", path)
+print("added")
+JSON
+}
 
 # Start dockerd with the given extra flags; succeed once `docker info` answers.
 try_dockerd() {
@@ -68,8 +104,22 @@ try_dockerd() {
 
 if engine_up; then
     say "engine already answering"
+    if engine_knows_alias; then
+        say "OCI runtime $RUNTIME_ALIAS known to the engine"
+    else
+        [ "$(id -u)" -eq 0 ] || die "engine lacks runtime $RUNTIME_ALIAS; need root to map it"
+        say "mapping OCI runtime $RUNTIME_ALIAS to runc in $DAEMON_JSON ($(map_runtime_alias))"
+        pidfile=/var/run/docker.pid
+        [ -s "$pidfile" ] || die "no $pidfile: cannot ask dockerd to reload its configuration"
+        kill -HUP "$(cat "$pidfile")"
+        for _ in $(seq 1 50); do engine_knows_alias && break; sleep 0.2; done
+        engine_knows_alias \
+            || die "dockerd did not load runtime $RUNTIME_ALIAS after SIGHUP (see $DOCKERD_LOG)"
+        say "dockerd reloaded its configuration (SIGHUP): runtime $RUNTIME_ALIAS known"
+    fi
 else
     [ "$(id -u)" -eq 0 ] || die "engine not running and not root: cannot start dockerd"
+    say "mapping OCI runtime $RUNTIME_ALIAS in $DAEMON_JSON ($(map_runtime_alias))"
     # Plain defaults work on this sandbox (overlay2, bridge + iptables); the fallbacks cover
     # kernels without overlayfs or without netfilter.
     try_dockerd \

@@ -105,3 +105,35 @@ def test_a_bad_config_stops_manage_py_with_the_key_named(tmp_path):
     assert result.returncode != 0
     assert "container.create_queue_max_pending" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_nested_security_key_is_overridden_with_a_double_underscore(tmp_path):
+    path = _write(tmp_path, "container:\n  security:\n    pids_limit: 200\n    network: none\n")
+    config = load_config(path, environ={"GOBRAVE_CONTAINER_SECURITY__PIDS_LIMIT": "64"})
+    security = config["container"]["security"]
+    assert (security["pids_limit"], security["network"]) == (64, "none")  # the rest stays
+    assert security["capabilities"] == SCHEMA["container"]["security"][1]["capabilities"]
+
+
+@pytest.mark.parametrize(
+    ("text", "environ", "named"),
+    [
+        ("container:\n  security:\n    pid_limit: 5\n", {}, "container.security.pid_limit"),
+        ("container:\n  security:\n    pids_limit: 1\n", {}, "container.security.pids_limit"),
+        ("container:\n  security:\n    memory: 1x\n", {}, "container.security.memory"),
+        ("container:\n  security:\n    network: host\n", {}, "container.security.network"),
+        ("container:\n  security:\n    user: root\n", {}, "container.security.user"),
+        ("container:\n  security: [1]\n", {}, "container.security"),
+        (
+            "container:\n  security:\n    capabilities_allowed: [SYS_ADMIN]\n",
+            {},
+            "container.security.capabilities_allowed",
+        ),
+        ("", {"GOBRAVE_CONTAINER_SECURITY__NOPE": "1"}, "container.security.nope"),
+        ("", {"GOBRAVE_CONTAINER_SECURITY": "{}"}, "container.security"),
+        ("", {"GOBRAVE_CONTAINER_SECURITY__CPU": "0"}, "container.security.cpu"),
+    ],
+)
+def test_bad_security_settings_are_refused_naming_the_key(tmp_path, text, environ, named):
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load_config(_write(tmp_path, text), environ=environ)

@@ -246,7 +246,14 @@ class TemplateInputSerializer(serializers.Serializer):
     volumes = StoredJSONField(
         default=list, help_text='[{"source", "target", "read_only"}] or "src:dst[:ro]".'
     )
-    resources = StoredJSONField(default=dict, help_text='{"cpu": cores, "memory": bytes or "256m"}')
+    resources = StoredJSONField(
+        default=dict, help_text='{"cpu": cores, "memory": bytes or "256m", "pids": processes}'
+    )
+    security = StoredJSONField(
+        default=dict,
+        help_text="Overrides of container.security: user, cap_add, read_only_rootfs, "
+        "network, runtime.",
+    )
     constraints = StoredJSONField(default=dict, help_text="Runtime label name: required value.")
     pull_policy = serializers.ChoiceField(
         choices=PullPolicy.choices, default=PullPolicy.IF_NOT_PRESENT
@@ -303,6 +310,7 @@ class RuntimeOutputSerializer(serializers.ModelSerializer):
             "base_url",
             "labels",
             "enabled",
+            "workspace_driver",
             "node_name",
             "health",
             "health_checked_at",

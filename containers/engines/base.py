@@ -30,12 +30,29 @@ class PermanentEngineError(EngineError):
 
 @dataclass(frozen=True)
 class Mount:
-    """A bind mount (``source`` is a host path) or a named volume (``source`` its name)."""
+    """One mount: a host path (``bind``) or a named volume (``volume``).
+
+    ``workspace`` marks the owner's workspace (provisioned by gobrave before the create;
+    a volume is mounted without Docker's copy-up, so the ownership set stays).
+    """
 
     source: str
     target: str
     read_only: bool = False
     type: str = "bind"  # bind | volume
+    workspace: bool = False
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """An owner's workspace on one engine: a named volume or a host directory, owned by
+    ``uid:gid`` with mode 2770 (setgid: files made in it keep the owner's group)."""
+
+    kind: str  # volume | directory
+    source: str  # the volume name, or the host directory
+    uid: int
+    gid: int
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -51,6 +68,16 @@ class ContainerSpec:
     cpu: float | None = None  # cores, e.g. 0.5
     memory: int | None = None  # bytes
     pull_policy: str = "if_not_present"  # never | if_not_present | always
+    user: str | None = None  # "uid:gid"; None: the image's user
+    group_add: list[str] = field(default_factory=list)
+    # Hardening (containers.hardening): every capability is dropped, then cap_add given.
+    cap_add: list[str] = field(default_factory=list)
+    no_new_privileges: bool = True
+    pids_limit: int | None = None
+    read_only_rootfs: bool = False
+    tmpfs_size: int | None = None  # bytes of the /tmp tmpfs when the root is read-only
+    network: str | None = None  # bridge | none | a network name; None: the engine's default
+    oci_runtime: str | None = None  # e.g. runsc; None: the engine's default
 
 
 @dataclass(frozen=True)
@@ -100,6 +127,16 @@ class Engine(Protocol):
 
     def ensure_image(self, image: str, pull_policy: str) -> None:
         """Make the image available per policy; missing under ``never`` is permanent."""
+
+    def ensure_workspace(self, workspace: Workspace, *, image: str) -> None:
+        """Make sure ``workspace`` exists and is owned ``uid:gid``, mode 2770.
+
+        Idempotent; never deletes or empties anything. ``image`` (already present) lends
+        a throw-away container the engine needs to set the ownership; it runs nothing.
+        """
+
+    def ensure_network(self, name: str, *, labels: dict[str, str]) -> None:
+        """Make sure the bridge network ``name`` exists (idempotent)."""
 
     def create(self, spec: ContainerSpec) -> str:
         """Create the container named ``spec.name`` and return its engine-side id.

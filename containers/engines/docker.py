@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import io
 import os
 import re
 import socket
+import tarfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +37,7 @@ from containers.engines.base import (
     EngineError,
     EngineEvent,
     PermanentEngineError,
+    Workspace,
 )
 from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE
 
@@ -49,6 +53,9 @@ _EVENT_ATTRIBUTES = frozenset({"name", "image", "exitCode", "signal", "execDurat
 # rate limit. Every other 4xx is permanent.
 _RETRIABLE_4XX = frozenset({408, 409, 429})
 _NANO = 1_000_000_000
+# Where the workspace-ownership helper container sees the workspace.
+_WORKSPACE_MOUNT = "gobrave-workspace"
+LABEL_WORKSPACE = "io.gobrave.workspace"
 _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
 # Transport-level failures: the daemon is unreachable, slow, or the connection broke.
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
@@ -84,6 +91,19 @@ def _translated(what: str) -> Iterator[None]:
         raise PermanentEngineError(f"{what}: {exc}") from exc
     except (docker.errors.DockerException, *_TRANSPORT_ERRORS) as exc:
         raise EngineError(f"{what}: {exc}") from exc
+
+
+def _ownership_tar(workspace: Workspace) -> bytes:
+    """A tar with one directory entry, the helper's mount point, owned uid:gid, 2770."""
+    entry = tarfile.TarInfo(_WORKSPACE_MOUNT)
+    entry.type = tarfile.DIRTYPE
+    entry.uid, entry.gid = workspace.uid, workspace.gid
+    entry.mode = 0o2770
+    entry.mtime = int(time.time())
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        archive.addfile(entry)
+    return buffer.getvalue()
 
 
 def _parse_time(value: str | None) -> dt.datetime | None:
@@ -290,13 +310,35 @@ class DockerEngine:
             api = self._api()
             host_config = api.create_host_config(
                 mounts=[
-                    DockerMount(m.target, m.source, type=m.type, read_only=m.read_only)
+                    DockerMount(
+                        m.target,
+                        m.source,
+                        type=m.type,
+                        read_only=m.read_only,
+                        no_copy=m.type == "volume" and m.workspace,
+                    )
                     for m in spec.mounts
                 ],
+                group_add=list(spec.group_add) or None,
                 nano_cpus=round(spec.cpu * _NANO) if spec.cpu else None,
                 mem_limit=spec.memory,
                 memswap_limit=spec.memory,
                 restart_policy={"Name": "no"},
+                # Never privileged, never the host's namespaces (stated, not left to defaults).
+                privileged=False,
+                ipc_mode="private",
+                network_mode=spec.network,
+                cap_drop=["ALL"],
+                cap_add=list(spec.cap_add) or None,
+                security_opt=["no-new-privileges:true"] if spec.no_new_privileges else None,
+                pids_limit=spec.pids_limit,
+                read_only=spec.read_only_rootfs,
+                tmpfs=(
+                    {"/tmp": f"rw,nosuid,nodev,size={spec.tmpfs_size}"}
+                    if spec.read_only_rootfs and spec.tmpfs_size
+                    else None
+                ),
+                runtime=spec.oci_runtime,
             )
             try:
                 created = api.create_container(
@@ -306,6 +348,7 @@ class DockerEngine:
                     labels=dict(spec.labels),
                     environment=dict(spec.env),
                     host_config=host_config,
+                    user=spec.user,
                     stop_timeout=self.stop_grace,
                     detach=True,
                 )
@@ -316,6 +359,60 @@ class DockerEngine:
                     raise
                 return self._adopt(spec)
             return str(created["Id"])
+
+    def ensure_workspace(self, workspace: Workspace, *, image: str) -> None:
+        """Create the volume (or let the engine create the directory) and set its owner.
+
+        1. ``volume``: create the named volume (a no-op when it exists).
+        2. Create, never start, a helper container from ``image`` that mounts the
+           workspace (a ``directory`` is bound the legacy way, so the engine makes it
+           when missing, on its own host).
+        3. Upload a tar holding only the mount point's directory entry, ``uid:gid``
+           mode 2770: the engine applies it to the workspace's root. Nothing inside is
+           touched. 4. Remove the helper.
+        """
+        with _translated(f"workspace {workspace.source}"):
+            api = self._api()
+            labels = {**workspace.labels, LABEL_WORKSPACE: workspace.source}
+            if workspace.kind == "volume":
+                api.create_volume(workspace.source, labels=labels)
+                host_config = api.create_host_config(
+                    mounts=[DockerMount(f"/{_WORKSPACE_MOUNT}", workspace.source, type="volume")]
+                )
+            else:
+                host_config = api.create_host_config(
+                    binds={workspace.source: {"bind": f"/{_WORKSPACE_MOUNT}", "mode": "rw"}}
+                )
+            # Not labelled as the installation's: the reconciler must not take the
+            # short-lived helper for an orphan.
+            helper = api.create_container(
+                image,
+                command=["true"],
+                name=f"gb-workspace-{uuid.uuid4().hex[:12]}",
+                labels={LABEL_WORKSPACE: workspace.source},
+                host_config=host_config,
+                network_disabled=True,
+            )
+            try:
+                if not api.put_archive(helper["Id"], "/", _ownership_tar(workspace)):
+                    raise EngineError(f"workspace {workspace.source}: ownership not applied")
+            finally:
+                with contextlib.suppress(docker.errors.NotFound):
+                    api.remove_container(helper["Id"], force=True)
+
+    def ensure_network(self, name: str, *, labels: dict[str, str]) -> None:
+        """Create the bridge network ``name`` unless it exists. Idempotent under races: a
+        duplicate name is refused by the engine (409) and taken as done."""
+        with _translated(f"network {name}"):
+            api = self._api()
+            # The engine's name filter matches substrings: compare the names exactly.
+            if any(found.get("Name") == name for found in api.networks(names=[name])):
+                return
+            try:
+                api.create_network(name, driver="bridge", labels=labels, check_duplicate=True)
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:
+                    raise
 
     def _adopt(self, spec: ContainerSpec) -> str:
         """Resolve a name conflict: return the existing container's id when it is ours."""

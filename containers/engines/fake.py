@@ -38,6 +38,7 @@ from containers.engines.base import (
     EngineError,
     EngineEvent,
     PermanentEngineError,
+    Workspace,
 )
 
 
@@ -144,6 +145,19 @@ class FakeEngine:
     def ensure_image(self, image: str, pull_policy: str) -> None:
         if not self.image_present(image) and pull_policy == "never":
             raise PermanentEngineError(f"image {image} is missing and pull_policy is never")
+
+    def ensure_workspace(self, workspace: Workspace, *, image: str) -> None:
+        """Records the workspace in ``workspaces.log`` (one JSON line per call)."""
+        self._gate("workspace", workspace.source)
+        with self._locked(), open(self.root / "workspaces.log", "a") as log:
+            log.write(json.dumps(asdict(workspace)) + "\n")
+
+    def ensure_network(self, name: str, *, labels: dict[str, str]) -> None:
+        self._gate("network", name)
+
+    def workspaces(self) -> list[dict]:
+        path = self.root / "workspaces.log"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def create(self, spec: ContainerSpec) -> str:
         self._gate("create", spec.name)

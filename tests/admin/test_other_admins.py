@@ -65,10 +65,14 @@ def test_a_valid_template_is_saved(as_user, operator):
             "/etc:/host-etc",
             "volumes[0].source: /etc is outside the allowed volume roots",
         ),
-        ("resources", '{"memory": "1k"}', "resources.memory: must be at least 4m"),
-        ("resources", '{"gpus": 1}', "resources: keys are cpu and memory"),
+        ("resources", '{"memory": "1k"}', "resources.memory: must be bytes or a size"),
+        ("resources", '{"gpus": 1}', "resources: keys are cpu, memory and pids"),
+        ("volumes", '["$WORKSPACE_PATH/sub:/w"]', "never a path below it"),
+        ("volumes", '["/proc:/p"]', "/proc is never mounted"),
+        ("image", "bad image!", "image: 'bad image!' is not an image reference"),
+        ("security", '{"cap_add": ["SYS_ADMIN"]}', "security.cap_add: SYS_ADMIN is never"),
         ("constraints", '{"engine": ["a"]}', "constraints: must map label names"),
-        ("command", '["sleep", 6]', "command: must be a list of strings"),
+        ("command", '["sleep", 6]', "command: must be a list of at most 256 strings"),
     ],
 )
 def test_template_validation_names_the_bad_field(as_user, operator, field, value, says):

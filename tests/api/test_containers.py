@@ -121,16 +121,19 @@ def test_create_on_template_no_runtime_matches_is_400(alice, fake_runtime):
 
 
 def test_create_with_volume_outside_roots_is_400_naming_the_volume_not_the_path(
-    alice, staff, fake_runtime
+    alice, staff, fake_runtime, caplog
 ):
     TemplateFactory(name="escape", volumes=[{"source": "/etc", "target": "/host"}])
     response = alice.post("/api/containers/", {"template": "escape"}, format="json")
     error = assert_error(response, 400, "invalid_spec")
     assert error["details"] == {"field": "volumes[0]"}
     assert "/etc" not in response.content.decode()
+    assert "/etc: outside the allowed volume roots" in caplog.text  # the operators' log
     # An operator (who may see the engines) is told the path.
     response = staff.post("/api/containers/", {"template": "escape"}, format="json")
-    assert assert_error(response, 400, "invalid_spec")["details"]["path"] == "/etc"
+    error = assert_error(response, 400, "invalid_spec")
+    assert error["details"]["path"] == "/etc" and "outside the allowed" in error["message"]
+    assert ContainerInstance.objects.count() == 0
 
 
 def test_create_when_queue_full_is_429_with_retry_after(alice, template, gobrave_config):

@@ -116,6 +116,11 @@ def dock(docker_client, postgres, gobrave_config, tmp_path) -> Iterator[Dock]:
     label = f"{LABEL_INSTALLATION}={installation}"
     for container in docker_client.containers(all=True, filters={"label": label}):
         docker_client.remove_container(container["Id"], force=True)
+    # Workspaces (volumes) and owner networks this test's instances made.
+    for volume in docker_client.volumes(filters={"label": label}).get("Volumes") or []:
+        docker_client.remove_volume(volume["Name"], force=True)
+    for network in docker_client.networks(filters={"label": label}):
+        docker_client.remove_network(network["Id"])
 
 
 @pytest.fixture

@@ -161,12 +161,34 @@ def test_a_template_name_with_spaces_still_gives_a_valid_default_name(fake_runti
 
 
 def test_a_user_cannot_mount_another_users_workspace(fake_runtime, owner, gobrave_config):
-    from containers.errors import InvalidSpec
+    from containers.errors import MountRefused
 
-    gobrave_config(container={"workspace_root": "/srv/ws"})
+    gobrave_config(container={"workspace_root": "/srv/ws", "allowed_volume_roots": ["/srv"]})
     template = TemplateFactory(volumes=["/srv/ws/999999:/data"])
-    with pytest.raises(InvalidSpec, match="outside the allowed volume roots"):
+    with pytest.raises(MountRefused) as refused:
         container_create_by_template(template=template, owner=owner, actor="t")
-    own = TemplateFactory(volumes=["$WORKSPACE_PATH/cache:/data"])
+    assert "only as $WORKSPACE_PATH" in refused.value.operator_message
+    assert "/srv" not in refused.value.message  # the user hears of the volume only
+
+
+def test_the_workspace_is_mounted_whole_never_a_path_below_it(fake_runtime, owner):
+    from containers.errors import InvalidSpec
+    from containers.installation import installation_id
+    from containers.template_services import template_create
+
+    with pytest.raises(InvalidSpec, match="never a path below it"):
+        template_create(name="below", image="busybox", volumes=["$WORKSPACE_PATH/cache:/c"])
+    older = TemplateFactory(volumes=["${WORKSPACE_PATH}/cache:/data"])  # saved before the rule
+    with pytest.raises(InvalidSpec, match="never a path below it"):
+        container_create_by_template(template=older, owner=owner, actor="t")
+    own = TemplateFactory(volumes=["$WORKSPACE_PATH:/data"])
     instance = container_create_by_template(template=own, owner=owner, actor="t")
-    assert instance.spec["mounts"][0]["source"] == f"/srv/ws/{owner.pk}/cache"
+    assert instance.spec["mounts"] == [
+        {
+            "source": f"gb-ws-{installation_id()}-{owner.pk}",
+            "target": "/data",
+            "read_only": False,
+            "type": "volume",
+            "workspace": True,
+        }
+    ]

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from containers.errors import InvalidSpec
+from containers.errors import InvalidSpec, MountRefused
 from containers.spec import clean_template_fields, expand, parse_memory, resolve_spec
 
 VARS = {
@@ -61,22 +61,35 @@ def test_resolve_spec_expands_env_command_and_mounts():
             env={"OWNER": "$OWNER_ID", "RAW": "$SHELL_VAR", "N": 5},
             volumes=[
                 "$WORKSPACE_PATH:/work",
-                {"source": "/srv/ws/7/cache", "target": "/c", "read_only": True},
+                {"source": "/srv/shared/$OWNER_ID", "target": "/c", "read_only": True},
             ],
             resources={"cpu": 0.5, "memory": "64m"},
             user_env=["EXTRA"],
         ),
         variables=VARS,
         env_overrides={"EXTRA": "${INSTANCE_ID}"},
-        roots=["/srv/ws"],
+        roots=["/srv/shared"],
         installation="inst",
+        workspace={"kind": "volume", "source": "gb-ws-inst-7", "uid": 1007, "gid": 1007},
     )
     assert spec["command"] == ["sh", "-c", "echo gb-abc $HOME"]
     assert spec["env"] == {"OWNER": "7", "RAW": "$SHELL_VAR", "N": "5", "EXTRA": "abc"}
     assert spec["mounts"] == [
-        {"source": "/srv/ws/7", "target": "/work", "read_only": False},
-        {"source": "/srv/ws/7/cache", "target": "/c", "read_only": True},
+        {
+            "source": "gb-ws-inst-7",
+            "target": "/work",
+            "read_only": False,
+            "type": "volume",
+            "workspace": True,
+        },
+        {"source": "/srv/shared/7", "target": "/c", "read_only": True, "type": "bind"},
     ]
+    assert spec["workspace"] == {
+        "kind": "volume",
+        "source": "gb-ws-inst-7",
+        "uid": 1007,
+        "gid": 1007,
+    }
     assert spec["memory"] == 64 * 1024 * 1024
     assert spec["labels"] == {
         "io.gobrave.installation": "inst",
@@ -86,8 +99,8 @@ def test_resolve_spec_expands_env_command_and_mounts():
 
 
 @pytest.mark.parametrize("source", ["/etc", "/srv/ws/../../etc", "/srv/wsx/7", "relative/path"])
-def test_volume_outside_allowed_roots_is_refused_with_the_path(source):
-    with pytest.raises(InvalidSpec, match="volumes\\[0\\].source"):
+def test_volume_outside_allowed_roots_is_refused_naming_the_volume(source):
+    with pytest.raises(InvalidSpec, match="volumes\\[0\\]"):
         resolve_spec(
             template=_template(volumes=[{"source": source, "target": "/x"}]),
             variables=VARS,
@@ -128,35 +141,22 @@ def test_parse_memory(value, size):
     assert parse_memory(value) == size
 
 
-def test_memory_below_four_megabytes_is_refused():
-    with pytest.raises(InvalidSpec, match="at least 4m"):
-        parse_memory("1m")
+def test_memory_below_six_megabytes_is_refused():
+    with pytest.raises(InvalidSpec, match="from 6m to 16t"):
+        parse_memory("5m")
 
 
-@pytest.mark.parametrize("name", ["../7", "..", "a/b", "."])
-def test_a_variable_that_would_add_path_segments_is_refused_in_volumes(name):
-    with pytest.raises(InvalidSpec, match=r"\$INSTANCE_NAME .* not a single path segment"):
+@pytest.mark.parametrize("value", ["../7", "..", "a/b", "."])
+def test_a_variable_that_would_add_path_segments_is_refused_in_volumes(value):
+    with pytest.raises(MountRefused) as refused:
         resolve_spec(
-            template=_template(volumes=["$WORKSPACE_PATH/$INSTANCE_NAME:/data"]),
-            variables={**VARS, "INSTANCE_NAME": name},
+            template=_template(volumes=["/srv/shared/$OWNER_ID:/data"]),
+            variables={**VARS, "OWNER_ID": value},
             env_overrides=None,
-            roots=["/srv/ws/7"],
+            roots=["/srv/shared"],
             installation="i",
         )
-
-
-def test_a_symlink_inside_a_root_pointing_outside_is_refused(tmp_path):
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "escape").symlink_to("/etc")
-    with pytest.raises(InvalidSpec, match="outside the allowed volume roots"):
-        resolve_spec(
-            template=_template(volumes=[f"{root}/escape:/data"]),
-            variables=VARS,
-            env_overrides=None,
-            roots=[str(root)],
-            installation="i",
-        )
+    assert "not one path segment" in refused.value.operator_message
 
 
 def test_an_env_name_with_a_trailing_newline_is_refused():

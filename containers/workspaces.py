@@ -1,0 +1,124 @@
+"""Owners' workspaces on engines, and the worker's mount checks (SPEC section 8).
+
+``workspace_ensure`` runs in the worker before each create whose spec mounts the owner's
+workspace; ``mounts_check`` before each create and start on a local engine. Neither
+holds a transaction while it calls the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from containers import mounts
+from containers.engines.base import Engine
+from containers.engines.base import Workspace as WorkspaceSpec
+from containers.engines.labels import LABEL_INSTALLATION
+from containers.errors import MountRefused
+from containers.installation import installation_id
+from containers.models import ContainerInstance, Runtime, Workspace
+
+log = logging.getLogger(__name__)
+LABEL_OWNER = "io.gobrave.owner"
+
+
+def workspace_for(
+    *, runtime: Runtime, owner_id: int, uid: int, gid: int, installation: str
+) -> dict:
+    """Where the owner's workspace lives on ``runtime`` (nothing is made here)."""
+    config = settings.GOBRAVE["container"]
+    if runtime.workspace_driver == Runtime.WorkspaceDriver.DIRECTORY:
+        source = f"{config['workspace_root'].rstrip('/')}/{owner_id}"
+        kind = "directory"
+    else:
+        source = f"gb-ws-{installation}-{owner_id}"
+        kind = "volume"
+    return {"kind": kind, "source": source, "uid": uid, "gid": gid}
+
+
+def workspace_ensure(*, instance: ContainerInstance, engine: Engine) -> bool:
+    """Make the instance's workspace exist on its engine, owned by the owner's uid:gid,
+    mode 2770; returns True when the engine was asked (False: already made).
+
+    1. A ``Workspace`` row for (runtime, owner, source) means it was made: nothing to do,
+       except that a directory workspace that has gone missing is made again.
+    2. Otherwise ask the engine (idempotent), then insert the row; a concurrent create of
+       the same owner may insert it first, which is fine.
+    Runs outside any transaction (the engine call may take a second).
+    """
+    wanted = instance.spec.get("workspace")
+    if not wanted:
+        return False
+    made = Workspace.objects.filter(
+        runtime_id=instance.runtime_id, owner_id=instance.owner_id, source=wanted["source"]
+    ).exists()
+    if made and not (
+        wanted["kind"] == "directory" and mounts.check_workspace_directory(wanted["source"])
+    ):
+        return False
+    installation = installation_id()
+    # The engine lends the ownership helper the instance's own image: make it present.
+    engine.ensure_image(instance.spec["image"], instance.spec.get("pull_policy", "never"))
+    engine.ensure_workspace(
+        WorkspaceSpec(
+            kind=wanted["kind"],
+            source=wanted["source"],
+            uid=int(wanted["uid"]),
+            gid=int(wanted["gid"]),
+            labels={LABEL_INSTALLATION: installation, LABEL_OWNER: str(instance.owner_id)},
+        ),
+        image=instance.spec["image"],
+    )
+    try:
+        with transaction.atomic():
+            Workspace.objects.get_or_create(
+                runtime_id=instance.runtime_id,
+                owner_id=instance.owner_id,
+                source=wanted["source"],
+                defaults={"kind": wanted["kind"], "uid": wanted["uid"], "gid": wanted["gid"]},
+            )
+    except IntegrityError:
+        pass  # made by a concurrent create of the same owner
+    log.info(
+        "workspace %s (%s) ready on %s for owner %s",
+        wanted["source"],
+        wanted["kind"],
+        instance.runtime.name,
+        instance.owner_id,
+    )
+    return True
+
+
+def mounts_check(*, instance: ContainerInstance) -> None:
+    """Check every bind mount of the spec again, on this host, right before the engine
+    mounts it; raises ``MountRefused`` (user text names the volume only; the operator
+    text names the path and why).
+
+    Remote engines get no bind mounts at all; on a local engine each operator-declared
+    source passes ``mounts.check_bind_source`` against today's ``allowed_volume_roots``,
+    and a directory workspace must be a real directory (no symlink on its path).
+    """
+    config = settings.GOBRAVE["container"]
+    template = instance.spec.get("labels", {}).get("io.gobrave.template", "")
+    for index, mount in enumerate(instance.spec.get("mounts", [])):
+        if mount.get("type", "bind") != "bind":
+            continue
+        if not instance.runtime.is_local:
+            reason = "remote engines get volumes only"
+        elif mount.get("workspace"):
+            reason = mounts.check_workspace_directory(mount["source"])
+        else:
+            reason = mounts.check_bind_source(
+                mount["source"],
+                roots=config["allowed_volume_roots"],
+                workspace_root=config["workspace_root"],
+            )
+        if reason:
+            raise MountRefused(
+                f"the volume mounted at {mount['target']} of template {template} was refused",
+                operator_message=f"instance {instance.id}: bind source {mount['source']} "
+                f"(target {mount['target']}, mount {index}) refused: {reason}",
+                target=mount["target"],
+            )

@@ -1,0 +1,148 @@
+"""Workspaces and mounts on the real Docker Engine, through the real processes (SPEC 8).
+
+Nothing is made by hand: the workspace does not exist before the first create, gobrave's
+worker makes it, and every assertion reads the engine or the host as it is afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+import pytest
+
+from containers.models import ContainerInstance, Workspace
+from containers.services import container_start, container_stop
+from outbox.models import OutboxEvent
+from tests.containers.test_docker_lifecycle import create, reaches
+from tests.factories import UserFactory
+from tests.processes import wait_for
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+# First instance of an owner writes a note; later ones print it. Either way it then idles.
+SHARE = (
+    "if [ -f /work/note ]; then echo seen: $(cat /work/note); "
+    "else echo from-$OWNER_ID > /work/note && echo wrote; fi; "
+    "echo uid=$(id -u) groups=$(id -G); sleep 600"
+)
+
+
+def logs(dock, instance: ContainerInstance) -> str:
+    return dock.client.logs(f"gb-{instance.pk}").decode(errors="replace")
+
+
+def said(dock, instance: ContainerInstance, text: str) -> str:
+    wait_for(
+        lambda: text in logs(dock, instance),
+        timeout=30,
+        message=f"{instance.name} prints {text!r}",
+        describe=lambda: logs(dock, instance),
+    )
+    return logs(dock, instance)
+
+
+def helper_creations(dock, source: str, since: int) -> int:
+    """How many workspace-ownership helpers the engine created for ``source``."""
+    events = dock.client.events(
+        since=since,
+        until=int(time.time()) + 1,
+        filters={"type": "container", "event": "create", "label": f"io.gobrave.workspace={source}"},
+        decode=True,
+    )
+    return len(list(events))
+
+
+@pytest.mark.parametrize("driver", ["volume", "directory"])
+def test_an_owner_s_instances_share_the_workspace_and_another_owner_sees_nothing(
+    dock, owner, gobrave_config, tmp_path, driver
+):
+    root = tmp_path / "workspaces"
+    gobrave_config(container={"workspace_root": str(root)})
+    dock.runtime.workspace_driver = driver
+    dock.runtime.save(update_fields=["workspace_driver"])
+    bob = UserFactory(username="bob")
+    template = dock.template(SHARE, volumes=["$WORKSPACE_PATH:/work"])
+    since = int(time.time()) - 1
+    with dock.pipeline(container_workspace_root=str(root)):
+        first = create(template, owner)
+        source = first.spec["workspace"]["source"]
+        assert not root.exists() and source not in _volumes(dock)  # nothing made by hand
+        reaches(first, "running")
+        said(dock, first, "wrote")
+        second = reaches(create(template, owner), "running")
+        assert f"seen: from-{owner.pk}" in said(dock, second, "seen:")
+        other = reaches(create(template, bob), "running")
+        assert "wrote" in said(dock, other, "uid=")  # bob's own, empty workspace
+
+    uid = 1_000_000 + owner.pk
+    assert f"uid={uid} groups={uid}" in logs(dock, first)
+    rows = Workspace.objects.order_by("owner_id")
+    assert [(w.owner_id, w.kind, w.uid) for w in rows] == [
+        (owner.pk, driver, uid),
+        (bob.pk, driver, 1_000_000 + bob.pk),
+    ], list(rows.values())
+    mounted = {
+        m["Destination"]: m for m in dock.client.inspect_container(f"gb-{first.pk}")["Mounts"]
+    }["/work"]
+    other_mounted = {
+        m["Destination"]: m for m in dock.client.inspect_container(f"gb-{other.pk}")["Mounts"]
+    }["/work"]
+    assert mounted["Source"] != other_mounted["Source"]
+    if driver == "volume":
+        assert mounted["Type"] == "volume" and mounted["Name"] == source
+    else:
+        assert mounted["Type"] == "bind" and mounted["Source"] == str(root / str(owner.pk))
+        info = os.stat(root / str(owner.pk))
+        assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (uid, uid, 0o2770)
+    # The owner's second create found the workspace made: one helper ran, not two, and
+    # it is gone once the ownership is set.
+    assert helper_creations(dock, source, since) == 1
+    assert (
+        dock.client.containers(all=True, filters={"label": f"io.gobrave.workspace={source}"}) == []
+    )
+
+
+def _volumes(dock) -> set[str]:
+    return {v["Name"] for v in dock.client.volumes().get("Volumes") or []}
+
+
+def test_a_symlink_swapped_in_before_the_create_is_refused_and_nothing_is_mounted(
+    dock, owner, gobrave_config, tmp_path
+):
+    allowed = tmp_path / "shared"
+    (allowed / "data").mkdir(parents=True)
+    gobrave_config(container={"allowed_volume_roots": [str(allowed)]})
+    template = dock.template(["sleep", "600"], volumes=[f"{allowed}/data:/data:ro"])
+    instance = create(template, owner)  # checked and accepted on this host
+    (allowed / "data").rmdir()
+    (allowed / "data").symlink_to("/")  # ... then swapped for the host's root
+    with dock.pipeline(container_allowed_volume_roots=f"[{allowed}]"):
+        row = reaches(instance, "failed")
+    outbox = OutboxEvent.objects.get(aggregate_id=str(instance.pk))
+    assert outbox.status == "dead", (outbox.status, outbox.attempts, outbox.last_error)
+    assert f"{allowed}/data" in outbox.last_error and "is a symlink" in outbox.last_error
+    assert "/data of template" in row.status_reason and str(allowed) not in row.status_reason, (
+        row.status,
+        row.status_reason,
+    )
+    assert dock.containers() == []  # no container, so nothing of the host was mounted
+
+
+def test_a_symlink_swapped_in_before_a_start_is_refused(dock, owner, gobrave_config, tmp_path):
+    allowed = tmp_path / "shared"
+    (allowed / "data").mkdir(parents=True)
+    gobrave_config(container={"allowed_volume_roots": [str(allowed)]})
+    template = dock.template(["sleep", "600"], volumes=[f"{allowed}/data:/data"])
+    with dock.pipeline(container_allowed_volume_roots=f"[{allowed}]"):
+        instance = reaches(create(template, owner), "running")
+        container_stop(instance_id=instance.pk, actor="test")
+        reaches(instance, "stopped")
+        (allowed / "data").rmdir()
+        (allowed / "data").symlink_to("/")
+        container_start(instance_id=instance.pk, actor="test")
+        row = reaches(instance, "failed")
+    assert "was refused" in row.status_reason and str(allowed) not in row.status_reason
+    state = dock.engine_state(instance)
+    assert state["Status"] == "exited", state  # never started again on the swapped path
