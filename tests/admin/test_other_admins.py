@@ -59,7 +59,7 @@ def test_a_valid_template_is_saved(as_user, operator):
         ("env", "A=1\nA=2", "Line 2: A is set twice."),
         ("env", '{"A": ', "Not valid JSON"),
         ("volumes", '[{"source": "/a", "target": "relative"}]', "volumes[0].target"),
-        ("volumes", '{"a": 1}', "volumes[0].target"),
+        ("volumes", '{"a": 1}', "volumes[0].source"),
         (
             "volumes",
             "/etc:/host-etc",
