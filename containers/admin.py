@@ -176,10 +176,14 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
         "history_link",
         "container_display",
         "missing_display",
+        "engine_health",
     )
     fieldsets = (
         (None, {"fields": ("name", "id", "status_display", "status_reason", "history_link")}),
-        ("Placement", {"fields": ("template", "runtime", "owner", "runtime_node_name")}),
+        (
+            "Placement",
+            {"fields": ("template", "runtime", "engine_health", "owner", "runtime_node_name")},
+        ),
         (
             "Container",
             {"fields": ("container_display", "missing_display", "exit_code", "spec")},
@@ -239,6 +243,10 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
     @admin.display(description="on the engine")
     def missing_display(self, obj: ContainerInstance):
         return presence_line(obj)
+
+    @admin.display(description="engine answers")
+    def engine_health(self, obj: ContainerInstance):
+        return engine_health_badge(obj.runtime)
 
     # -- add: through container_create_by_template --------------------------------------------
 
@@ -612,14 +620,21 @@ class RuntimeAdmin(admin.ModelAdmin):
 
     @admin.display(description="engine answers", ordering="health")
     def answers(self, obj: Runtime):
-        """The cached health record (``containers.health``): never an engine call."""
-        if obj.pk is None or obj.health == Runtime.Health.UNKNOWN:
-            return badge("not checked yet", GREY)
-        since = f" since {obj.health_since:%Y-%m-%d %H:%M:%S}" if obj.health_since else ""
-        checked = f"checked {obj.health_checked_at:%H:%M:%S}" if obj.health_checked_at else ""
-        if obj.health == Runtime.Health.REACHABLE:
-            return badge("answers", "#198754", title=f"{checked}{since}")
-        return badge("no answer", "#dc3545", title=f"{obj.last_error} ({checked}{since})")
+        return engine_health_badge(obj)
+
+
+def engine_health_badge(runtime: Runtime | None):
+    """The cached health record (``containers.health``) as a badge: never an engine call.
+
+    An engine that does not answer says since when on the badge itself.
+    """
+    if runtime is None or runtime.pk is None or runtime.health == Runtime.Health.UNKNOWN:
+        return badge("not checked yet", GREY)
+    since = f" since {runtime.health_since:%Y-%m-%d %H:%M:%S}" if runtime.health_since else ""
+    checked = f"checked {runtime.health_checked_at:%H:%M:%S}" if runtime.health_checked_at else ""
+    if runtime.health == Runtime.Health.REACHABLE:
+        return badge("answers", "#198754", title=f"{checked}{since}")
+    return badge(f"no answer{since}", "#dc3545", title=f"{runtime.last_error} ({checked})")
 
 
 # --- history, orphans ------------------------------------------------------------------------

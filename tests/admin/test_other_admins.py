@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from containers.health import runtime_health_record
-from containers.models import ContainerEvent, ContainerTemplate, OrphanContainer
+from containers.models import ContainerEvent, ContainerTemplate, OrphanContainer, Runtime
 from outbox.models import OutboxEvent, OutboxStatus
 from tests.admin.conftest import make_user
 from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory
@@ -177,7 +177,7 @@ def test_runtime_changelist_shows_the_cached_health_and_asks_no_engine(
     assert response.status_code == 200
     assert asked == []
     assert content.count(">answers<") == 1, content
-    assert ">no answer<" in content and "connection refused" in content
+    assert ">no answer since " in content and "connection refused" in content, content
     assert ">not checked yet<" in content
 
 
@@ -199,7 +199,7 @@ def test_runtime_page_checks_its_engine_and_records_it(as_user, operator, monkey
     assert dead.last_error and dead.health_checked_at and dead.health_since
     assert fine.last_seen_at and not fine.last_error
     assert (
-        ">no answer<"
+        ">no answer since "
         in client.get(reverse("admin:containers_runtime_change", args=[dead.pk])).content.decode()
     )
 
@@ -352,3 +352,18 @@ def test_search_with_any_text_never_fails(as_user, viewer, url_name):
     _event()
     for term in ("not-a-uuid", "00000000-0000-0000-0000-0000000000aa", "'; --", "%"):
         assert as_user(viewer).get(reverse(url_name), {"q": term}).status_code == 200
+
+
+def test_an_instance_page_shows_its_engine_unreachable_since_when(as_user, operator, monkeypatch):
+    dead = RuntimeFactory(name="dead", driver="docker", base_url="unix:///nonexistent/d.sock")
+    instance = InstanceFactory(runtime=dead)
+    runtime_health_record(runtime_id=dead.pk, reachable=False, error="connection timed out")
+    since = Runtime.objects.get(pk=dead.pk).health_since
+    asked = _engine_calls(monkeypatch)
+    page = as_user(operator).get(
+        reverse("admin:containers_containerinstance_change", args=[instance.pk])
+    )
+    content = page.content.decode()
+    assert page.status_code == 200, content[:2000]
+    assert asked == []
+    assert f">no answer since {since:%Y-%m-%d %H:%M:%S}<" in content, content
