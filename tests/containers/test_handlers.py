@@ -109,6 +109,9 @@ def test_a_freed_slot_makes_deferred_creates_due_at_once(create, gobrave_config)
 def test_a_create_waiting_for_its_retry_holds_no_slot(create, engine, gobrave_config):
     """contract §4: backoff holds no slot; the retry passes the gate again and still runs."""
     gobrave_config(container={"create_queue_max_concurrency": 1})
+    # A backoff no slow machine outlasts: the failing create is not due again until
+    # "retry now" makes it so.
+    gobrave_config(outbox={"backoff_base": 600, "backoff_cap": 600})
     (engine.root / "fail-create").write_text("1")
     failing = create()
     assert drain() == ["retried"]
