@@ -4,9 +4,24 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from containers.api.serializers import StoredJSONField, TemplateRefField
+from containers import redaction
+from containers.api.serializers import ForViewer, StoredJSONField, TemplateRefField
 from dags.models import DagEvent, DagNodeRun, DagRun, DagTemplate
 from dags.states import RunStatus
+
+
+class ScrubbedForViewer(ForViewer):
+    """Free-text fields (``scrubbed``) lose host paths and engine addresses unless the
+    viewer may see them (contract §8): a refused create's reason can name a host path."""
+
+    scrubbed: tuple[str, ...] = ()
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        if not redaction.sees_hosts(self.viewer()):
+            for name in self.scrubbed:
+                data[name] = redaction.scrub(data[name])
+        return data
 
 
 class DagTemplateInputSerializer(serializers.Serializer):
@@ -32,7 +47,9 @@ class DagRunQuerySerializer(serializers.Serializer):
     status = serializers.MultipleChoiceField(choices=RunStatus.choices, required=False)
 
 
-class DagNodeOutputSerializer(serializers.ModelSerializer):
+class DagNodeOutputSerializer(ScrubbedForViewer, serializers.ModelSerializer):
+    scrubbed = ("reason",)
+
     class Meta:
         model = DagNodeRun
         fields = [
@@ -51,7 +68,8 @@ class DagNodeOutputSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class DagRunOutputSerializer(serializers.ModelSerializer):
+class DagRunOutputSerializer(ScrubbedForViewer, serializers.ModelSerializer):
+    scrubbed = ("reason",)
     template = serializers.CharField(source="template_name", read_only=True)
     owner = serializers.CharField(source="owner.username", read_only=True)
     runtime = serializers.CharField(source="runtime.name", read_only=True, default=None)
@@ -88,7 +106,9 @@ class DagRunDetailSerializer(DagRunOutputSerializer):
         read_only_fields = fields
 
 
-class DagEventOutputSerializer(serializers.ModelSerializer):
+class DagEventOutputSerializer(ScrubbedForViewer, serializers.ModelSerializer):
+    scrubbed = ("message",)
+
     class Meta:
         model = DagEvent
         fields = [

@@ -148,6 +148,10 @@ class DagRunViewSet(viewsets.GenericViewSet):
         run = selectors.dag_run_get(run_id=pk, user=self.request.user)
         return _with_nodes(DagRun.objects.select_related("owner", "runtime")).get(pk=run.pk)
 
+    def _viewer(self) -> dict:
+        """Serializer context: reasons and messages render for the caller (no host paths)."""
+        return {"viewer": self.request.user}
+
     def _operable(self, pk: str) -> DagRun:
         run = self._run(pk)
         user = self.request.user
@@ -157,7 +161,9 @@ class DagRunViewSet(viewsets.GenericViewSet):
 
     def _detail(self, run: DagRun, code: int = 200, **headers) -> Response:
         run = _with_nodes(DagRun.objects.select_related("owner", "runtime")).get(pk=run.pk)
-        return Response(s.DagRunDetailSerializer(run).data, status=code, headers=headers)
+        return Response(
+            s.DagRunDetailSerializer(run, context=self._viewer()).data, status=code, headers=headers
+        )
 
     def list(self, request):
         query = s.DagRunQuerySerializer(data=request.query_params)
@@ -166,10 +172,12 @@ class DagRunViewSet(viewsets.GenericViewSet):
             user=request.user, statuses=sorted(query.validated_data.get("status", ()))
         )
         page = self.paginate_queryset(_with_nodes(rows))
-        return self.get_paginated_response(s.DagRunOutputSerializer(page, many=True).data)
+        return self.get_paginated_response(
+            s.DagRunOutputSerializer(page, many=True, context=self._viewer()).data
+        )
 
     def retrieve(self, request, pk: str):
-        return Response(s.DagRunDetailSerializer(self._run(pk)).data)
+        return Response(s.DagRunDetailSerializer(self._run(pk), context=self._viewer()).data)
 
     def create(self, request):
         data = s.DagRunCreateInputSerializer(data=request.data)
@@ -214,4 +222,6 @@ class DagRunViewSet(viewsets.GenericViewSet):
     def events(self, request, pk: str):
         rows = selectors.run_events(self._run(pk))
         page = self.paginate_queryset(rows)
-        return self.get_paginated_response(s.DagEventOutputSerializer(page, many=True).data)
+        return self.get_paginated_response(
+            s.DagEventOutputSerializer(page, many=True, context=self._viewer()).data
+        )

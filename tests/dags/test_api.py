@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Group
 
-from dags.models import DagRun, DagTemplate
+from dags.models import DagEvent, DagRun, DagTemplate
 from dags.services import dag_run_start, dag_template_save
 from tests.api.helpers import assert_error
 from tests.factories import TemplateFactory
@@ -133,3 +133,22 @@ def test_the_run_list_costs_the_same_queries_for_1_or_5_runs(alice, owner, dag):
     for _ in range(4):
         dag_run_start(dag=dag, owner=owner, actor="t")
     assert count() == one
+
+
+def test_run_reasons_and_history_hide_host_paths_from_users_not_from_operators(alice, staff, dag):
+    """contract §8: a refused create's reason may name a host path; users never see it."""
+    body = alice.post("/api/dag-runs/", {"template": "diamond"}, format="json").json()
+    run = DagRun.objects.get(pk=body["id"])
+    leak = "mount /var/lib/docker/volumes/secret-data refused"
+    DagRun.objects.filter(pk=run.pk).update(reason=leak)
+    run.nodes.filter(key="a").update(reason=leak)
+    DagEvent.objects.filter(run_id=run.pk).update(message=leak)
+    mine = alice.get(f"/api/dag-runs/{run.pk}/").json()
+    node_a = next(n for n in mine["nodes"] if n["key"] == "a")
+    events = alice.get(f"/api/dag-runs/{run.pk}/events/").json()["results"]
+    listed = alice.get("/api/dag-runs/").json()["results"][0]
+    assert events, "the run has a history"
+    shown = [mine["reason"], node_a["reason"], listed["reason"], *(e["message"] for e in events)]
+    assert all("/var/lib/docker" not in text and "<host path>" in text for text in shown), shown
+    theirs = staff.get(f"/api/dag-runs/{run.pk}/").json()
+    assert theirs["reason"] == leak, theirs["reason"]
