@@ -35,7 +35,12 @@ from containers.queues import Queue, RequestKind
 from containers.signals import instance_removed
 from containers.states import Status, can_move
 from containers.sync import state_apply
-from containers.workspaces import LABEL_OWNER, mounts_check, workspace_ensure
+from containers.workspaces import (
+    LABEL_OWNER,
+    mounts_check,
+    shared_volumes_ensure,
+    workspace_ensure,
+)
 from outbox import registry
 from outbox.models import OutboxEvent
 from outbox.outcomes import Outcome
@@ -180,6 +185,7 @@ def _prepare(instance: ContainerInstance, engine: Engine) -> None:
     """
     spec = instance.spec
     workspace_ensure(instance=instance, engine=engine)
+    shared_volumes_ensure(instance=instance, engine=engine)
     if spec.get("network_owned"):
         engine.ensure_network(
             spec["network"],

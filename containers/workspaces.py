@@ -91,6 +91,30 @@ def workspace_ensure(*, instance: ContainerInstance, engine: Engine) -> bool:
     return True
 
 
+def shared_volumes_ensure(*, instance: ContainerInstance, engine: Engine) -> None:
+    """Volumes gobrave adds to a spec besides the workspace (a DAG run's shared ``/dag``)
+    are made writable by the owner's group, like a workspace (uid:gid, mode 2770), since
+    containers do not run as root. Idempotent; asks the engine on every create.
+    """
+    spec = instance.spec
+    gid = int((spec.get("group_add") or [0])[0])
+    uid = int(str(spec.get("user") or gid).split(":")[0])
+    for mount in spec.get("mounts", []):
+        if mount.get("type") != "volume" or mount.get("workspace"):
+            continue
+        engine.ensure_image(spec["image"], spec.get("pull_policy", "never"))
+        engine.ensure_workspace(
+            WorkspaceSpec(
+                kind="volume",
+                source=mount["source"],
+                uid=uid,
+                gid=gid,
+                labels={LABEL_INSTALLATION: installation_id(), LABEL_OWNER: str(instance.owner_id)},
+            ),
+            image=spec["image"],
+        )
+
+
 def mounts_check(*, instance: ContainerInstance) -> None:
     """Check every bind mount of the spec again, on this host, right before the engine
     mounts it; raises ``MountRefused`` (user text names the volume only; the operator

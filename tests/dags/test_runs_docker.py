@@ -220,7 +220,9 @@ def test_a_user_deleting_a_node_instance_fails_the_node_and_a_bad_spec_fails_at_
         )
         refused = dags.nodes(run)["refused"]
         assert refused.status == "failed", dags.describe(run)
-        assert "create refused" in refused.reason and "/etc" in refused.reason
+        # Users hear which volume was refused, never the host path (contract §8).
+        assert "create refused" in refused.reason and "volumes[0]" in refused.reason
+        assert "/etc" not in refused.reason.replace("/host-etc", "")
         from containers.services import container_delete
 
         container_delete(instance_id=dags.nodes(run)["victim"].instance_id, actor="bob")
