@@ -173,3 +173,17 @@ def wait_for(
         time.sleep(interval)
     detail = f"\n{describe()}" if describe is not None else ""
     raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}{detail}")
+
+
+def outbox_rows(queryset=None) -> str:
+    """What the outbox rows say, for assertion messages: id, kind, instance, status and
+    outcome, attempts, reclaims, lease, start and the end of the last error."""
+    from outbox.models import OutboxEvent
+
+    queryset = OutboxEvent.objects.all() if queryset is None else queryset
+    return "\n".join(
+        f"#{r.id} {r.kind} {r.aggregate_id} {r.status}/{r.outcome} attempts={r.attempts} "
+        f"reclaims={r.reclaims} lease={r.lease_expires_at} started={r.started_at} "
+        f"last_error={r.last_error.strip()[-600:]!r}"
+        for r in queryset.order_by("id")
+    )

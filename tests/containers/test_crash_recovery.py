@@ -19,6 +19,7 @@ from containers.models import ContainerInstance
 from containers.services import container_create_by_template
 from outbox.models import OutboxEvent
 from tests.factories import TemplateFactory
+from tests.processes import outbox_rows as rows
 from tests.processes import running_app, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -34,14 +35,6 @@ def engine(fake_runtime):
 @pytest.fixture
 def template(fake_runtime):
     return TemplateFactory(name="sleeper")
-
-
-def rows() -> str:
-    return "\n".join(
-        f"#{r.id} {r.kind} {r.status}/{r.outcome} attempts={r.attempts} "
-        f"lease={r.lease_expires_at} started={r.started_at} last_error={r.last_error[-300:]!r}"
-        for r in OutboxEvent.objects.order_by("id")
-    )
 
 
 def test_a_busy_worker_killed_mid_create_is_replaced_within_the_liveness_timeout(

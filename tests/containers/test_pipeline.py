@@ -24,6 +24,7 @@ from outbox.models import OutboxEvent
 from outbox.services import outbox_retry_now
 from tests.factories import TemplateFactory
 from tests.processes import descendants, running_app, wait_for
+from tests.processes import outbox_rows as rows
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -60,23 +61,13 @@ def all_sent() -> bool:
     return not OutboxEvent.objects.exclude(status="sent").exists()
 
 
-def rows(queryset=None) -> str:
-    """What the rows say (for assertion messages): id, kind, status, attempts, last error."""
-    queryset = OutboxEvent.objects.all() if queryset is None else queryset
-    return "\n".join(
-        f"#{row.id} {row.kind} {row.aggregate_id} {row.status}/{row.outcome} "
-        f"attempts={row.attempts} last_error={row.last_error.strip()[-600:]!r}"
-        for row in queryset.order_by("id")
-    )
-
-
 def assert_each_aggregate_ran_in_order() -> None:
     """Rows of one instance started in id order, each after the previous one finished."""
     by_aggregate = defaultdict(list)
     for row in OutboxEvent.objects.order_by("id"):
         by_aggregate[row.aggregate_id].append(row)
-    for rows in by_aggregate.values():
-        for earlier, later in zip(rows, rows[1:], strict=False):
+    for chain in by_aggregate.values():
+        for earlier, later in zip(chain, chain[1:], strict=False):
             assert later.started_at >= earlier.sent_at, (earlier, later)
 
 

@@ -23,6 +23,7 @@ from core.models import Counter
 from outbox.models import OutboxEvent
 from tests.factories import TemplateFactory
 from tests.processes import descendants, running_app, wait_for
+from tests.processes import outbox_rows as rows
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -38,14 +39,6 @@ def engine(fake_runtime):
 @pytest.fixture
 def template(fake_runtime):
     return TemplateFactory(name="sleeper")
-
-
-def rows() -> str:
-    return "\n".join(
-        f"#{r.id} {r.kind} {r.status}/{r.outcome} attempts={r.attempts} reclaims={r.reclaims} "
-        f"started={r.started_at} last_error={r.last_error[-300:]!r}"
-        for r in OutboxEvent.objects.order_by("id")
-    )
 
 
 def alive(pid: int) -> bool:
