@@ -181,6 +181,14 @@ PAGES = [
     ("tenants_userquota_add", (), (L, L, L, 403, 403, 200, 200)),
     ("tenants_groupquota_changelist", (), (L, L, L, 403, 200, 200, 200)),
     ("tenants_groupquota_add", (), (L, L, L, 403, 403, 200, 200)),
+    ("dags_dagtemplate_changelist", (), (L, L, L, 403, 200, 200, 200)),
+    ("dags_dagtemplate_add", (), (L, L, L, 403, 403, 200, 200)),
+    ("dags_dagtemplate_change", ("dag",), (L, L, L, 403, 200, 200, 200)),
+    ("dags_dagtemplate_delete", ("dag",), (L, L, L, 403, 403, 200, 200)),
+    ("dags_dagrun_changelist", (), (L, L, L, 403, 200, 200, 200)),
+    ("dags_dagrun_add", (), (L, L, L, 403, 403, 403, 403)),
+    ("dags_dagrun_change", ("run",), (L, L, L, 403, 200, 200, 200)),
+    ("dags_dagevent_changelist", (), (L, L, L, 403, 200, 200, 200)),
     ("auth_user_changelist", (), (L, L, L, 403, 403, 403, 200)),
     ("auth_group_changelist", (), (L, L, L, 403, 403, 403, 200)),
     ("authtoken_tokenproxy_changelist", (), (L, L, L, 403, 403, 403, 200)),
@@ -209,6 +217,8 @@ ACTIONS = [
      (LOGIN, LOGIN, LOGIN, 403, 200, 302, 302), (0, 0, 0, 0, 0, 1, 1)),
     ("outbox_outboxevent", "retry_now", "row",
      (LOGIN, LOGIN, LOGIN, 403, 200, 302, 302), (0, 0, 0, 0, 0, 1, 1)),
+    ("dags_dagrun", "cancel_runs", "run",
+     (LOGIN, LOGIN, LOGIN, 403, 200, 302, 302), (0, 0, 0, 0, 0, 1, 1)),
     ("containers_containerevent", "export_csv", "event",
      (LOGIN, LOGIN, LOGIN, 403, 200, 200, 200), (0, 0, 0, 0, 0, 0, 0)),
 ]  # fmt: skip
@@ -219,6 +229,11 @@ def _target(kind: str, callers, objects):
     if kind == "row":
         row = OutboxEvent.objects.get(pk=objects["row"])
         return row.pk, lambda: OutboxEvent.objects.get(pk=row.pk).available_at != row.available_at
+    if kind == "run":
+        from dags.models import DagRun
+
+        run = DagRun.objects.get(pk=objects["run"])
+        return run.pk, lambda: DagRun.objects.get(pk=run.pk).status != run.status
     if kind == "event":
         from containers.models import ContainerEvent
 
