@@ -33,7 +33,10 @@ def counter_bump(name: str, by: int = 1) -> None:
     """
     if by <= 0:
         return
-    minute = timezone.now().replace(second=0, microsecond=0)
+    _bump(name, by, timezone.now().replace(second=0, microsecond=0))
+
+
+def _bump(name: str, by: int, minute: dt.datetime) -> None:
     for _ in range(3):
         if Counter.objects.filter(minute=minute, name=name).update(count=F("count") + by):
             return
@@ -125,6 +128,39 @@ def _flush_loop(pid: int, stop: threading.Event) -> None:
             # Closed after each flush (a pooled one goes back): a thread that writes once
             # a second holds no connection of its own in between.
             connection.close()
+
+
+# --- rolling old minutes up (the dispatcher's housekeeping) ---------------------------------
+
+#: The minute that holds every rolled-up count: before any real minute, so windows
+#: (``counters_since``, ``counter_rows``) never see it, while ``counter_totals`` does.
+ROLLUP_MINUTE = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def counters_roll_up(older_than: dt.timedelta) -> int:
+    """Fold the per-minute rows older than ``older_than`` into one row per name at
+    ``ROLLUP_MINUTE``; returns how many minute rows went.
+
+    Totals since the counters began (``/metrics``, whose counters must never go down)
+    stay exact; only the per-minute detail of old minutes is dropped, so the table
+    stays small. One short transaction; ``DELETE ... RETURNING`` hands each row's count
+    to exactly one of several dispatchers doing this at once.
+    """
+    cutoff = timezone.now() - older_than
+    table = connection.ops.quote_name(Counter._meta.db_table)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {table} WHERE minute < %s AND minute > %s RETURNING name, count",
+                [cutoff, ROLLUP_MINUTE],
+            )
+            deleted = cursor.fetchall()
+        sums: dict[str, int] = {}
+        for name, count in deleted:
+            sums[name] = sums.get(name, 0) + count
+        for name, by in sums.items():
+            _bump(name, by, ROLLUP_MINUTE)
+    return len(deleted)
 
 
 def counters_since(since: dt.datetime) -> dict[str, int]:

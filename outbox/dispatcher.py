@@ -21,6 +21,7 @@ A SIGTERM sets a flag; the loop finishes the step in hand and returns.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import os
 import select
@@ -32,6 +33,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 
+from core.counters import counters_roll_up
 from outbox import conf, listen, liveness, registry, relay
 
 log = logging.getLogger(__name__)
@@ -114,6 +116,7 @@ class Dispatcher:
             purged = relay.purge_sent()
             if purged:
                 log.info("purged %s sent outbox rows past retention", purged)
+            counters_roll_up(dt.timedelta(seconds=conf.value("retention")))
         return handed
 
     def beat(self) -> None:

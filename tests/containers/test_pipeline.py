@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 import time
+import zlib
 from collections import defaultdict
 
 import pytest
@@ -379,7 +380,10 @@ def test_a_create_waiting_for_its_retry_never_holds_back_a_healthy_one(
 def test_the_redis_broker_carries_the_same_pipeline(postgres, tmp_path, template, owner, engine):
     import redis
 
-    broker = "redis://127.0.0.1:6379/5"
+    # A Redis db of this run's own (from its test database's name), so two runs on one
+    # machine never flush or take each other's queue.
+    db = 1 + zlib.crc32(connection.settings_dict["NAME"].encode()) % 15
+    broker = f"redis://127.0.0.1:6379/{db}"
     redis.from_url(broker).flushdb()
     with app_with(tmp_path, queue_broker=broker) as app:
         app.dispatcher()
