@@ -42,7 +42,7 @@ import time
 import uuid
 
 import psycopg
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.utils import timezone
 from django_q.brokers import Broker
 from django_q.conf import Conf
@@ -62,8 +62,9 @@ _inherited: list[psycopg.Connection] = []
 WAIT = 1.0  # seconds a pusher blocks on LISTEN before it re-reads anyway
 TASK = "outbox.tasks.execute"
 
-# One statement, one commit: the unstarted claims of a queue, and up to ``bulk`` other
-# tasks of it taken out of django-q2's table (``claim_token`` NULL marks those).
+# One statement, in the claim's transaction: the unstarted claims of a queue, and up to
+# ``bulk`` other tasks of it taken out of django-q2's table (``claim_token`` NULL marks
+# those).
 _READ = f"""
 WITH taken AS (
     DELETE FROM {OrmQ._meta.db_table} WHERE id IN (
@@ -156,6 +157,8 @@ class OutboxBroker(Broker):
            hop less between a commit and a worker).
         4. Read the unstarted claims; return those not pushed yet; forget the rest.
         5. Take up to ``bulk`` other tasks (deleted as they are taken).
+        Steps 3 to 5 are one transaction (one commit per read); the LISTEN connection only
+        waits.
         """
         try:
             conn = self._connection()
@@ -167,9 +170,12 @@ class OutboxBroker(Broker):
             self._read_now = False
             close_old_connections()
             batch = conf.value("batch_size")
-            if len(relay.claim(self.list_key, batch)) >= batch:
-                self._read_now = True  # more may be due
-            found = conn.execute(_READ, {"queue": self.list_key, "bulk": Conf.BULK}).fetchall()
+            with transaction.atomic():  # one commit: the claim, then the read
+                if len(relay.claim(self.list_key, batch)) >= batch:
+                    self._read_now = True  # more may be due
+                with connection.cursor() as cursor:
+                    cursor.execute(_READ, {"queue": self.list_key, "bulk": Conf.BULK})
+                    found = cursor.fetchall()
         except (psycopg.Error, DatabaseError) as exc:
             log.warning("broker %s: %s; reconnecting", self.list_key, exc)
             self._close()

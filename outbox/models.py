@@ -157,8 +157,10 @@ class FairnessMark(models.Model):
     """When a fairness key of a queue was last served (its ``turn``), for round-robin.
 
     Written by the claim, inside its transaction: the rows it claims give their keys the
-    next turns, in the order served. A key with no mark has never been served and goes
-    first. One row per key ever served on the queue.
+    next turns, in the order served; only the order counts, so keys that already hold the
+    last turns in that order are not rewritten (``served_at`` is when the key last moved).
+    A key with no mark has never been served and goes first. One row per key ever served
+    on the queue.
     """
 
     queue = models.CharField(max_length=32)

@@ -96,7 +96,7 @@ def _due_keys(queue: str) -> list[str]:
     return list(rows.distinct())
 
 
-def _fair_pending(queue: str, room: int) -> list[tuple[int, str, object, str]]:
+def _fair_pending(queue: str, room: int) -> tuple[list[tuple[int, str, object, str]], dict]:
     """Up to ``room`` due pending rows, round-robin over their fairness keys (contract §8).
 
     1. List the keys that have due pending rows; order them by their last turn (a key
@@ -105,10 +105,11 @@ def _fair_pending(queue: str, room: int) -> list[tuple[int, str, object, str]]:
        of the room each, in that key order; while room is left, take more from the keys
        that had more.
     3. Interleave them (every key's first row, then every key's second...), cut at room.
+    Returns the rows and the turns the due keys had (``{key: turn}``, marked keys only).
     """
     keys = _due_keys(queue)
     if not keys:
-        return []
+        return [], {}
     turns = dict(FairnessMark.objects.filter(queue=queue, key__in=keys).values_list("key", "turn"))
     keys.sort(key=lambda key: (turns.get(key, 0), key))
     picked: dict[str, list[tuple]] = {key: [] for key in keys}
@@ -135,13 +136,21 @@ def _fair_pending(queue: str, room: int) -> list[tuple[int, str, object, str]]:
         active = more
     deepest = max(len(rows) for rows in picked.values())
     rounds = (rows[i] for i in range(deepest) for rows in picked.values() if i < len(rows))
-    return list(itertools.islice(rounds, room))
+    return list(itertools.islice(rounds, room)), turns
 
 
-def _mark_served(queue: str, keys: list[str]) -> None:
-    """Give the keys just served the next turns, in the order they were served."""
+def _mark_served(queue: str, keys: list[str], had: dict[str, int]) -> None:
+    """Give the keys just served the next turns, in the order they were served.
+
+    Only the order of the turns matters (``_fair_pending`` sorts by it), so nothing is
+    written when the served keys already hold the last turns of the queue in that order
+    (one owner draining a backlog alone: every claim would rewrite its mark for nothing).
+    """
     last = FairnessMark.objects.filter(queue=queue).aggregate(turn=Max("turn"))["turn"] or 0
     turns = {key: last + index for index, key in enumerate(keys, start=1)}
+    served = sorted(turns, key=turns.get)
+    if [had.get(key) for key in served] == list(range(last - len(served) + 1, last + 1)):
+        return
     now = timezone.now()
     FairnessMark.objects.bulk_create(
         [
@@ -191,9 +200,9 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
             .values_list("id", "status", "started_at", "fairness_key")[:room]
         )
         if len(rows) < room:
-            fair = _fair_pending(queue, room - len(rows))
+            fair, had = _fair_pending(queue, room - len(rows))
             if fair:
-                _mark_served(queue, [row[3] for row in fair])
+                _mark_served(queue, [row[3] for row in fair], had)
             rows += fair
         if not rows:
             return []

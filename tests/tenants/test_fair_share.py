@@ -61,6 +61,26 @@ def test_keys_take_turns_least_recently_served_first(postgres):
 
 
 @pytest.mark.django_db
+def test_a_key_that_already_holds_the_last_turn_is_not_rewritten(postgres):
+    """One owner draining a backlog alone: its mark is written once, not once per claim;
+    a key served in between still moves it behind, and the order stays round-robin."""
+    for i in range(3):
+        _row("a", f"a{i}")
+    assert _claim_keys(1) == ["a"]
+    written = FairnessMark.objects.get(key="a")
+    assert _claim_keys(2) == ["a", "a"]
+    again = FairnessMark.objects.get(key="a")
+    assert (again.turn, again.served_at) == (written.turn, written.served_at), (written, again)
+    for key in ("a", "b"):
+        for i in range(2):
+            _row(key, f"{key}-late{i}")
+    served = _claim_keys(4)
+    assert served == ["b", "a", "b", "a"], served
+    marks = dict(FairnessMark.objects.values_list("key", "turn"))
+    assert marks["a"] > marks["b"] > written.turn, marks
+
+
+@pytest.mark.django_db
 def test_one_batch_interleaves_the_keys(postgres, gobrave_config):
     gobrave_config(outbox={"prefetch": 10})  # room for the whole batch
     for i in range(5):
