@@ -65,31 +65,48 @@ def sent_count(conn, tag: str) -> int:
 
 class Profile:
     """CPU seconds of the dispatcher and cluster process trees, and the bench database's
-    commits and row writes (pg_stat_database), between ``start()`` and ``stop()``."""
+    commits and row writes (pg_stat_database), between ``start()`` and ``stop()``.
+
+    A backend that went idle less than a second after its last report keeps its counts
+    for up to 10 s (PostgreSQL's idle flush interval), so ``start()`` waits that out, and
+    ``stop()`` reads the CPU, stops the measured processes (an exiting backend reports
+    everything) and only then reads the database's counts.
+    """
+
+    IDLE_FLUSH = 11.0  # s: PostgreSQL's PGSTAT_IDLE_INTERVAL (10 s), plus a margin
 
     def __init__(self, conn, procs) -> None:
         self.conn, self.procs = conn, procs
 
-    def sample(self) -> dict:
-        time.sleep(1.2)  # backends flush their statistics at most once a second
+    def db_sample(self, wait: float) -> dict:
+        time.sleep(wait)
         row = self.conn.execute(
             "SELECT xact_commit, tup_inserted + tup_updated + tup_deleted "
             "FROM pg_stat_database WHERE datname = current_database()"
         ).fetchone()
-        cpu = {name: c.tree_cpu_seconds(p.pid) for name, p in self.procs.procs.items()}
-        return {"commits": row[0], "writes": row[1], **cpu}
+        return {"commits": row[0], "writes": row[1]}
+
+    def cpu_sample(self) -> dict:
+        return {name: c.tree_cpu_seconds(p.pid) for name, p in self.procs.procs.items()}
 
     def start(self) -> None:
-        self.before = self.sample()
+        self.before = {**self.db_sample(self.IDLE_FLUSH), **self.cpu_sample()}
 
-    def stop(self, n: int) -> str:
-        after = self.sample()
+    def stop(self, n: int, names: list[str], own: int = 0) -> str:
+        """Figures per row of ``n``; stops the processes ``names`` on the way. ``own``: the
+        bench's own transactions on the database meanwhile (its progress polls), left out."""
+        cpu = self.cpu_sample()
+        for name in names:
+            self.procs.stop(name)
+        after = {**self.db_sample(1.2), **cpu}
+        after["commits"] -= own + 1  # + 1: the first sample's own transaction
         delta = {k: (after[k] - self.before.get(k, 0)) / max(n, 1) for k in after}
-        cpu = ", ".join(
+        cpu_text = ", ".join(
             f"{k} {v * 1000:.1f} ms" for k, v in delta.items() if k not in ("commits", "writes")
         )
         return (
-            f"per row: {delta['commits']:.1f} commits, {delta['writes']:.1f} row writes, CPU {cpu}"
+            f"per row: {delta['commits']:.2f} commits, {delta['writes']:.2f} row writes, "
+            f"CPU {cpu_text}"
         )
 
 
@@ -99,15 +116,16 @@ def relay_phase(conn, procs, n: int, tag: str, timeout: float) -> dict:
         conn.execute("NOTIFY gobrave_outbox")
     t0 = time.perf_counter()
     deadline = time.monotonic() + timeout
-    done = 0
+    done = polls = 0
     while time.monotonic() < deadline:
         done = sent_count(conn, tag)
+        polls += 1
         if done >= n:
             break
         procs.check()
         time.sleep(0.02)
     elapsed = time.perf_counter() - t0
-    return {"done": done, "elapsed": elapsed, "rate": done / elapsed}
+    return {"done": done, "elapsed": elapsed, "rate": done / elapsed, "polls": polls}
 
 
 def raw_phase(env: dict, n: int, key: str, timeout: float) -> dict:
@@ -142,16 +160,17 @@ def run_config(url: str, broker: str, name: str, overrides: dict, args, redis_ur
         profile = Profile(conn, procs)
         profile.start()
         relay = relay_phase(conn, procs, args.rows, f"relay-{stamp}-", args.phase_timeout)
-        relay["profile"] = profile.stop(relay["done"]) + " (1 write is the producer's insert)"
-        procs.stop("dispatcher")
-        procs.stop("create-cluster")
+        relay["profile"] = (
+            profile.stop(relay["done"], ["dispatcher", "create-cluster"], own=relay["polls"])
+            + " (1 write and the 1 commit of all rows are the producer's insert; the bench's "
+            f"{relay['polls']} progress polls left out)"
+        )
         procs.cluster("create", raw_env, name="raw-cluster")
         time.sleep(2)  # the raw cluster is up
         profile = Profile(conn, procs)
         profile.start()
         raw = raw_phase(raw_env, args.rows, f"bench-raw-{stamp}", args.phase_timeout)
-        raw["profile"] = profile.stop(raw["done"]) + " (+ the client's enqueues)"
-        procs.stop("raw-cluster")
+        raw["profile"] = profile.stop(raw["done"], ["raw-cluster"]) + " (+ the client's enqueues)"
         conn.execute("DELETE FROM outbox_outboxevent")
         conn.execute("DELETE FROM django_q_ormq")
     return {"relay": relay, "raw": raw}
@@ -246,14 +265,15 @@ def main() -> int:
                     f"({relay['done']} in {relay['elapsed']:.1f}s) | raw django-q2 "
                     f"{raw['rate']:7.1f} tasks/s ({raw['done']} in {raw['elapsed_s']:.1f}s, "
                     f"enqueue {args.rows / raw['enqueue_s']:.0f}/s) | relay/raw {ratio:.2f} "
-                    f"(target >= 0.9: {c.verdict(ratio >= 0.9)})"
+                    f"(target >= 0.9: {c.verdict(ratio >= 0.9)}) [{c.load()}]"
                 )
                 print(f"      relay {relay['profile']}\n      raw   {raw['profile']}")
     if not args.no_procrastinate:
         pc = procrastinate_phase(args)
         print(
             f"Procrastinate {pc['rate']:.1f} jobs/s ({pc['done']} in {pc['elapsed']:.1f}s, "
-            f"defer {args.rows / pc['enqueue_s']:.0f}/s, concurrency {args.pc_concurrency})"
+            f"defer {args.rows / pc['enqueue_s']:.0f}/s, concurrency {args.pc_concurrency}) "
+            f"[{c.load()}]"
         )
         for (broker, name), res in results.items():
             ratio = res["relay"]["rate"] / pc["rate"]
