@@ -85,9 +85,9 @@ def container_line(instance: ContainerInstance):
         )
     if instance.status == Status.PENDING:
         return format_html("not created yet; it will be <code>{}</code>", instance.container_name)
-    # The id is recorded once the create's start returns; the name is fixed beforehand.
+    # The id is recorded as soon as the engine's create returns; the name is fixed before.
     return format_html(
-        "<code>{}</code> (the engine's id is recorded once it has started)",
+        "<code>{}</code> (the engine's id is recorded once the engine has created it)",
         instance.container_name,
     )
 

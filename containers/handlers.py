@@ -163,16 +163,58 @@ def _apply(instance: ContainerInstance, engine: Engine, runtime_id: str, doing: 
 
 
 def handle_create(event: OutboxEvent) -> Outcome:
+    """Create and start the instance's container (contract §4).
+
+    1. ``_begin``: ``pending → creating`` past the capacity gate (a retry resumes
+       ``creating``); a create whose instance moved on removes what an earlier attempt
+       left unstarted (``_remove_abandoned``) and is superseded.
+    2. Create ``gb-<uuid>``: the name is the key, so a retried create adopts the
+       container an earlier attempt made and never makes a second one.
+    3. Record the engine's id at once (``_record_created``), so the instance shows the
+       container the engine holds before it started; an instance that moved on meanwhile
+       (failed by the reconciler: its container is removed; a delete accepted) is not
+       started, and the create is superseded.
+    4. Start it and apply what the engine says (``_apply``).
+    """
     instance = _begin(event, ready=Status.PENDING, doing=Status.CREATING, gated=True)
     if instance is None:
-        _remove_unrecorded(event.aggregate_id)
+        _remove_abandoned(event.aggregate_id)
         return Outcome.SUPERSEDED
     engine = engine_for(instance.runtime)
     _prepare(instance, engine)
     runtime_id = engine.create(_spec(instance))
+    if not _record_created(instance, engine, runtime_id):
+        return Outcome.SUPERSEDED
     engine.start(runtime_id)
     _apply(instance, engine, runtime_id, Status.CREATING)
     return Outcome.SENT
+
+
+def _record_created(instance: ContainerInstance, engine: Engine, runtime_id: str) -> bool:
+    """Step 3 of a create: record the engine's id in a short transaction of its own.
+
+    Returns True when the create goes on to start the container. The id is recorded
+    whatever the state, so the instance shows the container the engine holds; an
+    instance no longer ``creating`` is not started: one the reconciler failed meanwhile
+    (``start_timeout``) has its container removed, after the transaction (and its id
+    cleared); one with a delete accepted leaves it to that delete. Idempotent: a retry
+    that adopted the same container records the same id.
+    """
+    with transaction.atomic():
+        locked = _locked(str(instance.id))
+        if locked is None:
+            return False
+        abandoned = locked.status == Status.FAILED
+        recorded = "" if abandoned else runtime_id
+        if locked.container_id != recorded:
+            locked.container_id = recorded
+            locked.save(update_fields=["container_id"])
+        if abandoned:
+            _record_cleanup(locked, "removing the container: the instance failed meanwhile")
+        going_on = locked.status == Status.CREATING
+    if abandoned:
+        engine.remove(runtime_id)
+    return going_on
 
 
 def _prepare(instance: ContainerInstance, engine: Engine) -> None:
@@ -201,19 +243,31 @@ def _prepare(instance: ContainerInstance, engine: Engine) -> None:
         raise PermanentFailure(f"{exc.operator_message}\n{exc.message}") from exc
 
 
-def _remove_unrecorded(instance_id: str) -> None:
-    """A create found its instance failed before the create was recorded (the reconciler
-    gave up on it after a worker died mid-create): remove what that worker may have made."""
+def _remove_abandoned(instance_id: str) -> None:
+    """A create found its instance failed before the create finished (the reconciler
+    gave up on it after a worker died mid-create): remove what that worker left.
+
+    The deterministic name is the key, whether or not the id was recorded: the container
+    ``gb-<uuid>`` is removed if it never started (the engine says ``created``): nothing
+    of the user's ever ran in it. One that did start stays with the failed instance (its
+    exit and logs are the user's); so does an instance whose container is gone. The
+    recorded id is cleared with the removal, so the instance shows no container.
+    """
     instance = ContainerInstance.objects.filter(id=instance_id).first()
-    if instance is None or instance.status != Status.FAILED or instance.container_id:
+    if instance is None or instance.status != Status.FAILED:
         return
     engine = engine_for(instance.runtime)
-    if engine.inspect(instance.container_name) is not None:
-        engine.remove(instance.container_name)
-        with transaction.atomic():
-            instance = _locked(instance_id)
-            if instance is not None:
-                _record_cleanup(instance, "removed the container a failed create had left behind")
+    state = engine.inspect(instance.container_name)
+    if state is None or state.status != "created":
+        return
+    engine.remove(instance.container_name)
+    with transaction.atomic():
+        locked = _locked(instance_id)
+        if locked is not None:
+            if locked.container_id:
+                locked.container_id = ""
+                locked.save(update_fields=["container_id"])
+            _record_cleanup(locked, "removed the container a failed create had left unstarted")
 
 
 def handle_start(event: OutboxEvent) -> Outcome:

@@ -167,6 +167,57 @@ def test_a_create_whose_worker_died_after_the_runtime_create_adopts_the_containe
     assert container["State"] == "running"
 
 
+def test_a_created_container_shows_on_its_instance_before_it_started(
+    dock, owner, monkeypatch, gobrave_config
+):
+    """The engine's id is on the instance (API and admin) from the engine's create on; the
+    create retried after a failed start adopts that container and starts it."""
+    from django.test import Client
+    from django.urls import reverse
+
+    from containers.engines.base import EngineError
+    from containers.engines.docker import DockerEngine
+    from outbox import relay
+    from outbox.models import OutboxEvent
+    from outbox.services import outbox_retry_now
+    from tests.admin.conftest import make_user
+    from tests.api.helpers import token_client
+    from tests.processes import outbox_rows
+
+    gobrave_config(outbox={"backoff_base": 600, "backoff_cap": 600})  # due only on retry now
+    real_start, failures = DockerEngine.start, []
+
+    def start_once_refused(self, ref):
+        if not failures:
+            failures.append(ref)
+            raise EngineError("the engine went away between create and start")
+        return real_start(self, ref)
+
+    monkeypatch.setattr(DockerEngine, "start", start_once_refused)
+    instance = create(dock.template(["sleep", "1000"]), owner)
+    [(event_id, token)] = relay.claim("create", 1)
+    assert relay.execute(event_id, token) == "retried", outbox_rows()
+    [held] = dock.containers(name=f"^/gb-{instance.pk}$")
+    assert held["State"] == "created"
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.container_id) == ("creating", held["Id"]), outbox_rows()
+
+    body = token_client(owner).get(f"/api/containers/{instance.pk}/").json()
+    assert (body["status"], body["container_id"]) == ("creating", held["Id"])
+    admin = Client()
+    admin.force_login(make_user("root", superuser=True))
+    page = admin.get(reverse("admin:containers_containerinstance_change", args=[instance.pk]))
+    assert f'<code title="{held["Id"]}">{held["Id"][:12]}</code>' in page.content.decode()
+
+    outbox_retry_now(event_id=OutboxEvent.objects.get(aggregate_id=str(instance.pk)).id)
+    [(event_id, token)] = relay.claim("create", 1)
+    assert relay.execute(event_id, token) == "sent", outbox_rows()
+    row.refresh_from_db()
+    [container] = dock.containers()
+    assert (row.status, row.container_id) == ("running", held["Id"]), outbox_rows()
+    assert (container["Id"], container["State"]) == (held["Id"], "running")
+
+
 def test_a_template_no_runtime_matches_is_refused_at_request_time(dock, owner):
     template = dock.template(["sleep", "1"], constraints={"engine": "kubernetes"})
     with pytest.raises(NoMatchingRuntime, match="engine=kubernetes"):

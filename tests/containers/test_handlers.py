@@ -17,6 +17,7 @@ from containers.slots import slot_count
 from outbox import registry, relay
 from outbox.models import OutboxEvent
 from outbox.services import outbox_retry_now
+from tests.processes import outbox_rows
 
 pytestmark = pytest.mark.django_db
 
@@ -284,11 +285,60 @@ def test_a_dead_request_fails_the_instance_it_still_owns(create, engine):
 
 def test_a_create_finding_its_instance_failed_removes_the_container_left_behind(create, engine):
     instance = create()
-    # A worker made the container, then died; the reconciler failed the instance.
+    # A worker made the container and recorded its id, then died before the start; the
+    # reconciler failed the instance.
     from containers.handlers import _spec
 
-    engine.create(_spec(ContainerInstance.objects.get(pk=instance.pk)))
-    ContainerInstance.objects.filter(pk=instance.pk).update(status="failed")
-    assert drain() == ["superseded"]
+    made = engine.create(_spec(ContainerInstance.objects.get(pk=instance.pk)))
+    ContainerInstance.objects.filter(pk=instance.pk).update(status="failed", container_id=made)
+    assert drain() == ["superseded"], outbox_rows()
     assert engine.inspect(f"gb-{instance.pk}") is None
+    assert ContainerInstance.objects.get(pk=instance.pk).container_id == ""
     assert ContainerEvent.objects.filter(instance_id=instance.pk, kind="cleanup").exists()
+
+
+def test_a_create_finding_its_instance_failed_keeps_a_container_that_did_run(create, engine):
+    instance = create()
+    assert drain() == ["sent"]
+    row = OutboxEvent.objects.get(aggregate_id=str(instance.pk))
+    engine.set_state(f"gb-{instance.pk}", status="exited", exit_code=3)
+    ContainerInstance.objects.filter(pk=instance.pk).update(status="failed")
+    # The same create delivered again (its worker died before the outcome was written).
+    OutboxEvent.objects.filter(pk=row.pk).update(status="pending", started_at=None)
+    assert drain() == ["superseded"], outbox_rows()
+    state = engine.inspect(f"gb-{instance.pk}")
+    assert state is not None and state.exit_code == 3  # the user's exit and logs stay
+    assert ContainerInstance.objects.get(pk=instance.pk).container_id == state.runtime_id
+
+
+def test_the_engine_id_is_recorded_as_soon_as_the_container_is_created(
+    create, engine, gobrave_config
+):
+    """A container the engine holds shows on its instance before it started; the retried
+    create adopts it (one container, the same id) and starts it."""
+    gobrave_config(outbox={"backoff_base": 600, "backoff_cap": 600})
+    (engine.root / "fail-start").write_text("1")
+    instance = create()
+    assert drain() == ["retried"], outbox_rows()
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    held = engine.inspect(f"gb-{instance.pk}")
+    assert held is not None and held.status == "created"
+    assert (stored.status, stored.container_id) == ("creating", held.runtime_id)
+    outbox_retry_now(event_id=OutboxEvent.objects.get(aggregate_id=str(instance.pk)).id)
+    assert drain() == ["sent"], outbox_rows()
+    stored.refresh_from_db()
+    assert (stored.status, stored.container_id) == ("running", held.runtime_id)
+    assert engine.created() == [f"gb-{instance.pk}"]
+
+
+def test_a_delete_accepted_during_the_engine_create_leaves_the_container_unstarted(create, engine):
+    from containers.handlers import _record_created
+
+    instance = create()
+    ContainerInstance.objects.filter(pk=instance.pk).update(status="delete_pending")
+    from containers.handlers import _spec
+
+    made = engine.create(_spec(ContainerInstance.objects.get(pk=instance.pk)))
+    assert _record_created(instance, engine, made) is False  # not started
+    assert engine.inspect(made).status == "created"
+    assert ContainerInstance.objects.get(pk=instance.pk).container_id == made
