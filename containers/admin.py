@@ -53,7 +53,7 @@ from containers.services import (
     container_start,
     container_stop,
 )
-from containers.spec import check_literal_volume_roots, clean_template_fields, clean_volumes
+from containers.spec import check_volume_roots, clean_template_fields, clean_volumes
 from containers.states import NOTHING_TO_DO, OFFERED
 from core.admin_helpers import GREY, ActionsOnlyAdminMixin, ReadOnlyAdminMixin, badge
 from core.errors import DomainError
@@ -414,20 +414,23 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
 class ContainerTemplateForm(forms.ModelForm):
     """Validates the JSON fields with the same rules the create service applies.
 
-    The command, env and volumes are typed as text (``containers.admin_fields``); a
-    volume source that is a literal host path must lie inside ``allowed_volume_roots``
-    now, at save, not first when an instance is created.
+    The command is typed as text, env and volumes as rows (``containers.admin_fields``);
+    a volume source must be able to lie inside ``allowed_volume_roots`` now, at save, not
+    first when an instance is created (``check_volume_roots``).
     """
 
     command = CommandField(
         help_text="A shell command such as <code>sleep 600</code> (run by <code>sh -c</code>), "
         'or a JSON list of words such as <code>["sleep", "600"]</code>.'
     )
-    env = EnvRowsField(help_text="One <code>NAME=value</code> per line.")
+    env = EnvRowsField(
+        help_text="A row per variable: its name (letters, digits and <code>_</code>, not "
+        "starting with a digit) and its value; an empty row is dropped."
+    )
     volumes = VolumeRowsField(
-        help_text="One <code>source:target</code> or <code>source:target:ro</code> per line; "
-        "a source is <code>$WORKSPACE_PATH</code> (the owner's workspace) or a path inside "
-        "the allowed volume roots."
+        help_text="A row per volume: the source is <code>$WORKSPACE_PATH</code> (the owner's "
+        "workspace) or a host path inside the allowed volume roots, the target an absolute "
+        "path in the container; an empty row is dropped."
     )
 
     class Meta:
@@ -461,7 +464,7 @@ class ContainerTemplateForm(forms.ModelForm):
             roots = settings.GOBRAVE["container"]["allowed_volume_roots"]
             try:
                 cleaned["volumes"] = clean_volumes(cleaned["volumes"])  # stored as mappings
-                check_literal_volume_roots(cleaned["volumes"], roots)
+                check_volume_roots(cleaned["volumes"], roots)
             except InvalidSpec as exc:
                 self.add_error("volumes", exc.message)
         if "secret_env" in cleaned and "env" in cleaned and not self.errors:
@@ -494,11 +497,11 @@ class ContainerTemplateAdmin(RedactedFieldsMixin, admin.ModelAdmin):
             "Environment and mounts",
             {
                 "fields": ("env", "user_env", "secret_env", "volumes"),
-                "description": "Values may use $OWNER_ID, ${INSTANCE_ID}... Volumes: "
-                '[{"source": "$WORKSPACE_PATH", "target": "/work", "read_only": false}] '
-                "mounts the owner's workspace (exactly $WORKSPACE_PATH, never a path below "
-                "it; gobrave makes it). Other sources are host paths under "
-                "allowed_volume_roots, local engines only.",
+                "description": "Values may use $OWNER_ID, ${INSTANCE_ID}... A volume whose "
+                "source is $WORKSPACE_PATH mounts the owner's workspace (exactly that, never "
+                "a path below it; gobrave makes it). Other sources are host paths under "
+                "allowed_volume_roots, local engines only; one that could never lie inside "
+                "them is refused here, when saved.",
             },
         ),
         ("Placement", {"fields": ("resources", "constraints")}),

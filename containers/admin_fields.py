@@ -1,11 +1,14 @@
 """Template form fields an operator can type into: a command as a plain string, env and
-volumes one row per line. JSON is still accepted where a value starts like JSON, and
-everything typed is then validated by ``containers.spec`` exactly as before.
+volumes as rows of inputs (``RowsWidget``: a name and a value, a source, a target and a
+mode). A posted text is still read (one ``NAME=value`` or ``source:target[:ro]`` per
+line, or JSON where it starts like JSON). Whatever is typed is then validated by
+``containers.spec`` exactly as before.
 """
 
 from __future__ import annotations
 
 import json
+from itertools import zip_longest
 
 from django import forms
 
@@ -56,11 +59,114 @@ class CommandField(_TextField):
         return value or ""
 
 
-class EnvRowsField(_TextField):
-    """One ``NAME=value`` per line (a JSON object is also accepted)."""
+class RowsWidget(forms.Widget):
+    """A table with one row of inputs per entry, named ``<field>-<column>`` (repeated).
+
+    ``containers/rows.js`` (a local static file) adds a row and removes one in place.
+    Without JavaScript the table still works: it is drawn with ``SPARE`` empty rows to
+    fill, and a row emptied is dropped when the form is saved. The value is a list of
+    rows (tuples of strings, one per column).
+    """
+
+    template_name = "containers/widgets/rows.html"
+    SPARE = 2
+    # (column, heading, choices or None for a text input, input size)
+    columns: tuple[tuple[str, str, tuple[tuple[str, str], ...] | None, int], ...] = ()
+
+    class Media:
+        js = ("containers/rows.js",)
+        css = {"all": ("containers/rows.css",)}
+
+    def __init__(self, columns, attrs=None):
+        super().__init__(attrs)
+        self.columns = tuple(columns)
+
+    def _names(self, name: str) -> list[str]:
+        return [f"{name}-{column}" for column, *_ in self.columns]
+
+    def value_from_datadict(self, data, files, name):
+        names = self._names(name)
+        if names[0] not in data:
+            return data.get(name)  # a text, posted by a script or an older form
+        getlist = getattr(data, "getlist", None)
+        lists = [getlist(key) if getlist else _as_list(data.get(key)) for key in names]
+        return [tuple(row) for row in zip_longest(*lists, fillvalue="")]
+
+    def value_omitted_from_data(self, data, files, name):
+        return self._names(name)[0] not in data and name not in data
+
+    def get_context(self, name, value, attrs):
+        context = super().get_context(name, value, attrs)
+        width = len(self.columns)
+        rows = [tuple(row) + ("",) * (width - len(row)) for row in value or []]
+        rows += [("",) * width] * self.SPARE
+        context["widget"]["columns"] = [
+            {"name": f"{name}-{column}", "heading": heading, "choices": choices, "size": size}
+            for column, heading, choices, size in self.columns
+        ]
+        context["widget"]["rows"] = [
+            [
+                {
+                    "name": column["name"],
+                    "value": cell,
+                    "choices": column["choices"],
+                    "size": column["size"],
+                    "heading": column["heading"],
+                }
+                for column, cell in zip(context["widget"]["columns"], row, strict=True)
+            ]
+            for row in rows
+        ]
+        context["widget"]["blank"] = context["widget"]["rows"][-1]
+        return context
+
+
+def _as_list(value) -> list[str]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+class _RowsField(_TextField):
+    """A JSON value edited as rows (``RowsWidget``) or, posted as text, one row a line."""
+
+    def to_python(self, value):
+        if isinstance(value, list) and all(isinstance(row, tuple) for row in value):
+            return self.from_rows([tuple(str(cell) for cell in row) for row in value])
+        return super().to_python(value)
+
+    def from_rows(self, rows: list[tuple[str, ...]]):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def to_rows(self, value) -> list[tuple[str, ...]]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def prepare_value(self, value):
+        if isinstance(value, list) and all(isinstance(row, tuple) for row in value):
+            return value  # the rows as posted, drawn again with the form's errors
+        if isinstance(value, str):
+            try:
+                value = super().to_python(value)
+            except forms.ValidationError:
+                return [(value,)]  # unreadable text: kept where it can be corrected
+        try:
+            return self.to_rows(value)
+        except (AttributeError, TypeError, ValueError):
+            return [(json.dumps(value),)]
+
+
+class EnvRowsField(_RowsField):
+    """A row per variable: its name and its value (text: one ``NAME=value`` per line, or
+    a JSON object)."""
 
     json_start = "{"
-    widget = forms.Textarea(attrs={"rows": 4, "cols": 80, "placeholder": "MODE=debug"})
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault(
+            "widget",
+            RowsWidget([("name", "name", None, 24), ("value", "value", None, 48)]),
+        )
+        super().__init__(**kwargs)
 
     def parse(self, text: str):
         env = {}
@@ -75,29 +181,72 @@ class EnvRowsField(_TextField):
             env[name.strip()] = value
         return env
 
-    def prepare_value(self, value):
-        if isinstance(value, dict):
-            return "\n".join(f"{name}={text}" for name, text in value.items())
-        return value or ""
+    def from_rows(self, rows):
+        env = {}
+        for number, (name, value, *_) in enumerate(rows, start=1):
+            name = name.strip()
+            if not name and not value:
+                continue  # an empty row: dropped
+            if not name:
+                raise forms.ValidationError(f"Row {number}: a value needs a name.")
+            if name in env:
+                raise forms.ValidationError(f"Row {number}: {name} is set twice.")
+            env[name] = value
+        return env
+
+    def to_rows(self, value):
+        if not value:
+            return []
+        return [(str(name), "" if text is None else str(text)) for name, text in value.items()]
 
 
-class VolumeRowsField(_TextField):
-    """One ``source:target`` or ``source:target:ro`` per line (a JSON list is accepted)."""
+VOLUME_MODES = (("rw", "read-write"), ("ro", "read-only"))
+
+
+class VolumeRowsField(_RowsField):
+    """A row per volume: its source, its target and read-write or read-only (text: one
+    ``source:target`` or ``source:target:ro`` per line, or a JSON list)."""
 
     json_start = "["
-    widget = forms.Textarea(attrs={"rows": 3, "cols": 80, "placeholder": "$WORKSPACE_PATH:/work"})
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault(
+            "widget",
+            RowsWidget(
+                [
+                    ("source", "source (host path or $WORKSPACE_PATH)", None, 36),
+                    ("target", "target (in the container)", None, 24),
+                    ("mode", "mode", VOLUME_MODES, 0),
+                ]
+            ),
+        )
+        super().__init__(**kwargs)
 
     def parse(self, text: str):
         return [line.strip() for line in text.splitlines() if line.strip()]
 
-    def prepare_value(self, value):
-        if isinstance(value, list):
-            rows = []
-            for volume in value:
-                if isinstance(volume, dict):
-                    ro = ":ro" if volume.get("read_only") else ""
-                    rows.append(f"{volume.get('source', '')}:{volume.get('target', '')}{ro}")
-                else:
-                    rows.append(str(volume))
-            return "\n".join(rows)
-        return value or ""
+    def from_rows(self, rows):
+        volumes = []
+        for number, (source, target, mode, *_) in enumerate(rows, start=1):
+            source, target = source.strip(), target.strip()
+            if not source and not target:
+                continue  # an empty row: dropped, whatever its mode
+            if mode not in dict(VOLUME_MODES):
+                raise forms.ValidationError(f"Row {number}: the mode is rw or ro.")
+            if not source or not target:
+                missing = "source" if not source else "target"
+                raise forms.ValidationError(f"Row {number}: the {missing} is missing.")
+            volumes.append({"source": source, "target": target, "read_only": mode == "ro"})
+        return volumes
+
+    def to_rows(self, value):
+        rows = []
+        for volume in value or []:
+            if isinstance(volume, dict):
+                mode = "ro" if volume.get("read_only") else "rw"
+                rows.append((str(volume.get("source", "")), str(volume.get("target", "")), mode))
+            else:
+                source, _, rest = str(volume).partition(":")
+                target, _, mode = rest.partition(":")
+                rows.append((source, target, "ro" if mode == "ro" else "rw"))
+        return rows

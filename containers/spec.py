@@ -7,7 +7,6 @@ objects passed in), so it is unit-tested without a database.
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
 from collections.abc import Mapping
@@ -251,28 +250,94 @@ def _inside(path: str, roots: list[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
-def check_literal_volume_roots(volumes: list[dict[str, Any]], roots: list[str]) -> None:
-    """Refuse a volume whose source is a literal host path (no variable) outside ``roots``.
+# The variables a request defines (``containers.services._variables``), as ``$NAME``.
+VARIABLE_NAMES = frozenset(
+    {
+        "USERID",
+        "GROUPID",
+        "OWNER_ID",
+        "USERNAME",
+        "INSTANCE_ID",
+        "INSTANCE_NAME",
+        "CONTAINER_NAME",
+        "TEMPLATE_ID",
+        "TEMPLATE_NAME",
+        "RUNTIME_NAME",
+        "WORKSPACE_PATH",
+        "WORKSPACE_ROOT",
+    }
+)
+# Stands for one variable's value in a bind source: one path segment (``_segment_safe``).
+_ONE_SEGMENT = "\x00"
 
-    Sources with variables are checked when a request expands them (``resolve_mounts``),
-    where the owner's workspace is known.
+
+def _segment_may_be(pattern: str, segment: str) -> bool:
+    """Whether one path segment with variables (each ``_ONE_SEGMENT``, standing for at
+    least one character) can equal ``segment``. Greedy and linear: no regex."""
+    parts = pattern.split(_ONE_SEGMENT)
+    if len(parts) == 1:
+        return pattern == segment
+    first, *middle, last = parts
+    if not segment.startswith(first):
+        return False
+    position = len(first)
+    for part in middle:
+        found = segment.find(part, position + 1)  # a value is never empty
+        if found < 0:
+            return False
+        position = found + len(part)
+    return len(segment) - len(last) > position and segment.endswith(last)
+
+
+def _may_lie_inside(path: str, root: str) -> bool:
+    """Whether ``path`` (normalized, its variables one segment each) can lie inside ``root``."""
+    segments = [part for part in path.split("/") if part]
+    wanted = [part for part in posixpath.normpath(root).split("/") if part]
+    return len(segments) >= len(wanted) and all(
+        _segment_may_be(pattern, name) for pattern, name in zip(segments, wanted, strict=False)
+    )
+
+
+def check_volume_roots(volumes: list[dict[str, Any]], roots: list[str]) -> None:
+    """Refuse, when a template is saved, a bind source no request could place inside
+    ``roots`` (``volumes`` as ``clean_volumes`` returns them; the create checks again).
+
+    1. ``$WORKSPACE_PATH`` is the owner's workspace, not a host path: nothing to check.
+       (Variables the user chooses and paths never mounted are ``clean_volumes``'s.)
+    2. An unknown variable is refused, as a create would refuse it.
+    3. Each variable stands for one path segment of at least one character (its value
+       may be no more), and the path is normalized.
+    4. Refused unless, for some root, every segment of the root can be matched by the
+       path's segment in its place: a path without variables is then inside the root;
+       ``/srv/data/$OWNER_ID`` can be inside ``/srv/data``, ``/etc/$OWNER_ID`` never.
     """
+    allowed = ", ".join(roots) or "none are set (container.allowed_volume_roots)"
     for index, volume in enumerate(volumes):
         source = volume["source"]
-        if "$" in source:
+        if source in mounts.WORKSPACE_SOURCES:
             continue
-        where = f"volumes[{index}]"
+        where = f"volumes[{index}].source"
         if not source.startswith("/"):
-            raise InvalidSpec(f"{where}.source: {source!r} is not an absolute path", path=source)
-        path = os.path.normpath(source)
-        if not _inside(path, roots):
-            allowed = ", ".join(roots) or "none are set (container.allowed_volume_roots)"
+            raise InvalidSpec(f"{where}: {source!r} is not an absolute path", path=source)
+        pattern = expand(
+            source, dict.fromkeys(VARIABLE_NAMES, _ONE_SEGMENT), strict=True, where=where
+        )
+        path = posixpath.normpath(pattern)
+        if any(_may_lie_inside(path, root) for root in roots):
+            continue
+        if _ONE_SEGMENT not in path:
             raise InvalidSpec(
-                f"{where}.source: {path} is outside the allowed volume roots ({allowed}); "
+                f"{where}: {path} is outside the allowed volume roots ({allowed}); "
                 "use $WORKSPACE_PATH for the owner's workspace",
                 path=path,
                 allowed=roots,
             )
+        raise InvalidSpec(
+            f"{where}: {source} is outside the allowed volume roots ({allowed}), "
+            "whatever its variables hold",
+            path=source,
+            allowed=roots,
+        )
 
 
 def _segment_safe(variables: Mapping[str, str]) -> dict[str, str]:

@@ -285,3 +285,92 @@ def _run_the_flow(page, live_server, admin_login, root, template, created) -> No
     assert number(page, "gb-active") == "0"
     assert total(page, "failed") == "0"
     page.shots("dashboard-after")
+
+
+# --- template editing ----------------------------------------------------------------------
+
+
+def _env_row(page, index: int):
+    return page.locator(".field-env table.gb-rows tbody tr").nth(index)
+
+
+@pytest.mark.docker
+def test_template_env_and_volumes_are_edited_as_rows(
+    live_server, page, admin_login, browser, gobrave_config
+):
+    """Rows are added in the page (rows.js, a local file), saved and kept; a bad name is
+    refused on its field and changes nothing; without JavaScript the spare rows still work.
+    The image is checked on the real engine at save (pull policy never)."""
+    from containers.models import ContainerTemplate
+
+    gobrave_config(container={"allowed_volume_roots": ["/srv"]})
+    _docker_runtime()
+    root = make_user("root", superuser=True)
+    admin_login(page, root)
+    base = f"{live_server.url}/admin/containers/containertemplate"
+    page.goto(f"{base}/add/")
+    page.fill("#id_name", "rows")
+    page.fill("#id_image", TEST_IMAGE)
+    page.select_option("#id_pull_policy", "never")
+    page.fill("#id_command", "sleep 600")
+    page.fill("#id_constraints", '{"engine": "docker-browser"}')
+    assert page.locator(".field-env tbody tr").count() == 1  # one empty row to type into
+    _env_row(page, 0).locator("input[name=env-name]").fill("MODE")
+    _env_row(page, 0).locator("input[name=env-value]").fill("debug")
+    page.click(".field-env .gb-rows-add")
+    _env_row(page, 1).locator("input[name=env-name]").fill("GREETING")
+    _env_row(page, 1).locator("input[name=env-value]").fill("hello world")
+    volume = page.locator(".field-volumes tbody tr").first
+    volume.locator("input[name=volumes-source]").fill("$WORKSPACE_PATH")
+    volume.locator("input[name=volumes-target]").fill("/work")
+    volume.locator("select[name=volumes-mode]").select_option("ro")
+    page.shots("rows-typed")
+    page.click("input[name=_continue]")
+    page.wait_for_selector(".messagelist")
+    template = ContainerTemplate.objects.get(name="rows")
+    assert template.env == {"MODE": "debug", "GREETING": "hello world"}
+    assert template.volumes == [{"source": "$WORKSPACE_PATH", "target": "/work", "read_only": True}]
+    assert template.image_status == "present", template.image_status  # asked the engine
+    assert page.locator(".field-env tbody tr").count() == 2  # drawn again as rows
+    page.shots("rows-saved")
+
+    # A bad name: refused on the field with the rule's message; the template keeps its env.
+    page.click(".field-env .gb-rows-add")
+    _env_row(page, 2).locator("input[name=env-name]").fill("1BAD")
+    _env_row(page, 2).locator("input[name=env-value]").fill("x")
+    page.click("input[name=_continue]")
+    page.wait_for_selector(".field-env .errorlist")
+    assert (
+        "env: '1BAD' is not a valid variable name"
+        in page.locator(".field-env .errorlist").inner_text()
+    )
+    assert _env_row(page, 2).locator("input[name=env-name]").input_value() == "1BAD"
+    template.refresh_from_db()
+    assert template.env == {"MODE": "debug", "GREETING": "hello world"}
+    page.shots("bad-name-refused")
+
+    # Its row removed in the page, the form saves again.
+    _env_row(page, 2).locator(".gb-rows-remove").click()
+    assert page.locator(".field-env tbody tr").count() == 2
+    page.click("input[name=_continue]")
+    page.wait_for_selector(".messagelist .success")
+
+    # Without JavaScript: no buttons, spare empty rows to fill, and the same form saves.
+    context = browser.new_context(
+        java_script_enabled=False, viewport={"width": 1366, "height": 900}
+    )
+    try:
+        plain = context.new_page()
+        admin_login(plain, root)
+        plain.goto(f"{base}/{template.pk}/change/")
+        assert plain.locator(".field-env .gb-rows-add").is_hidden()
+        rows = plain.locator(".field-env tbody tr")
+        assert rows.count() == 2 + 2  # the two variables and two spare rows
+        rows.nth(2).locator("input[name=env-name]").fill("EXTRA")
+        rows.nth(2).locator("input[name=env-value]").fill("1")
+        plain.click("input[name=_continue]")
+        plain.wait_for_selector(".messagelist .success")
+        template.refresh_from_db()
+        assert template.env == {"MODE": "debug", "GREETING": "hello world", "EXTRA": "1"}
+    finally:
+        context.close()

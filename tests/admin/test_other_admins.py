@@ -86,7 +86,8 @@ def test_template_validation_names_the_bad_field(as_user, operator, field, value
     assert not ContainerTemplate.objects.exists()
 
 
-def test_template_fields_take_a_plain_command_and_rows(as_user, operator, gobrave_config):
+def test_template_fields_take_a_plain_command_and_text_rows(as_user, operator, gobrave_config):
+    """A form posted as text (a script, an older page): one row a line, still accepted."""
     gobrave_config(container={"allowed_volume_roots": ["/srv"]})
     typed = {
         **VALID,
@@ -103,15 +104,96 @@ def test_template_fields_take_a_plain_command_and_rows(as_user, operator, gobrav
         {"source": "$WORKSPACE_PATH", "target": "/work", "read_only": False},
         {"source": "/srv/data", "target": "/data", "read_only": True},
     ]
-    root = make_user("root", superuser=True)  # sees env values and host paths unredacted
-    page = as_user(root).get(
-        reverse("admin:containers_containertemplate_change", args=[template.pk])
+
+
+def _rows(env: list[tuple[str, str]], volumes: list[tuple[str, str, str]]) -> dict:
+    """The template form as the page posts it: one input per cell, an empty spare row."""
+    form = {k: v for k, v in VALID.items() if k not in ("env", "volumes")}
+    env = [*env, ("", "")]
+    volumes = [*volumes, ("", "", "rw")]
+    form["env-name"], form["env-value"] = [r[0] for r in env], [r[1] for r in env]
+    form["volumes-source"] = [r[0] for r in volumes]
+    form["volumes-target"] = [r[1] for r in volumes]
+    form["volumes-mode"] = [r[2] for r in volumes]
+    return form
+
+
+def _cells(html: str, name: str) -> list[str]:
+    return re.findall(rf'name="{name}" value="([^"]*)"', html)
+
+
+def test_template_env_and_volumes_are_saved_from_rows_and_drawn_as_rows(
+    as_user, operator, gobrave_config
+):
+    gobrave_config(container={"allowed_volume_roots": ["/srv"]})
+    form = _rows(
+        [("MODE", "debug"), ("HOME", "$WORKSPACE_PATH")],
+        [("$WORKSPACE_PATH", "/work", "rw"), ("/srv/data", "/data", "ro")],
     )
-    html = page.content.decode()
-    assert 'value="sleep 600"' in html
-    env_rows = re.search(r'id="id_env">\n(.*?)</textarea>', html, re.S).group(1)
-    assert sorted(env_rows.splitlines()) == ["HOME=$WORKSPACE_PATH", "MODE=debug"]
-    assert "$WORKSPACE_PATH:/work\n/srv/data:/data:ro</textarea>" in html
+    response = as_user(operator).post(reverse("admin:containers_containertemplate_add"), form)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    template = ContainerTemplate.objects.get(name="web")
+    assert template.env == {"MODE": "debug", "HOME": "$WORKSPACE_PATH"}
+    assert template.volumes == [
+        {"source": "$WORKSPACE_PATH", "target": "/work", "read_only": False},
+        {"source": "/srv/data", "target": "/data", "read_only": True},
+    ]
+    root = make_user("root", superuser=True)  # sees env values and host paths unredacted
+    html = (
+        as_user(root)
+        .get(reverse("admin:containers_containertemplate_change", args=[template.pk]))
+        .content.decode()
+    )
+    drawn = zip(_cells(html, "env-name"), _cells(html, "env-value"), strict=True)
+    assert sorted(pair for pair in drawn if pair != ("", "")) == [
+        ("HOME", "$WORKSPACE_PATH"),
+        ("MODE", "debug"),
+    ]  # (jsonb keeps its own key order)
+    assert _cells(html, "volumes-source")[:2] == ["$WORKSPACE_PATH", "/srv/data"]
+    assert '<option value="ro" selected>' in html
+    assert "containers/rows.js" in html  # served from the app's static files, no CDN
+
+
+@pytest.mark.parametrize(
+    "env, volumes, field, says",
+    [
+        ([("1BAD", "x")], [], "env", "env: '1BAD' is not a valid variable name"),
+        ([("", "orphan value")], [], "env", "Row 1: a value needs a name."),
+        ([("A", "1"), ("A", "2")], [], "env", "Row 2: A is set twice."),
+        ([], [("/srv/data", "", "rw")], "volumes", "Row 1: the target is missing."),
+        ([], [("/srv/data", "/d", "rx")], "volumes", "Row 1: the mode is rw or ro."),
+        ([], [("/etc", "/e", "rw")], "volumes", "/etc is outside the allowed volume roots"),
+        (
+            [],
+            [("/etc/$OWNER_ID", "/e", "rw")],
+            "volumes",
+            "/etc/$OWNER_ID is outside the allowed volume roots (/srv), whatever its variables",
+        ),
+        (
+            [],
+            [("/srv/$INSTANCE_NAME", "/e", "rw")],
+            "volumes",
+            "$INSTANCE_NAME is chosen by the user",
+        ),
+    ],
+)
+def test_a_bad_row_is_refused_on_its_field_and_changes_nothing(
+    as_user, operator, gobrave_config, env, volumes, field, says
+):
+    gobrave_config(container={"allowed_volume_roots": ["/srv"]})
+    template = TemplateFactory(name="kept", env={"KEEP": "1"}, volumes=[])
+    form = {**_rows(env, volumes), "name": "kept"}
+    response = as_user(operator).post(
+        reverse("admin:containers_containertemplate_change", args=[template.pk]), form
+    )
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == [field] and says in errors[field][0], errors
+    template.refresh_from_db()
+    assert (template.env, template.volumes) == ({"KEEP": "1"}, [])
+    html = response.content.decode()  # what was typed is drawn again, to be corrected
+    typed = [cell for row in (env or volumes) for cell in row[:2] if cell]
+    assert all(f'value="{cell}"' in html for cell in typed)
 
 
 def test_saving_a_never_pull_template_whose_image_is_missing_warns(as_user, operator, fake_runtime):

@@ -162,3 +162,77 @@ def test_a_variable_that_would_add_path_segments_is_refused_in_volumes(value):
 def test_an_env_name_with_a_trailing_newline_is_refused():
     with pytest.raises(InvalidSpec):
         clean_template_fields(env={"FOO\n": "x"})
+
+
+# -- volume sources checked when the template is saved (check_volume_roots) ------------------
+
+ROOTS = ["/srv/data", "/srv/teams/7"]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "$WORKSPACE_PATH",
+        "/srv/data",
+        "/srv/data/$OWNER_ID",
+        "/srv/data/${TEMPLATE_ID}/in",
+        "/srv/data/run-$INSTANCE_ID",
+        "/srv/teams/$GROUPID",  # a root below the literal part: the create decides
+        "/srv/data/$OWNER_ID/..",
+        "/srv/$GROUPID/7",  # could be /srv/teams/7
+        "/srv/d${OWNER_ID}a/x",  # could be /srv/data/x
+    ],
+)
+def test_a_source_that_can_lie_inside_the_roots_is_saved(source):
+    from containers.spec import check_volume_roots, clean_volumes
+
+    check_volume_roots(clean_volumes([{"source": source, "target": "/w"}]), ROOTS)
+
+
+@pytest.mark.parametrize(
+    "source, says",
+    [
+        ("/etc/app", "/etc/app is outside the allowed volume roots (/srv/data, /srv/teams/7)"),
+        ("/etc/$OWNER_ID", "/etc/$OWNER_ID is outside the allowed volume roots"),
+        ("/srv/other-$OWNER_ID/x", "(/srv/data, /srv/teams/7), whatever its variables hold"),
+        ("/srv/data$OWNER_ID", "/srv/data$OWNER_ID is outside"),
+        ("/srv/data/$OWNER_ID/../../x", "/srv/x is outside the allowed volume roots"),
+        ("/srv/data/$NOT_A_VARIABLE", "volumes[0].source: unknown variable $NOT_A_VARIABLE"),
+    ],
+)
+def test_a_source_no_request_could_place_inside_the_roots_is_refused_at_save(source, says):
+    from containers.spec import check_volume_roots, clean_volumes
+
+    with pytest.raises(InvalidSpec) as refused:
+        check_volume_roots(clean_volumes([{"source": source, "target": "/w"}]), ROOTS)
+    assert says in refused.value.message
+
+
+def test_a_variable_the_user_sets_is_refused_in_a_source_at_save():
+    """contract §8: $INSTANCE_NAME and $USERNAME are the user's; never in a volume source."""
+    with pytest.raises(InvalidSpec, match=r"\$INSTANCE_NAME is chosen by the user"):
+        clean_template_fields(volumes=[{"source": "/srv/data/$INSTANCE_NAME", "target": "/w"}])
+
+
+def test_the_save_check_knows_exactly_the_variables_a_request_defines(db, template, owner):
+    """A name added to the request's variables must be known to the save-time check."""
+    import uuid
+
+    from containers.services import _variables
+    from containers.spec import VARIABLE_NAMES
+
+    defined = _variables(
+        instance_id=uuid.uuid4(),
+        name="n",
+        owner=owner,
+        template=template,
+        runtime=template_runtime(template),
+        workspace={"source": "/w"},
+    )
+    assert set(defined) == VARIABLE_NAMES
+
+
+def template_runtime(template):
+    from tests.factories import RuntimeFactory
+
+    return RuntimeFactory(name="r")
