@@ -1,0 +1,198 @@
+"""A Docker Engine of a test's (or a benchmark's) own, to restart under running processes.
+
+Never the machine's shared engine: a ``dockerd`` started with ``--live-restore`` inside a
+network namespace of its own (``ip netns add``; its default bridge and addresses live
+there, so they never meet the shared engine's), with its own data-root, exec-root,
+pidfile, cgroup parent, an empty daemon config and a unix socket under
+``/tmp/gobrave-<label>-<tag>/``. The test image is copied in from the shared engine
+(``docker save | docker load``: nothing is pulled). ``destroy()`` removes everything it
+made (containers, their shims, mounts, the namespace, the directory) and also runs at
+interpreter exit, so a failed test or a Ctrl-C leaves nothing behind.
+
+Needs root, ``ip``, ``nsenter``, ``dockerd`` and ``docker``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import docker
+
+TOOLS = ("ip", "nsenter", "dockerd", "docker")
+
+
+def _run(*args: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(args, check=check, capture_output=True, text=True, **kwargs)
+
+
+def missing_tools() -> str:
+    """Why no private engine can run here ("" when it can)."""
+    if os.geteuid() != 0:
+        return "a private dockerd needs root"
+    absent = [tool for tool in TOOLS if not shutil.which(tool)]
+    return f"a private dockerd needs {', '.join(absent)}" if absent else ""
+
+
+class PrivateDockerd:
+    """One private engine: ``start()``, ``stop()``, ``restart()``, ``destroy()``.
+
+    ``url`` is what gobrave's ``Runtime`` row uses; ``client()`` is the SDK on it.
+    """
+
+    def __init__(self, label: str = "engine") -> None:
+        tag = uuid.uuid4().hex[:8]
+        self.netns = f"gobrave-{label}-{tag}"
+        self.root = Path(f"/tmp/gobrave-{label}-{tag}")
+        self.url = f"unix://{self.root}/docker.sock"
+        self.cgroup_parent = f"gobrave-{label}-{tag}"
+        self.process: subprocess.Popen | None = None
+        self.restarts = 0
+        self._made_netns = False
+        atexit.register(self.destroy)
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def start(self, timeout: float = 120) -> PrivateDockerd:
+        """Start the daemon and wait until it answers (the first start makes its room)."""
+        if not self._made_netns:
+            for sub in ("data", "exec"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+            (self.root / "daemon.json").write_text("{}\n")
+            _run("ip", "netns", "add", self.netns)
+            self._made_netns = True
+            self._nsenter("ip", "link", "set", "lo", "up")
+        log = open(self.root / "dockerd.log", "ab")  # noqa: SIM115 - the daemon holds it
+        self.process = subprocess.Popen(
+            [
+                "nsenter",
+                f"--net=/run/netns/{self.netns}",
+                "dockerd",
+                f"--config-file={self.root / 'daemon.json'}",
+                f"--data-root={self.root / 'data'}",
+                f"--exec-root={self.root / 'exec'}",
+                f"--pidfile={self.root / 'dockerd.pid'}",
+                f"--host={self.url}",
+                f"--cgroup-parent={self.cgroup_parent}",
+                "--live-restore",
+                "--iptables=false",
+                "--ip6tables=false",
+                "--ip-masq=false",
+                "--userland-proxy=false",
+                "--log-level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while not self.answers():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"private dockerd exited:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"private dockerd silent for {timeout:g}s:\n{self.log_tail()}")
+            time.sleep(0.2)
+        return self
+
+    def stop(self, timeout: float = 60) -> None:
+        """SIGTERM the daemon and wait for it (with ``--live-restore`` containers live on)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+    def restart(self, down_for: float = 0.0) -> float:
+        """Stop, stay down ``down_for`` seconds, start; returns the seconds it was down."""
+        began = time.monotonic()
+        self.stop()
+        time.sleep(down_for)
+        self.start()
+        self.restarts += 1
+        return time.monotonic() - began
+
+    def answers(self) -> bool:
+        try:
+            with self.client(timeout=5) as client:
+                return client.ping()
+        except Exception:  # noqa: BLE001 - not up (yet)
+            return False
+
+    def client(self, timeout: float = 30) -> docker.APIClient:
+        return docker.APIClient(base_url=self.url, version="auto", timeout=timeout)
+
+    def load_image(self, image: str) -> None:
+        """Copy ``image`` from the machine's engine into this one (read-only there)."""
+        save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+        loaded = _run("docker", "-H", self.url, "load", stdin=save.stdout, check=False)
+        save.wait()
+        if save.returncode or loaded.returncode:
+            raise RuntimeError(f"could not load {image} into the private engine: {loaded.stderr}")
+
+    def log_tail(self, chars: int = 3000) -> str:
+        path = self.root / "dockerd.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    # --- cleanup -------------------------------------------------------------------------
+
+    def destroy(self) -> None:
+        """Remove every container, the daemon, its shims and mounts, the namespace, the
+        directory. Idempotent; safe after a failed start."""
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(Exception), self.client(timeout=30) as client:
+                for container in client.containers(all=True):
+                    client.remove_container(container["Id"], force=True)
+        self.stop()
+        self.process = None
+        # Shims (and a containerd) that outlived the daemon name our root in their argv.
+        for pid in self._leftover_pids() + self._cgroup_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        mounts = [
+            line.split()[1]
+            for line in Path("/proc/mounts").read_text().splitlines()
+            if line.split()[1].startswith(str(self.root))
+        ]
+        for mount in sorted(mounts, key=len, reverse=True):
+            _run("umount", "-l", mount, check=False)
+        if self._made_netns:
+            _run("ip", "netns", "delete", self.netns, check=False)
+            self._made_netns = False
+        for cgroup in Path("/sys/fs/cgroup").glob(f"*/{self.cgroup_parent}"):
+            for below in sorted(cgroup.glob("**/"), key=lambda p: len(str(p)), reverse=True):
+                with contextlib.suppress(OSError):
+                    below.rmdir()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _leftover_pids(self) -> list[int]:
+        found = []
+        marker = str(self.root).encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            with contextlib.suppress(OSError):
+                if marker in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+        return found
+
+    def _cgroup_pids(self) -> list[int]:
+        found = []
+        for procs in Path("/sys/fs/cgroup").glob(f"*/{self.cgroup_parent}/**/cgroup.procs"):
+            with contextlib.suppress(OSError, ValueError):
+                found += [int(pid) for pid in procs.read_text().split()]
+        return found
+
+    def _nsenter(self, *args: str) -> None:
+        _run("nsenter", f"--net=/run/netns/{self.netns}", *args)
