@@ -1,0 +1,55 @@
+"""The chaos soak's 60-second form (issue 16 item 7; the 10-minute form runs from bench/).
+
+It runs ``bench/chaos_soak.py --seconds 60 --fast`` as it is: the app's real processes
+on a private ``dockerd`` (``--live-restore``) and a private PostgreSQL, steady traffic
+from four owners and DAG runs, and faults at random until every kind struck at least
+once (SIGKILL of an idle worker, a busy worker, a cluster main, a dispatcher, the
+monitor; a restart of the engine; a restart of the database). Then the soak checks its
+invariants itself; this test asserts on its report, printing it whole on failure (every
+violation names its rows).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.containers.conftest import _unavailable
+from tests.private_engine import missing_tools
+from tests.processes import REPO
+
+pytestmark = [pytest.mark.chaos, pytest.mark.docker, pytest.mark.slow]
+
+FAULT_KINDS = {
+    "idle_worker", "busy_worker", "cluster_main", "dispatcher", "monitor", "dockerd", "postgres",
+}  # fmt: skip
+
+
+@pytest.mark.timeout(600)  # about 90 s here; a loaded 2-core machine gets the room
+def test_sixty_seconds_of_random_faults_under_traffic_break_no_guarantee(docker_client, tmp_path):
+    if reason := missing_tools():
+        _unavailable(reason)
+    report_path = tmp_path / "soak.json"
+    result = subprocess.run(
+        [
+            sys.executable, "bench/chaos_soak.py", "--seconds", "60", "--fast",
+            "--fault-every", "5", "--pace", "0.4", "--dag-every", "20", "--max-live", "12",
+            "--every-kind", "--json", str(report_path),
+        ],
+        cwd=REPO, capture_output=True, text=True, timeout=560,
+    )  # fmt: skip
+    shown = f"{result.stdout[-12000:]}\n{result.stderr[-6000:]}"
+    assert report_path.exists(), shown
+    report = json.loads(report_path.read_text())
+    assert report["violations"] == [], shown
+    assert result.returncode == 0, shown
+    assert set(report["faults"]) == FAULT_KINDS, shown  # every kind struck, and recovered
+    for kind in ("create", "start", "stop", "delete"):
+        assert report["requests"].get(kind, 0) > 0, shown
+    assert report["dag_runs"].get("succeeded", 0) >= 1, shown
+    assert report["slot_samples"] > 100 and report["slots_highest"] >= 1, shown
+    restarted = {entry["kind"] for entry in report["recoveries"] if entry["back_s"] is not None}
+    assert {"cluster_main", "dispatcher", "monitor", "dockerd", "postgres"} <= restarted, shown
