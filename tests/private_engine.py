@@ -1,6 +1,7 @@
 """A Docker Engine of a test's (or a benchmark's) own, to restart under running processes.
 
-Never the machine's shared engine: a ``dockerd`` started with ``--live-restore`` inside a
+Never the machine's shared engine: a ``dockerd`` (with ``--live-restore`` unless told
+otherwise: a restart then keeps the containers running) inside a
 network namespace of its own (``ip netns add``; its default bridge and addresses live
 there, so they never meet the shared engine's), with its own data-root, exec-root,
 pidfile, cgroup parent, an empty daemon config and a unix socket under
@@ -45,9 +46,11 @@ class PrivateDockerd:
     """One private engine: ``start()``, ``stop()``, ``restart()``, ``destroy()``.
 
     ``url`` is what gobrave's ``Runtime`` row uses; ``client()`` is the SDK on it.
+    ``live_restore=False``: stopping the daemon stops its containers (SIGTERM to each).
     """
 
-    def __init__(self, label: str = "engine") -> None:
+    def __init__(self, label: str = "engine", *, live_restore: bool = True) -> None:
+        self.live_restore = live_restore
         tag = uuid.uuid4().hex[:8]
         self.netns = f"gobrave-{label}-{tag}"
         self.root = Path(f"/tmp/gobrave-{label}-{tag}")
@@ -81,7 +84,7 @@ class PrivateDockerd:
                 f"--pidfile={self.root / 'dockerd.pid'}",
                 f"--host={self.url}",
                 f"--cgroup-parent={self.cgroup_parent}",
-                "--live-restore",
+                *(["--live-restore"] if self.live_restore else []),
                 "--iptables=false",
                 "--ip6tables=false",
                 "--ip-masq=false",
@@ -104,7 +107,8 @@ class PrivateDockerd:
         return self
 
     def stop(self, timeout: float = 60) -> None:
-        """SIGTERM the daemon and wait for it (with ``--live-restore`` containers live on)."""
+        """SIGTERM the daemon and wait for it (with ``--live-restore`` containers live on,
+        without it the daemon stops them first)."""
         if self.process is None or self.process.poll() is not None:
             return
         self.process.send_signal(signal.SIGTERM)

@@ -3,7 +3,8 @@
 Without a Docker Engine they skip, or fail under CI=true ("no Docker engine: run
 scripts/test-engine.sh"). Each test gets its own installation id (so its containers are
 its own), a ``docker`` Runtime row, and has every container with that label removed
-afterwards.
+afterwards. A test that stops or restarts the engine uses ``private_dock``: the same on
+an engine of its own (tests/private_engine.py), never the machine's.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 from containers.engines.labels import LABEL_INSTALLATION
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
 from tests.factories import TemplateFactory
+from tests.private_engine import PrivateDockerd, missing_tools
 from tests.processes import App, running_app
 
 IMAGE = "gobrave-test-busybox:latest"
@@ -68,6 +70,7 @@ class Dock:
     runtime: Runtime
     client: docker.APIClient
     tmp_path: Path
+    engine: PrivateDockerd | None = None  # a private engine's, for private_dock
 
     def template(self, command: str | list[str], **fields) -> ContainerTemplate:
         fields.setdefault("name", f"t-{uuid.uuid4().hex[:8]}")
@@ -104,16 +107,21 @@ class Dock:
             return None
 
 
-@pytest.fixture
-def dock(docker_client, postgres, gobrave_config, tmp_path) -> Iterator[Dock]:
+def _dock_on(client, base_url: str, gobrave_config, tmp_path: Path, **extra) -> Dock:
     installation = f"test-{uuid.uuid4().hex[:12]}"
     gobrave_config(container={"installation_id": installation, "stop_timeout": 1})
     Runtime.objects.all().delete()  # the migration's "local" row would double every engine
     runtime = Runtime.objects.create(
-        name="docker", driver="docker", base_url=BASE_URL, labels={"engine": "docker"}
+        name="docker", driver="docker", base_url=base_url, labels={"engine": "docker"}
     )
-    yield Dock(installation, runtime, docker_client, tmp_path)
-    label = f"{LABEL_INSTALLATION}={installation}"
+    return Dock(installation, runtime, client, tmp_path, **extra)
+
+
+@pytest.fixture
+def dock(docker_client, postgres, gobrave_config, tmp_path) -> Iterator[Dock]:
+    dock = _dock_on(docker_client, BASE_URL, gobrave_config, tmp_path)
+    yield dock
+    label = f"{LABEL_INSTALLATION}={dock.installation}"
     for container in docker_client.containers(all=True, filters={"label": label}):
         docker_client.remove_container(container["Id"], force=True)
     # Workspaces (volumes) and owner networks this test's instances made.
@@ -121,6 +129,22 @@ def dock(docker_client, postgres, gobrave_config, tmp_path) -> Iterator[Dock]:
         docker_client.remove_volume(volume["Name"], force=True)
     for network in docker_client.networks(filters={"label": label}):
         docker_client.remove_network(network["Id"])
+
+
+@pytest.fixture
+def private_dock(docker_client, postgres, gobrave_config, tmp_path) -> Iterator[Dock]:
+    """A ``Dock`` on a private dockerd without ``--live-restore`` (stopping it stops its
+    containers), with the test image; the engine and all it holds go afterwards."""
+    if reason := missing_tools():
+        _unavailable(reason)
+    engine = PrivateDockerd("test", live_restore=False)
+    try:
+        engine.start()
+        engine.load_image(IMAGE)
+        with engine.client() as client:
+            yield _dock_on(client, engine.url, gobrave_config, tmp_path, engine=engine)
+    finally:
+        engine.destroy()
 
 
 @pytest.fixture
