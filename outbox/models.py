@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.sql import UpdateQuery
 from django_fsm import FSMField, FSMModelMixin, transition
 
 
@@ -47,6 +48,14 @@ class OutboxQuerySet(models.QuerySet):
         any other status is left alone (and not counted). Returns how many moved.
         """
         return self.filter(status__in=sources_of(target)).update(status=target, **fields)
+
+    def move_to_sql(self, target: str, connection, **fields) -> tuple[str, tuple]:
+        """The ``UPDATE`` that ``move_to`` would run, as SQL and parameters (unexecuted),
+        for a caller that sends it inside a larger statement."""
+        query = self.filter(status__in=sources_of(target)).query.chain(UpdateQuery)
+        query.add_update_values({"status": target, **fields})
+        query.annotations = {}
+        return query.get_compiler(connection=connection).as_sql()
 
 
 class OutboxEvent(FSMModelMixin, models.Model):

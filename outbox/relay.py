@@ -35,7 +35,12 @@ from outbox.heartbeat import Heartbeat
 from outbox.models import UNFINISHED, FairnessMark, OutboxEvent, OutboxStatus
 from outbox.outcomes import HANDLER_OUTCOMES, Outcome
 from outbox.registry import Defer, PermanentFailure, RetryLater
-from outbox.services import outbox_notify, outbox_notify_if_due, outbox_release_deferred
+from outbox.services import (
+    ANY_DUE,
+    outbox_notify,
+    outbox_notify_if_due,
+    outbox_release_deferred,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -303,19 +308,22 @@ def _write_pause(attempt: int) -> None:
     time.sleep(min(2.0, 0.25 * 2**attempt))
 
 
-def _outcome_write(write: Callable[[], T], *, event_id: int) -> T | None:
+def _outcome_write(write: Callable[[], T], *, event_id: int, limited: bool = False) -> T | None:
     """Run one outcome write, a transaction of its own, so that it finishes.
 
     1. Each try is one transaction that first sets PostgreSQL's ``statement_timeout`` to
        ``outbox.write_timeout`` for itself only (``SET LOCAL``): a write stuck on a lock
        or a stalled server is cancelled, never left hanging. The claim's advisory lock
        and the admission gate run in other transactions and keep waiting as they must.
+       (``limited``: ``write`` is one statement that sets it itself, ``_finish_sql``.)
     2. A try that is cancelled or loses its connection is retried after a pause, up to
        ``WRITE_TRIES`` times. If none lands, None: the outcome is left to the lease (the
        row is due again when it runs out, and the handler is idempotent).
     """
     for attempt in range(1, WRITE_TRIES + 1):
         try:
+            if limited:
+                return write()
             with transaction.atomic():
                 conf.limit_statements(connection)
                 return write()
@@ -347,8 +355,47 @@ def _finish_in_txn(event_id: int, token: uuid.UUID, target: str, **fields) -> bo
     return finished
 
 
+def _one_trip(connection) -> bool:
+    """Whether ``_finish_sql`` can run here: PostgreSQL with client-side binding (Django's
+    default: several statements in one query), and no transaction of the caller's."""
+    return (
+        conf.is_postgres(connection)
+        and not connection.in_atomic_block
+        and not connection.settings_dict["OPTIONS"].get("server_side_binding")
+    )
+
+
+def _finish_sql(event_id: int, token: uuid.UUID, target: str, **fields) -> bool:
+    """``_finish_in_txn`` and its ``statement_timeout`` in one round trip, one commit.
+
+    One query of two statements, which PostgreSQL runs as one implicit transaction:
+    ``SET LOCAL statement_timeout`` (ends with it), then the compare-and-set (``move_to``'s
+    own UPDATE) in a CTE whose result decides the NOTIFY (``ANY_DUE``, as
+    ``outbox_notify_if_due``). A cancelled or failed statement rolls it all back.
+    """
+    update, params = OutboxEvent.objects.filter(id=event_id, claim_token=token).move_to_sql(
+        target, connection, **fields
+    )
+    timeout = int(conf.value("write_timeout") * 1000)
+    sql = (
+        f"SET LOCAL statement_timeout = {timeout}; "
+        f"WITH moved AS ({update} RETURNING 1), "
+        f"woke AS (SELECT pg_notify(%s, '') WHERE EXISTS (SELECT 1 FROM moved) AND {ANY_DUE}) "
+        "SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM woke)"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, (*params, conf.NOTIFY_CHANNEL))
+        cursor.nextset()  # past the SET
+        moved, _woke = cursor.fetchone()
+    return moved == 1
+
+
 def _finish(event_id: int, token: uuid.UUID, target: str, **fields) -> bool:
-    """``_finish_in_txn`` as an outcome write of its own (``_outcome_write``)."""
+    """``_finish_in_txn`` as an outcome write of its own (``_outcome_write``): on
+    PostgreSQL one round trip (``_finish_sql``)."""
+    if _one_trip(connection):
+        write = lambda: _finish_sql(event_id, token, target, **fields)  # noqa: E731
+        return bool(_outcome_write(write, event_id=event_id, limited=True))
     return bool(
         _outcome_write(lambda: _finish_in_txn(event_id, token, target, **fields), event_id=event_id)
     )

@@ -22,6 +22,13 @@ def outbox_notify() -> None:
             cursor.execute(f"NOTIFY {conf.NOTIFY_CHANNEL}")
 
 
+# "A pending row is due now": the condition of ``outbox_notify_if_due`` (PostgreSQL).
+ANY_DUE = (
+    f"EXISTS (SELECT 1 FROM {OutboxEvent._meta.db_table} "
+    "WHERE status = 'pending' AND available_at <= now())"
+)
+
+
 def outbox_notify_if_due() -> None:
     """Wake the dispatchers only if a pending row is due now (PostgreSQL, at commit).
 
@@ -31,11 +38,7 @@ def outbox_notify_if_due() -> None:
     """
     if conf.is_postgres(connection):
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT pg_notify(%s, '') WHERE EXISTS (SELECT 1 FROM "
-                f"{OutboxEvent._meta.db_table} WHERE status = 'pending' AND available_at <= now())",
-                [conf.NOTIFY_CHANNEL],
-            )
+            cursor.execute(f"SELECT pg_notify(%s, '') WHERE {ANY_DUE}", [conf.NOTIFY_CHANNEL])
 
 
 def outbox_enqueue(

@@ -425,3 +425,31 @@ def test_a_queue_began_since_a_mark_only_once_a_worker_begins_a_row(postgres):
     assert relay.begin(event_id, token)
     assert selectors.queue_began_since(queue="probe", since=mark)
     assert not selectors.queue_began_since(queue="probe", since=None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_heartbeat_thread_renews_every_running_claim_of_its_process(gobrave_config):
+    """Two handlers running at once in one process (as a test thread pool would): both
+    claims are renewed, by one thread, while their blocks run."""
+    import threading
+
+    from outbox.heartbeat import Heartbeat
+    from tests.processes import outbox_rows, wait_for
+
+    gobrave_config(outbox={"liveness_timeout": 0.9})  # a renewal every 0.3 s
+    for name in ("a", "b"):
+        enqueue(name)
+    claimed = relay.claim("probe", 16)
+    for event_id, token in claimed:
+        assert relay.begin(event_id, token)
+    begun = dict(OutboxEvent.objects.values_list("id", "lease_expires_at"))
+    before = {t.name for t in threading.enumerate()}
+    with Heartbeat(*claimed[0]), Heartbeat(*claimed[1]):
+
+        def renewed() -> bool:
+            leases = dict(OutboxEvent.objects.values_list("id", "lease_expires_at"))
+            return all(leases[i] > begun[i] for i in begun)
+
+        wait_for(renewed, timeout=30, message="both leases renewed", describe=outbox_rows)
+        started = {t.name for t in threading.enumerate()} - before
+        assert started <= {"outbox-heartbeat"}, started
