@@ -12,6 +12,9 @@ from gobrave.metrics import metrics_view
 admin.site.site_header = "gobrave operator console"
 admin.site.site_title = "gobrave"
 admin.site.index_title = "Containers, requests and engines"
+# The lists need the width of a 1366 px screen (filters on the right); the index and the
+# breadcrumbs lead everywhere the sidebar did.
+admin.site.enable_nav_sidebar = False
 
 _swagger = SpectacularSwaggerView.as_view(url_name="schema")
 

@@ -121,6 +121,75 @@ def test_dashboard_and_changelist_in_the_browser(
     page.shots("changelist-filtered")
 
 
+FITS = """() => {
+  const box = document.querySelector('#changelist .results') || document.body;
+  return {page: document.documentElement.scrollWidth, over: box.scrollWidth - box.clientWidth};
+}"""
+
+
+def test_every_list_fits_at_1366_px(live_server, page, admin_login, fake_runtime, template):
+    """No changelist scrolls sideways on a 1366 px screen, with long values in its cells."""
+    from containers.models import OrphanContainer
+    from outbox.models import OutboxEvent, OutboxStatus
+
+    root = make_user("root", superuser=True)
+    long_words = "a-rather-long-name-that-someone-typed-" * 3
+    instance = InstanceFactory(
+        name=long_words[:60], status=Status.FAILED, template=template, runtime=fake_runtime
+    )
+    TemplateFactory(name=long_words[:60], image=f"registry.example.com/{long_words}:1.2.3")
+    Runtime.objects.create(
+        name=long_words[:60],
+        driver="docker",
+        base_url=f"tcp://{long_words}.example.com:2376",
+        labels={"engine": "docker", "zone": long_words, "disk": "ssd"},
+        enabled=False,
+    )
+    ContainerEvent.objects.create(
+        instance_id=instance.id,
+        instance_name=instance.name,
+        kind="dead_letter",
+        actor="worker",
+        from_status="creating",
+        to_status="failed",
+        message="ContainerCreateRequest failed: " + "engine said no because " * 20,
+    )
+    OutboxEvent.objects.create(
+        kind="ContainerCreateRequest",
+        queue="create",
+        aggregate_id=str(instance.id),
+        status=OutboxStatus.DEAD,
+        available_at=timezone.now(),
+        attempts=5,
+        last_error="Traceback (most recent call last):\n" + "  File x, line 1, in y\n" * 30,
+    )
+    OrphanContainer.objects.create(
+        runtime=fake_runtime, container_id="f" * 64, name=f"/gb-{long_words}", status="exited"
+    )
+    admin_login(page, root)
+    lists = [
+        "containers/containerinstance",
+        "containers/containertemplate",
+        "containers/runtime",
+        "containers/containerevent",
+        "containers/orphancontainer",
+        "outbox/outboxevent",
+        "dags/dagtemplate",
+        "dags/dagrun",
+        "dags/dagevent",
+        "tenants/userquota",
+    ]
+    widths = {}
+    for path in lists:
+        page.goto(f"{live_server.url}/admin/{path}/")
+        page.wait_for_selector("#changelist")
+        # Neither the page nor the table's own box (.results scrolls sideways) overflows.
+        widths[path] = page.evaluate(FITS)
+        page.shots(path.replace("/", "-"))
+    wide = {path: size for path, size in widths.items() if size["page"] > 1366 or size["over"] > 0}
+    assert wide == {}, widths
+
+
 # --- the whole product -----------------------------------------------------------------------
 
 
@@ -374,3 +443,23 @@ def test_template_env_and_volumes_are_edited_as_rows(
         assert template.env == {"MODE": "debug", "GREETING": "hello world", "EXTRA": "1"}
     finally:
         context.close()
+
+    # Under pull policy never, an image the engine lacks is a warning at save; the action
+    # asks the engine again now.
+    page.goto(f"{base}/{template.pk}/change/")
+    page.fill("#id_image", "gobrave-test-no-such-image:1")
+    page.click("input[name=_continue]")
+    page.wait_for_selector(".messagelist .warning")
+    assert "pull policy is never" in page.locator(".messagelist .warning").inner_text()
+    template.refresh_from_db()
+    assert template.image_status == "missing", template.image_status
+    ContainerTemplate.objects.filter(pk=template.pk).update(image=TEST_IMAGE)  # pulled since
+    page.goto(f"{base}/")
+    page.check(f"input[name=_selected_action][value='{template.pk}']")
+    page.select_option("select[name=action]", "refresh_image_status")
+    page.click("button[name=index]")
+    page.wait_for_selector(".messagelist")
+    assert "Image status — present: rows." in page.locator(".messagelist").inner_text()
+    template.refresh_from_db()
+    assert template.image_status == "present", template.image_status
+    page.shots("image-refreshed")
