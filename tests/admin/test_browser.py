@@ -463,3 +463,104 @@ def test_template_env_and_volumes_are_edited_as_rows(
     template.refresh_from_db()
     assert template.image_status == "present", template.image_status
     page.shots("image-refreshed")
+
+
+# --- the README's quick tour ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_the_readme_quick_tour_on_the_real_engine(live_server, page, admin_login, tmp_path):
+    """Steps 2 to 6 of the README's quick tour as written, on the Docker engine of this
+    machine: the `local` runtime, a template typed as the tour says (`sleep 600`, the
+    constraint, a workspace volume row), an instance added from it reaching running in the
+    list by itself, then `container_stop` / `container_delete ID --wait` by its short id."""
+    import docker
+
+    from containers.engines.labels import LABEL_INSTALLATION
+    from containers.installation import installation_id
+    from containers.models import ContainerTemplate
+
+    _docker_runtime()  # skips (fails in CI) without the engine and its test image
+    Runtime.objects.exclude(name="local").delete()
+    # What migrate makes: the Docker Engine of this machine (a flushed test database lost it).
+    Runtime.objects.update_or_create(
+        name="local",
+        defaults={"driver": "docker", "base_url": DOCKER_URL, "labels": {"engine": "docker"}},
+    )
+    installation = installation_id()
+    root = make_user("root", superuser=True)
+    base = f"{live_server.url}/admin"
+    sdk = docker.APIClient(base_url=DOCKER_URL, version="auto", timeout=30)
+    try:
+        with running_app(tmp_path, **PROCESS_CONFIG) as app:
+            app.dispatcher()
+            app.cluster("create")
+            app.cluster("control")
+            app.monitor()
+
+            # 2. "/" leads to the admin.
+            page.goto(f"{live_server.url}/")
+            page.wait_for_selector("#id_username")
+            admin_login(page, root)
+
+            # 3. A template: an image the engine has, `sleep 600`, {"engine": "docker"}, and
+            #    a volume row with the source $WORKSPACE_PATH and the target /work.
+            page.goto(f"{base}/containers/containertemplate/add/")
+            page.fill("#id_name", "tour")
+            page.fill("#id_image", TEST_IMAGE)
+            page.fill("#id_command", "sleep 600")
+            page.fill("#id_constraints", '{"engine": "docker"}')
+            volume = page.locator(".field-volumes tbody tr").first
+            volume.locator("input[name=volumes-source]").fill("$WORKSPACE_PATH")
+            volume.locator("input[name=volumes-target]").fill("/work")
+            page.click("input[name=_save]")
+            page.wait_for_selector(".messagelist .success")
+            assert ContainerTemplate.objects.get(name="tour").volumes == [
+                {"source": "$WORKSPACE_PATH", "target": "/work", "read_only": False}
+            ]
+
+            # 4. An instance from it, through the add form.
+            page.goto(f"{base}/containers/containerinstance/add/")
+            page.select_option("#id_template", label="tour")
+            page.select_option("#id_owner", label="root")
+            page.click("input[name=_save]")
+            page.wait_for_selector(".messagelist")
+
+            # 5. It goes pending → creating → running in the list, which updates by itself.
+            page.evaluate("window.gbNotReloaded = true")
+            page.wait_for_function(
+                """() => Array.from(document.querySelectorAll('#result_list tbody tr')).some(
+                     tr => tr.querySelector('.gb-status')
+                       && tr.querySelector('.gb-status').textContent.includes('running'))""",
+                timeout=120_000,
+            )
+            assert page.evaluate("window.gbNotReloaded === true"), "the list was reloaded"
+            page.shots("tour-running")
+            instance = ContainerInstance.objects.get(template__name="tour")
+            short = page.locator("#result_list td.field-short_id code").first.inner_text()
+            assert str(instance.id).startswith(short)
+            [held] = sdk.containers(filters={"name": f"^/gb-{instance.id}$"})
+            assert held["Id"] == instance.container_id
+            assert held["Mounts"][0]["Destination"] == "/work"  # the owner's workspace
+
+            stopped = app.manage("container_stop", short, "--wait", timeout=120)
+            assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+            assert "stopped" in stopped.stdout, stopped.stdout
+            deleted = app.manage("container_delete", short, "--wait", timeout=120)
+            assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+            assert not ContainerInstance.objects.filter(pk=instance.pk).exists()
+            assert sdk.containers(all=True, filters={"name": f"^/gb-{instance.id}$"}) == []
+
+            # 6. The queue dashboard, linked from the admin index.
+            page.goto(f"{base}/")
+            page.click("#gobrave-dashboard-link")
+            page.wait_for_selector("#gb-dashboard")
+            assert number(page, "gb-pending") == "0"
+    finally:
+        label = f"{LABEL_INSTALLATION}={installation}"
+        for container in sdk.containers(all=True, filters={"label": label}):
+            sdk.remove_container(container["Id"], force=True)
+        for volume in sdk.volumes(filters={"label": label}).get("Volumes") or []:
+            sdk.remove_volume(volume["Name"], force=True)
+        sdk.close()
