@@ -1,8 +1,9 @@
 """Template writes (operators): create, update, delete. The API and the admin go through these.
 
-Every JSON field is validated with ``containers.spec.clean_template_fields`` before it is
-saved, so a template that cannot make a container is refused (``InvalidSpec`` naming the
-field) instead of failing later in a worker. Each service runs in one transaction and is
+Every JSON field is validated with ``containers.spec.clean_template_fields`` (and the
+volume sources with ``check_volume_roots``) before it is saved, so a template that cannot
+make a container is refused (``InvalidSpec`` naming the field) instead of failing later in
+a worker. Each service runs in one transaction and is
 not idempotent (a second create with the same name is refused).
 """
 
@@ -10,13 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
 
 from containers.errors import InvalidSpec, NotFound, TemplateInUse
 from containers.models import ContainerTemplate
-from containers.spec import clean_template_fields
+from containers.spec import check_volume_roots, clean_template_fields
 
 # The fields a caller may set; everything else (image status, timestamps) is gobrave's.
 WRITABLE = (
@@ -44,6 +46,10 @@ def _clean(fields: dict[str, Any], current: ContainerTemplate | None = None) -> 
         raise InvalidSpec(f"unknown template fields: {', '.join(sorted(unknown))}", field="")
     groups = fields.pop("allowed_groups", None)
     cleaned = {**fields, **clean_template_fields(**fields)}
+    if "volumes" in cleaned:  # a host path no request could use is refused now, not at create
+        check_volume_roots(
+            cleaned["volumes"], settings.GOBRAVE["container"]["allowed_volume_roots"]
+        )
     if current is not None and ("env" in cleaned or "secret_env" in cleaned):
         clean_template_fields(
             env=cleaned.get("env", current.env),

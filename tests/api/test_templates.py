@@ -199,3 +199,32 @@ def test_patching_secret_env_checks_it_against_the_stored_env(staff, template):
     assert error["details"]["field"] == "secret_env"
     template.refresh_from_db()
     assert (template.env, template.secret_env) == ({"TOKEN": "t"}, ["TOKEN"])
+
+
+@pytest.mark.parametrize(
+    "source, says",
+    [
+        ("/etc", "volumes[0].source: /etc is outside the allowed volume roots (/srv)"),
+        ("/etc/$OWNER_ID", "/etc/$OWNER_ID is outside the allowed volume roots (/srv), whatever"),
+        ("/srv/$NOPE", "volumes[0].source: unknown variable $NOPE"),
+    ],
+)
+def test_a_volume_no_request_could_mount_is_refused_when_saved_and_changes_nothing(
+    staff, template, gobrave_config, source, says
+):
+    gobrave_config(container={"allowed_volume_roots": ["/srv"]})
+    response = staff.patch(
+        f"/api/templates/{template.pk}/",
+        {"volumes": [{"source": source, "target": "/data"}]},
+        format="json",
+    )
+    error = assert_error(response, 400, "invalid_spec")
+    assert says in error["message"], error
+    template.refresh_from_db()
+    assert template.volumes == []
+    accepted = staff.patch(
+        f"/api/templates/{template.pk}/",
+        {"volumes": [{"source": "/srv/data/$OWNER_ID", "target": "/data"}]},
+        format="json",
+    )
+    assert accepted.status_code == 200, accepted.content

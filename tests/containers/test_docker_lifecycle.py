@@ -218,6 +218,54 @@ def test_a_created_container_shows_on_its_instance_before_it_started(
     assert (container["Id"], container["State"]) == (held["Id"], "running")
 
 
+def test_the_console_says_what_is_true_of_a_silent_running_sleep_and_a_failed_exit(dock, owner):
+    """The instance page and list on the real engine: no false alarm for a running
+    ``sleep`` (no output yet, present), no Django change history beside the event history,
+    times to the second, and list columns that say what is wrong (exit code and reason,
+    age with the exact time on hover, image, runtime, short id)."""
+    import re
+
+    from django.test import Client
+    from django.urls import reverse
+    from django.utils import timezone
+
+    from outbox import relay
+    from tests.admin.conftest import make_user
+    from tests.processes import outbox_rows
+
+    sleeper = create(dock.template(["sleep", "1000"]), owner)
+    failing = create(dock.template(["sh", "-c", "exit 3"]), owner)
+    for event_id, token in relay.claim("create", 2):
+        relay.execute(event_id, token)
+    sleeper = reaches(sleeper, "running")
+    failing = reaches(failing, "failed")
+    assert failing.exit_code == 3, outbox_rows()
+    admin = Client()
+    admin.force_login(make_user("root", superuser=True))
+
+    page = admin.get(reverse("admin:containers_containerinstance_change", args=[sleeper.pk]))
+    html = page.content.decode()
+    assert "no output yet: the container has written nothing to stdout or stderr" in html
+    assert "present when last seen" in html and ">missing<" not in html
+    assert f'<code title="{sleeper.container_id}">' in html
+    assert "/history/" not in html  # Django's empty change history is not offered ...
+    assert 'id="gb-history"' in html and f"instance_id={sleeper.pk}" in html  # ... the events are
+    started = timezone.localtime(sleeper.started_at).strftime("%Y-%m-%d %H:%M:%S")
+    assert started in html, "times on the page are to the second"
+
+    listing = admin.get(reverse("admin:containers_containerinstance_changelist")).content.decode()
+    row = re.search(rf"<tr>(?:(?!</tr>).)*{failing.name}(?:(?!</tr>).)*</tr>", listing, re.S)
+    assert row, listing
+    cells = row.group(0)
+    assert "exit 3: exited with code 3" in cells
+    assert f'<code title="{failing.pk}">{str(failing.pk)[:8]}</code>' in cells
+    assert IMAGE in cells and dock.runtime.name in cells
+    assert re.search(
+        r'<time datetime="[^"]+" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d">[^<]+ ago</time>',
+        cells,
+    ), cells
+
+
 def test_a_template_no_runtime_matches_is_refused_at_request_time(dock, owner):
     template = dock.template(["sleep", "1"], constraints={"engine": "kubernetes"})
     with pytest.raises(NoMatchingRuntime, match="engine=kubernetes"):
