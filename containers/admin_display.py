@@ -86,10 +86,12 @@ def container_line(instance: ContainerInstance):
     if instance.status == Status.PENDING:
         return format_html("not created yet; it will be <code>{}</code>", instance.container_name)
     # The id is recorded as soon as the engine's create returns; the name is fixed before.
-    return format_html(
-        "<code>{}</code> (the engine's id is recorded once the engine has created it)",
-        instance.container_name,
-    )
+    if instance.status == Status.CREATING:
+        return format_html(
+            "<code>{}</code> (being created: the engine's id shows once the engine has made it)",
+            instance.container_name,
+        )
+    return format_html("<code>{}</code> (no container on record)", instance.container_name)
 
 
 def presence_line(instance: ContainerInstance):

@@ -327,3 +327,24 @@ def test_live_is_refused_to_who_may_not_see_instances(client, outsider):
     client.force_login(outsider)
     response = client.get(reverse(LIVE), {"id": str(uuid.uuid4())})
     assert response.status_code == 302 and reverse("admin:login") in response["Location"]
+
+
+@pytest.mark.parametrize(
+    "status, container_id, says",
+    [
+        (Status.PENDING, "", "not created yet; it will be <code>gb-"),
+        (
+            Status.CREATING,
+            "",
+            "(being created: the engine's id shows once the engine has made it)",
+        ),
+        (Status.CREATING, "f00d" * 16, '<code title="' + "f00d" * 16 + '">f00df00df00d</code>'),
+        (Status.FAILED, "", "(no container on record)"),
+    ],
+)
+def test_the_container_line_says_what_the_engine_holds(
+    as_user, operator, status, container_id, says
+):
+    instance = InstanceFactory(status=status, container_id=container_id)
+    url = reverse("admin:containers_containerinstance_change", args=[instance.pk])
+    assert says in as_user(operator).get(url).content.decode()
