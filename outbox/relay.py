@@ -75,48 +75,85 @@ def _pending_due(queue: str):
 
 
 # The distinct fairness keys of a queue's due pending rows, one index probe per key (a
-# loose index scan on outbox_pending_by_key), however many rows each key has.
+# loose index scan on outbox_pending_by_key), however many rows each key has; with each
+# key's turn (NULL: never served) and the queue's last turn.
 _DUE_KEYS_SQL = """
 WITH RECURSIVE due(key) AS (
     (SELECT fairness_key FROM outbox_outboxevent
-      WHERE queue = %(queue)s AND status = 'pending' AND available_at <= STATEMENT_TIMESTAMP()
+      WHERE queue = %s AND status = 'pending' AND available_at <= STATEMENT_TIMESTAMP()
       ORDER BY fairness_key LIMIT 1)
     UNION ALL
     SELECT (SELECT e.fairness_key FROM outbox_outboxevent e
-             WHERE e.queue = %(queue)s AND e.status = 'pending'
+             WHERE e.queue = %s AND e.status = 'pending'
                AND e.available_at <= STATEMENT_TIMESTAMP() AND e.fairness_key > due.key
              ORDER BY e.fairness_key LIMIT 1)
       FROM due WHERE due.key IS NOT NULL
 )
-SELECT key FROM due WHERE key IS NOT NULL
+SELECT due.key, mark.turn,
+       (SELECT max(turn) FROM outbox_fairnessmark WHERE queue = %s)
+FROM due LEFT JOIN outbox_fairnessmark mark ON mark.queue = %s AND mark.key = due.key
+WHERE due.key IS NOT NULL
+"""
+_CLAIM_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtext('outbox:claim'))"
+_LIVE_SQL = """
+SELECT count(*) FILTER (WHERE queue = %s), count(*) FROM outbox_outboxevent
+WHERE status = 'processing' AND lease_expires_at >= STATEMENT_TIMESTAMP()
 """
 
 
-def _due_keys(queue: str) -> list[str]:
+def _lock_and_count(queue: str) -> tuple[int, int]:
+    """Serialize claimers (an advisory lock on PostgreSQL, the IMMEDIATE write lock on
+    SQLite), then count the live ``processing`` rows: ``(of queue, of every queue)``. On
+    PostgreSQL one round trip (two statements: the count's snapshot follows the lock)."""
     if conf.is_postgres(connection):
         with connection.cursor() as cursor:
-            cursor.execute(_DUE_KEYS_SQL, {"queue": queue})
-            return [row[0] for row in cursor.fetchall()]
-    rows = _pending_due(queue).order_by("fairness_key").values_list("fairness_key", flat=True)
-    return list(rows.distinct())
+            cursor.execute(f"{_CLAIM_LOCK_SQL}; {_LIVE_SQL}", [queue])
+            cursor.nextset()
+            return cursor.fetchone()
+    live = OutboxEvent.objects.filter(status=OutboxStatus.PROCESSING, lease_expires_at__gte=Now())
+    return live.filter(queue=queue).count(), live.count()
 
 
-def _fair_pending(queue: str, room: int) -> tuple[list[tuple[int, str, object, str]], dict]:
+ROW_FIELDS = ("id", "status", "started_at", "fairness_key")
+
+
+def _scan(queue: str, room: int) -> tuple[list[tuple], list[str], dict[str, int], int]:
+    """Up to ``room`` expired rows (locked, ``_expired``), the due keys, their turns and the
+    queue's last turn; on PostgreSQL in one round trip."""
+    expired = (
+        _expired(queue).select_for_update(skip_locked=True, of=("self",)).values_list(*ROW_FIELDS)
+    )[:room]
+    if conf.is_postgres(connection):
+        sql, params = expired.query.get_compiler(connection=connection).as_sql()
+        with connection.cursor() as cursor:
+            cursor.execute(f"{sql}; {_DUE_KEYS_SQL}", (*params, queue, queue, queue, queue))
+            rows = [tuple(row) for row in cursor.fetchall()]
+            cursor.nextset()
+            due = cursor.fetchall()
+        turns = {key: turn for key, turn, _ in due if turn is not None}
+        return rows, [key for key, _, _ in due], turns, (due[0][2] if due else 0) or 0
+    due = _pending_due(queue).order_by("fairness_key").values_list("fairness_key", flat=True)
+    keys = list(due.distinct())
+    marks = FairnessMark.objects.filter(queue=queue)
+    turns = dict(marks.filter(key__in=keys).values_list("key", "turn"))
+    return list(expired), keys, turns, marks.aggregate(turn=Max("turn"))["turn"] or 0
+
+
+def _fair_pending(
+    queue: str, room: int, keys: list[str], turns: dict[str, int]
+) -> list[tuple[int, str, object, str]]:
     """Up to ``room`` due pending rows, round-robin over their fairness keys (contract §8).
 
-    1. List the keys that have due pending rows; order them by their last turn (a key
-       never served first, then the one served least recently; ties by key).
+    1. Order the keys that have due pending rows (``keys``) by their last turn (``turns``:
+       a key never served first, then the one served least recently; ties by key).
     2. Take each key's oldest unblocked rows (``FOR UPDATE SKIP LOCKED``), a fair share
        of the room each, in that key order; while room is left, take more from the keys
        that had more.
     3. Interleave them (every key's first row, then every key's second...), cut at room.
-    Returns the rows and the turns the due keys had (``{key: turn}``, marked keys only).
     """
-    keys = _due_keys(queue)
     if not keys:
-        return [], {}
-    turns = dict(FairnessMark.objects.filter(queue=queue, key__in=keys).values_list("key", "turn"))
-    keys.sort(key=lambda key: (turns.get(key, 0), key))
+        return []
+    keys = sorted(keys, key=lambda key: (turns.get(key, 0), key))
     picked: dict[str, list[tuple]] = {key: [] for key in keys}
     found, active = 0, keys
     while found < room and active:
@@ -132,7 +169,7 @@ def _fair_pending(queue: str, room: int) -> tuple[list[tuple[int, str, object, s
                 _unblocked(rows)
                 .order_by("id")
                 .select_for_update(skip_locked=True, of=("self",))
-                .values_list("id", "status", "started_at", "fairness_key")[:share]
+                .values_list(*ROW_FIELDS)[:share]
             )
             picked[key] += got
             found += len(got)
@@ -141,17 +178,16 @@ def _fair_pending(queue: str, room: int) -> tuple[list[tuple[int, str, object, s
         active = more
     deepest = max(len(rows) for rows in picked.values())
     rounds = (rows[i] for i in range(deepest) for rows in picked.values() if i < len(rows))
-    return list(itertools.islice(rounds, room)), turns
+    return list(itertools.islice(rounds, room))
 
 
-def _mark_served(queue: str, keys: list[str], had: dict[str, int]) -> None:
+def _mark_served(queue: str, keys: list[str], had: dict[str, int], last: int) -> None:
     """Give the keys just served the next turns, in the order they were served.
 
     Only the order of the turns matters (``_fair_pending`` sorts by it), so nothing is
     written when the served keys already hold the last turns of the queue in that order
     (one owner draining a backlog alone: every claim would rewrite its mark for nothing).
     """
-    last = FairnessMark.objects.filter(queue=queue).aggregate(turn=Max("turn"))["turn"] or 0
     turns = {key: last + index for index, key in enumerate(keys, start=1)}
     served = sorted(turns, key=turns.get)
     if [had.get(key) for key in served] == list(range(last - len(served) + 1, last + 1)):
@@ -187,27 +223,18 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
     rolls the caller's back too); the caller hands the rows to workers.
     """
     with transaction.atomic(savepoint=False):
-        if conf.is_postgres(connection):
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(hashtext('outbox:claim'))")
-        live = OutboxEvent.objects.filter(
-            status=OutboxStatus.PROCESSING, lease_expires_at__gte=Now()
-        )
-        room = min(limit, conf.in_flight_limit(queue) - live.filter(queue=queue).count())
+        live_here, live_all = _lock_and_count(queue)
+        room = min(limit, conf.in_flight_limit(queue) - live_here)
         cap = conf.value("max_in_flight")
         if cap and room > 0:
-            room = min(room, cap - live.count())
+            room = min(room, cap - live_all)
         if room <= 0:
             return []
-        rows = list(
-            _expired(queue)
-            .select_for_update(skip_locked=True, of=("self",))
-            .values_list("id", "status", "started_at", "fairness_key")[:room]
-        )
+        rows, keys, turns, last = _scan(queue, room)
         if len(rows) < room:
-            fair, had = _fair_pending(queue, room - len(rows))
+            fair = _fair_pending(queue, room - len(rows), keys, turns)
             if fair:
-                _mark_served(queue, [row[3] for row in fair], had)
+                _mark_served(queue, [row[3] for row in fair], turns, last)
             rows += fair
         if not rows:
             return []
