@@ -35,6 +35,7 @@ What it guarantees:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import multiprocessing
 import os
@@ -72,7 +73,7 @@ WITH taken AS (
         ORDER BY id LIMIT %(bulk)s FOR UPDATE SKIP LOCKED)
     RETURNING id, payload
 )
-SELECT id, claim_token::text, NULL FROM {OutboxEvent._meta.db_table}
+SELECT id, claim_token::text, fairness_key FROM {OutboxEvent._meta.db_table}
 WHERE queue = %(queue)s AND status = 'processing' AND started_at IS NULL
   AND lease_expires_at > now()
 UNION ALL
@@ -88,6 +89,25 @@ def handoff(queue: str, event_id: int, token: str) -> None:
     """
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, %s)", [HANDOFF_CHANNEL, queue])
+
+
+def _fair_order(
+    keys: dict[tuple[int, str], str], pushed: set[tuple[int, str]], claimed: list[int]
+) -> list[tuple[int, str]]:
+    """The claims of ``keys`` (``{(id, token): fairness key}``) not ``pushed`` yet, in the
+    order workers should start them: this read's own claim (``claimed``) as the claim
+    ordered it (round-robin by key), then claims made elsewhere (another dispatcher,
+    another cluster) interleaved by key too (every key's oldest, then every key's next...),
+    so that fair share survives a claim this pusher did not make."""
+    turn = {row_id: index for index, row_id in enumerate(claimed)}
+    new = sorted(set(keys) - pushed)
+    own = sorted((c for c in new if c[0] in turn), key=lambda c: turn[c[0]])
+    by_key: dict[str, list[tuple[int, str]]] = {}
+    for c in new:
+        if c[0] not in turn:
+            by_key.setdefault(keys[c], []).append(c)
+    rounds = itertools.zip_longest(*by_key.values())
+    return own + [c for layer in rounds for c in layer if c is not None]
 
 
 class OutboxBroker(Broker):
@@ -155,7 +175,8 @@ class OutboxBroker(Broker):
         3. Claim this queue's due rows within its in-flight limit (``relay.claim``, as a
            dispatcher does: the pusher is the dispatcher of its own queue, one process
            hop less between a commit and a worker).
-        4. Read the unstarted claims; return those not pushed yet; forget the rest.
+        4. Read the unstarted claims; return those not pushed yet in fair-share order
+           (``_fair_order``); forget the rest.
         5. Take up to ``bulk`` other tasks (deleted as they are taken).
         Steps 3 to 5 are one transaction (one commit per read); the LISTEN connection only
         waits.
@@ -171,7 +192,8 @@ class OutboxBroker(Broker):
             close_old_connections()
             batch = conf.value("batch_size")
             with transaction.atomic():  # one commit: the claim, then the read
-                if len(relay.claim(self.list_key, batch)) >= batch:
+                claimed = relay.claim(self.list_key, batch)
+                if len(claimed) >= batch:
                     self._read_now = True  # more may be due
                 with connection.cursor() as cursor:
                     cursor.execute(_READ, {"queue": self.list_key, "bulk": Conf.BULK})
@@ -182,10 +204,10 @@ class OutboxBroker(Broker):
             close_old_connections()
             time.sleep(WAIT)
             return None
-        current = {(row_id, token) for row_id, token, _ in found if token is not None}
+        keys = {(row_id, token): key for row_id, token, key in found if token is not None}
         others = sorted((row_id, payload) for row_id, token, payload in found if token is None)
-        new = sorted(current - self._pushed)
-        self._pushed = current
+        new = _fair_order(keys, self._pushed, [row_id for row_id, _ in claimed])
+        self._pushed = set(keys)
         if len(others) >= Conf.BULK:
             self._read_now = True  # more may be waiting
         tasks = [(f"outbox-{i}-{token}", self._package(i, token)) for i, token in new]

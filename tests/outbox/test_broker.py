@@ -21,6 +21,7 @@ from outbox.dispatcher import Dispatcher, default_sender
 from outbox.models import OutboxEvent
 from outbox.outcomes import Outcome
 from outbox.services import outbox_enqueue
+from tests.processes import outbox_rows
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 KIND = "TestBroker"
@@ -103,7 +104,8 @@ def test_a_claim_that_rolls_back_hands_nothing_off(broker):
     assert (row.status, task["args"]) == ("processing", (row.id, str(row.claim_token)))
 
 
-def test_the_pusher_claims_due_rows_itself_within_the_in_flight_limit(broker):
+def test_the_pusher_claims_due_rows_itself_within_the_in_flight_limit(broker, gobrave_config):
+    gobrave_config(outbox={"prefetch": 0})
     rows = [enqueue(f"i{n}") for n in range(3)]
     found = tasks(broker.dequeue())  # probe has 2 workers, prefetch 0: 2 in flight
     claimed = list(OutboxEvent.objects.filter(status="processing").order_by("id"))
@@ -113,6 +115,23 @@ def test_the_pusher_claims_due_rows_itself_within_the_in_flight_limit(broker):
     assert relay.execute(*found[0]["args"]) == "sent"
     [third] = tasks(broker.dequeue())
     assert third["args"][0] == rows[2].id
+
+
+def test_the_pusher_hands_out_its_claim_in_round_robin_order_not_by_id(broker, gobrave_config):
+    """With room for the whole backlog (prefetch), the workers still start the rows in
+    fair-share order: the late owner's row goes second, not last."""
+    gobrave_config(outbox={"prefetch": 4})
+    with transaction.atomic():
+        early = [
+            outbox_enqueue(kind=KIND, aggregate_id=f"a{n}", payload={}, fairness_key="alice")
+            for n in range(3)
+        ]
+        late = outbox_enqueue(kind=KIND, aggregate_id="b", payload={}, fairness_key="bob")
+    order = [t["args"][0] for t in tasks(broker.dequeue())]
+    assert order in (
+        [early[0].id, late.id, early[1].id, early[2].id],
+        [late.id, early[0].id, early[1].id, early[2].id],
+    ), (order, outbox_rows())
 
 
 def test_a_started_claim_is_not_handed_out_but_its_reclaim_is(broker):

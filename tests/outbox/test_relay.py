@@ -51,7 +51,9 @@ def probe_kind(gobrave_config):
     calls.clear()
     behaviour.clear()
     dead.clear()
-    gobrave_config(outbox={"backoff_base": 1, "backoff_cap": 600, "max_attempts": 3})
+    # Rows in flight = the workers (prefetch 0): the tests count them exactly;
+    # test_prefetch_adds_to_in_flight_and_lengthens_the_claim_lease covers prefetch.
+    gobrave_config(outbox={"backoff_base": 1, "backoff_cap": 600, "max_attempts": 3, "prefetch": 0})
     yield
     registry._routes.pop(KIND, None)
     registry._queues.pop("probe", None)
