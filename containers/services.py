@@ -42,7 +42,7 @@ from containers.queues import RequestKind
 from containers.spec import clean_constraints, resolve_spec
 from containers.states import IN_FLIGHT, Status, sources_of
 from containers.workspaces import workspace_for
-from core.counters import counter_bump
+from core.counters import counter_add, counter_bump
 from outbox.services import outbox_enqueue
 from tenants.selectors import OwnerQuotas, owner_quotas
 
@@ -333,7 +333,7 @@ def container_create_by_template(
         if existing is None:
             raise
         return existing
-    counter_bump(RequestStat.CREATE_ACCEPTED)
+    counter_add(RequestStat.CREATE_ACCEPTED)  # buffered in a web worker (gobrave.wsgi)
     return instance
 
 
