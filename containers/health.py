@@ -6,6 +6,7 @@ asks an engine. The record is refreshed by:
 - the reconciler, once per pass and runtime (every ``reconcile_interval`` in the monitor,
   or ``manage.py reconcile``): a ping, then the pass;
 - the runtime's own admin page, which checks its engine when opened (bounded in time);
+- the monitor's follower of that engine, at each (re)connect of its event stream;
 - anything else that learns an engine's health (``runtime_health_record``).
 
 Fields: ``health`` (``unknown`` until first checked, then ``reachable`` or

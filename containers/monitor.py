@@ -37,7 +37,9 @@ from django.db import close_old_connections, connection
 from containers.actors import MONITOR, RECONCILER
 from containers.engines import engine_for
 from containers.engines.base import EngineError, EngineEvent
+from containers.engines.calls import engine_ping
 from containers.engines.labels import LABEL_INSTANCE
+from containers.health import runtime_health_record
 from containers.images import template_images_refresh
 from containers.installation import installation_id
 from containers.models import ContainerInstance, MonitorCursor, Runtime
@@ -166,6 +168,7 @@ class Follower:
         delay = BACKOFF_FIRST
         while not stopping.is_set():
             began = time.monotonic()
+            runtime = None
             try:
                 close_old_connections()
                 runtime = Runtime.objects.filter(pk=self.runtime_id, enabled=True).first()
@@ -178,6 +181,8 @@ class Follower:
                 problem = "event stream dropped"
             except EngineError as exc:
                 problem = f"engine unreachable ({exc})"
+                if runtime is not None:
+                    self.health_record(runtime, reachable=False, error=str(exc))
             except Exception as exc:  # noqa: BLE001 - the monitor outlives any one failure
                 log.exception("monitor of runtime %s failed", self.name)
                 problem = f"unexpected error ({exc.__class__.__name__})"
@@ -192,6 +197,23 @@ class Follower:
             stopping.wait(delay)
             delay = min(delay * 2, self.monitor.backoff_cap)
 
+    def health_record(self, runtime: Runtime, *, reachable: bool, error: str = "") -> None:
+        """Record what the stream learnt of its engine on every row of that daemon: a
+        stream that opened says it answers; a failed open is confirmed with a bounded ping
+        first (an engine that answered with an error is not away). So an engine that goes
+        away is recorded unreachable at the follower's next reconnect, seconds after its
+        stream dropped, not at the next reconcile pass. Never raises."""
+        try:
+            if not reachable:
+                reachable, error = engine_ping(runtime=runtime)
+            rows = Runtime.objects.filter(
+                enabled=True, driver=runtime.driver, base_url=runtime.base_url
+            )
+            for runtime_id in rows.values_list("pk", flat=True):
+                runtime_health_record(runtime_id=runtime_id, reachable=reachable, error=error)
+        except Exception:  # noqa: BLE001 - the follower outlives a failed write (DB away)
+            log.warning("runtime %s: health not recorded", self.name, exc_info=True)
+
     def session(self, runtime: Runtime) -> int:
         """One connection: open the stream from the cursor, ask for a reconcile, apply
         events until the stream ends. Returns how many events arrived."""
@@ -200,6 +222,7 @@ class Follower:
             cursor.time_nano = time.time_ns()
             cursor.save(update_fields=["time_nano", "updated_at"])
         stream = engine_for(runtime).events(self.monitor.installation, cursor.time_nano)
+        self.health_record(runtime, reachable=True)
         log.info("following runtime %s (%s) from cursor %s", runtime.name, runtime.base_url, cursor)
         self.monitor.reconcile_soon()
         count = 0

@@ -285,6 +285,40 @@ def test_an_unreachable_engine_is_retried_with_a_clear_message(engine, fake_runt
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_follower_records_its_engine_unreachable_and_back_without_a_reconcile(
+    engine, fake_runtime
+):
+    """Only the follower runs (no reconcile pass ever): a stream that cannot reopen and
+    a ping that fails mark the engine away; the next stream that opens marks it back."""
+
+    def health() -> tuple:
+        return Runtime.objects.values_list("health", "health_since", "last_error").get(
+            pk=fake_runtime.pk
+        )
+
+    monitor = Monitor(backoff_cap=0.05)
+    follower = Follower(monitor, fake_runtime)
+    follower.thread.start()
+    try:
+        wait_for(lambda: health()[0] == "reachable", timeout=10, message="reachable",
+                 describe=lambda: str(health()))  # fmt: skip
+        (engine.root / "fail-events").write_text("100000")
+        (engine.root / "down").write_text("")
+        wait_for(lambda: health()[0] == "unreachable", timeout=10, message="unreachable",
+                 describe=lambda: str(health()))  # fmt: skip
+        _, since, error = health()
+        assert since is not None and "did not answer" in error, health()
+        (engine.root / "fail-events").unlink()
+        (engine.root / "down").unlink()
+        wait_for(lambda: health()[0] == "reachable", timeout=10, message="reachable again",
+                 describe=lambda: str(health()))  # fmt: skip
+        assert health()[2] == "", health()
+    finally:
+        monitor.stop()
+        follower.thread.join(timeout=5)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_follower_stops_when_its_runtime_is_disabled(engine, fake_runtime):
     monitor = Monitor(backoff_cap=0.05)
     follower = Follower(monitor, fake_runtime)
