@@ -78,6 +78,14 @@ def _engine_away(instance: ContainerInstance) -> str:
     return reason
 
 
+def _admitted(instance: ContainerInstance, event: OutboxEvent) -> None:
+    """Mark this claim as the one that passed the capacity gate (``containers.slots``:
+    until it has, a claimed retry holds no slot). Runs under the gate's lock."""
+    if instance.slot_token != event.claim_token:
+        instance.slot_token = event.claim_token
+        instance.save(update_fields=["slot_token"])
+
+
 def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> ContainerInstance | None:
     """Step 1: move ``ready → doing`` (or resume ``doing``); None if superseded.
 
@@ -96,11 +104,15 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
         elif instance.status == ready:
             if gated and not capacity_available():
                 raise Defer(f"no create/start slot free for {instance.id}")
+            if gated:
+                _admitted(instance, event)
             move(instance, doing, actor=WORKER, message=f"outbox #{event.id}")
         elif instance.status == doing:
             # A retry (or a reclaim) held no slot while it waited: it passes the gate again.
             if gated and not capacity_available(exclude=instance.id):
                 raise Defer(f"no create/start slot free for {instance.id} (retry)")
+            if gated:
+                _admitted(instance, event)
         else:
             return None
     if away:

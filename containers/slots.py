@@ -4,12 +4,16 @@ The capacity gate, the reconciler's ``start_timeout``, the queue stats and the t
 samplers all count slots here, so they cannot disagree.
 
 An instance holds a slot while it is ``creating`` or ``starting`` and its request is
-in the slot: leased to a worker (``processing`` under a live lease), or finished while
-the instance has not settled yet (the worker returned; the instance reaches
-``running``, ``failed`` or ``stopped`` by the events or the reconciler). It holds none
-while its request waits: ``pending`` (a retry's backoff, a deferral) or ``processing``
-under a lease that ran out (its worker died; the row is due again). A waiting request
-passes the gate again before it calls the engine.
+in the slot: leased to a worker (``processing`` under a live lease) under the claim that
+passed the capacity gate (``ContainerInstance.slot_token``, set by the handler under the
+gate's lock), or finished while the instance has not settled yet (the worker returned;
+the instance reaches ``running``, ``failed`` or ``stopped`` by the events or the
+reconciler). It holds none while its request waits: ``pending`` (a retry's backoff, a
+deferral), ``processing`` under a lease that ran out (its worker died; the row is due
+again), or claimed again but not yet through the gate (a retry or a reclaim, whose new
+claim is not the one that passed). A waiting request passes the gate again before it
+calls the engine. So the count never passes ``create_queue_max_concurrency``: every
+holder passed the gate, which counted the others under one lock.
 
 Every time compared here is on the database's clock (``Now()``), as the leases are.
 """
@@ -31,6 +35,7 @@ from outbox.models import OutboxEvent, OutboxStatus
 WAITING = Q(status=OutboxStatus.PENDING) | Q(
     status=OutboxStatus.PROCESSING, lease_expires_at__lte=Now()
 )
+UNFINISHED = (OutboxStatus.PENDING, OutboxStatus.PROCESSING)
 
 
 def slot_count(*, exclude: uuid.UUID | str | None = None) -> int:
@@ -41,15 +46,18 @@ def slot_count(*, exclude: uuid.UUID | str | None = None) -> int:
     active = ContainerInstance.objects.filter(status__in=ACTIVE_SLOTS)
     if exclude is not None:
         active = active.exclude(id=exclude)
-    ids = {str(pk) for pk in active.values_list("id", flat=True)}
-    if not ids:
+    admitted = {str(pk): token for pk, token in active.values_list("id", "slot_token")}
+    if not admitted:
         return 0
-    waiting = set(
-        OutboxEvent.objects.filter(aggregate_id__in=ids)
-        .filter(WAITING)
-        .values_list("aggregate_id", flat=True)
+    unfinished = (
+        OutboxEvent.objects.filter(aggregate_id__in=admitted, status__in=UNFINISHED)
+        .annotate(waits=ExpressionWrapper(WAITING, output_field=BooleanField()))
+        .values_list("aggregate_id", "claim_token", "waits")
     )
-    return len(ids - waiting)
+    waiting = {
+        aggregate for aggregate, token, waits in unfinished if waits or token != admitted[aggregate]
+    }
+    return len(admitted) - len(waiting)
 
 
 @dataclass(frozen=True)
@@ -80,7 +88,7 @@ def slot_hold(*, instance_id: uuid.UUID | str) -> SlotHold:
             ),
             age=ExpressionWrapper(Now() - F("started_at"), output_field=DurationField()),
         )
-        .values("status", "live", "age")
+        .values("status", "claim_token", "live", "age")
         .first()
     )
     if row is None:
@@ -93,8 +101,14 @@ def slot_hold(*, instance_id: uuid.UUID | str) -> SlotHold:
             .first()
         )
         return SlotHold(held=age is not None, leased=False, waiting=False, seconds=_secs(age))
+    admitted = (
+        ContainerInstance.objects.filter(id=instance_id)
+        .values_list("slot_token", flat=True)
+        .first()
+    )
     waiting = row["status"] == OutboxStatus.PENDING or (
-        row["status"] == OutboxStatus.PROCESSING and not row["live"]
+        row["status"] == OutboxStatus.PROCESSING
+        and not (row["live"] and row["claim_token"] == admitted)
     )
     return SlotHold(
         held=not waiting,

@@ -128,7 +128,9 @@ def test_a_create_waiting_for_its_retry_holds_no_slot(create, engine, gobrave_co
     assert (status(failing), row.status, row.attempts) == ("running", "sent", 1), row.last_error
 
 
-def test_a_retry_passes_the_gate_again_before_calling_the_runtime(create, engine, gobrave_config):
+def _a_retry_behind_a_holder(create, engine, gobrave_config):
+    """Cap 1: one create failed once and waits for its retry; another holds the slot
+    (``creating``, its request done)."""
     gobrave_config(container={"create_queue_max_concurrency": 1})
     (engine.root / "fail-create").write_text("1")
     failing = create()
@@ -136,6 +138,11 @@ def test_a_retry_passes_the_gate_again_before_calling_the_runtime(create, engine
     holder = create()
     ContainerInstance.objects.filter(pk=holder.pk).update(status="creating")
     OutboxEvent.objects.filter(aggregate_id=str(holder.pk)).update(status="sent")
+    return failing, holder
+
+
+def test_a_retry_passes_the_gate_again_before_calling_the_runtime(create, engine, gobrave_config):
+    failing, holder = _a_retry_behind_a_holder(create, engine, gobrave_config)
     assert slot_count() == 1  # the holder; the failing one waits for its retry
     row = OutboxEvent.objects.get(aggregate_id=str(failing.pk))
     outbox_retry_now(event_id=row.id)
@@ -342,3 +349,25 @@ def test_a_delete_accepted_during_the_engine_create_leaves_the_container_unstart
     assert _record_created(instance, engine, made) is False  # not started
     assert engine.inspect(made).status == "created"
     assert ContainerInstance.objects.get(pk=instance.pk).container_id == made
+
+
+def test_a_retry_claimed_again_holds_no_slot_until_it_passes_the_gate(
+    create, engine, gobrave_config
+):
+    """contract §4: the slots counted never pass the cap. A retry claimed again is in a
+    worker's hands but not through the gate yet (the chaos soak sampled 4 slots of 3
+    when such claims counted): it holds none until its gate lets it in."""
+    failing, holder = _a_retry_behind_a_holder(create, engine, gobrave_config)
+    row = OutboxEvent.objects.get(aggregate_id=str(failing.pk))
+    outbox_retry_now(event_id=row.id)
+    [(event_id, token)] = relay.claim("create", 16)
+    assert event_id == row.id
+    assert slot_count() == 1, outbox_rows()  # claimed, leased, but not admitted: the holder only
+    assert relay.execute(event_id, token) == "deferred"
+    assert slot_count() == 1, outbox_rows()
+    ContainerInstance.objects.filter(pk=holder.pk).update(status="running")
+    outbox_retry_now(event_id=row.id)
+    [(event_id, token)] = relay.claim("create", 16)
+    assert slot_count() == 0, outbox_rows()
+    assert relay.execute(event_id, token) == "sent"
+    assert status(failing) == "running"
