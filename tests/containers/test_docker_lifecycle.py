@@ -266,6 +266,34 @@ def test_the_console_says_what_is_true_of_a_silent_running_sleep_and_a_failed_ex
     ), cells
 
 
+def test_following_the_logs_stops_at_one_mebibyte_while_the_container_runs_on(dock, owner):
+    """``GET logs/?follow=1`` is bounded in size: a container that wrote 1.5 MB and runs on
+    gives 1 MiB and a note saying the output was cut, and the stream ends there (long
+    before its 60 seconds)."""
+    from containers.engines.calls import LOG_FOLLOW_MAX_BYTES
+    from outbox import relay
+    from tests.api.helpers import token_client
+
+    # 1500 lines of 1000 bytes, then silence: all within the tail asked for.
+    command = (
+        'line=$(head -c 999 /dev/zero | tr "\\0" a); yes "$line" | head -c 1500000; sleep 1000'
+    )
+    instance = create(dock.template(["sh", "-c", command]), owner)
+    [(event_id, token)] = relay.claim("create", 1)
+    relay.execute(event_id, token)
+    reaches(instance, "running")
+    response = token_client(owner).get(
+        f"/api/containers/{instance.pk}/logs/?follow=1&seconds=60&tail=10000"
+    )
+    assert response.status_code == 200, response.content
+    body = b"".join(response.streaming_content)  # ends by itself: the container runs on
+    text, _, note = body.decode().rpartition("\n[gobrave: ")
+    assert note == "output cut at 1 MiB; ask again to go on]\n", body[-200:]
+    assert len(text.encode()) == LOG_FOLLOW_MAX_BYTES  # cut mid-line, before the note
+    assert set(text.replace("\n", "")) == {"a"}
+    assert dock.engine_state(instance)["Status"] == "running"
+
+
 def test_a_template_no_runtime_matches_is_refused_at_request_time(dock, owner):
     template = dock.template(["sleep", "1"], constraints={"engine": "kubernetes"})
     with pytest.raises(NoMatchingRuntime, match="engine=kubernetes"):
