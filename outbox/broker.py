@@ -198,6 +198,10 @@ class OutboxBroker(Broker):
                 with connection.cursor() as cursor:
                     cursor.execute(_READ, {"queue": self.list_key, "bulk": Conf.BULK})
                     found = cursor.fetchall()
+                    if any(token is None for _, token, _ in found):
+                        # Tasks taken out of OrmQ: their deletion must be durable before a
+                        # worker runs them (the claim alone may commit asynchronously).
+                        cursor.execute("SET LOCAL synchronous_commit = on")
         except (psycopg.Error, DatabaseError) as exc:
             log.warning("broker %s: %s; reconnecting", self.list_key, exc)
             self._close()

@@ -204,6 +204,33 @@ def test_other_tasks_go_through_ormq_in_the_callers_transaction_and_run_once(bro
     assert broker.dequeue() is None
 
 
+def test_a_claim_commits_without_a_wal_flush_but_a_taken_task_waits_for_it(broker):
+    """The claim's transaction is asynchronous (a lost claim only rolls its rows back);
+    one that also took a task out of OrmQ is made synchronous again (at most once)."""
+
+    def synchronous_commit() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            return cursor.fetchone()[0]
+
+    enqueue()
+    with transaction.atomic():  # seen from inside the claim's transaction
+        assert relay.claim("probe", 16)
+        assert synchronous_commit() == "off"
+    assert synchronous_commit() == "on"  # LOCAL: the session keeps the server's setting
+    from django.test.utils import CaptureQueriesContext
+
+    def dequeue_sql() -> list[str]:
+        with CaptureQueriesContext(connection) as seen:
+            assert tasks(broker.dequeue())
+        return [q["sql"] for q in seen.captured_queries]
+
+    enqueue("b")
+    assert "SET LOCAL synchronous_commit = on" not in dequeue_sql()  # a claim only
+    async_task("math.floor", 1.5, cluster="probe", save=False)
+    assert "SET LOCAL synchronous_commit = on" in dequeue_sql()
+
+
 def test_the_broker_reconnects_after_its_connection_is_cut(broker):
     broker.dequeue()
     with connection.cursor() as cursor:
