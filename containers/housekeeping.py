@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from containers.engines import engine_for
 from containers.engines.labels import LABEL_INSTANCE
 from containers.installation import installation_id
-from containers.models import ContainerEvent, ContainerInstance, Runtime
+from containers.models import ContainerEvent, ContainerInstance, Runtime, Workspace
 
 log = logging.getLogger(__name__)
 
@@ -59,5 +59,10 @@ def containers_remove_unowned(
 
 
 def volume_remove(*, runtime: Runtime, name: str) -> None:
-    """Remove a named volume gobrave made (idempotent). Must run outside a transaction."""
+    """Remove a named volume gobrave made (idempotent). Must run outside a transaction.
+
+    Its ``Workspace`` row goes first: a crash in between leaves a volume that the next
+    create makes again (``shared_volumes_ensure``), never a row for a missing volume.
+    """
+    Workspace.objects.filter(runtime=runtime, source=name).delete()
     engine_for(runtime).remove_volume(name)

@@ -378,7 +378,9 @@ class Workspace(models.Model):
     A row means the volume or directory exists there, owned by the owner's uid and gid
     with mode 2770: the worker makes it before the first create that mounts it, and
     later creates find the row and pay nothing (``containers.workspaces``). Never
-    deleted by gobrave: it holds the owner's files.
+    deleted by gobrave: it holds the owner's files. The same rows record the volumes
+    gobrave adds to a spec and owns like a workspace (a DAG run's ``/dag``): those go,
+    row first, with their volume (``containers.housekeeping.volume_remove``).
     """
 
     runtime = models.ForeignKey(Runtime, on_delete=models.CASCADE, related_name="workspaces")

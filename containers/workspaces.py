@@ -91,16 +91,32 @@ def workspace_ensure(*, instance: ContainerInstance, engine: Engine) -> bool:
     return True
 
 
-def shared_volumes_ensure(*, instance: ContainerInstance, engine: Engine) -> None:
+def shared_volumes_ensure(*, instance: ContainerInstance, engine: Engine) -> int:
     """Volumes gobrave adds to a spec besides the workspace (a DAG run's shared ``/dag``)
     are made writable by the owner's group, like a workspace (uid:gid, mode 2770), since
-    containers do not run as root. Idempotent; asks the engine on every create.
+    containers do not run as root. Returns how many the engine was asked to make.
+
+    1. A ``Workspace`` row for (runtime, owner, volume) with this uid:gid means it was
+       made so: nothing to do (a DAG run's nodes after its first pay no engine call).
+    2. Otherwise ask the engine (idempotent), then record the row (uid:gid updated if a
+       node of another user made it before). ``volume_remove`` deletes the row first.
+    Runs outside any transaction (engine calls).
     """
     spec = instance.spec
     gid = int((spec.get("group_add") or [0])[0])
     uid = int(str(spec.get("user") or gid).split(":")[0])
+    asked = 0
     for mount in spec.get("mounts", []):
         if mount.get("type") != "volume" or mount.get("workspace"):
+            continue
+        made = Workspace.objects.filter(
+            runtime_id=instance.runtime_id,
+            owner_id=instance.owner_id,
+            source=mount["source"],
+            uid=uid,
+            gid=gid,
+        ).exists()
+        if made:
             continue
         engine.ensure_image(spec["image"], spec.get("pull_policy", "never"))
         engine.ensure_workspace(
@@ -113,6 +129,18 @@ def shared_volumes_ensure(*, instance: ContainerInstance, engine: Engine) -> Non
             ),
             image=spec["image"],
         )
+        asked += 1
+        try:
+            with transaction.atomic():
+                Workspace.objects.update_or_create(
+                    runtime_id=instance.runtime_id,
+                    owner_id=instance.owner_id,
+                    source=mount["source"],
+                    defaults={"kind": "volume", "uid": uid, "gid": gid},
+                )
+        except IntegrityError:
+            pass  # recorded by a concurrent create of the same run
+    return asked
 
 
 def mounts_check(*, instance: ContainerInstance) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from containers.models import ContainerInstance
+from containers.models import ContainerInstance, Workspace
 from dags.services import dag_run_cancel, dag_run_retry_failed
+from tests.containers.test_docker_workspaces import helper_creations
 from tests.processes import wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -18,6 +21,7 @@ KEEP = {
 
 
 def test_diamond_runs_d_after_b_and_c_and_d_reads_what_a_wrote(dags):
+    since = int(time.time()) - 1
     with dags.dock.pipeline(**KEEP):
         run = dags.start(
             [
@@ -48,6 +52,30 @@ def test_diamond_runs_d_after_b_and_c_and_d_reads_what_a_wrote(dags):
     assert states["b"]["StartedAt"] > states["a"]["FinishedAt"]
     env = dags.dock.client.inspect_container(containers["d"][0]["Id"])["Config"]["Env"]
     assert f"DAG_RUN_ID={run.pk}" in env and "DAG_NODE=d" in env
+    # The run's volume was made writable once, by the first node's worker, not per node.
+    assert helper_creations(dags.dock, run.workspace_name, since) == 1
+
+
+def test_retry_failed_after_the_workspace_was_removed_writes_to_a_fresh_one(dags):
+    """Under ``dag_node_cleanup_on_dag_finished: delete`` the failed run's volume (and
+    gobrave's record of it) is gone; the re-run's node must get a new, writable one."""
+    since = int(time.time()) - 1
+    write_then_fail = "touch /dag/x && exit 3"  # exit 1 if /dag is not writable
+    with dags.dock.pipeline(container_dag_node_cleanup_on_dag_finished="delete"):
+        run = dags.start([{"key": "w", "command": write_then_fail}])
+        run = dags.ends(run, "failed")
+        wait_for(lambda: not dags.volume_exists(run), timeout=60, message="volume removed")
+        assert not Workspace.objects.filter(source=run.workspace_name).exists()
+        dag_run_retry_failed(run_id=run.pk, actor="test")
+        wait_for(
+            lambda: dags.nodes(run)["w"].attempt == 2 and dags.nodes(run)["w"].status == "failed",
+            timeout=120,
+            message="the re-run's node failed",
+            describe=lambda: dags.describe(run),
+        )
+    node = dags.nodes(run)["w"]
+    assert (node.exit_code, node.reason) == (3, "exited with code 3"), dags.describe(run)
+    assert helper_creations(dags.dock, run.workspace_name, since) == 2
 
 
 FAILING = [
