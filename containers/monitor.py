@@ -12,9 +12,10 @@
    iterator) or an unreachable engine is logged and retried with a backoff capped at
    ``BACKOFF_CAP``; the monitor never exits on engine trouble.
 3. The main thread runs the reconcile: after every (re)connect and every
-   ``reconcile_interval``, and looks for newly enabled runtimes. It also looks again,
-   a second later, at instances whose event found their worker busy (the worker may
-   have inspected the engine just before the event), until the worker is done.
+   ``reconcile_interval``, and looks for newly enabled runtimes. It also looks again at
+   instances whose event found their worker busy (the worker may have inspected the
+   engine just before the event): 50 ms later, then less and less often (at most a
+   second apart), until the worker is done.
 4. SIGTERM sets a flag: the main thread finishes its step, waits until no follower is
    inside one (a follower blocked reading its stream holds nothing), and returns, so the
    process exits 0.
@@ -53,7 +54,11 @@ APPLIED_ACTIONS = frozenset({"start", "die", "oom", "pause", "unpause", "destroy
 BACKOFF_FIRST = 1.0
 BACKOFF_CAP = 30.0
 HEALTHY_STREAM = 60.0  # a stream that lasted this long restarts the backoff
-RECHECK_AFTER = 1.0  # an event that found a worker busy is looked at again this soon...
+# An event that found a worker busy is looked at again soon, then less and less often
+# (the worker usually finishes within tens of ms: a container that exits right after its
+# start is then seen at once, not a second later)...
+RECHECK_FIRST = 0.05
+RECHECK_AFTER = 1.0  # ...at most this far apart...
 RECHECK_FOR = 300.0  # ...for at most this long (the periodic reconcile covers the rest)
 SEEN_MAX = 64  # keys remembered at the cursor's exact time (a handful in practice)
 
@@ -255,7 +260,7 @@ class Monitor:
         self.stopping = threading.Event()
         self.reconcile_wanted = threading.Event()
         self.followers: dict[tuple[str, str], Follower] = {}
-        self._rechecks: dict[str, tuple[float, float]] = {}  # id -> (due, given up at)
+        self._rechecks: dict[str, tuple[float, float, float]] = {}  # id -> (due, end, gap)
         self._rechecks_lock = threading.Lock()
 
     def stop(self, *_args: object) -> None:
@@ -274,18 +279,27 @@ class Monitor:
         while its state moved."""
         now = time.monotonic()
         with self._rechecks_lock:
-            _, until = self._rechecks.get(instance_id, (0.0, now + RECHECK_FOR))
-            self._rechecks[instance_id] = (now + RECHECK_AFTER, until)
+            _, until, gap = self._rechecks.get(instance_id, (0.0, now + RECHECK_FOR, 0.0))
+            gap = min(RECHECK_AFTER, gap * 2) if gap else RECHECK_FIRST
+            self._rechecks[instance_id] = (now + gap, until, gap)
+
+    def _pause(self) -> float:
+        """Until the next recheck is due, between 10 ms and 100 ms."""
+        with self._rechecks_lock:
+            due = min((at for at, _, _ in self._rechecks.values()), default=None)
+        if due is None:
+            return 0.1
+        return max(0.01, min(0.1, due - time.monotonic()))
 
     def _run_rechecks(self) -> None:
         now = time.monotonic()
         with self._rechecks_lock:
-            due = [i for i, (at, _) in self._rechecks.items() if at <= now]
+            due = [i for i, (at, _, _) in self._rechecks.items() if at <= now]
         for instance_id in due:
             if self.stopping.is_set():
                 return
             with self._rechecks_lock:
-                _, until = self._rechecks.pop(instance_id)
+                _, until, gap = self._rechecks.pop(instance_id)
             try:
                 outcome = instance_sync(
                     instance_id=instance_id, actor=MONITOR, data={"source": "recheck"}
@@ -294,9 +308,10 @@ class Monitor:
                 log.warning("recheck of instance %s: engine unreachable (%s)", instance_id, exc)
                 continue
             if outcome in (Sync.BUSY, Sync.RACED) and now < until:
+                gap = min(RECHECK_AFTER, gap * 2)
                 with self._rechecks_lock:
-                    due_again = self._rechecks.get(instance_id, (now + RECHECK_AFTER, 0.0))[0]
-                    self._rechecks[instance_id] = (due_again, until)
+                    due_again = self._rechecks.get(instance_id, (now + gap,))[0]
+                    self._rechecks[instance_id] = (due_again, until, gap)
 
     def run(self) -> None:
         log.info("monitor %s started (installation %s)", os.getpid(), self.installation)
@@ -311,7 +326,7 @@ class Monitor:
                 next_reconcile = time.monotonic() + self.reconcile_interval
             if self._rechecks:
                 self._step(self._run_rechecks)
-            self.stopping.wait(0.1)
+            self.stopping.wait(self._pause())
         for follower in self.followers.values():
             if follower.step.acquire(timeout=60):  # let an event in hand finish
                 continue
