@@ -319,9 +319,13 @@ def _step_cleanup(work: Pass) -> None:
 # --- step 2: create ---------------------------------------------------------------------
 
 
-def _owner_has_work_in_flight(run: DagRun) -> bool:
+def _owner_has_work_in_flight(run: DagRun, *, deletes_coming: bool) -> bool:
     """Could room for the owner free up by waiting? True while any of their instances
-    is in flight or a node of one of their runs still runs."""
+    is in flight (being deleted included), a node of one of their runs still runs, or
+    this advance is about to delete instances (``deletes_coming``: its step 3 runs after
+    the creates, e.g. the instance of the node that just succeeded)."""
+    if deletes_coming:
+        return True
     if ContainerInstance.objects.filter(owner_id=run.owner_id, status__in=IN_FLIGHT).exists():
         return True
     return DagNodeRun.objects.filter(run__owner_id=run.owner_id, status=N.RUNNING).exists()
@@ -340,11 +344,12 @@ def _node_spec(run: DagRun, spec: dict[str, Any]) -> dict[str, Any]:
     return snapshot
 
 
-def _create_one(run_id: uuid.UUID, key: str) -> str:
+def _create_one(run_id: uuid.UUID, key: str, *, deletes_coming: bool = False) -> str:
     """Create one ready node's instance in its own transaction.
 
     Returns ``created``, ``skipped`` (no longer ready), ``full`` (wait and ask again) or
-    ``failed`` (refused for good: the node failed).
+    ``failed`` (refused for good: the node failed). ``deletes_coming``: this advance
+    will delete instances after its creates (room for an ``owner_quota`` refusal).
     """
     with transaction.atomic():
         run = DagRun.objects.select_for_update().filter(id=run_id).first()
@@ -381,7 +386,9 @@ def _create_one(run_id: uuid.UUID, key: str) -> str:
             log.info("dag run %s node %s waits: %s", run.id, key, exc.message)
             return "full"
         except DomainError as exc:
-            if isinstance(exc, OwnerQuotaExceeded) and _owner_has_work_in_flight(run):
+            if isinstance(exc, OwnerQuotaExceeded) and _owner_has_work_in_flight(
+                run, deletes_coming=deletes_coming
+            ):
                 log.info("dag run %s node %s waits: %s", run.id, key, exc.message)
                 return "full"
             node.attempt = attempt
@@ -409,8 +416,9 @@ def _step_create(work: Pass) -> tuple[bool, bool]:
             runtime=run.runtime, labels={LABEL_DAG_RUN: str(run.id)}, actor=runner_actor(run.id)
         )
     failed = full = False
+    deletes_coming = any(action == "delete" for _, action in work.requests)
     for key in work.ready:
-        result = _create_one(run.id, key)
+        result = _create_one(run.id, key, deletes_coming=deletes_coming)
         failed |= result == "failed"
         if result == "full":
             full = True
