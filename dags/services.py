@@ -169,3 +169,33 @@ def dag_run_retry_failed(*, run_id, actor: str) -> DagRun:
             run.save(update_fields=["workspace_removed_at"])
         advance_soon(run.id, why="retry failed")
         return run
+
+
+def dag_run_fail(*, run_id, reason: str, actor: str) -> DagRun | None:
+    """Fail a run that cannot move on by itself (its advance went dead), with the
+    reason, so it never hangs silently: its open nodes end (waiting → skipped, ready and
+    running → failed with the reason), the run → ``failed`` (a ``pending`` run through
+    ``running``), and an advance is asked for to clean up by the policies. "Retry failed"
+    re-runs it. A run already ended only gets the reason in its history.
+
+    Runs inside the caller's transaction (the relay's dead-letter one) or its own;
+    takes the run's row lock. Never raises for a run in any state; None if it is gone.
+    """
+    reason = reason[:2000]
+    with transaction.atomic():
+        run = DagRun.objects.select_for_update().filter(id=run_id).first()
+        if run is None:
+            return None
+        if run.status not in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.CANCELLING):
+            record(run.id, kind="advance_dead", actor=actor, message=reason)
+            return run
+        for node in run.nodes.all():
+            if node.status == NodeStatus.WAITING:
+                node_move(node, NodeStatus.SKIPPED, actor=actor, reason=reason)
+            elif node.status in (NodeStatus.READY, NodeStatus.RUNNING):
+                node_move(node, NodeStatus.FAILED, actor=actor, reason=reason)
+        if run.status == RunStatus.PENDING:
+            run_move(run, RunStatus.RUNNING, actor=actor, message="started, to record why not")
+        run_move(run, RunStatus.FAILED, actor=actor, reason=reason)
+        advance_soon(run.id, why="clean up after a dead advance")
+        return run
