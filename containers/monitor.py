@@ -11,8 +11,10 @@
    the event alone), then advance the cursor. A dropped stream (the SDK just ends the
    iterator) or an unreachable engine is logged and retried with a backoff capped at
    ``BACKOFF_CAP``; the monitor never exits on engine trouble.
-3. The main thread runs the reconcile: after every (re)connect and every
-   ``reconcile_interval``, and looks for newly enabled runtimes. It also looks again at
+3. The main thread renews the monitor's liveness mark every ``poll_interval`` (a live
+   process at a dispatcher's start, ``outbox.liveness``) and runs the reconcile: after
+   every (re)connect and every ``reconcile_interval``, and looks for newly enabled
+   runtimes. It also looks again at
    instances whose event found their worker busy (the worker may have inspected the
    engine just before the event): 50 ms later, then less and less often (at most a
    second apart), until the worker is done.
@@ -46,6 +48,8 @@ from containers.installation import installation_id
 from containers.models import ContainerInstance, MonitorCursor, Runtime
 from containers.reconciler import distinct_engines, reconcile
 from containers.sync import Sync, instance_sync
+from outbox import conf as outbox_conf
+from outbox import liveness
 
 log = logging.getLogger(__name__)
 
@@ -262,6 +266,7 @@ class Monitor:
         self.followers: dict[tuple[str, str], Follower] = {}
         self._rechecks: dict[str, tuple[float, float, float]] = {}  # id -> (due, end, gap)
         self._rechecks_lock = threading.Lock()
+        self.beat_name = liveness.beat_name(liveness.MONITOR)
 
     def stop(self, *_args: object) -> None:
         self.stopping.set()
@@ -317,8 +322,11 @@ class Monitor:
         log.info("monitor %s started (installation %s)", os.getpid(), self.installation)
         if _config()["refresh_image_status_on_start"]:
             self._step(self._refresh_images)
-        next_reconcile = 0.0
+        next_reconcile = next_beat = 0.0
         while not self.stopping.is_set():
+            if time.monotonic() >= next_beat:  # a live process for a dispatcher's start
+                self._step(self._liveness_beat)
+                next_beat = time.monotonic() + float(outbox_conf.value("poll_interval"))
             if self.reconcile_wanted.is_set() or time.monotonic() >= next_reconcile:
                 self.reconcile_wanted.clear()
                 self._step(self._follow_enabled)
@@ -340,6 +348,9 @@ class Monitor:
             action()
         except Exception:  # noqa: BLE001 - one failed step never ends the monitor
             log.exception("monitor step %s failed; retrying later", action.__name__)
+
+    def _liveness_beat(self) -> None:
+        liveness.process_beat(name=self.beat_name, kind=liveness.MONITOR)
 
     def _refresh_images(self) -> None:
         template_images_refresh()

@@ -19,6 +19,7 @@ What it guarantees:
    so a commit reaches a worker without a dispatcher in between. The dispatcher then
    only polls (``poll_interval``): it claims what no pusher took, e.g. while a cluster
    is down. The LISTEN connection is the broker's own (autocommit), never Django's.
+   Each read also renews the pusher's liveness mark (``outbox.liveness``).
 3. **One execution per claim still rests on ``relay.begin()``.** Several clusters of one
    queue may each push the same claim; the compare-and-set on ``started_at`` lets one run
    it and turns the others into ``duplicate`` at no cost to the row.
@@ -51,7 +52,7 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 from core import counters
-from outbox import conf, forking, listen, relay
+from outbox import conf, forking, listen, liveness, relay
 from outbox.models import OutboxEvent
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,7 @@ class OutboxBroker(Broker):
     def _reset(self) -> None:
         self._conn: psycopg.Connection | None = None
         self._pid: int | None = None
+        self._beat: tuple[str, float] | None = None  # (mark name, last beat) in this pid
         self._pushed: set[tuple[int, str]] = set()
         self._read_now = True  # read before the first wait
 
@@ -190,6 +192,7 @@ class OutboxBroker(Broker):
                 pass
             self._read_now = False
             close_old_connections()
+            self._liveness_beat()
             batch = conf.value("batch_size")
             with transaction.atomic():  # one commit: the claim, then the read
                 claimed = relay.claim(self.list_key, batch)
@@ -217,6 +220,17 @@ class OutboxBroker(Broker):
         tasks = [(f"outbox-{i}-{token}", self._package(i, token)) for i, token in new]
         tasks += [(str(task_id), payload) for task_id, payload in others]
         return tasks or None
+
+    def _liveness_beat(self) -> None:
+        """Renew this pusher's liveness mark every ``poll_interval`` (``outbox.liveness``:
+        a cluster that runs counts as a live process at a dispatcher's start)."""
+        now = time.monotonic()
+        if self._beat is None:
+            self._beat = (liveness.beat_name(f"{liveness.PUSHER}-{self.list_key}"), 0.0)
+        name, last = self._beat
+        if now - last >= conf.value("poll_interval"):
+            liveness.process_beat(name=name, kind=liveness.PUSHER)
+            self._beat = (name, now)
 
     def _package(self, event_id: int, token: str) -> str:
         """The task ``async_task(TASK, event_id, token, save=False)`` would have queued."""

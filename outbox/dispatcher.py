@@ -13,8 +13,9 @@
    claim on NOTIFY (``outbox.broker``); the dispatcher only polls, the safety net that
    claims what no pusher took.
 At start (``run``) the dispatcher records its liveness mark and, when it starts cold,
-runs the apps' cold-start callbacks (``outbox.liveness``); it renews the mark every
-``poll_interval`` and drops it at a clean stop.
+runs the apps' cold-start callbacks (``outbox.liveness``; the clusters' pushers and the
+monitor keep marks too, so a dispatcher restarted alone is no cold start); it renews
+the mark every ``poll_interval`` and drops it at a clean stop.
 A SIGTERM sets a flag; the loop finishes the step in hand and returns.
 """
 
@@ -122,7 +123,7 @@ class Dispatcher:
     def beat(self) -> None:
         if time.monotonic() - self.last_beat >= conf.value("poll_interval"):
             self.last_beat = time.monotonic()
-            liveness.dispatcher_beat(name=self.name)
+            liveness.process_beat(name=self.name)
 
     def run(self) -> None:
         log.info("dispatcher %s started (queues: %s)", os.getpid(), registry.queues())

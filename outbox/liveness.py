@@ -1,10 +1,13 @@
-"""Dispatcher liveness marks, and the cold start they let the first dispatcher decide.
+"""Liveness marks of the installation's processes, and the cold start they let the
+first dispatcher decide.
 
-A cold start is the first dispatcher to start when none has been alive for
-``COLD_AFTER`` poll intervals: the whole installation was down (a crash, a reboot, a
-deploy that stopped everything). A restart of one process while another dispatcher
-runs is not one. Apps register what to do at a cold start (``on_cold_start``); the relay
-itself knows nothing of what they do.
+Every dispatcher, every cluster's pusher (``outbox.broker``) and the monitor renew a
+mark every ``poll_interval`` (``process_beat``). A cold start is the first dispatcher
+to start when none of these processes has been alive for ``COLD_AFTER`` poll
+intervals: the whole installation was down (a crash, a reboot, a deploy that stopped
+everything). A restart of one process while others run (the dispatcher while the
+clusters and the monitor go on) is not one. Apps register what to do at a cold start
+(``on_cold_start``); the relay itself knows nothing of what they do.
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ from outbox.models import DispatcherBeat
 
 log = logging.getLogger(__name__)
 
-COLD_AFTER = 10  # poll intervals without any live dispatcher
+COLD_AFTER = 10  # poll intervals without any live process
+DISPATCHER = "dispatcher"
+PUSHER = "pusher"
+MONITOR = "monitor"
 _callbacks: list[Callable[[], None]] = []
 
 
@@ -38,8 +44,8 @@ def on_cold_start(callback: Callable[[], None]) -> None:
     _callbacks.append(callback)
 
 
-def beat_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+def beat_name(kind: str = DISPATCHER) -> str:
+    return f"{kind}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def dispatcher_start(*, name: str) -> bool:
@@ -47,7 +53,12 @@ def dispatcher_start(*, name: str) -> bool:
 
     1. Serialize starts: an advisory lock on PostgreSQL, the IMMEDIATE write lock on
        SQLite (the transaction's first write).
-    2. Cold when no mark is younger than ``COLD_AFTER * poll_interval``.
+    2. Warm when, within ``COLD_AFTER * poll_interval``, a dispatcher beat (it decided
+       when it started, under this lock), or another process (a pusher, the monitor)
+       beat that was already alive before that window: it ran while this dispatcher was
+       away. A process that started within the window is part of this same start (the
+       clusters of a restarted installation may come up before its dispatcher) and says
+       nothing either way. Otherwise cold.
     3. Write this dispatcher's mark, run the callbacks if cold, commit.
     """
     window = dt.timedelta(seconds=COLD_AFTER * conf.value("poll_interval"))
@@ -56,9 +67,13 @@ def dispatcher_start(*, name: str) -> bool:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(hashtext('outbox:start'))")
         DispatcherBeat.objects.filter(beat_at__lt=Now() - window * 100).delete()
-        cold = not DispatcherBeat.objects.filter(beat_at__gte=Now() - window).exists()
+        recent = DispatcherBeat.objects.filter(beat_at__gte=Now() - window)
+        cold = not (
+            recent.filter(kind=DISPATCHER).exists()
+            or recent.exclude(kind=DISPATCHER).filter(started_at__lt=Now() - window).exists()
+        )
         DispatcherBeat.objects.update_or_create(
-            name=name, defaults={"started_at": Now(), "beat_at": Now()}
+            name=name, defaults={"kind": DISPATCHER, "started_at": Now(), "beat_at": Now()}
         )
         if cold:
             log.warning("cold start: no dispatcher alive in the last %ss", window.seconds)
@@ -67,12 +82,13 @@ def dispatcher_start(*, name: str) -> bool:
     return cold
 
 
-def dispatcher_beat(*, name: str) -> None:
-    """Renew this dispatcher's mark (its own short statement)."""
+def process_beat(*, name: str, kind: str = DISPATCHER) -> None:
+    """Renew this process's mark, made on its first beat (its own short statement)."""
     if not DispatcherBeat.objects.filter(name=name).update(beat_at=Now()):
-        DispatcherBeat.objects.create(name=name, started_at=Now(), beat_at=Now())
+        DispatcherBeat.objects.create(name=name, kind=kind, started_at=Now(), beat_at=Now())
 
 
 def dispatcher_gone(*, name: str) -> None:
-    """Drop this dispatcher's mark at a clean stop."""
+    """Drop this dispatcher's mark at a clean stop (other processes' marks simply
+    age: a clean stop of every process then reads as down, as it is)."""
     DispatcherBeat.objects.filter(name=name).delete()

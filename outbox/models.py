@@ -186,14 +186,16 @@ class FairnessMark(models.Model):
 
 
 class DispatcherBeat(models.Model):
-    """A running dispatcher's liveness mark, renewed every ``poll_interval``.
+    """A running process's liveness mark, renewed every ``poll_interval``: a
+    dispatcher's, a cluster's pusher's or the monitor's (``kind``).
 
-    Written only by ``outbox.liveness``. A dispatcher that starts when no mark is
-    younger than ten poll intervals is at a cold start (see there). Times are the
-    database's clock.
+    Written only by ``outbox.liveness``. A dispatcher that starts when none of the
+    installation's processes has been alive for ten poll intervals is at a cold start
+    (see there). Times are the database's clock.
     """
 
     name = models.CharField(max_length=128, primary_key=True)
+    kind = models.CharField(max_length=16, default="dispatcher")
     started_at = models.DateTimeField()
     beat_at = models.DateTimeField()
 
