@@ -11,7 +11,7 @@ same image and command, run by K threads (K = ``create_queue_max_concurrency``, 
 shipped), timed from the first to the last start. Rounds alternate which goes first;
 between rounds every container is removed and the tables emptied, outside the timing.
 
-    .venv/bin/python bench/burst.py [--creates 50] [--rounds 2]
+    .venv/bin/python bench/burst.py [--creates 50] [--rounds 2] [--set section_key=value ...]
 """
 
 from __future__ import annotations
@@ -123,6 +123,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=120, help="max seconds per round")
     parser.add_argument("--keep-db", action="store_true")
+    parser.add_argument(
+        "--set", action="append", default=[], help="section_key=value (e.g. outbox_prefetch=0)"
+    )
     args = parser.parse_args()
     bench_id = f"gbbench-{os.getpid()}-{int(time.time())}"
     client = docker.from_env()
@@ -141,9 +144,15 @@ def main() -> int:
                 f"(bare: {threads} threads), {args.rounds} rounds"
             )
             token = fixtures()
+            overrides = dict(item.split("=", 1) for item in args.set)
             env = c.app_env(
-                url, settings="gobrave.settings", pool=None, container_installation_id=bench_id
+                url,
+                settings="gobrave.settings",
+                pool=None,
+                container_installation_id=bench_id,
+                **overrides,
             )
+            print(f"   config: {overrides or 'config.yml as shipped'}")
             bare, ours = [], []
             with c.processes("burst") as procs:
                 port = start_server(
