@@ -468,10 +468,22 @@ class DockerEngine:
                 raise
 
     def remove_volume(self, name: str) -> None:
-        """Remove the named volume. Idempotent: a missing volume is fine."""
+        """Remove the named volume. Idempotent: a missing volume is fine.
+
+        Ownership helpers of this volume (``ensure_workspace``; never started) are
+        removed first: one left behind by a worker killed, or an engine restarted,
+        between the helper's create and its removal would hold the volume "in use"
+        forever. A helper of a workspace being made right now loses its volume and that
+        create is retried.
+        """
         with _translated(f"remove volume {name}"):
+            api = self._api()
+            helpers = api.containers(all=True, filters={"label": f"{LABEL_WORKSPACE}={name}"})
+            for helper in helpers:
+                with contextlib.suppress(docker.errors.NotFound):
+                    api.remove_container(helper["Id"], force=True)
             try:
-                self._api().remove_volume(name, force=True)
+                api.remove_volume(name, force=True)
             except docker.errors.NotFound:
                 return
 

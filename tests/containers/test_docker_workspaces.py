@@ -146,3 +146,31 @@ def test_a_symlink_swapped_in_before_a_start_is_refused(dock, owner, gobrave_con
     assert "was refused" in row.status_reason and str(allowed) not in row.status_reason
     state = dock.engine_state(instance)
     assert state["Status"] == "exited", state  # never started again on the swapped path
+
+
+def test_removing_a_volume_takes_a_left_behind_ownership_helper_with_it(dock):
+    """A worker killed (or an engine restarted) between the helper's create and its
+    removal leaves a helper that holds the volume; the chaos soak saw a DAG run's volume
+    "in use" by one until its cleanup was dead-lettered. Removing the volume removes it."""
+    from containers.engines import engine_for
+    from containers.engines.docker import LABEL_WORKSPACE
+
+    name = f"gb-test-helper-{dock.installation}"
+    dock.client.create_volume(name)
+    left = dock.client.create_container(
+        "gobrave-test-busybox:latest",
+        command=["true"],
+        labels={LABEL_WORKSPACE: name},
+        host_config=dock.client.create_host_config(binds={name: {"bind": "/w", "mode": "rw"}}),
+    )
+    try:
+        engine_for(dock.runtime).remove_volume(name)
+        names = [v["Name"] for v in dock.client.volumes().get("Volumes") or []]
+        assert name not in names, names
+        helpers = dock.client.containers(all=True, filters={"id": left["Id"]})
+        assert helpers == [], helpers
+    finally:
+        for container in dock.client.containers(all=True, filters={"id": left["Id"]}):
+            dock.client.remove_container(container["Id"], force=True)
+        if name in [v["Name"] for v in dock.client.volumes().get("Volumes") or []]:
+            dock.client.remove_volume(name, force=True)
