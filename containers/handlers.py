@@ -150,7 +150,9 @@ def _apply(instance: ContainerInstance, engine: Engine, runtime_id: str, doing: 
 
     If the reconciler failed the instance meanwhile (start_timeout), undo what this
     worker did, after the transaction: a create removes its container, a start stops it
-    (the container was the user's before the start).
+    (the container was the user's before the start). An instance failed by its
+    container's own exit (an exit code recorded: a stale worker whose lease lapsed while
+    another finished the create) keeps its container, with the user's exit and logs.
     """
     state = engine.inspect(runtime_id)
     node = engine.node_name() if state else ""
@@ -162,7 +164,7 @@ def _apply(instance: ContainerInstance, engine: Engine, runtime_id: str, doing: 
         instance.runtime_node_name = (state.node_name if state else "") or node
         instance.runtime_missing = state is None
         instance.save(update_fields=["container_id", "runtime_node_name", "runtime_missing"])
-        abandoned = instance.status == Status.FAILED
+        abandoned = instance.status == Status.FAILED and instance.exit_code is None
         if instance.status == doing:
             state_apply(instance, state, actor=WORKER)
         elif abandoned:

@@ -246,6 +246,26 @@ def test_worker_that_finds_its_instance_failed_removes_what_it_created(create, e
     assert ContainerEvent.objects.filter(instance_id=instance.pk, kind="cleanup").exists()
 
 
+def test_a_create_finding_its_instance_failed_by_its_own_exit_keeps_the_container(
+    create, engine
+):
+    """A stale worker (its lease lapsed while another finished the create; the container
+    ran and exited 3, and the monitor failed the instance) never removes the user's exit
+    and logs."""
+    from containers.handlers import _apply
+
+    instance = create()
+    drain()
+    engine.set_state(f"gb-{instance.pk}", status="exited", exit_code=3)
+    ContainerInstance.objects.filter(pk=instance.pk).update(status="failed", exit_code=3)
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    _apply(stored, engine, f"gb-{instance.pk}", "creating")
+    state = engine.inspect(f"gb-{instance.pk}")
+    assert state is not None and state.exit_code == 3, state
+    assert status(instance) == "failed"
+    assert not ContainerEvent.objects.filter(instance_id=instance.pk, kind="cleanup").exists()
+
+
 def test_a_start_finding_its_instance_failed_stops_but_keeps_the_container(create, engine):
     from containers.handlers import _apply
 
