@@ -246,9 +246,7 @@ def test_worker_that_finds_its_instance_failed_removes_what_it_created(create, e
     assert ContainerEvent.objects.filter(instance_id=instance.pk, kind="cleanup").exists()
 
 
-def test_a_create_finding_its_instance_failed_by_its_own_exit_keeps_the_container(
-    create, engine
-):
+def test_a_create_finding_its_instance_failed_by_its_own_exit_keeps_the_container(create, engine):
     """A stale worker (its lease lapsed while another finished the create; the container
     ran and exited 3, and the monitor failed the instance) never removes the user's exit
     and logs."""
