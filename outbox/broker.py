@@ -201,7 +201,6 @@ class OutboxBroker(Broker):
                 pass
             self._read_now = False
             close_old_connections()
-            self._liveness_beat()
             batch = conf.value("batch_size")
             with transaction.atomic():  # one commit: the claim, then the read
                 claimed = relay.claim(self.list_key, batch)
@@ -214,6 +213,7 @@ class OutboxBroker(Broker):
                         # Tasks taken out of OrmQ: their deletion must be durable before a
                         # worker runs them (the claim alone may commit asynchronously).
                         cursor.execute("SET LOCAL synchronous_commit = on")
+            self._liveness_beat()  # after the claim: a wake-up never waits for the beat
         except (psycopg.Error, DatabaseError) as exc:
             log.warning("broker %s: %s; reconnecting", self.list_key, exc)
             self._close()
