@@ -62,9 +62,6 @@ HANDOFF_CHANNEL = "gobrave_outbox_handoff"
 # would end the parent's session on the shared socket).
 _inherited: list[psycopg.Connection] = []
 WAIT = 1.0  # seconds a pusher blocks on LISTEN before it re-reads anyway
-# With this many pushed claims not yet begun (work ready for the workers), a wake-up
-# waits GATHER seconds for the next ones, so that one claim refills several slots.
-GATHER_READY, GATHER = 2, 0.01
 TASK = "outbox.tasks.execute"
 
 # One statement, in the claim's transaction: the unstarted claims of a queue, and up to
@@ -176,9 +173,6 @@ class OutboxBroker(Broker):
         1. Unless something woke us since the last read, block on LISTEN (rows committed
            or slots freed: ``gobrave_outbox``; claims made elsewhere:
            ``HANDOFF_CHANNEL``) up to ``WAIT``.
-           When the workers still have work pushed (``GATHER_READY`` claims not begun),
-           wait ``GATHER`` more for the wake-ups that follow, so that a backlog is
-           refilled a few rows per claim, not one; an idle cluster claims at once.
         2. Drain the wake-ups (any commit after this point sends a fresh one).
         3. Claim this queue's due rows within its in-flight limit (``relay.claim``, as a
            dispatcher does: the pusher is the dispatcher of its own queue, one process
@@ -194,9 +188,6 @@ class OutboxBroker(Broker):
             if not self._read_now:
                 for _ in conn.notifies(timeout=WAIT, stop_after=1):
                     pass
-                if len(self._pushed) >= GATHER_READY:
-                    for _ in conn.notifies(timeout=GATHER):
-                        pass
             for _ in conn.notifies(timeout=0):
                 pass
             self._read_now = False
