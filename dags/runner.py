@@ -13,7 +13,8 @@ or removes a node's instance asks for an advance (``dags.receivers``). Steps:
    good; make ready the nodes whose dependencies all succeeded; end the run when no
    node can move.
 2. **Create** ready nodes, one node per short transaction (run locked, then the normal
-   create service, which takes the admission gate last): the instance id is derived
+   create service, which takes the admission gate last; the first ready node's in step
+   1's own transaction, unless leftovers must be removed first): the instance id is derived
    from (run, node, attempt). ``queue_full`` (or ``owner_quota`` while the owner has
    something in flight) leaves the node ready and defers the advance; a refusal that
    waiting cannot cure fails the node, and step 1 runs again.
@@ -104,6 +105,7 @@ class Pass:
     requests: list[tuple[uuid.UUID, str]] = field(default_factory=list)  # (instance, stop|delete)
     remove_workspace: bool = False
     again: bool = False  # a ready node had an instance before (a retry, a lost row)
+    first: str = ""  # what creating the first ready node in step 1 gave (``_create_one``)
 
 
 # --- step 1: settle -----------------------------------------------------------------------
@@ -283,12 +285,22 @@ def _step_settle(run_id: str) -> Pass:
             _finish(run, nodes, actor)
         requests, remove = _cleanup_requests(run, nodes)
         ready = [spec["key"] for spec in run.graph if nodes[spec["key"]].status == N.READY]
+        ready = ready if run.status == R.RUNNING else []
+        again = any(nodes[key].attempt > 0 for key in ready)
+        first = ""
+        if ready and not (again and _config()["cleanup_dag_node_containers_before_start"]):
+            # The first ready node's create shares this transaction (one run lock and
+            # commit less per step of a chain); the others get one each (step 2).
+            deletes_coming = any(action == "delete" for _, action in requests)
+            first = _create_locked(run, nodes[ready[0]], deletes_coming=deletes_coming)
+            ready = ready[1:]
         return Pass(
             run=run,
-            ready=ready if run.status == R.RUNNING else [],
+            ready=[] if first == "full" else ready,
             requests=requests,
             remove_workspace=remove,
-            again=any(nodes[key].attempt > 0 for key in ready),
+            again=again,
+            first=first,
         )
 
 
@@ -358,49 +370,51 @@ def _create_one(run_id: uuid.UUID, key: str, *, deletes_coming: bool = False) ->
         node = run.nodes.filter(key=key).first()
         if node is None or node.status != N.READY:
             return "skipped"
-        actor = runner_actor(run.id)
-        spec = next(s for s in run.graph if s["key"] == key)
-        attempt = node.attempt + 1
-        instance_id = instance_id_for(run.id, key, attempt)
-        template = live_template(int(spec["template"]))
-        try:
-            if template is None:
-                raise DomainError(f"template {spec['template']} no longer exists")
-            if run.runtime_id is None:
-                raise DomainError("no enabled runtime matches every template of the run")
-            with transaction.atomic():
-                instance = container_create_by_template(
-                    template=template,
-                    owner=run.owner,
-                    actor=actor,
-                    name=f"{str(run.id)[:8]}-{key}-{attempt}",
-                    instance_id=instance_id,
-                    runtime=run.runtime,
-                    snapshot=_node_spec(run, spec),
-                    extra_labels={LABEL_DAG_RUN: str(run.id), LABEL_DAG_NODE: key},
-                    extra_mounts=[
-                        {"type": "volume", "source": run.workspace_name, "target": "/dag"}
-                    ],
-                )
-        except QueueFull as exc:
+        return _create_locked(run, node, deletes_coming=deletes_coming)
+
+
+def _create_locked(run: DagRun, node: DagNodeRun, *, deletes_coming: bool) -> str:
+    """``_create_one``'s work on a run locked by the caller, inside its transaction."""
+    key = node.key
+    actor = runner_actor(run.id)
+    spec = next(s for s in run.graph if s["key"] == key)
+    attempt = node.attempt + 1
+    instance_id = instance_id_for(run.id, key, attempt)
+    template = live_template(int(spec["template"]))
+    try:
+        if template is None:
+            raise DomainError(f"template {spec['template']} no longer exists")
+        if run.runtime_id is None:
+            raise DomainError("no enabled runtime matches every template of the run")
+        with transaction.atomic():
+            instance = container_create_by_template(
+                template=template,
+                owner=run.owner,
+                actor=actor,
+                name=f"{str(run.id)[:8]}-{key}-{attempt}",
+                instance_id=instance_id,
+                runtime=run.runtime,
+                snapshot=_node_spec(run, spec),
+                extra_labels={LABEL_DAG_RUN: str(run.id), LABEL_DAG_NODE: key},
+                extra_mounts=[{"type": "volume", "source": run.workspace_name, "target": "/dag"}],
+            )
+    except QueueFull as exc:
+        log.info("dag run %s node %s waits: %s", run.id, key, exc.message)
+        return "full"
+    except DomainError as exc:
+        if isinstance(exc, OwnerQuotaExceeded) and _owner_has_work_in_flight(
+            run, deletes_coming=deletes_coming
+        ):
             log.info("dag run %s node %s waits: %s", run.id, key, exc.message)
             return "full"
-        except DomainError as exc:
-            if isinstance(exc, OwnerQuotaExceeded) and _owner_has_work_in_flight(
-                run, deletes_coming=deletes_coming
-            ):
-                log.info("dag run %s node %s waits: %s", run.id, key, exc.message)
-                return "full"
-            node.attempt = attempt
-            node.tries += 1
-            node_move(node, N.FAILED, actor=actor, reason=f"create refused: {exc.message}"[:2000])
-            return "failed"
         node.attempt = attempt
         node.tries += 1
-        node_move(
-            node, N.RUNNING, actor=actor, instance_id=instance.id, instance_name=instance.name
-        )
-        return "created"
+        node_move(node, N.FAILED, actor=actor, reason=f"create refused: {exc.message}"[:2000])
+        return "failed"
+    node.attempt = attempt
+    node.tries += 1
+    node_move(node, N.RUNNING, actor=actor, instance_id=instance.id, instance_name=instance.name)
+    return "created"
 
 
 def _step_create(work: Pass) -> tuple[bool, bool]:
@@ -438,9 +452,10 @@ def dag_run_advance(*, run_id: str) -> Outcome:
         work = _step_settle(run_id)
         if work.run is None:
             return Outcome.SUPERSEDED
-        failed = False
+        failed, full = work.first == "failed", work.first == "full"
         if work.ready:  # creates first: the next node waits on nothing else
-            failed, full = _step_create(work)
+            more_failed, full = _step_create(work)
+            failed |= more_failed
         _step_cleanup(work)
         if not failed:
             break
