@@ -226,6 +226,12 @@ def report(bare: list[dict], ours: list[dict], loads: list[float]) -> None:
         for actor, count in run["seen_by"].items():
             seen[actor] = seen.get(actor, 0) + count
     print(f"   exits recorded by: {', '.join(f'{a} {n}' for a, n in sorted(seen.items()))}")
+    between = sum(_p50(ours, part)[0] for part in list(PARTS)[:5])
+    bare_between = _p50(bare, "exit_next_created")[0]
+    print(
+        f"   from an exit to the next container created (sum of the p50s above): "
+        f"gobrave {between:.1f} ms, bare {bare_between:.1f} ms per node"
+    )
     per_node = (statistics.median(total) - statistics.median(bare_total)) / NODES * 1000
     print(f"   gobrave adds {per_node:.1f} ms per node (difference of the medians / {NODES})")
     ratio = statistics.median(total) / statistics.median(bare_total)
