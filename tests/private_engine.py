@@ -10,6 +10,10 @@ pidfile, cgroup parent, an empty daemon config and a unix socket under
 made (containers, their shims, mounts, the namespace, the directory) and also runs at
 interpreter exit, so a failed test or a Ctrl-C leaves nothing behind.
 
+``gated_runtime=True`` makes the engine run containers through a wrapper of ``runc``
+that, while ``hold_task_creates()`` is in force, waits before creating a task: a start
+is then in flight for as long as the test wants (to restart the daemon under it).
+
 Needs root, ``ip``, ``nsenter``, ``dockerd`` and ``docker``.
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -49,8 +54,11 @@ class PrivateDockerd:
     ``live_restore=False``: stopping the daemon stops its containers (SIGTERM to each).
     """
 
-    def __init__(self, label: str = "engine", *, live_restore: bool = True) -> None:
+    def __init__(
+        self, label: str = "engine", *, live_restore: bool = True, gated_runtime: bool = False
+    ) -> None:
         self.live_restore = live_restore
+        self.gated_runtime = gated_runtime
         tag = uuid.uuid4().hex[:8]
         self.netns = f"gobrave-{label}-{tag}"
         self.root = Path(f"/tmp/gobrave-{label}-{tag}")
@@ -68,7 +76,7 @@ class PrivateDockerd:
         if not self._made_netns:
             for sub in ("data", "exec"):
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
-            (self.root / "daemon.json").write_text("{}\n")
+            (self.root / "daemon.json").write_text(self._daemon_config())
             _run("ip", "netns", "add", self.netns)
             self._made_netns = True
             self._nsenter("ip", "link", "set", "lo", "up")
@@ -126,6 +134,55 @@ class PrivateDockerd:
         self.start()
         self.restarts += 1
         return time.monotonic() - began
+
+    # --- the gated runtime -----------------------------------------------------------------
+
+    def _daemon_config(self) -> str:
+        if not self.gated_runtime:
+            return "{}\n"
+        gate, wrapper = self.root / "gate", self.root / "runc-gated"
+        gate.mkdir()
+        runc = shutil.which("runc") or "runc"
+        # The shim calls the runtime as `runc [global options] create [options] <id>`.
+        wrapper.write_text(
+            "#!/bin/sh\n"
+            'for arg in "$@"; do\n'
+            f'  if [ "$arg" = create ] && [ -e {gate}/hold ]; then\n'
+            f"    touch {gate}/held\n"
+            f"    while [ -e {gate}/hold ]; do sleep 0.05; done\n"
+            "    break\n"
+            "  fi\n"
+            "done\n"
+            f'exec {runc} "$@"\n'
+        )
+        wrapper.chmod(0o755)
+        config = {"runtimes": {"gated": {"path": str(wrapper)}}, "default-runtime": "gated"}
+        return json.dumps(config) + "\n"
+
+    def hold_task_creates(self) -> None:
+        """From now on every task create waits (the start calling it stays in flight)."""
+        assert self.gated_runtime, "hold_task_creates needs gated_runtime=True"
+        (self.root / "gate" / "held").unlink(missing_ok=True)
+        (self.root / "gate" / "hold").touch()
+
+    def task_create_held(self) -> bool:
+        """True once a task create has begun waiting since ``hold_task_creates()``."""
+        return (self.root / "gate" / "held").exists()
+
+    def release_task_creates(self) -> None:
+        """Let the waiting task creates (and every later one) go on."""
+        (self.root / "gate" / "hold").unlink(missing_ok=True)
+
+    def api_closed(self) -> bool:
+        """True once the daemon has closed its socket (a stop under way, or done)."""
+        return not (self.root / "docker.sock").exists()
+
+    def kill_containerd(self) -> None:
+        """SIGKILL the daemon's own containerd (``exec/containerd``), as the daemon does
+        when its containerd does not stop within 15 s of its own stop."""
+        pid = int((self.root / "exec" / "containerd" / "containerd.pid").read_text())
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
     def answers(self) -> bool:
         try:

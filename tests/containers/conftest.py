@@ -131,13 +131,10 @@ def dock(docker_client, postgres, gobrave_config, tmp_path) -> Iterator[Dock]:
         docker_client.remove_network(network["Id"])
 
 
-@pytest.fixture
-def private_dock(docker_client, postgres, gobrave_config, tmp_path) -> Iterator[Dock]:
-    """A ``Dock`` on a private dockerd without ``--live-restore`` (stopping it stops its
-    containers), with the test image; the engine and all it holds go afterwards."""
+@contextmanager
+def _private_dock(gobrave_config, tmp_path: Path, engine: PrivateDockerd) -> Iterator[Dock]:
     if reason := missing_tools():
         _unavailable(reason)
-    engine = PrivateDockerd("test", live_restore=False)
     try:
         engine.start()
         engine.load_image(IMAGE)
@@ -145,6 +142,25 @@ def private_dock(docker_client, postgres, gobrave_config, tmp_path) -> Iterator[
             yield _dock_on(client, engine.url, gobrave_config, tmp_path, engine=engine)
     finally:
         engine.destroy()
+
+
+@pytest.fixture
+def private_dock(docker_client, postgres, gobrave_config, tmp_path) -> Iterator[Dock]:
+    """A ``Dock`` on a private dockerd without ``--live-restore`` (stopping it stops its
+    containers), with the test image; the engine and all it holds go afterwards."""
+    engine = PrivateDockerd("test", live_restore=False)
+    with _private_dock(gobrave_config, tmp_path, engine) as dock:
+        yield dock
+
+
+@pytest.fixture
+def gated_dock(docker_client, postgres, gobrave_config, tmp_path) -> Iterator[Dock]:
+    """A ``Dock`` on a private dockerd with ``--live-restore`` whose task creates a test
+    can hold (``PrivateDockerd(gated_runtime=True)``): a start stays in flight while the
+    test restarts the daemon."""
+    engine = PrivateDockerd("gated", live_restore=True, gated_runtime=True)
+    with _private_dock(gobrave_config, tmp_path, engine) as dock:
+        yield dock
 
 
 @pytest.fixture
