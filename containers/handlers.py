@@ -26,6 +26,7 @@ from containers.engines.base import (
     EngineError,
     Mount,
     PermanentEngineError,
+    StaleTaskError,
 )
 from containers.engines.labels import LABEL_INSTALLATION
 from containers.errors import MountRefused
@@ -188,7 +189,9 @@ def handle_create(event: OutboxEvent) -> Outcome:
        container the engine holds before it started; an instance that moved on meanwhile
        (failed by the reconciler: its container is removed; a delete accepted) is not
        started, and the create is superseded.
-    4. Start it and apply what the engine says (``_apply``).
+    4. Start it; a container the engine can no longer start (``StaleTaskError``: a
+       daemon restart cut an earlier start short) is replaced once, in this attempt
+       (``_replace_stale``). Then apply what the engine says (``_apply``).
     """
     instance = _begin(event, ready=Status.PENDING, doing=Status.CREATING, gated=True)
     if instance is None:
@@ -196,12 +199,56 @@ def handle_create(event: OutboxEvent) -> Outcome:
         return Outcome.SUPERSEDED
     engine = engine_for(instance.runtime)
     _prepare(instance, engine)
-    runtime_id = engine.create(_spec(instance))
+    spec = _spec(instance)
+    runtime_id = engine.create(spec)
     if not _record_created(instance, engine, runtime_id):
         return Outcome.SUPERSEDED
-    engine.start(runtime_id)
+    try:
+        engine.start(runtime_id)
+    except StaleTaskError as exc:
+        runtime_id = _replace_stale(instance, engine, spec, runtime_id, exc)
+        if not runtime_id:
+            return Outcome.SUPERSEDED
     _apply(instance, engine, runtime_id, Status.CREATING)
     return Outcome.SENT
+
+
+def _replace_stale(
+    instance: ContainerInstance,
+    engine: Engine,
+    spec: ContainerSpec,
+    runtime_id: str,
+    stale: StaleTaskError,
+) -> str:
+    """Step 4 of a create whose container the engine can no longer start: make a new one.
+
+    1. Only a container that never ran is replaced (the engine says ``created``): nothing
+       of the user's is in it. Any other raises ``stale`` again (retried as usual).
+    2. Record why on the instance's history, then force-remove the container.
+    3. Create ``gb-<uuid>`` again (the name is the key: one container, never two), record
+       its id (``_record_created``) and start it. A second ``StaleTaskError`` is left to
+       the relay's retry.
+    Returns the new container's id, or "" when the instance moved on meanwhile. Runs
+    outside any transaction.
+    """
+    state = engine.inspect(runtime_id)
+    if state is None or state.status != "created":
+        raise stale
+    with transaction.atomic():
+        locked = _locked(str(instance.id))
+        if locked is None:
+            return ""
+        _record_cleanup(
+            locked,
+            f"replacing container {runtime_id[:12]}: the engine can no longer start it"
+            f" (a daemon restart cut an earlier start short): {stale}"[:1000],
+        )
+    engine.remove(runtime_id)
+    runtime_id = engine.create(spec)
+    if not _record_created(instance, engine, runtime_id):
+        return ""
+    engine.start(runtime_id)
+    return runtime_id
 
 
 def _record_created(instance: ContainerInstance, engine: Engine, runtime_id: str) -> bool:
@@ -285,6 +332,8 @@ def _remove_abandoned(instance_id: str) -> None:
 
 
 def handle_start(event: OutboxEvent) -> Outcome:
+    """Start the instance's existing container (contract §4); one the engine can no
+    longer start (``StaleTaskError``) fails the start at once, saying so."""
     instance = _begin(event, ready=Status.START_PENDING, doing=Status.STARTING, gated=True)
     if instance is None:
         return Outcome.SUPERSEDED
@@ -295,7 +344,17 @@ def handle_start(event: OutboxEvent) -> Outcome:
             f"container {instance.container_name} is missing (removed outside gobrave)"
         )
     _prepare(instance, engine)
-    engine.start(state.runtime_id)
+    try:
+        engine.start(state.runtime_id)
+    except StaleTaskError as exc:
+        # Unlike a create's, this container holds the user's files and logs: it is not
+        # replaced, and no retry can start it (the engine keeps the stale task through
+        # its own restarts).
+        raise PermanentFailure(
+            f"{exc}\ncontainer {instance.container_name} can no longer be started: its"
+            " engine keeps a stale task for it (a daemon restart cut an earlier start"
+            " short); delete the instance and create a new one"
+        ) from exc
     _apply(instance, engine, state.runtime_id, Status.STARTING)
     return Outcome.SENT
 

@@ -28,6 +28,16 @@ class PermanentEngineError(EngineError):
     """An error that retrying cannot fix (image missing under pull policy never, bad spec)."""
 
 
+class StaleTaskError(EngineError):
+    """The engine holds a task for a container it does not run, so it can never start
+    that container again: a daemon restarted while a start of it was in flight.
+
+    Retrying the same container fails the same way, through further daemon restarts;
+    a new container in its place starts. Retriable as raised (a caller that cannot
+    replace the container lets the relay back off like any engine error).
+    """
+
+
 @dataclass(frozen=True)
 class Mount:
     """One mount: a host path (``bind``) or a named volume (``volume``).
@@ -147,7 +157,10 @@ class Engine(Protocol):
         """
 
     def start(self, ref: str) -> None:
-        """Start (or unpause) the container. Idempotent on a running container."""
+        """Start (or unpause) the container. Idempotent on a running container.
+
+        ``StaleTaskError`` when the engine can no longer start this container.
+        """
 
     def stop(self, ref: str, timeout: int) -> None:
         """Stop, killing after ``timeout`` seconds. Idempotent; a missing container is fine."""

@@ -37,6 +37,7 @@ from containers.engines.base import (
     EngineError,
     EngineEvent,
     PermanentEngineError,
+    StaleTaskError,
     Workspace,
 )
 from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE
@@ -56,6 +57,10 @@ _NANO = 1_000_000_000
 # Where the workspace-ownership helper container sees the workspace.
 _WORKSPACE_MOUNT = "gobrave-workspace"
 LABEL_WORKSPACE = "io.gobrave.workspace"
+# What the engine answers (HTTP 500 on Docker 20.10 / containerd 1.6) when containerd
+# still holds a task for a container the daemon does not run: a restart of the daemon
+# cut a start of it short. Nothing of the user's runs in that task.
+_STALE_TASK = re.compile(r"^task ([0-9a-f]{64}): already exists$")
 _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
 # Transport-level failures: the daemon is unreachable, slow, or the connection broke.
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
@@ -434,16 +439,29 @@ class DockerEngine:
         """Start the container, or unpause it when paused. Nothing when already running.
 
         A missing container is a PermanentEngineError (HTTP 404), as is a command that
-        cannot be executed (HTTP 400).
+        cannot be executed (HTTP 400). When the engine answers that a task for this very
+        container already exists (``_STALE_TASK``), the container is inspected: if the
+        engine runs it, the start is done; otherwise it is a ``StaleTaskError``.
         """
         with _translated(f"start {ref}"):
             api = self._api()
             try:
                 api.start(ref)  # a running container answers 304: nothing to do
+                return
             except docker.errors.APIError as exc:
-                if exc.status_code != 409 or "paused" not in str(exc.explanation):
+                stale = _STALE_TASK.match(str(exc.explanation or ""))
+                if stale is None and exc.status_code == 409 and "paused" in str(exc.explanation):
+                    api.unpause(ref)
+                    return
+                if stale is None:
                     raise
-                api.unpause(ref)
+                message = f"start {ref}: {exc.explanation} (HTTP {exc.status_code})"
+        state = self.inspect(ref)
+        if state is None or state.runtime_id != stale.group(1):
+            raise EngineError(message)  # not this container's task: an ordinary error
+        if state.status == "running":
+            return
+        raise StaleTaskError(message)
 
     def stop(self, ref: str, timeout: int | None = None) -> None:
         """SIGTERM, then SIGKILL after ``timeout`` s (default ``stop_grace``).
