@@ -57,6 +57,8 @@ def _restart_under_held_start(dock, app) -> None:
 def test_create_cut_by_a_daemon_restart_replaces_its_container_and_runs(gated_dock, owner):
     dock, engine = gated_dock, gated_dock.engine
     template = dock.template(SLEEPS)
+    # Calls refused while the daemon is down count attempts: room for a slow machine.
+    # The replacement itself happens within one attempt.
     with dock.pipeline(outbox_max_attempts=20) as app:
         engine.hold_task_creates()
         instance = container_create_by_template(template=template, owner=owner, actor="t")
