@@ -54,11 +54,13 @@ def dispatcher_start(*, name: str) -> bool:
     1. Serialize starts: an advisory lock on PostgreSQL, the IMMEDIATE write lock on
        SQLite (the transaction's first write).
     2. Warm when, within ``COLD_AFTER * poll_interval``, a dispatcher beat (it decided
-       when it started, under this lock), or another process (a pusher, the monitor)
-       beat that was already alive before that window: it ran while this dispatcher was
-       away. A process that started within the window is part of this same start (the
-       clusters of a restarted installation may come up before its dispatcher) and says
-       nothing either way. Otherwise cold.
+       when it started, under this lock), or another live process (a pusher, the
+       monitor) had started before the last beat of the dispatcher that ran before:
+       it lived through the dispatcher's absence, so the installation never went
+       down. A process that started after that beat (the clusters of a rebooted
+       installation come up before its dispatcher, seconds or minutes) belongs to
+       this same start and says nothing either way. Otherwise cold; and cold when no
+       dispatcher ever beat.
     3. Write this dispatcher's mark, run the callbacks if cold, commit.
     """
     window = dt.timedelta(seconds=COLD_AFTER * conf.value("poll_interval"))
@@ -66,17 +68,25 @@ def dispatcher_start(*, name: str) -> bool:
         if conf.is_postgres(connection):
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(hashtext('outbox:start'))")
-        DispatcherBeat.objects.filter(beat_at__lt=Now() - window * 100).delete()
+        dispatchers = DispatcherBeat.objects.filter(kind=DISPATCHER)
+        last = dispatchers.order_by("-beat_at").values_list("pk", "beat_at").first()
+        # Old marks go, but for the last dispatcher's: its last beat is what step 2 asks.
+        DispatcherBeat.objects.filter(beat_at__lt=Now() - window * 100).exclude(
+            pk=last[0] if last else None
+        ).delete()
         recent = DispatcherBeat.objects.filter(beat_at__gte=Now() - window)
         cold = not (
             recent.filter(kind=DISPATCHER).exists()
-            or recent.exclude(kind=DISPATCHER).filter(started_at__lt=Now() - window).exists()
+            or (
+                last is not None
+                and recent.exclude(kind=DISPATCHER).filter(started_at__lte=last[1]).exists()
+            )
         )
         DispatcherBeat.objects.update_or_create(
             name=name, defaults={"kind": DISPATCHER, "started_at": Now(), "beat_at": Now()}
         )
         if cold:
-            log.warning("cold start: no dispatcher alive in the last %ss", window.seconds)
+            log.warning("cold start: no process lived through the dispatchers' absence")
             for callback in _callbacks:
                 callback()
     return cold
@@ -89,6 +99,7 @@ def process_beat(*, name: str, kind: str = DISPATCHER) -> None:
 
 
 def dispatcher_gone(*, name: str) -> None:
-    """Drop this dispatcher's mark at a clean stop (other processes' marks simply
-    age: a clean stop of every process then reads as down, as it is)."""
-    DispatcherBeat.objects.filter(name=name).delete()
+    """Leave this dispatcher's mark at a clean stop, its last beat now: a later start
+    asks whether anything lived through its absence (a clean stop of every process
+    then reads as down, as it is; of the dispatcher alone, as not)."""
+    DispatcherBeat.objects.filter(name=name).update(beat_at=Now())

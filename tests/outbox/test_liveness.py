@@ -38,7 +38,7 @@ def mark(name: str, kind: str, *, started_ago: dt.timedelta, beat_ago: dt.timede
 
 def test_a_dispatcher_restarted_while_a_cluster_and_the_monitor_run_is_no_cold_start(colds):
     mark("old-dispatcher", liveness.DISPATCHER, started_ago=LONG_AGO, beat_ago=LONG_AGO)
-    mark("pusher", liveness.PUSHER, started_ago=LONG_AGO, beat_ago=dt.timedelta(0))
+    mark("pusher", liveness.PUSHER, started_ago=LONG_AGO * 2, beat_ago=dt.timedelta(0))
     assert liveness.dispatcher_start(name=liveness.beat_name()) is False
     assert colds == []
 
@@ -50,6 +50,32 @@ def test_processes_that_came_up_just_before_the_dispatcher_do_not_hide_a_cold_st
     mark("fresh", kind, started_ago=dt.timedelta(0), beat_ago=dt.timedelta(0))
     assert liveness.dispatcher_start(name=liveness.beat_name()) is True
     assert liveness.dispatcher_start(name=liveness.beat_name()) is False  # decided once
+    assert colds == [1]
+
+
+@pytest.mark.parametrize("kind", [liveness.PUSHER, liveness.MONITOR])
+def test_processes_that_came_up_well_before_the_dispatcher_do_not_hide_a_cold_start(colds, kind):
+    """A reboot: the clusters (or the monitor) came up a minute before the dispatcher,
+    longer than the window, but after the last dispatcher's last beat."""
+    mark("old-dispatcher", liveness.DISPATCHER, started_ago=LONG_AGO * 3, beat_ago=LONG_AGO)
+    mark("early", kind, started_ago=dt.timedelta(minutes=1), beat_ago=dt.timedelta(0))
+    assert liveness.dispatcher_start(name=liveness.beat_name()) is True
+    assert colds == [1]
+
+
+def test_a_dispatcher_stopped_cleanly_and_started_again_while_clusters_run_is_warm(colds):
+    mark("pusher", liveness.PUSHER, started_ago=LONG_AGO * 3, beat_ago=dt.timedelta(0))
+    first = liveness.beat_name()
+    mark(first, liveness.DISPATCHER, started_ago=LONG_AGO * 3, beat_ago=LONG_AGO)
+    liveness.dispatcher_gone(name=first)
+    DispatcherBeat.objects.filter(name=first).update(beat_at=Now() - LONG_AGO)  # down 5 min
+    assert liveness.dispatcher_start(name=liveness.beat_name()) is False
+    assert colds == []
+
+
+def test_with_no_dispatcher_ever_a_start_is_cold(colds):
+    mark("pusher", liveness.PUSHER, started_ago=LONG_AGO, beat_ago=dt.timedelta(0))
+    assert liveness.dispatcher_start(name=liveness.beat_name()) is True
     assert colds == [1]
 
 
