@@ -296,7 +296,7 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "poll_interval": (_duration(0.01, 60), 1.0),
         "batch_size": (_integer(1, 1000), 16),
         "max_in_flight": (_optional(_integer(1, 10_000)), None),
-        "prefetch": (_integer(0, 1000), 4),
+        "prefetch": (_integer(0, 1000), 0),
         "delivery_timeout": (_duration(1, 3600), 300.0),
         "lease_margin": (_duration(1, 3600), 30.0),
         "liveness_timeout": (_duration(1, 3600), 20.0),
