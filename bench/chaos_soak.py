@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import sys
 import time
 from collections import Counter
@@ -241,6 +242,7 @@ def soak(args, engine: PrivateDockerd, postgres: ThrowawayPostgres) -> dict:
         if not traffic.dag_runs:
             violations.append("no DAG run was started")
         return {
+            "logs": str(procs.logdir),
             "date": now().isoformat(timespec="seconds"),
             "seconds": seconds,
             "requests": dict(traffic.requests),
@@ -307,6 +309,10 @@ def main() -> int:
         engine.destroy()
     report["machine"] = f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
     figures(report)
+    if report["violations"]:
+        print(f"   the processes' logs are kept in {report['logs']}")
+    else:
+        shutil.rmtree(report["logs"], ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, default=str))
     return 1 if report["violations"] else 0

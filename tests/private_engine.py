@@ -14,7 +14,12 @@ interpreter exit, so a failed test or a Ctrl-C leaves nothing behind.
 that, while ``hold_task_creates()`` is in force, waits before creating a task: a start
 is then in flight for as long as the test wants (to restart the daemon under it).
 
-Needs root, ``ip``, ``nsenter``, ``dockerd`` and ``docker``.
+With ``tcp=True`` it is also a remote engine: a veth pair (10.251.N.0/30, used only
+between its two ends) links the namespace to the host, gobrave reaches the daemon over
+TCP (``url``) while the test keeps the unix socket (``side_door``), and ``cut()`` drops
+every packet inside the namespace (no RST, no ICMP: silence) until ``restore()``.
+
+Needs root, ``ip``, ``nsenter``, ``dockerd`` and ``docker`` (and ``iptables`` to cut).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import atexit
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -33,17 +39,26 @@ from pathlib import Path
 import docker
 
 TOOLS = ("ip", "nsenter", "dockerd", "docker")
+PORT = 2375
 
 
 def _run(*args: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(args, check=check, capture_output=True, text=True, **kwargs)
 
 
-def missing_tools() -> str:
-    """Why no private engine can run here ("" when it can)."""
+def _free_subnet() -> int:
+    used = _run("ip", "-4", "-o", "addr", "show").stdout
+    for n in random.sample(range(256), 256):
+        if f"10.251.{n}." not in used:
+            return n
+    raise RuntimeError("no free 10.251.N.0/30 subnet")
+
+
+def missing_tools(*more: str) -> str:
+    """Why no private engine can run here ("" when it can); ``more``: other tools."""
     if os.geteuid() != 0:
         return "a private dockerd needs root"
-    absent = [tool for tool in TOOLS if not shutil.which(tool)]
+    absent = [tool for tool in (*TOOLS, *more) if not shutil.which(tool)]
     return f"a private dockerd needs {', '.join(absent)}" if absent else ""
 
 
@@ -52,17 +67,25 @@ class PrivateDockerd:
 
     ``url`` is what gobrave's ``Runtime`` row uses; ``client()`` is the SDK on it.
     ``live_restore=False``: stopping the daemon stops its containers (SIGTERM to each).
+    ``tcp=True``: ``url`` is a TCP address over the veth pair; ``side_door`` is always the
+    unix socket.
     """
 
     def __init__(
-        self, label: str = "engine", *, live_restore: bool = True, gated_runtime: bool = False
+        self,
+        label: str = "engine",
+        *,
+        live_restore: bool = True,
+        gated_runtime: bool = False,
+        tcp: bool = False,
     ) -> None:
-        self.live_restore = live_restore
-        self.gated_runtime = gated_runtime
-        tag = uuid.uuid4().hex[:8]
+        self.live_restore, self.gated_runtime, self.tcp = live_restore, gated_runtime, tcp
+        self.tag = tag = uuid.uuid4().hex[:8]
         self.netns = f"gobrave-{label}-{tag}"
         self.root = Path(f"/tmp/gobrave-{label}-{tag}")
-        self.url = f"unix://{self.root}/docker.sock"
+        self.side_door = f"unix://{self.root}/docker.sock"
+        self.url = self.side_door
+        self.hosts = [self.side_door]
         self.cgroup_parent = f"gobrave-{label}-{tag}"
         self.process: subprocess.Popen | None = None
         self.restarts = 0
@@ -80,6 +103,8 @@ class PrivateDockerd:
             _run("ip", "netns", "add", self.netns)
             self._made_netns = True
             self._nsenter("ip", "link", "set", "lo", "up")
+            if self.tcp:
+                self._link()
         log = open(self.root / "dockerd.log", "ab")  # noqa: SIM115 - the daemon holds it
         self.process = subprocess.Popen(
             [
@@ -90,9 +115,10 @@ class PrivateDockerd:
                 f"--data-root={self.root / 'data'}",
                 f"--exec-root={self.root / 'exec'}",
                 f"--pidfile={self.root / 'dockerd.pid'}",
-                f"--host={self.url}",
+                *(f"--host={host}" for host in self.hosts),
                 f"--cgroup-parent={self.cgroup_parent}",
                 *(["--live-restore"] if self.live_restore else []),
+                *(["--tls=false"] if self.tcp else []),
                 "--iptables=false",
                 "--ip6tables=false",
                 "--ip-masq=false",
@@ -192,12 +218,13 @@ class PrivateDockerd:
             return False
 
     def client(self, timeout: float = 30) -> docker.APIClient:
-        return docker.APIClient(base_url=self.url, version="auto", timeout=timeout)
+        """The SDK on the side door (the unix socket: it answers through a cut)."""
+        return docker.APIClient(base_url=self.side_door, version="auto", timeout=timeout)
 
     def load_image(self, image: str) -> None:
         """Copy ``image`` from the machine's engine into this one (read-only there)."""
         save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
-        loaded = _run("docker", "-H", self.url, "load", stdin=save.stdout, check=False)
+        loaded = _run("docker", "-H", self.side_door, "load", stdin=save.stdout, check=False)
         save.wait()
         if save.returncode or loaded.returncode:
             raise RuntimeError(f"could not load {image} into the private engine: {loaded.stderr}")
@@ -205,6 +232,30 @@ class PrivateDockerd:
     def log_tail(self, chars: int = 3000) -> str:
         path = self.root / "dockerd.log"
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    # --- the TCP link (tcp=True) ---------------------------------------------------------
+
+    def _link(self) -> None:
+        n = _free_subnet()
+        host_ip, ns_ip = f"10.251.{n}.1", f"10.251.{n}.2"
+        host_end, ns_end = f"gbh{self.tag}", f"gbn{self.tag}"
+        _run("ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end)
+        _run("ip", "link", "set", ns_end, "netns", self.netns)  # goes with the namespace
+        _run("ip", "addr", "add", f"{host_ip}/30", "dev", host_end)
+        _run("ip", "link", "set", host_end, "up")
+        self._nsenter("ip", "addr", "add", f"{ns_ip}/30", "dev", ns_end)
+        self._nsenter("ip", "link", "set", ns_end, "up")
+        self.url = f"tcp://{ns_ip}:{PORT}"
+        self.hosts = [self.url, self.side_door]
+
+    def cut(self) -> None:
+        """Drop every packet in the namespace: the host sees silence, nothing refused."""
+        for chain, side in (("INPUT", "-i"), ("OUTPUT", "-o")):
+            self._nsenter("iptables", "-w", "-I", chain, "!", side, "lo", "-j", "DROP")
+
+    def restore(self) -> None:
+        for chain, side in (("INPUT", "-i"), ("OUTPUT", "-o")):
+            self._nsenter("iptables", "-w", "-D", chain, "!", side, "lo", "-j", "DROP")
 
     # --- cleanup -------------------------------------------------------------------------
 
@@ -229,8 +280,10 @@ class PrivateDockerd:
         for mount in sorted(mounts, key=len, reverse=True):
             _run("umount", "-l", mount, check=False)
         if self._made_netns:
-            _run("ip", "netns", "delete", self.netns, check=False)
+            _run("ip", "netns", "delete", self.netns, check=False)  # and the veth pair
             self._made_netns = False
+        if self.tcp:
+            _run("ip", "link", "delete", f"gbh{self.tag}", check=False)
         for cgroup in Path("/sys/fs/cgroup").glob(f"*/{self.cgroup_parent}"):
             for below in sorted(cgroup.glob("**/"), key=lambda p: len(str(p)), reverse=True):
                 with contextlib.suppress(OSError):

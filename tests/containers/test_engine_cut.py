@@ -1,9 +1,9 @@
 """A second Docker Engine over TCP whose link is cut silently, then restored (issue 16 item 4).
 
-The test makes a network namespace of its own with a veth pair (10.251.N.0/30, used only
-between the two ends it made), starts a private ``dockerd`` inside it (``nsenter --net``:
-its own data-root, exec-root, pidfile, no bridge, no iptables rules, a TCP host plus a
-unix socket of its own for the test's side door) and loads the test image into it. Then,
+The test starts a private ``dockerd`` reached over TCP (``tests/private_engine.py`` with
+``tcp=True``: a network namespace of its own with a veth pair, 10.251.N.0/30, used only
+between the two ends it made; its own data-root, exec-root, pidfile; a unix socket of its
+own for the test's side door) and loads the test image into it. Then,
 with the whole pipeline running: the link is cut by dropping every packet inside the
 namespace (no RST, no ICMP: silence), a container of ours is killed behind gobrave's back
 through the side door, and the link comes back. Everything it made is removed afterwards,
@@ -12,15 +12,8 @@ also when it fails. Needs root, ``ip``, ``nsenter``, ``iptables`` and ``dockerd`
 
 from __future__ import annotations
 
-import os
-import random
-import shutil
-import subprocess
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import docker
 import pytest
@@ -30,121 +23,31 @@ from containers.services import container_create_by_template
 from outbox.models import OutboxEvent
 from tests.containers.conftest import EXIT_ON_TERM, IMAGE, _unavailable
 from tests.factories import UserFactory
+from tests.private_engine import PrivateDockerd, missing_tools
 from tests.processes import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-PORT = 2375
-
-
-def _run(*args: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(args, check=check, capture_output=True, text=True, **kwargs)
-
-
-@dataclass
-class RemoteEngine:
-    netns: str
-    url: str  # tcp://10.251.N.2:2375, what gobrave uses
-    side_door: str  # unix socket of this engine only, for the test
-    root: Path
-
-    def nsenter(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return _run("nsenter", f"--net=/run/netns/{self.netns}", *args, check=check)
-
-    def cut(self) -> None:
-        """Drop every packet in the namespace: the host sees silence, nothing refused."""
-        for chain, side in (("INPUT", "-i"), ("OUTPUT", "-o")):
-            self.nsenter("iptables", "-w", "-I", chain, "!", side, "lo", "-j", "DROP")
-
-    def restore(self) -> None:
-        for chain, side in (("INPUT", "-i"), ("OUTPUT", "-o")):
-            self.nsenter("iptables", "-w", "-D", chain, "!", side, "lo", "-j", "DROP")
-
-
-def _free_subnet() -> int:
-    used = _run("ip", "-4", "-o", "addr", "show").stdout
-    for n in random.sample(range(256), 256):
-        if f"10.251.{n}." not in used:
-            return n
-    raise RuntimeError("no free 10.251.N.0/30 subnet")
-
 
 @pytest.fixture(scope="module")
-def remote_engine() -> Iterator[RemoteEngine]:
-    tools = ("ip", "nsenter", "iptables", "dockerd", "docker")
-    if os.geteuid() != 0 or not all(shutil.which(tool) for tool in tools):
-        _unavailable(f"needs root and {', '.join(tools)}")
-    tag = uuid.uuid4().hex[:6]
-    netns, host_end, ns_end = f"gbcut{tag}", f"gbh{tag}", f"gbn{tag}"
-    n = _free_subnet()
-    host_ip, ns_ip = f"10.251.{n}.1", f"10.251.{n}.2"
-    root = Path(f"/tmp/gbcut-{tag}")
-    engine = RemoteEngine(netns, f"tcp://{ns_ip}:{PORT}", f"unix://{root}/docker.sock", root)
-    daemon = None
+def remote_engine() -> Iterator[PrivateDockerd]:
+    if reason := missing_tools("iptables"):
+        _unavailable(reason)
+    engine = PrivateDockerd("cut", live_restore=False, tcp=True)
     try:
-        _run("ip", "netns", "add", netns)
-        _run("ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end)
-        _run("ip", "link", "set", ns_end, "netns", netns)
-        _run("ip", "addr", "add", f"{host_ip}/30", "dev", host_end)
-        _run("ip", "link", "set", host_end, "up")
-        engine.nsenter("ip", "addr", "add", f"{ns_ip}/30", "dev", ns_end)
-        engine.nsenter("ip", "link", "set", ns_end, "up")
-        engine.nsenter("ip", "link", "set", "lo", "up")
-        for sub in ("data", "exec"):
-            (root / sub).mkdir(parents=True)
-        log = open(root / "dockerd.log", "w")  # noqa: SIM115 - closed in finally
-        daemon = subprocess.Popen(
-            [
-                "nsenter",
-                f"--net=/run/netns/{netns}",
-                "dockerd",
-                f"--data-root={root / 'data'}",
-                f"--exec-root={root / 'exec'}",
-                f"--pidfile={root / 'dockerd.pid'}",
-                f"-H=tcp://{ns_ip}:{PORT}",
-                f"-H={engine.side_door}",
-                "--bridge=none",
-                "--iptables=false",
-                "--ip6tables=false",
-                "--ip-masq=false",
-                "--userland-proxy=false",
-                "--tls=false",
-                "--log-level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        engine.start()
+        engine.load_image(IMAGE)
 
-        def up() -> bool:
-            if daemon.poll() is not None:
-                raise AssertionError((root / "dockerd.log").read_text()[-3000:])
+        def over_tcp() -> bool:
             try:
                 return docker.APIClient(base_url=engine.url, version="auto", timeout=10).ping()
             except Exception:  # noqa: BLE001 - not up yet
                 return False
 
-        wait_for(up, timeout=90, interval=0.2, message="the private dockerd to answer over TCP")
-        save = subprocess.Popen(["docker", "save", IMAGE], stdout=subprocess.PIPE)
-        loaded = _run("docker", "-H", engine.url, "load", stdin=save.stdout, check=False)
-        save.wait()
-        assert save.returncode == 0 and loaded.returncode == 0, loaded.stderr
+        wait_for(over_tcp, timeout=90, interval=0.2, message="the daemon to answer over TCP")
         yield engine
     finally:
-        if daemon is not None:
-            ids = _run("docker", "-H", engine.side_door, "ps", "-aq", check=False).stdout.split()
-            if ids:
-                _run("docker", "-H", engine.side_door, "rm", "-f", *ids, check=False)
-            daemon.terminate()
-            try:
-                daemon.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait(timeout=10)
-        _run("ip", "netns", "delete", netns, check=False)  # takes the veth pair with it
-        _run("ip", "link", "delete", host_end, check=False)
-        _run("umount", "-R", str(root / "data"), check=False)
-        shutil.rmtree(root, ignore_errors=True)
+        engine.destroy()
 
 
 def _shown(*instances: ContainerInstance) -> str:
