@@ -220,7 +220,7 @@ def soak(args, engine: PrivateDockerd, postgres: ThrowawayPostgres) -> dict:
                 thread.stopping.set()
             for thread in (faults, traffic, sampler, keeper):
                 if thread.is_alive():
-                    thread.join(timeout=120)
+                    thread.join(timeout=30)
         with engine.client() as client:
             on_engine = checks.containers_by_instance(client, args.installation)
         for check, *more in (
