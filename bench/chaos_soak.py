@@ -40,6 +40,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import sys
 import time
 from collections import Counter
@@ -264,7 +265,15 @@ def soak(args, engine: PrivateDockerd, postgres: ThrowawayPostgres) -> dict:
         }
 
 
+def _stop_once(*_args) -> None:
+    """The first SIGTERM (or a timed-out test) stops the soak; later ones are ignored so
+    that nothing cuts its cleanup short (its processes, engine and database)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _stop_once)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--seconds", type=float, default=0, help="overrides --minutes")
