@@ -30,7 +30,7 @@ from containers.engines.base import (
 )
 from containers.engines.labels import LABEL_INSTALLATION
 from containers.errors import MountRefused
-from containers.lifecycle import capacity_available, move, record
+from containers.lifecycle import capacity_available, claims_within_capacity, move, record
 from containers.models import ContainerInstance, Runtime
 from containers.queues import Queue, RequestKind
 from containers.signals import instance_removed
@@ -79,14 +79,6 @@ def _engine_away(instance: ContainerInstance) -> str:
     return reason
 
 
-def _admitted(instance: ContainerInstance, event: OutboxEvent) -> None:
-    """Mark this claim as the one that passed the capacity gate (``containers.slots``:
-    until it has, a claimed retry holds no slot). Runs under the gate's lock."""
-    if instance.slot_token != event.claim_token:
-        instance.slot_token = event.claim_token
-        instance.save(update_fields=["slot_token"])
-
-
 def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> ContainerInstance | None:
     """Step 1: move ``ready → doing`` (or resume ``doing``); None if superseded.
 
@@ -105,15 +97,12 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
         elif instance.status == ready:
             if gated and not capacity_available():
                 raise Defer(f"no create/start slot free for {instance.id}")
-            if gated:
-                _admitted(instance, event)
             move(instance, doing, actor=WORKER, message=f"outbox #{event.id}")
         elif instance.status == doing:
-            # A retry (or a reclaim) held no slot while it waited: it passes the gate again.
+            # A retry (or a reclaim) held no slot while it waited; its claim took one, within
+            # the cap (the claim guard, ``claims_within_capacity``). It passes the gate again.
             if gated and not capacity_available(exclude=instance.id):
                 raise Defer(f"no create/start slot free for {instance.id} (retry)")
-            if gated:
-                _admitted(instance, event)
         else:
             return None
     if away:
@@ -472,5 +461,6 @@ HANDLERS: dict[RequestKind, Callable[[OutboxEvent], Outcome]] = {
 def register() -> None:
     registry.register_queue(Queue.CREATE, settings.GOBRAVE_CREATE_WORKERS)
     registry.register_queue(Queue.CONTROL, settings.GOBRAVE_CONTROL_WORKERS)
+    registry.register_claim_guard(Queue.CREATE, claims_within_capacity)
     for kind, handler in HANDLERS.items():
         registry.register(kind, queue=kind.queue, handler=_translated(handler), on_dead=on_dead)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
@@ -131,3 +132,47 @@ def capacity_available(*, exclude: uuid.UUID | str | None = None) -> bool:
     lock_gate("capacity")
     held = slot_count(exclude=exclude)
     return held < settings.GOBRAVE["container"]["create_queue_max_concurrency"]
+
+
+def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
+    """The create queue's claim guard (``outbox.registry.register_claim_guard``): which of
+    the rows a claim selected it may take without passing the cap (contract §4).
+
+    1. A row whose instance is not ``creating``/``starting`` (a fresh create or start)
+       takes no slot when claimed: its handler passes the gate. All such rows go.
+    2. A row whose instance is already ``creating``/``starting`` (a retry due, a lease
+       reclaimed) makes it a slot the moment it is claimed. If there are any, take the
+       capacity gate (for the rest of the claim's transaction: the claim commits them
+       ``processing`` under it), count the slots, and let the first ``cap - slots`` of
+       them go in claim order; the rest are held back, still due.
+    Lock order: the claim's rows, then the gate; no holder of the gate waits on an
+    outbox row lock (the gate's holders are this guard and the handlers' first step,
+    which writes no outbox row), so there is no cycle.
+    """
+    ids = {aggregate: row_id for row_id, aggregate in rows if _is_uuid(aggregate)}
+    active = {
+        str(pk)
+        for pk in ContainerInstance.objects.filter(
+            id__in=list(ids), status__in=ACTIVE_SLOTS
+        ).values_list("id", flat=True)
+    }
+    if not active:
+        return [row_id for row_id, _ in rows]
+    lock_gate("capacity")
+    room = settings.GOBRAVE["container"]["create_queue_max_concurrency"] - slot_count()
+    allowed = []
+    for row_id, aggregate in rows:
+        if aggregate in active:
+            if room <= 0:
+                continue
+            room -= 1
+        allowed.append(row_id)
+    return allowed
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True

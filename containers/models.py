@@ -187,12 +187,6 @@ class ContainerInstance(FSMModelMixin, models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     status_reason = models.TextField(blank=True)
     spec = models.JSONField(default=dict, blank=True)
-    slot_token = models.UUIDField(
-        null=True,
-        blank=True,
-        help_text="The claim of the create/start request that last passed the capacity gate "
-        "(containers.slots: a claim holds a slot only once it passed).",
-    )
     created_at = models.DateTimeField(auto_now_add=True)
     status_changed_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -1,19 +1,24 @@
 """What a create/start slot is (contract §4), defined once.
 
-The capacity gate, the reconciler's ``start_timeout``, the queue stats and the tests'
-samplers all count slots here, so they cannot disagree.
+The capacity gate, the relay's claim guard for the create queue, the reconciler's
+``start_timeout``, the queue stats and the tests' samplers all count slots here, so they
+cannot disagree.
 
-An instance holds a slot while it is ``creating`` or ``starting`` and its request is
-in the slot: leased to a worker (``processing`` under a live lease) under the claim that
-passed the capacity gate (``ContainerInstance.slot_token``, set by the handler under the
-gate's lock), or finished while the instance has not settled yet (the worker returned;
-the instance reaches ``running``, ``failed`` or ``stopped`` by the events or the
-reconciler). It holds none while its request waits: ``pending`` (a retry's backoff, a
-deferral), ``processing`` under a lease that ran out (its worker died; the row is due
-again), or claimed again but not yet through the gate (a retry or a reclaim, whose new
-claim is not the one that passed). A waiting request passes the gate again before it
-calls the engine. So the count never passes ``create_queue_max_concurrency``: every
-holder passed the gate, which counted the others under one lock.
+An instance holds a slot while it is ``creating`` or ``starting`` and its request row is
+in flight: ``processing`` under a live lease (claimed, whether or not a worker has begun
+it), or finished while the instance has not settled yet (the worker returned; the
+instance reaches ``running``, ``failed`` or ``stopped`` by the events or the reconciler).
+It holds none while its request waits: ``pending`` (a retry's backoff, a deferral, a claim
+held back), or ``processing`` under a lease that ran out (its worker died; the row is due
+again). So the count never passes ``create_queue_max_concurrency``, because every way into
+a slot takes the capacity gate and counts the others first:
+
+1. a fresh create or start (instance ``pending``/``stopped``) moves into ``creating``/
+   ``starting`` in its handler, under the gate (``lifecycle.capacity_available``);
+2. a waiting request of an instance already ``creating``/``starting`` becomes a slot the
+   moment the relay claims its row: the create queue's claim guard
+   (``lifecycle.claims_within_capacity``) lets the claim take only as many as there is
+   room, under the gate, and holds the rest back (still ``pending``, no attempt counted).
 
 Every time compared here is on the database's clock (``Now()``), as the leases are.
 """
@@ -24,8 +29,19 @@ import datetime as dt
 import uuid
 from dataclasses import dataclass
 
-from django.db.models import BooleanField, DurationField, ExpressionWrapper, F, Q
-from django.db.models.functions import Now
+from django.db import connection
+from django.db.models import (
+    BooleanField,
+    CharField,
+    DurationField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    Value,
+)
+from django.db.models.functions import Cast, Now, Replace
 
 from containers.models import ContainerInstance
 from containers.states import ACTIVE_SLOTS
@@ -35,29 +51,28 @@ from outbox.models import OutboxEvent, OutboxStatus
 WAITING = Q(status=OutboxStatus.PENDING) | Q(
     status=OutboxStatus.PROCESSING, lease_expires_at__lte=Now()
 )
-UNFINISHED = (OutboxStatus.PENDING, OutboxStatus.PROCESSING)
+
+
+def _waiting_rows():
+    """The waiting request rows of the outer query's instance (``OuterRef("id")``)."""
+    if connection.vendor == "postgresql":  # uuid::varchar is the hyphenated form we store
+        return OutboxEvent.objects.filter(WAITING, aggregate_id=Cast(OuterRef("id"), CharField()))
+    # SQLite keeps a UUIDField as 32 hex digits.
+    rows = OutboxEvent.objects.annotate(key=Replace(F("aggregate_id"), Value("-"), Value("")))
+    return rows.filter(WAITING, key=OuterRef("id"))
 
 
 def slot_count(*, exclude: uuid.UUID | str | None = None) -> int:
     """How many instances hold a slot now (``exclude``: leave one instance out).
 
-    Reads only; the gate calls it with the capacity lock held, so its count is exact.
+    One statement, so one snapshot: a sampler never sees an instance that settled beside
+    a request claimed after it settled. Reads only; the gate and the claim guard call it
+    with the capacity lock held, so their count is exact.
     """
     active = ContainerInstance.objects.filter(status__in=ACTIVE_SLOTS)
     if exclude is not None:
         active = active.exclude(id=exclude)
-    admitted = {str(pk): token for pk, token in active.values_list("id", "slot_token")}
-    if not admitted:
-        return 0
-    unfinished = (
-        OutboxEvent.objects.filter(aggregate_id__in=admitted, status__in=UNFINISHED)
-        .annotate(waits=ExpressionWrapper(WAITING, output_field=BooleanField()))
-        .values_list("aggregate_id", "claim_token", "waits")
-    )
-    waiting = {
-        aggregate for aggregate, token, waits in unfinished if waits or token != admitted[aggregate]
-    }
-    return len(admitted) - len(waiting)
+    return active.filter(~Exists(_waiting_rows())).count()
 
 
 @dataclass(frozen=True)
@@ -88,7 +103,7 @@ def slot_hold(*, instance_id: uuid.UUID | str) -> SlotHold:
             ),
             age=ExpressionWrapper(Now() - F("started_at"), output_field=DurationField()),
         )
-        .values("status", "claim_token", "live", "age")
+        .values("status", "live", "age")
         .first()
     )
     if row is None:
@@ -101,14 +116,8 @@ def slot_hold(*, instance_id: uuid.UUID | str) -> SlotHold:
             .first()
         )
         return SlotHold(held=age is not None, leased=False, waiting=False, seconds=_secs(age))
-    admitted = (
-        ContainerInstance.objects.filter(id=instance_id)
-        .values_list("slot_token", flat=True)
-        .first()
-    )
     waiting = row["status"] == OutboxStatus.PENDING or (
-        row["status"] == OutboxStatus.PROCESSING
-        and not (row["live"] and row["claim_token"] == admitted)
+        row["status"] == OutboxStatus.PROCESSING and not row["live"]
     )
     return SlotHold(
         held=not waiting,

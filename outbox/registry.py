@@ -2,6 +2,9 @@
 
 Apps fill the registry in ``AppConfig.ready()``; the relay never imports them.
 
+A queue may also have a claim guard (``register_claim_guard``): the relay asks it, in the
+claim's transaction, which of the rows it selected it may claim now (contract §3).
+
 A handler receives the claimed ``OutboxEvent`` and returns an ``Outcome``, or raises:
 ``Defer`` (not now, no attempt counted), ``PermanentFailure`` (dead at once) or any
 other exception (retriable, counted, with its traceback kept).
@@ -9,7 +12,7 @@ other exception (retriable, counted, with its traceback kept).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,6 +48,9 @@ class RetryLater(Exception):  # noqa: N818
 
 Handler = Callable[["OutboxEvent"], Outcome]
 DeadHook = Callable[["OutboxEvent", str], None]
+# Given the selected rows as ``(row id, aggregate id)`` in claim order, the ids that may be
+# claimed now; the others are left as they were (due again at the next claim).
+ClaimGuard = Callable[[Sequence[tuple[int, str]]], Collection[int]]
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,7 @@ class Route:
 
 _routes: dict[str, Route] = {}
 _queues: dict[str, int] = {}
+_claim_guards: dict[str, ClaimGuard] = {}
 
 
 def register_queue(name: str, workers: int) -> None:
@@ -69,6 +76,23 @@ def register(kind: str, *, queue: str, handler: Handler, on_dead: DeadHook | Non
     if queue not in _queues:
         raise ValueError(f"unknown queue {queue!r}; register_queue() it first")
     _routes[kind] = Route(kind=kind, queue=queue, handler=handler, on_dead=on_dead)
+
+
+def register_claim_guard(queue: str, guard: ClaimGuard) -> None:
+    """Let ``guard`` decide which selected rows of ``queue`` a claim takes.
+
+    The relay calls it inside the claim's transaction, after the rows are locked and
+    before they are marked ``processing``, so what the guard reads and locks there holds
+    until the claim commits. It must not write outbox rows, and must only ever lock
+    what nothing that waits on a claim holds (the claim holds its rows' locks meanwhile).
+    """
+    if queue not in _queues:
+        raise ValueError(f"unknown queue {queue!r}; register_queue() it first")
+    _claim_guards[queue] = guard
+
+
+def claim_guard(queue: str) -> ClaimGuard | None:
+    return _claim_guards.get(queue)
 
 
 def route(kind: str) -> Route | None:

@@ -121,7 +121,7 @@ def _lock_and_count(queue: str) -> tuple[int, int]:
     return live.filter(queue=queue).count(), live.count()
 
 
-ROW_FIELDS = ("id", "status", "started_at", "fairness_key")
+ROW_FIELDS = ("id", "status", "started_at", "fairness_key", "aggregate_id")
 
 
 def _scan(queue: str, room: int) -> tuple[list[tuple], list[str], dict[str, int], int]:
@@ -211,6 +211,20 @@ def _mark_served(queue: str, keys: list[str], had: dict[str, int], last: int) ->
     )
 
 
+def _guarded(queue: str, rows: list[tuple]) -> list[tuple]:
+    """``rows`` less those the queue's claim guard holds back (``registry.claim_guard``).
+
+    A row held back is left as it was (``pending``, or ``processing`` under a lease that
+    ran out), still due: no attempt or reclaim counted, its key keeps its turn, and the
+    rows behind it of its aggregate stay behind it.
+    """
+    guard = registry.claim_guard(queue)
+    if guard is None or not rows:
+        return rows
+    allowed = set(guard([(row[0], row[4]) for row in rows]))
+    return [row for row in rows if row[0] in allowed]
+
+
 def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
     """Claim up to ``limit`` due rows of ``queue``; return ``(id, claim token)`` pairs.
 
@@ -222,7 +236,9 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
        ``FOR UPDATE SKIP LOCKED``: first ``processing`` rows whose lease expired (oldest
        first), then due ``pending`` rows round-robin by fairness key (``_fair_pending``),
        whose keys get the next turns (``FairnessMark``), in this transaction.
-    4. Mark them ``processing`` under a fresh token and a lease. A row reclaimed after
+    4. Ask the queue's claim guard, if it has one (``_guarded``), which of them it may
+       take now; only the pending rows taken get turns.
+    5. Mark them ``processing`` under a fresh token and a lease. A row reclaimed after
        it had started (its worker died) counts an attempt; one reclaimed before any
        worker began it (handed to a cluster that took no tasks) counts a reclaim, with
        the reason on the row, so it never loops silently.
@@ -239,10 +255,11 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
             return []
         rows, keys, turns, last = _scan(queue, room)
         if len(rows) < room:
-            fair = _fair_pending(queue, room - len(rows), keys, turns)
-            if fair:
-                _mark_served(queue, [row[3] for row in fair], turns, last)
-            rows += fair
+            rows += _fair_pending(queue, room - len(rows), keys, turns)
+        rows = _guarded(queue, rows)
+        served = [row[3] for row in rows if row[1] == OutboxStatus.PENDING]
+        if served:
+            _mark_served(queue, served, turns, last)
         if not rows:
             return []
         token = uuid.uuid4()

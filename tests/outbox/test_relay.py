@@ -149,6 +149,50 @@ def test_a_claim_that_ran_out_before_any_worker_began_it_counts_a_reclaim():
     assert counters_since(timezone.now() - dt.timedelta(hours=1))["reclaimed_unstarted"] == 1
 
 
+@pytest.fixture
+def guard():
+    """A claim guard on the probe queue that holds back the aggregates in ``held``."""
+    seen: list[list[tuple[int, str]]] = []
+    held: set[str] = set()
+
+    def allow(rows):
+        seen.append(list(rows))
+        assert transaction.get_connection().in_atomic_block  # inside the claim
+        return [row_id for row_id, aggregate in rows if aggregate not in held]
+
+    registry.register_claim_guard("probe", allow)
+    yield held, seen
+    registry._claim_guards.pop("probe", None)
+
+
+def test_a_claim_guard_holds_rows_back_as_they_were_until_it_lets_them_go(guard):
+    """contract §3: rows the queue's guard holds back are not claimed and stay as they
+    were (no attempt, no reclaim, no turn), still due; those behind them stay behind."""
+    held, seen = guard
+    crashed, waiting, behind, free = enqueue("x"), enqueue("y"), enqueue("y"), enqueue("z")
+    [(event_id, token)] = relay.claim("probe", 1)
+    assert event_id == crashed.id and relay.begin(event_id, token)
+    expired = timezone.now() - dt.timedelta(seconds=1)
+    OutboxEvent.objects.filter(id=crashed.id).update(lease_expires_at=expired)
+    held |= {"x", "y"}
+    before = {row.id: row for row in OutboxEvent.objects.filter(id__in=[crashed.id, waiting.id])}
+    seen.clear()
+    assert [event_id for event_id, _ in relay.claim("probe", 16)] == [free.id]
+    assert seen == [[(crashed.id, "x"), (waiting.id, "y"), (free.id, "z")]]  # not ``behind``
+    for row in OutboxEvent.objects.filter(id__in=before):
+        was = before[row.id]
+        fields = ("status", "attempts", "reclaims", "claim_token", "lease_expires_at", "started_at")
+        assert [getattr(row, f) for f in fields] == [getattr(was, f) for f in fields], row
+    assert OutboxEvent.objects.get(id=behind.id).status == "pending"
+    assert relay.claim("probe", 16) == []  # still held: nothing else is claimed for them
+    held.clear()
+    claimed = [event_id for event_id, _ in relay.claim("probe", 16)]
+    assert claimed == [crashed.id, waiting.id]  # the expired one first, then the pending
+    crashed.refresh_from_db()
+    assert (crashed.status, crashed.attempts) == ("processing", 1), crashed.last_error
+    assert OutboxEvent.objects.get(id=behind.id).status == "pending"  # still behind its elder
+
+
 def test_releasing_unstarted_claims_makes_them_due_at_once_and_spares_begun_ones():
     waiting, begun = enqueue("a"), enqueue("b")
     claims = dict(relay.claim("probe", 16))
