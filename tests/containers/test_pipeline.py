@@ -377,6 +377,78 @@ def test_a_create_waiting_for_its_retry_never_holds_back_a_healthy_one(
         assert len(engine.created()) == 2
 
 
+def test_a_due_retry_stays_pending_while_the_only_slot_is_held_then_runs(
+    postgres, tmp_path, template, owner, engine, gobrave_config
+):
+    """maxConcurrency 1: a create that failed once comes due again while another create
+    holds the only slot (blocked in the engine). Claiming the retry would make a second
+    slot (contract §4), so the cluster's claims leave it pending, not even deferred, while
+    a sampler counting slots never sees two; once the holder runs, the retry runs."""
+    gobrave_config(container={"create_queue_max_concurrency": 1})
+    (engine.root / "fail-create").write_text("1")
+    samples: list[int] = []
+    sampling = threading.Event()
+
+    def sample() -> None:
+        try:
+            while not sampling.is_set():
+                samples.append(slot_count())
+                time.sleep(0.003)
+        finally:
+            connection.close()
+
+    def create():
+        return container_create_by_template(template=template, owner=owner, actor="t")
+
+    def row_of(instance) -> OutboxEvent:
+        return OutboxEvent.objects.get(aggregate_id=str(instance.pk))
+
+    with app_with(
+        tmp_path,
+        container_create_queue_max_concurrency=1,
+        queue_create_workers=2,  # a worker stays free while the holder blocks
+        outbox_backoff_base=60,
+    ) as app:
+        app.dispatcher()
+        app.cluster("create")
+        failing = create()
+        wait_for(lambda: row_of(failing).attempts == 1, timeout=60, message="failed once")
+        (engine.root / "block-create").write_text("")
+        holder = create()
+        wait_for(
+            lambda: len(engine.calls("create")) == 2,
+            timeout=60,
+            message="the holder in the engine",
+            describe=rows,
+        )
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            outbox_retry_now(event_id=row_of(failing).pk)
+            # Claimed after the retry came due (both committed before it), and deferred
+            # by its gate: the claims that took it passed over the retry.
+            later = create()
+            wait_for(
+                lambda: row_of(later).outcome == "deferred",
+                timeout=60,
+                message="a fresh create claimed and deferred",
+                describe=rows,
+            )
+            retry = row_of(failing)
+            assert (retry.status, retry.attempts, retry.outcome) == ("pending", 1, "retried"), (
+                rows()
+            )
+            (engine.root / "block-create").unlink()
+            wait_for(all_sent, timeout=60, message="every create sent", describe=rows)
+        finally:
+            sampling.set()
+            sampler.join()
+        close_old_connections()
+        assert statuses() == {"running": 3}, rows()
+        assert row_of(failing).attempts == 1 and row_of(holder).attempts == 0, rows()
+        assert samples and max(samples) == 1, (max(samples), rows())
+
+
 def test_the_redis_broker_carries_the_same_pipeline(postgres, tmp_path, template, owner, engine):
     import redis
 
