@@ -406,7 +406,11 @@ def test_a_due_retry_stays_pending_while_the_only_slot_is_held_then_runs(
     with app_with(
         tmp_path,
         container_create_queue_max_concurrency=1,
-        queue_create_workers=2,  # a worker stays free while the holder blocks
+        # Room for two claims besides the holder: a claim takes the retry (held back by
+        # the claim guard) and the fresh create together. With room for one, the retry,
+        # the older row, would be the only one a claim looks at while the cap is full
+        # (harmless: every create-queue row needs a slot), and nothing would be deferred.
+        queue_create_workers=3,
         outbox_backoff_base=60,
     ) as app:
         app.dispatcher()
