@@ -211,8 +211,11 @@ def _replace_stale(
 ) -> str:
     """Step 4 of a create whose container the engine can no longer start: make a new one.
 
-    1. Only a container that never ran is replaced (the engine says ``created``): nothing
-       of the user's is in it. Any other raises ``stale`` again (retried as usual).
+    1. The instance is still ``creating``: no run of this container was ever the user's
+       result, so whatever the engine says of it (``created``, or ``exited`` where the
+       cut start got as far as running it) it is replaced. One the engine now says is
+       running is kept (the start is done); one it no longer knows raises ``stale``
+       again (retried as usual).
     2. Record why on the instance's history, then force-remove the container.
     3. Create ``gb-<uuid>`` again (the name is the key: one container, never two), record
        its id (``_record_created``) and start it. A second ``StaleTaskError`` is left to
@@ -221,8 +224,10 @@ def _replace_stale(
     outside any transaction.
     """
     state = engine.inspect(runtime_id)
-    if state is None or state.status != "created":
+    if state is None:
         raise stale
+    if state.status == "running":
+        return runtime_id
     with transaction.atomic():
         locked = _locked(str(instance.id))
         if locked is None:
