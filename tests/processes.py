@@ -14,8 +14,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,3 +191,41 @@ def outbox_rows(queryset=None) -> str:
         f"last_error={r.last_error.strip()[-600:]!r}"
         for r in queryset.order_by("id")
     )
+
+
+@contextmanager
+def sampling(measure: Callable[[], int], interval: float = 0.003) -> Iterator[list[int]]:
+    """Call ``measure()`` every ``interval`` in a thread of its own (with its own database
+    connection, closed at the end) while the block runs; yields the list it fills."""
+    samples: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        try:
+            while not done.is_set():
+                samples.append(measure())
+                time.sleep(interval)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=sample, name="sampler", daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        done.set()
+        thread.join(60)
+
+
+def relay_drain(rounds: int = 20) -> list[str]:
+    """Claim and execute in this process until nothing is claimable (both queues);
+    returns every outcome in order."""
+    from outbox import relay
+
+    outcomes = []
+    for _ in range(rounds):
+        claimed = [(q, c) for q in ("create", "control") for c in relay.claim(q, 16)]
+        if not claimed:
+            break
+        outcomes += [relay.execute(event_id, token) for _, (event_id, token) in claimed]
+    return outcomes

@@ -17,21 +17,14 @@ from containers.models import ContainerInstance, Runtime
 from containers.reconciler import reconcile
 from containers.services import container_create_by_template, container_stop
 from containers.slots import slot_count
-from outbox import relay
 from outbox.models import OutboxEvent
 from tests.factories import RuntimeFactory, TemplateFactory
+from tests.processes import relay_drain
 
 pytestmark = pytest.mark.django_db
 
 
-def drain(rounds: int = 20) -> list[str]:
-    outcomes = []
-    for _ in range(rounds):
-        claimed = [(q, c) for q in ("create", "control") for c in relay.claim(q, 16)]
-        if not claimed:
-            break
-        outcomes += [relay.execute(event_id, token) for _, (event_id, token) in claimed]
-    return outcomes
+drain = relay_drain
 
 
 def shown(instance) -> tuple:

@@ -17,20 +17,12 @@ from containers.slots import slot_count
 from outbox import registry, relay
 from outbox.models import OutboxEvent
 from outbox.services import outbox_retry_now
-from tests.processes import outbox_rows
+from tests.processes import outbox_rows, relay_drain
 
 pytestmark = pytest.mark.django_db
 
 
-def drain(rounds: int = 20) -> list[str]:
-    """Claim and execute until nothing is claimable; returns every outcome in order."""
-    outcomes = []
-    for _ in range(rounds):
-        claimed = [(q, c) for q in ("create", "control") for c in relay.claim(q, 16)]
-        if not claimed:
-            break
-        outcomes += [relay.execute(event_id, token) for _, (event_id, token) in claimed]
-    return outcomes
+drain = relay_drain
 
 
 @pytest.fixture

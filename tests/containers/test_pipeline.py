@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 import zlib
 from collections import defaultdict
@@ -24,7 +23,7 @@ from containers.slots import slot_count
 from outbox.models import OutboxEvent
 from outbox.services import outbox_retry_now
 from tests.factories import TemplateFactory
-from tests.processes import descendants, running_app, wait_for
+from tests.processes import descendants, running_app, sampling, wait_for
 from tests.processes import outbox_rows as rows
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -129,17 +128,6 @@ def test_capacity_holds_globally_with_more_workers_than_slots(
     """Two create clusters of 6 workers each, maxConcurrency 3: only the DB gate holds."""
     gobrave_config(container={"create_queue_max_concurrency": 3})
     (engine.root / "block-create").write_text("")
-    samples: list[int] = []
-    sampling = threading.Event()
-
-    def sample() -> None:
-        try:
-            while not sampling.is_set():
-                samples.append(slot_count())
-                time.sleep(0.003)
-        finally:
-            connection.close()
-
     with app_with(
         tmp_path,
         container_create_queue_max_concurrency=3,
@@ -153,9 +141,7 @@ def test_capacity_holds_globally_with_more_workers_than_slots(
         app.cluster("create", "create-cluster-2")
         for _ in range(30):
             container_create_by_template(template=template, owner=owner, actor="t")
-        sampler = threading.Thread(target=sample)
-        sampler.start()
-        try:
+        with sampling(slot_count) as samples:
             deadline = time.monotonic() + 180
             while statuses().get("running", 0) < 30 and time.monotonic() < deadline:
                 # Let the blocked creates go in waves once all three slots are taken.
@@ -166,9 +152,6 @@ def test_capacity_holds_globally_with_more_workers_than_slots(
                     (engine.root / "block-create").write_text("")
                 time.sleep(0.05)
             (engine.root / "block-create").unlink(missing_ok=True)
-        finally:
-            sampling.set()
-            sampler.join()
         close_old_connections()
         assert statuses() == {"running": 30}, f"{statuses()}\n{rows()}"
         assert max(samples) == 3, "the gate must have been tested at full capacity"
@@ -386,16 +369,6 @@ def test_a_due_retry_stays_pending_while_the_only_slot_is_held_then_runs(
     a sampler counting slots never sees two; once the holder runs, the retry runs."""
     gobrave_config(container={"create_queue_max_concurrency": 1})
     (engine.root / "fail-create").write_text("1")
-    samples: list[int] = []
-    sampling = threading.Event()
-
-    def sample() -> None:
-        try:
-            while not sampling.is_set():
-                samples.append(slot_count())
-                time.sleep(0.003)
-        finally:
-            connection.close()
 
     def create():
         return container_create_by_template(template=template, owner=owner, actor="t")
@@ -425,9 +398,7 @@ def test_a_due_retry_stays_pending_while_the_only_slot_is_held_then_runs(
             message="the holder in the engine",
             describe=rows,
         )
-        sampler = threading.Thread(target=sample)
-        sampler.start()
-        try:
+        with sampling(slot_count) as samples:
             outbox_retry_now(event_id=row_of(failing).pk)
             # Claimed after the retry came due (both committed before it), and deferred
             # by its gate: the claims that took it passed over the retry.
@@ -444,9 +415,6 @@ def test_a_due_retry_stays_pending_while_the_only_slot_is_held_then_runs(
             )
             (engine.root / "block-create").unlink()
             wait_for(all_sent, timeout=60, message="every create sent", describe=rows)
-        finally:
-            sampling.set()
-            sampler.join()
         close_old_connections()
         assert statuses() == {"running": 3}, rows()
         assert row_of(failing).attempts == 1 and row_of(holder).attempts == 0, rows()

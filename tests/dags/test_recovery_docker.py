@@ -6,17 +6,14 @@ import contextlib
 import datetime as dt
 import os
 import signal
-import threading
-import time
 
 import pytest
-from django.db import connection
 from django.db.models.functions import Now
 
 from containers.models import ContainerEvent, ContainerInstance
 from containers.slots import slot_count
 from outbox.models import DispatcherBeat
-from tests.processes import App, descendants, wait_for
+from tests.processes import App, descendants, sampling, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -140,26 +137,12 @@ def test_without_recovery_a_crash_fails_the_run_with_the_reason_and_cleans_up(da
 
 
 def test_a_30_node_fan_out_never_holds_more_than_3_slots_and_all_succeed(dags):
-    samples: list[int] = []
-    done = threading.Event()
-
-    def sample() -> None:
-        try:
-            while not done.is_set():
-                samples.append(slot_count())
-                time.sleep(0.005)
-        finally:
-            connection.close()
-
-    sampler = threading.Thread(target=sample)
-    with dags.dock.pipeline(container_create_queue_max_concurrency="3"):
-        sampler.start()
-        try:
-            run = dags.start([{"key": f"n{i:02}", "command": "true"} for i in range(30)])
-            run = dags.ends(run, "succeeded", timeout=180)
-        finally:
-            done.set()
-            sampler.join()
+    with (
+        dags.dock.pipeline(container_create_queue_max_concurrency="3"),
+        sampling(slot_count, interval=0.005) as samples,
+    ):
+        run = dags.start([{"key": f"n{i:02}", "command": "true"} for i in range(30)])
+        run = dags.ends(run, "succeeded", timeout=180)
     assert {n.status for n in dags.nodes(run).values()} == {"succeeded"}, dags.describe(run)
     assert max(samples) <= 3, max(samples)
     assert max(samples) >= 1  # the sampler did see creates under way
