@@ -58,29 +58,10 @@ def workspace_ensure(*, instance: ContainerInstance, engine: Engine) -> bool:
         wanted["kind"] == "directory" and mounts.check_workspace_directory(wanted["source"])
     ):
         return False
-    installation = installation_id()
-    # The engine lends the ownership helper the instance's own image: make it present.
-    engine.ensure_image(instance.spec["image"], instance.spec.get("pull_policy", "never"))
-    engine.ensure_workspace(
-        WorkspaceSpec(
-            kind=wanted["kind"],
-            source=wanted["source"],
-            uid=int(wanted["uid"]),
-            gid=int(wanted["gid"]),
-            labels={LABEL_INSTALLATION: installation, LABEL_OWNER: str(instance.owner_id)},
-        ),
-        image=instance.spec["image"],
-    )
-    try:
-        with transaction.atomic():
-            Workspace.objects.get_or_create(
-                runtime_id=instance.runtime_id,
-                owner_id=instance.owner_id,
-                source=wanted["source"],
-                defaults={"kind": wanted["kind"], "uid": wanted["uid"], "gid": wanted["gid"]},
-            )
-    except IntegrityError:
-        pass  # made by a concurrent create of the same owner
+    _make_owned(
+        instance, engine, kind=wanted["kind"], source=wanted["source"],
+        uid=int(wanted["uid"]), gid=int(wanted["gid"]),
+    )  # fmt: skip
     log.info(
         "workspace %s (%s) ready on %s for owner %s",
         wanted["source"],
@@ -118,29 +99,40 @@ def shared_volumes_ensure(*, instance: ContainerInstance, engine: Engine) -> int
         ).exists()
         if made:
             continue
-        engine.ensure_image(spec["image"], spec.get("pull_policy", "never"))
-        engine.ensure_workspace(
-            WorkspaceSpec(
-                kind="volume",
-                source=mount["source"],
-                uid=uid,
-                gid=gid,
-                labels={LABEL_INSTALLATION: installation_id(), LABEL_OWNER: str(instance.owner_id)},
-            ),
-            image=spec["image"],
-        )
+        _make_owned(instance, engine, kind="volume", source=mount["source"], uid=uid, gid=gid)
         asked += 1
-        try:
-            with transaction.atomic():
-                Workspace.objects.update_or_create(
-                    runtime_id=instance.runtime_id,
-                    owner_id=instance.owner_id,
-                    source=mount["source"],
-                    defaults={"kind": "volume", "uid": uid, "gid": gid},
-                )
-        except IntegrityError:
-            pass  # recorded by a concurrent create of the same run
     return asked
+
+
+def _make_owned(
+    instance: ContainerInstance, engine: Engine, *, kind: str, source: str, uid: int, gid: int
+) -> None:
+    """Ask the engine (idempotent) for ``source`` owned by uid:gid, mode 2770, then record
+    it as a ``Workspace`` row (uid:gid updated if it was made for another before). The
+    engine lends the ownership helper the instance's own image, so that is made present
+    first. Runs outside any transaction (engine calls)."""
+    spec = instance.spec
+    engine.ensure_image(spec["image"], spec.get("pull_policy", "never"))
+    engine.ensure_workspace(
+        WorkspaceSpec(
+            kind=kind,
+            source=source,
+            uid=uid,
+            gid=gid,
+            labels={LABEL_INSTALLATION: installation_id(), LABEL_OWNER: str(instance.owner_id)},
+        ),
+        image=spec["image"],
+    )
+    try:
+        with transaction.atomic():
+            Workspace.objects.update_or_create(
+                runtime_id=instance.runtime_id,
+                owner_id=instance.owner_id,
+                source=source,
+                defaults={"kind": kind, "uid": uid, "gid": gid},
+            )
+    except IntegrityError:
+        pass  # recorded by a concurrent create of the same owner
 
 
 def mounts_check(*, instance: ContainerInstance) -> None:
