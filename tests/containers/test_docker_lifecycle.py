@@ -229,6 +229,7 @@ def test_the_console_says_what_is_true_of_a_silent_running_sleep_and_a_failed_ex
     from django.urls import reverse
     from django.utils import timezone
 
+    from containers.reconciler import reconcile
     from outbox import relay
     from tests.admin.conftest import make_user
     from tests.processes import outbox_rows
@@ -238,7 +239,15 @@ def test_the_console_says_what_is_true_of_a_silent_running_sleep_and_a_failed_ex
     for event_id, token in relay.claim("create", 2):
         relay.execute(event_id, token)
     sleeper = reaches(sleeper, "running")
-    failing = reaches(failing, "failed")
+    # The create's own inspect may come before ``exit 3`` did (then it says running);
+    # without a monitor here, the reconciler applies the exit, as the monitor would.
+    wait_for(
+        lambda: (reconcile(), status(failing))[1] == "failed",
+        timeout=30,
+        message=f"{failing.name} failed",
+        describe=lambda: f"is {status(failing)}\n{outbox_rows()}",
+    )
+    failing = ContainerInstance.objects.get(pk=failing.pk)
     assert failing.exit_code == 3, outbox_rows()
     admin = Client()
     admin.force_login(make_user("root", superuser=True))
