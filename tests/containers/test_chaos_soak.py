@@ -62,3 +62,21 @@ def test_sixty_seconds_of_random_faults_under_traffic_break_no_guarantee(docker_
     assert report["slot_samples"] > 100 and report["slots_highest"] >= 1, shown
     restarted = {entry["kind"] for entry in report["recoveries"] if entry["back_s"] is not None}
     assert {"cluster_main", "dispatcher", "monitor", "dockerd", "postgres"} <= restarted, shown
+
+
+def test_the_soak_explains_only_the_engines_limits_and_255_only_after_a_daemon_restart(db):
+    """A failure the soak may excuse names an engine limit, and an exit status the daemon
+    lost (code 255) only where a daemon restart struck; every other failure is a violation."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import _soak_checks as checks
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    stale = "start dead: the engine says the container can no longer be started"
+    lost = "DAG run r1: failed (node b failed: exited with code 255)"
+    own = "DAG run r2: failed (node b failed: exited with code 3)"
+
+    bad, fine = checks.only_engine_limits([stale, lost, own], {"dockerd", "monitor"})
+    assert (bad, fine) == ([f"failure no fault explains: {own}"], [stale, lost])
+    bad, fine = checks.only_engine_limits([stale, lost], {"monitor", "postgres"})
+    assert (bad, fine) == ([f"failure no fault explains: {lost}"], [stale])
