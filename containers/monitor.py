@@ -32,6 +32,7 @@ import signal
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from typing import Any
 
 from django.conf import settings
@@ -47,7 +48,7 @@ from containers.images import template_images_refresh
 from containers.installation import installation_id
 from containers.models import ContainerInstance, MonitorCursor, Runtime
 from containers.reconciler import distinct_engines, reconcile
-from containers.sync import Sync, instance_sync
+from containers.sync import Sync, clean_exit_apply, instance_sync
 from outbox import conf as outbox_conf
 from outbox import liveness
 
@@ -108,21 +109,76 @@ def cursor_advance(cursor: MonitorCursor, event: EngineEvent) -> None:
     cursor.save(update_fields=["time_nano", "seen", "updated_at"])
 
 
-def event_apply(*, runtime: Runtime, cursor: MonitorCursor, event: EngineEvent) -> str:
+class StreamSeen:
+    """What one session of an engine's event stream saw of each container since its
+    ``create``: how many ``start`` events, and whether an ``oom`` came.
+
+    A stream delivers a daemon's events in order, so a container whose ``create`` this
+    session saw has had every later event of it seen too. Its ``die`` with exit code 0
+    after exactly one start and no ``oom`` is then the end of the run its create began,
+    as the engine will report it (``clean_exit``). Kept per session (a new stream starts
+    empty: what happened while none was open is unknown) and bounded (the oldest
+    containers are forgotten: their exits are applied the usual way).
+    """
+
+    MAX = 4096
+
+    def __init__(self) -> None:
+        self._runs: OrderedDict[str, tuple[int, bool]] = OrderedDict()
+
+    def note(self, event: EngineEvent) -> None:
+        key = event.runtime_id
+        if event.action == "create":
+            self._runs[key] = (0, False)
+            self._runs.move_to_end(key)
+            while len(self._runs) > self.MAX:
+                self._runs.popitem(last=False)
+        elif key in self._runs:
+            starts, oom = self._runs[key]
+            if event.action == "start":
+                self._runs[key] = (starts + 1, oom)
+            elif event.action == "oom":
+                self._runs[key] = (starts, True)
+            elif event.action == "destroy":
+                del self._runs[key]
+
+    def clean_exit(self, event: EngineEvent) -> bool:
+        """True for a ``die`` with exit code 0 ending the only run since the create."""
+        return (
+            event.action == "die"
+            and event.exit_code == 0
+            and self._runs.get(event.runtime_id) == (1, False)
+        )
+
+
+def event_apply(
+    *,
+    runtime: Runtime,
+    cursor: MonitorCursor,
+    event: EngineEvent,
+    seen: StreamSeen | None = None,
+) -> str:
     """Apply one runtime event, at least once; a replay is recognised and ignored.
 
     Must run outside a transaction (``instance_sync`` inspects the engine first, then
-    applies under the instance's row lock). Steps:
+    applies under the instance's row lock). ``seen``: the session's ``StreamSeen``
+    (noted here, replays included: the stream's order is what it relies on). Steps:
     1. A duplicate (see ``is_duplicate``) changes nothing.
     2. Events that cannot change a state (create, kill, stop) and containers whose
        label names no instance (orphans: the reconciler's business) only move the cursor.
-    3. Otherwise ``instance_sync`` the instance with actor ``monitor``: inspect, then
+    3. A clean exit (``StreamSeen.clean_exit``) is applied from the event
+       (``sync.clean_exit_apply``: the instance still records that container and is
+       ``creating`` or ``running``), also while the create's worker still holds its
+       request.
+    4. Otherwise ``instance_sync`` the instance with actor ``monitor``: inspect, then
        apply ``target_for`` by the shortest true path; history entries carry the event.
        A ``destroy`` leaves no container: "removed outside gobrave", unless the instance
        is being deleted (our own delete did it).
-    4. Advance the cursor (after applying, so a crash replays rather than loses).
+    5. Advance the cursor (after applying, so a crash replays rather than loses).
     Returns the outcome (``duplicate``, ``ignored`` or ``instance_sync``'s).
     """
+    if seen is not None:
+        seen.note(event)
     if is_duplicate(cursor, event):
         return DUPLICATE
     outcome = IGNORED
@@ -131,17 +187,22 @@ def event_apply(*, runtime: Runtime, cursor: MonitorCursor, event: EngineEvent) 
     except ValueError:
         instance_id = None
     applies = event.action in APPLIED_ACTIONS and instance_id is not None
-    if applies and ContainerInstance.objects.filter(id=instance_id).exists():
+    data = {
+        "event": event.action,
+        "time_nano": event.time_nano,
+        "container_id": event.runtime_id,
+        **({"exit_code": event.exit_code} if event.exit_code is not None else {}),
+    }
+    clean = None
+    if applies and seen is not None and seen.clean_exit(event):
+        clean = clean_exit_apply(
+            instance_id=instance_id, runtime_id=event.runtime_id, actor=MONITOR, data=data
+        )
+    if clean is not None:
+        outcome = clean
+    elif applies and ContainerInstance.objects.filter(id=instance_id).exists():
         outcome = instance_sync(
-            instance_id=instance_id,
-            actor=MONITOR,
-            engine=engine_for(runtime),
-            data={
-                "event": event.action,
-                "time_nano": event.time_nano,
-                "container_id": event.runtime_id,
-                **({"exit_code": event.exit_code} if event.exit_code is not None else {}),
-            },
+            instance_id=instance_id, actor=MONITOR, engine=engine_for(runtime), data=data
         )
     if outcome not in (IGNORED, Sync.SKIPPED):
         log.log(
@@ -235,12 +296,13 @@ class Follower:
         log.info("following runtime %s (%s) from cursor %s", runtime.name, runtime.base_url, cursor)
         self.monitor.reconcile_soon()
         count = 0
+        seen = StreamSeen()
         for event in stream:
             with self.step:
                 if self.monitor.stopping.is_set():
                     return count
                 close_old_connections()
-                outcome = event_apply(runtime=runtime, cursor=cursor, event=event)
+                outcome = event_apply(runtime=runtime, cursor=cursor, event=event, seen=seen)
                 if outcome in (Sync.BUSY, Sync.RACED):
                     self.monitor.recheck(event.labels[LABEL_INSTANCE])
                 count += 1

@@ -27,8 +27,9 @@ from django.db import transaction
 from containers.engines import engine_for
 from containers.engines.base import ContainerState, Engine
 from containers.engines.labels import LABEL_INSTANCE
-from containers.models import ContainerInstance
+from containers.models import ContainerEvent, ContainerInstance
 from containers.observe import apply_observation, target_for
+from containers.queues import RequestKind
 from containers.states import IN_FLIGHT, Status
 from outbox.models import UNFINISHED, OutboxEvent
 
@@ -138,6 +139,55 @@ def instance_sync(
             or (locked.status == Status.STOPPED and locked.runtime_missing)
         ):
             return Sync.UNCHANGED
+        changed = state_apply(locked, state, actor=actor, data=data)
+        return Sync.CHANGED if changed else Sync.UNCHANGED
+
+
+# Where a clean exit seen in the event stream may be applied without an inspect.
+CLEAN_EXIT_FROM = frozenset({Status.CREATING, Status.RUNNING})
+
+
+def clean_exit_apply(
+    *,
+    instance_id: uuid.UUID | str,
+    runtime_id: str,
+    actor: str,
+    data: dict[str, Any] | None = None,
+) -> Sync | None:
+    """Apply an exit with code 0 that the engine's event stream reported, without asking
+    the engine again; None when it does not apply (the caller takes ``instance_sync``).
+
+    The monitor calls it only for a ``die`` with exit code 0 of a container whose whole
+    life it followed in one stream session: its ``create``, exactly one ``start``, no
+    ``oom`` (``monitor.StreamSeen``). An inspect would say the same (exited, code 0, not
+    OOM-killed), but the engine answers it only once it has torn the container down
+    (tens of ms after the ``die``, while it holds the container's lock); a node of a DAG
+    waits that long for nothing. Must run outside a transaction. Under the row lock:
+    1. The instance still records that container (``container_id``) and is ``creating``
+       (its create worker is still in its calls: its later look finds the state moved
+       on and changes nothing) or ``running``, and was never asked to start again (a
+       ``ContainerStartRequest`` in its history: that die may be an earlier run's).
+    2. Apply ``exited 0`` as any engine view is applied (``state_apply``): ``stopped``,
+       exit code 0.
+    """
+    with transaction.atomic():
+        locked = ContainerInstance.objects.select_for_update().filter(id=instance_id).first()
+        if (
+            locked is None
+            or locked.status not in CLEAN_EXIT_FROM
+            or locked.container_id != runtime_id
+        ):
+            return None
+        if (
+            locked.status == Status.RUNNING
+            and ContainerEvent.objects.filter(
+                instance_id=locked.id, kind=RequestKind.START
+            ).exists()
+        ):
+            return None
+        state = ContainerState(
+            runtime_id=runtime_id, name=locked.container_name, status="exited", exit_code=0
+        )
         changed = state_apply(locked, state, actor=actor, data=data)
         return Sync.CHANGED if changed else Sync.UNCHANGED
 

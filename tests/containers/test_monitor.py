@@ -28,6 +28,7 @@ from containers.monitor import (
     RECHECK_FIRST,
     Follower,
     Monitor,
+    StreamSeen,
     cursor_for,
     event_apply,
     is_duplicate,
@@ -222,6 +223,130 @@ def test_an_event_that_found_its_worker_busy_is_looked_at_again_once_it_is_done(
     wait_for(caught_up, timeout=10, message="the recheck applied the exit")
     assert stored(instance).exit_code == 3
     assert not monitor._rechecks
+
+
+# -- clean exits applied from the stream ---------------------------------------------------------
+
+
+def _create_held(instance) -> OutboxEvent:
+    """The instance's create request, still held by its worker (``instance_sync``: BUSY)."""
+    return OutboxEvent.objects.create(
+        kind="ContainerCreateRequest",
+        queue="create",
+        aggregate_id=str(instance.pk),
+        status="processing",
+        available_at=instance.created_at,
+    )
+
+
+def _follow(fake_runtime, engine, seen, *, since: int = 0) -> list[str]:
+    """Apply the engine's events from the ``since``-th on, as one session does."""
+    cursor = cursor_for(fake_runtime)
+    return [
+        event_apply(runtime=fake_runtime, cursor=cursor, event=event, seen=seen)
+        for event in engine.event_log()[since:]
+    ]
+
+
+def apply_seen(fake_runtime, event, seen) -> str:
+    cursor = cursor_for(fake_runtime)
+    return event_apply(runtime=fake_runtime, cursor=cursor, event=event, seen=seen)
+
+
+def _describe(instance) -> str:
+    row = stored(instance)
+    return f"{row.status} exit {row.exit_code} ({row.status_reason}): " + "; ".join(
+        f"{e.from_status}->{e.to_status} by {e.actor} {e.data.get('event', '')}"
+        for e in history(instance)
+    )
+
+
+@pytest.mark.django_db
+def test_a_clean_exit_seen_from_the_create_is_applied_while_the_worker_holds_the_request(
+    place, engine, fake_runtime
+):
+    """A container created, started once and exited 0, all in one session: the exit is
+    applied from the die event, without waiting for the create's worker."""
+    instance = place(Status.CREATING, engine_status="created")
+    _create_held(instance)
+    engine.set_state(instance.container_id, "running")
+    engine.set_state(instance.container_id, "exited", exit_code=0)
+    outcomes = _follow(fake_runtime, engine, StreamSeen())
+    assert outcomes[-1] == Sync.CHANGED, (outcomes, _describe(instance))
+    row = stored(instance)
+    assert (row.status, row.exit_code) == ("stopped", 0), _describe(instance)
+    steps = [(e.from_status, e.to_status, e.actor, e.data["event"]) for e in history(instance)]
+    assert steps == [("creating", "stopped", "monitor", "die")], _describe(instance)
+
+
+@pytest.mark.django_db
+def test_a_clean_exit_of_a_running_instance_seen_from_the_create_is_applied(
+    place, engine, fake_runtime
+):
+    instance = place(Status.RUNNING, engine_status="created")
+    engine.set_state(instance.container_id, "running")
+    seen = StreamSeen()
+    _follow(fake_runtime, engine, seen)  # create, start: the instance runs
+    engine.set_state(instance.container_id, "exited", exit_code=0)
+    assert _follow(fake_runtime, engine, seen, since=2) == [Sync.CHANGED], _describe(instance)
+    assert (stored(instance).status, stored(instance).exit_code) == ("stopped", 0)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("case", ["no create seen", "oom", "started twice", "other container"])
+def test_an_exit_the_stream_cannot_vouch_for_is_left_to_the_worker(
+    place, engine, fake_runtime, case
+):
+    """Only a whole life seen in the session counts: else the usual look (BUSY here)."""
+    instance = place(Status.CREATING, engine_status="created")
+    _create_held(instance)
+    since = len(engine.event_log()) if case == "no create seen" else 0
+    engine.set_state(instance.container_id, "running")
+    if case == "started twice":
+        engine.set_state(instance.container_id, "exited", exit_code=3)
+        engine.set_state(instance.container_id, "running")
+    if case == "other container":
+        ContainerInstance.objects.filter(pk=instance.pk).update(container_id="another")
+    engine.set_state(instance.container_id, "exited", exit_code=0, oom_killed=case == "oom")
+    outcomes = _follow(fake_runtime, engine, StreamSeen(), since=since)
+    assert outcomes[-1] == Sync.BUSY, (outcomes, _describe(instance))
+    assert stored(instance).status == Status.CREATING, _describe(instance)
+
+
+@pytest.mark.django_db
+def test_a_clean_exit_of_an_instance_started_again_takes_the_usual_look(
+    place, engine, fake_runtime
+):
+    """A running instance that was asked to start again (its earlier run stopped): the
+    die may be that earlier run's, so the engine is inspected (it says running)."""
+    instance = place(Status.RUNNING, engine_status="created")
+    engine.set_state(instance.container_id, "running")
+    engine.set_state(instance.container_id, "exited", exit_code=0)
+    ContainerEvent.objects.create(
+        instance_id=instance.pk, instance_name=instance.name, kind="ContainerStartRequest",
+        actor="user:alice",
+    )  # fmt: skip
+    engine.set_state(instance.container_id, "running")  # the engine runs it again, unseen
+    seen = StreamSeen()
+    for event in engine.event_log()[:3]:  # create, start, die: the session saw only these
+        seen.note(event)
+    die = engine.event_log()[2]
+    assert die.action == "die"
+    assert apply_seen(fake_runtime, die, seen) == Sync.UNCHANGED  # inspected: running
+    assert stored(instance).status == Status.RUNNING, _describe(instance)
+
+
+def test_stream_seen_forgets_destroyed_and_oldest_containers():
+    seen = StreamSeen()
+    seen.MAX = 2
+    for n, runtime_id in enumerate("abc"):
+        seen.note(EngineEvent("create", runtime_id, "gb-x", {}, n))
+        seen.note(EngineEvent("start", runtime_id, "gb-x", {}, n))
+    seen.note(EngineEvent("destroy", "c", "gb-x", {}, 9))
+    for runtime_id, clean in (("a", False), ("b", True), ("c", False)):
+        die = EngineEvent("die", runtime_id, "gb-x", {}, 10, exit_code=0)
+        assert seen.clean_exit(die) is clean, runtime_id
+    assert not seen.clean_exit(EngineEvent("die", "b", "gb-x", {}, 10, exit_code=3))
 
 
 # -- cursor and duplicates ----------------------------------------------------------------------
