@@ -54,6 +54,17 @@ def _locked(instance_id: str) -> ContainerInstance | None:
     return ContainerInstance.objects.select_for_update().filter(id=instance_id).first()
 
 
+def _locked_with_runtime(instance_id: str) -> ContainerInstance | None:
+    """``_locked``, with its ``Runtime`` row read in the same query (not locked): the
+    engine-away check and the engine calls after it need it."""
+    return (
+        ContainerInstance.objects.select_for_update(of=("self",))
+        .select_related("runtime")
+        .filter(id=instance_id)
+        .first()
+    )
+
+
 # How soon a request deferred because its engine is unreachable is looked at again (the
 # health record changes with each reconcile pass, or when an operator opens the runtime).
 ENGINE_AWAY_RECHECK_SECONDS = 5.0
@@ -65,8 +76,8 @@ def _engine_away(instance: ContainerInstance) -> str:
     The instance keeps its state; its ``status_reason`` is set to that reason (the next
     transition replaces it). Runs inside ``_begin``'s transaction, on the locked row.
     """
-    runtime = Runtime.objects.filter(pk=instance.runtime_id).first()
-    if runtime is None or runtime.health != Runtime.Health.UNREACHABLE:
+    runtime = instance.runtime  # read with the locked row (``_locked_with_runtime``)
+    if runtime.health != Runtime.Health.UNREACHABLE:
         return ""
     since = runtime.health_since.isoformat(timespec="seconds") if runtime.health_since else "?"
     reason = (
@@ -88,7 +99,7 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
     (``_engine_away``): no attempt counted, no slot taken, the instance's state kept.
     """
     with transaction.atomic():
-        instance = _locked(event.aggregate_id)
+        instance = _locked_with_runtime(event.aggregate_id)
         if instance is None:
             return None
         away = _engine_away(instance) if instance.status in (ready, doing) else ""

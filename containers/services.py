@@ -81,14 +81,16 @@ def runtime_select(
     constraints: dict[str, str] = {}
     for each in every:
         constraints.update(clean_constraints(each.constraints))
-    candidates = Runtime.objects.filter(enabled=True).annotate(
-        load=Count("instances", filter=Q(instances__status__in=IN_FLIGHT | {Status.RUNNING}))
-    )
+    candidates = Runtime.objects.filter(enabled=True)
     if among is not None:
         candidates = candidates.filter(pk__in=[r.pk for r in among])
+    if among is None or len(among) > 1:  # one pinned runtime: no load to compare
+        candidates = candidates.annotate(
+            load=Count("instances", filter=Q(instances__status__in=IN_FLIGHT | {Status.RUNNING}))
+        ).order_by("load", "name")
     matching = [
         runtime
-        for runtime in candidates.order_by("load", "name")
+        for runtime in candidates
         if all(
             all(
                 str(runtime.labels.get(k)) == v for k, v in clean_constraints(t.constraints).items()

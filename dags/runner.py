@@ -155,9 +155,13 @@ def _as_template(snapshot: dict[str, Any]) -> _Snapshot:
     return _Snapshot(snapshot)
 
 
-def _settle(run: DagRun, nodes: dict[str, DagNodeRun], actor: str) -> None:
+def _settle(
+    run: DagRun,
+    nodes: dict[str, DagNodeRun],
+    actor: str,
+    instances: dict[uuid.UUID, ContainerInstance],
+) -> None:
     running = [n for n in nodes.values() if n.status == N.RUNNING and n.instance_id]
-    instances = instances_by_id(n.instance_id for n in running)
     others = requests_by_others([n.instance_id for n in running], actor=actor)
     for node in running:
         instance = instances.get(node.instance_id)
@@ -223,14 +227,18 @@ def _finish(run: DagRun, nodes: dict[str, DagNodeRun], actor: str) -> None:
         run_move(run, R.FAILED, actor=actor, reason=reason)
 
 
-def _cleanup_requests(run: DagRun, nodes: dict[str, DagNodeRun]) -> tuple[list, bool]:
+def _cleanup_requests(
+    run: DagRun,
+    nodes: dict[str, DagNodeRun],
+    ids: dict[uuid.UUID, tuple[str, int]],
+    instances: dict[uuid.UUID, ContainerInstance],
+) -> tuple[list, bool]:
     """(instance, stop|delete) requests the state and the config call for, and whether
-    the run's workspace is to be removed now."""
+    the run's workspace is to be removed now. ``ids``: every instance id the run's nodes
+    had (``attempt_ids``); ``instances``: those that still exist."""
     config = _config()
     finished = run.status in (R.SUCCEEDED, R.FAILED, R.CANCELLED)
     at_end = config["dag_node_cleanup_on_dag_finished"] if finished else "none"
-    ids = attempt_ids(run.id, list(nodes.values()))
-    instances = instances_by_id(ids)
     requests = []
     for instance_id, (key, attempt) in ids.items():
         instance = instances.get(instance_id)
@@ -265,11 +273,16 @@ def _cleanup_requests(run: DagRun, nodes: dict[str, DagNodeRun]) -> tuple[list, 
 
 
 def _step_settle(run_id: str) -> Pass:
-    """Step 1, in one transaction under the run's row lock."""
+    """Step 1, in one transaction under the run's row lock.
+
+    The run's instances are read once (no lock: container code moves them), for the
+    settling and the cleanup alike: settling moves nodes, never instances, nor which
+    attempts the nodes had.
+    """
     with transaction.atomic():
         run = (
             DagRun.objects.select_for_update(of=("self",))
-            .select_related("runtime")
+            .select_related("runtime", "owner")
             .filter(id=run_id)
             .first()
         )
@@ -277,13 +290,16 @@ def _step_settle(run_id: str) -> Pass:
             return Pass()
         actor = runner_actor(run.id)
         nodes = {n.key: n for n in run.nodes.all()}
+        ids = attempt_ids(run.id, list(nodes.values()))
+        wanted = set(ids) | {n.instance_id for n in nodes.values() if n.instance_id}
+        instances = instances_by_id(wanted) if wanted else {}
         if run.status == R.PENDING:
             _start(run, actor)
         if run.status in (R.RUNNING, R.CANCELLING):
-            _settle(run, nodes, actor)
+            _settle(run, nodes, actor, instances)
             _propagate(run, nodes, actor)
             _finish(run, nodes, actor)
-        requests, remove = _cleanup_requests(run, nodes)
+        requests, remove = _cleanup_requests(run, nodes, ids, instances)
         ready = [spec["key"] for spec in run.graph if nodes[spec["key"]].status == N.READY]
         ready = ready if run.status == R.RUNNING else []
         again = any(nodes[key].attempt > 0 for key in ready)
