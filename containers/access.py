@@ -47,5 +47,22 @@ def usable_templates_q(user) -> Q:
     return enabled & (~Exists(links) | Exists(links.filter(group__user=user)))
 
 
+# Set on a template object read through ``usable_templates_q(user)`` (``mark_usable``):
+# that very object passed the rule for that user when it was read.
+_USABLE_FOR = "_gobrave_usable_for"
+
+
+def mark_usable(template: ContainerTemplate, user) -> ContainerTemplate:
+    """Mark ``template``, just read with ``usable_templates_q(user)``, as usable by
+    ``user``: ``may_use_template`` then answers for this object without asking the
+    database again (a request reads its template once, then hands it to the service).
+    Only the object read is marked; any other read of the template asks again."""
+    if user is not None and user.pk is not None:
+        setattr(template, _USABLE_FOR, user.pk)
+    return template
+
+
 def may_use_template(user, template: ContainerTemplate) -> bool:
+    if user is not None and user.pk is not None and getattr(template, _USABLE_FOR, None) == user.pk:
+        return True  # read through the same rule for this user (``mark_usable``)
     return ContainerTemplate.objects.filter(usable_templates_q(user), pk=template.pk).exists()

@@ -220,7 +220,7 @@ def template_get(*, ref: str | int, user=None) -> ContainerTemplate:
     template = rows.order_by("pk").first()
     if template is None:
         raise NotFound(f"no template {str(ref)!r} that you may use", template=str(ref))
-    return template
+    return access.mark_usable(template, user) if user is not None else template
 
 
 def template_list(*, user=None) -> QuerySet[ContainerTemplate]:

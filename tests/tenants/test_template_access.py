@@ -114,3 +114,29 @@ def test_an_unknown_group_is_refused_by_name_and_changes_nothing(callers, templa
     )
     assert "ghosts" in error["message"]
     assert not templates["open"].allowed_groups.exists()
+
+
+def test_a_template_read_for_a_user_is_usable_by_that_user_without_asking_again(
+    callers, templates, lab, django_assert_num_queries
+):
+    """``template_get`` reads through the usable rule for the user: that object answers
+    for that user (no second query), and for nobody else; a template read any other
+    way asks the database, which sees the group taken away meanwhile."""
+    from containers.access import may_use_template
+    from containers.models import ContainerTemplate
+    from containers.selectors import template_get
+
+    alice, mallory = callers["user"].user, callers["other"].user
+    alice.groups.add(lab)
+    read = template_get(ref="limited", user=alice)
+    with django_assert_num_queries(0):
+        assert may_use_template(alice, read)
+    with django_assert_num_queries(1):
+        assert not may_use_template(mallory, read)
+    alice.groups.remove(lab)
+    again = ContainerTemplate.objects.get(pk=read.pk)
+    with django_assert_num_queries(1):
+        assert not may_use_template(alice, again)
+    with pytest.raises(TemplateUnavailable):
+        container_create_by_template(template=again, owner=alice, actor="cli")
+    assert not ContainerInstance.objects.exists()
