@@ -396,7 +396,7 @@ def _create_locked(run: DagRun, node: DagNodeRun, *, deletes_coming: bool) -> st
     spec = next(s for s in run.graph if s["key"] == key)
     attempt = node.attempt + 1
     instance_id = instance_id_for(run.id, key, attempt)
-    template = live_template(int(spec["template"]))
+    template = live_template(int(spec["template"]), owner=run.owner)
     try:
         if template is None:
             raise DomainError(f"template {spec['template']} no longer exists")

@@ -12,6 +12,7 @@ from django.db import transaction
 from containers.lifecycle import move
 from containers.models import ContainerInstance
 from containers.states import Status
+from dags.history import instance_id_for
 from dags.models import DagEvent, DagNodeRun, DagRun
 from dags.runner import dag_run_advance
 from dags.services import dag_run_start, dag_template_save
@@ -89,3 +90,25 @@ def test_a_node_over_its_owner_s_quota_with_nothing_in_flight_fails_at_once(
     assert a.reason.startswith("create refused: max_instances_per_owner"), describe(run)
     row = DagRun.objects.get(pk=run.pk)
     assert (row.status, row.reason) == ("failed", f"node a failed: {a.reason}")
+
+
+def test_a_node_whose_template_was_closed_to_its_owner_mid_run_is_refused_and_fails(
+    owner, template, fake_runtime
+):
+    """The runner reads the template and whether the owner may use it in one query: a
+    template limited to a group the owner is not in, after the run started, refuses
+    the next node's create (it fails, naming why) instead of making it."""
+    from django.contrib.auth.models import Group
+
+    run = start(owner, [{"key": "a"}, {"key": "b", "depends_on": ["a"]}])
+    assert dag_run_advance(run_id=str(run.pk)) == "sent"
+    exits(nodes(run)["a"].instance_id, 0)
+    template.allowed_groups.add(Group.objects.create(name="lab"))
+    dag_run_advance(run_id=str(run.pk))
+    b = nodes(run)["b"]
+    assert b.status == "failed", describe(run)
+    assert "not open to" in b.reason, describe(run)
+    assert not ContainerInstance.objects.filter(pk=instance_id_for(run.pk, "b", 1)).exists(), (
+        describe(run)
+    )
+    assert DagRun.objects.get(pk=run.pk).status == "failed", describe(run)
