@@ -200,11 +200,13 @@ SPECTACULAR_SETTINGS = {
 # "create" runs create/start requests with create_queue_max_concurrency workers;
 # "control" runs stop/delete so they never wait behind slow creates. django-q2 tries
 # each task once (the outbox owns retries, backoff and dead letters); its timeout is
-# the outbox delivery_timeout, and the broker's redelivery (retry) comes well after any
+# the outbox delivery_timeout plus up to 2 s (within lease_margin: a task never outlives
+# its row's lease), the time in which a worker may still begin a row it claimed with an
+# outcome (outbox.chain); the broker's redelivery (retry) comes well after any
 # prefetched task could have run, so a redelivery is only ever a duplicate that the
 # claim's compare-and-set turns away.
 _container, _outbox, _queue = GOBRAVE["container"], GOBRAVE["outbox"], GOBRAVE["queue"]
-_timeout = math.ceil(_outbox["delivery_timeout"])
+_timeout = math.floor(_outbox["delivery_timeout"] + min(2.0, _outbox["lease_margin"]))
 
 
 def _broker() -> dict:

@@ -43,6 +43,24 @@ def claim_lease(queue: str) -> dt.timedelta:
     return dt.timedelta(seconds=value("delivery_timeout") * (1 + waits) + value("lease_margin"))
 
 
+CHAIN_MAX = 2.0  # seconds: the longest a task goes on chaining rows (``outbox.chain``)
+CHAIN_SAFETY = 0.25  # seconds between a chained row's start and django-q2's timeout, at least
+
+
+def chain_budget(worker_timeout: float | None) -> float:
+    """How long after a django-q2 task began its worker may still begin a chained row.
+
+    As long as the worker's timeout (``worker_timeout``, django-q2's ``timeout``: the task
+    is cut there) leaves that row its whole ``delivery_timeout``, and no longer than
+    ``CHAIN_MAX``; 0 (no chaining) when it leaves none. A cluster without a timeout
+    chains for ``CHAIN_MAX``.
+    """
+    if worker_timeout is None or worker_timeout <= 0:
+        return CHAIN_MAX
+    room = worker_timeout - value("delivery_timeout") - CHAIN_SAFETY
+    return max(0.0, min(CHAIN_MAX, room))
+
+
 def in_flight_limit(queue: str) -> int:
     """At most this many rows of ``queue`` in ``processing`` at once.
 

@@ -459,8 +459,20 @@ def execute(event_id: int, token: uuid.UUID | str) -> Outcome:
     alive (``outbox.heartbeat``); if this process dies, the row is due again within
     ``liveness_timeout``. Returns what happened: ``duplicate``, ``sent``, ``superseded``,
     ``deferred``, ``retried``, ``dead`` or ``stale`` (the claim was lost before the outcome).
+    A django-q2 worker runs ``outbox.chain.execute`` instead, which goes on with the
+    rows it claims in the outcome's transaction.
     """
     token = uuid.UUID(str(token))
+    event = begin_delivered(event_id, token)
+    if event is None:
+        return Outcome.DUPLICATE
+    with stopping.handling(), Heartbeat(event_id, token):
+        return run(event, token)
+
+
+def begin_delivered(event_id: int, token: uuid.UUID) -> OutboxEvent | None:
+    """``begin()`` for a delivered claim, once more on a fresh connection if the first
+    try finds the connection dead; None (logged) for a duplicate or expired delivery."""
     try:
         event = begin(event_id, token)
     except (InterfaceError, OperationalError):
@@ -471,12 +483,17 @@ def execute(event_id: int, token: uuid.UUID | str) -> Outcome:
         event = begin(event_id, token)
     if event is None:
         log.info("outbox #%s: duplicate or expired delivery of claim %s ignored", event_id, token)
-        return Outcome.DUPLICATE
-    with stopping.handling(), Heartbeat(event_id, token):
-        return _run(event, token)
+    return event
 
 
-def _run(event: OutboxEvent, token: uuid.UUID) -> Outcome:
+# How a success is recorded: ``_finish``'s signature. ``outbox.chain`` passes its own,
+# which also claims the worker's next row in the same transaction.
+Finish = Callable[..., bool]
+
+
+def run(event: OutboxEvent, token: uuid.UUID, *, finish: Finish | None = None) -> Outcome:
+    """Run the handler of a begun claim and record its outcome (``finish`` records a
+    success, ``sent`` or ``superseded``; default ``_finish``). Never raises."""
     route = registry.route(event.kind)
     try:
         if route is None:
@@ -496,10 +513,17 @@ def _run(event: OutboxEvent, token: uuid.UUID) -> Outcome:
         return _retry(event, token, route, detail, retry_after)
     if outcome not in HANDLER_OUTCOMES:
         return _dead(event, token, route, f"handler returned {outcome!r}, not sent or superseded")
-    return _record(event, token, Outcome(outcome))
+    return _record(event, token, Outcome(outcome), finish=finish or _finish)
 
 
-def _record(event: OutboxEvent, token: uuid.UUID, outcome: Outcome, *, delay: float = 0) -> Outcome:
+def _record(
+    event: OutboxEvent,
+    token: uuid.UUID,
+    outcome: Outcome,
+    *,
+    delay: float = 0,
+    finish: Finish = _finish,
+) -> Outcome:
     if outcome == Outcome.DEFERRED:
         target = OutboxStatus.PENDING
         wait = max(float(conf.value("poll_interval")), delay)
@@ -513,7 +537,7 @@ def _record(event: OutboxEvent, token: uuid.UUID, outcome: Outcome, *, delay: fl
     else:
         target = OutboxStatus.SENT
         fields = dict(sent_at=Now(), outcome=outcome, lease_expires_at=None)
-    if not _finish(event.id, token, target, **fields):
+    if not finish(event.id, token, target, **fields):
         return Outcome.STALE
     counter_add(RelayStat(outcome))
     if outcome == Outcome.SUPERSEDED:

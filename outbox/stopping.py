@@ -55,6 +55,11 @@ def _give_up(grace: float) -> None:
     os._exit(1)
 
 
+def asked() -> bool:
+    """Whether this worker got SIGTERM while a handler ran (it exits after the outcome)."""
+    return _asked.is_set()
+
+
 def install_in_worker(**_kwargs) -> None:
     """``post_spawn`` receiver: this process is a django-q2 worker."""
     signal.signal(signal.SIGTERM, _on_sigterm)

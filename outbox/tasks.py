@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from outbox import relay
+from django_q.conf import Conf
+
+from outbox import chain, conf
 
 
 def execute(event_id: int, token: str) -> str:
-    """Run one claimed outbox row (django-q2 tries it once; the outbox owns retries)."""
-    return relay.execute(event_id, token)
+    """Run one claimed outbox row (django-q2 tries it once; the outbox owns retries), then
+    the rows its worker claims with each outcome while this task's timeout allows
+    (``outbox.chain``)."""
+    return chain.execute(event_id, token, budget=conf.chain_budget(Conf.TIMEOUT))

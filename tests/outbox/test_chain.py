@@ -1,0 +1,326 @@
+"""A worker's next row claimed in its outcome's transaction (``outbox.chain``), in-process
+on PostgreSQL with a test handler: the claim keeps every rule of ``relay.claim`` and of
+contract §3 and §4."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import uuid
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from outbox import chain, registry, relay, stopping
+from outbox.models import OutboxEvent
+from outbox.outcomes import Outcome
+from outbox.registry import Defer
+from outbox.services import outbox_enqueue
+
+pytestmark = [pytest.mark.django_db]
+KIND = "TestChain"
+QUEUE = "chained"
+ran: list[tuple[int, str]] = []  # (row id, aggregate) in the order the handler ran them
+behaviour: dict[str, object] = {}
+in_flight: list[int] = []  # live processing rows of the queue, seen by each handler call
+threads_seen: set[int] = set()
+
+
+def handler(event):
+    ran.append((event.id, event.aggregate_id))
+    threads_seen.add(threading.get_ident())
+    in_flight.append(
+        OutboxEvent.objects.filter(
+            queue=QUEUE, status="processing", lease_expires_at__gte=timezone.now()
+        ).count()
+    )
+    action = behaviour.get(event.aggregate_id)
+    if callable(action):
+        action(event)
+    if action == "defer":
+        raise Defer("full")
+    return Outcome.SENT
+
+
+@pytest.fixture(autouse=True)
+def chained_kind(postgres, gobrave_config):
+    registry.register_queue(QUEUE, 2)
+    registry.register(KIND, queue=QUEUE, handler=handler)
+    gobrave_config(outbox={"prefetch": 0, "max_in_flight": None, "max_attempts": 3})
+    ran.clear()
+    behaviour.clear()
+    in_flight.clear()
+    threads_seen.clear()
+    yield
+    registry._routes.pop(KIND, None)
+    registry._queues.pop(QUEUE, None)
+    registry._claim_guards.pop(QUEUE, None)
+
+
+def enqueue(aggregate: str, key: str = "") -> OutboxEvent:
+    with transaction.atomic():
+        return outbox_enqueue(kind=KIND, aggregate_id=aggregate, payload={}, fairness_key=key)
+
+
+def claim_one() -> tuple[int, uuid.UUID]:
+    [(event_id, token)] = relay.claim(QUEUE, 1)
+    return event_id, token
+
+
+def shown(rows=None) -> str:
+    rows = rows if rows is not None else OutboxEvent.objects.order_by("id")
+    return "\n".join(
+        f"#{r.id} {r.aggregate_id} {r.status} attempts={r.attempts} reclaims={r.reclaims} "
+        f"token={r.claim_token} started={r.started_at} lease={r.lease_expires_at} "
+        f"outcome={r.outcome} error={r.last_error[-200:]!r}"
+        for r in rows
+    )
+
+
+def row(event: OutboxEvent) -> OutboxEvent:
+    return OutboxEvent.objects.get(id=event.id)
+
+
+def test_a_worker_runs_every_due_row_after_its_own_one_commit_each():
+    rows = [enqueue(f"i{n}") for n in range(5)]
+    event_id, token = claim_one()
+    assert chain.execute(event_id, token, budget=60) == Outcome.SENT
+    assert [row_id for row_id, _ in ran] == [r.id for r in rows], shown()
+    done = list(OutboxEvent.objects.order_by("id"))
+    assert all((r.status, r.outcome, r.attempts) == ("sent", "sent", 0) for r in done), shown()
+    for earlier, later in zip(done, done[1:], strict=False):
+        assert later.started_at >= earlier.sent_at, shown()  # claimed with the outcome
+
+
+def test_rows_in_flight_never_pass_the_workers():
+    """Two workers' worth of claims (prefetch 0): one held by another worker, one chaining;
+    the chain only ever replaces its own row, so in flight stays 2 throughout."""
+    other = enqueue("other")
+    rows = [enqueue(f"i{n}") for n in range(4)]
+    claims = dict(relay.claim(QUEUE, 16))
+    assert set(claims) == {other.id, rows[0].id}, shown()
+    assert relay.claim(QUEUE, 16) == []  # full
+    assert chain.execute(rows[0].id, claims[rows[0].id], budget=60) == Outcome.SENT
+    assert in_flight == [2, 2, 2, 2], shown()
+    assert row(other).status == "processing", shown()  # not the chain's: left alone
+
+
+def test_rows_of_one_aggregate_still_run_one_at_a_time_in_order():
+    first, second, third = enqueue("a"), enqueue("a"), enqueue("a")
+    event_id, token = claim_one()
+    chain.execute(event_id, token, budget=60)
+    assert [row_id for row_id, _ in ran] == [first.id, second.id, third.id], shown()
+    first, second, third = row(first), row(second), row(third)
+    assert second.started_at >= first.sent_at and third.started_at >= second.sent_at, shown()
+
+
+def test_the_next_row_goes_to_the_key_served_least_recently():
+    xs = [enqueue(f"x{n}", key="x") for n in range(3)]
+    y = enqueue("y0", key="y")
+    event_id, token = claim_one()  # x's first: x has had its turn
+    assert event_id == xs[0].id
+    chain.execute(event_id, token, budget=60)
+    assert [row_id for row_id, _ in ran] == [xs[0].id, y.id, xs[1].id, xs[2].id], shown()
+
+
+def test_a_row_the_claim_guard_holds_back_stays_as_it_was_and_the_chain_ends():
+    held = {"held"}
+    registry.register_claim_guard(
+        QUEUE, lambda rows: [row_id for row_id, aggregate in rows if aggregate not in held]
+    )
+    first, waiting = enqueue("first"), enqueue("held")
+    event_id, token = claim_one()
+    chain.execute(event_id, token, budget=60)
+    assert ran == [(first.id, "first")], shown()
+    waiting = row(waiting)
+    assert (waiting.status, waiting.attempts, waiting.reclaims, waiting.claim_token) == (
+        "pending",
+        0,
+        0,
+        None,
+    ), shown()
+    held.clear()
+    assert [event_id for event_id, _ in relay.claim(QUEUE, 16)] == [waiting.id]
+
+
+def test_capacity_denied_goes_back_pending_without_an_attempt_and_claims_nothing():
+    full, behind = enqueue("full"), enqueue("behind")
+    behaviour["full"] = "defer"
+    event_id, token = claim_one()
+    assert chain.execute(event_id, token, budget=60) == Outcome.DEFERRED
+    full, behind = row(full), row(behind)
+    assert (full.status, full.attempts, full.outcome) == ("pending", 0, "deferred"), shown()
+    assert (behind.status, behind.claim_token) == ("pending", None), shown()
+
+
+def test_a_reclaimed_row_that_had_started_counts_its_attempt():
+    crashed, first, fresh = enqueue("crashed"), enqueue("first"), enqueue("fresh")
+    claims = dict(relay.claim(QUEUE, 2))
+    assert relay.begin(crashed.id, claims[crashed.id])  # its worker began it, then died
+    expired = timezone.now() - dt.timedelta(seconds=1)
+    OutboxEvent.objects.filter(id=crashed.id).update(lease_expires_at=expired)
+    chain.execute(first.id, claims[first.id], budget=60)
+    assert [row_id for row_id, _ in ran] == [first.id, crashed.id, fresh.id], shown()
+    crashed = row(crashed)
+    assert (crashed.status, crashed.attempts) == ("sent", 1), shown()
+    assert crashed.claim_token != claims[crashed.id], shown()
+
+
+def test_a_claim_whose_lease_ran_out_records_its_outcome_but_claims_nothing():
+    """Its row no longer counted as in flight: a claim in its place could pass the limit."""
+    late, behind = enqueue("late"), enqueue("behind")
+
+    def lease_runs_out(event):
+        past = timezone.now() - dt.timedelta(seconds=1)
+        OutboxEvent.objects.filter(id=event.id).update(lease_expires_at=past)
+
+    behaviour["late"] = lease_runs_out
+    event_id, token = claim_one()
+    assert chain.execute(event_id, token, budget=60) == Outcome.SENT
+    assert (row(late).status, row(behind).status) == ("sent", "pending"), shown()
+    assert row(behind).claim_token is None, shown()
+
+
+def test_a_stale_worker_neither_records_nor_claims():
+    lost, behind = enqueue("lost"), enqueue("behind")
+    behaviour["lost"] = lambda event: OutboxEvent.objects.filter(id=event.id).update(
+        claim_token=uuid.uuid4()
+    )
+    event_id, token = claim_one()
+    assert chain.execute(event_id, token, budget=60) == Outcome.STALE
+    assert (row(lost).status, row(behind).status) == ("processing", "pending"), shown()
+
+
+def test_an_error_in_the_claim_rolls_it_back_and_the_outcome_is_recorded_alone():
+    first, behind = enqueue("first"), enqueue("behind")
+
+    def broken(rows):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT no_such_column FROM outbox_outboxevent")
+        return []
+
+    event_id, token = claim_one()
+    registry.register_claim_guard(QUEUE, broken)
+    assert chain.execute(event_id, token, budget=60) == Outcome.SENT
+    first, behind = row(first), row(behind)
+    assert (first.status, first.outcome) == ("sent", "sent"), shown()
+    assert (behind.status, behind.claim_token, behind.attempts) == ("pending", None, 0), shown()
+
+
+def test_no_budget_runs_the_delivered_row_alone():
+    first, behind = enqueue("first"), enqueue("behind")
+    event_id, token = claim_one()
+    assert chain.execute(event_id, token, budget=0) == Outcome.SENT
+    assert (row(first).status, row(behind).status) == ("sent", "pending"), shown()
+
+
+def test_a_duplicate_delivery_runs_nothing():
+    enqueue("first")
+    event_id, token = claim_one()
+    assert relay.begin(event_id, token)
+    assert chain.execute(event_id, token, budget=60) == Outcome.DUPLICATE
+    assert ran == [], shown()
+
+
+@pytest.fixture
+def sigterm(monkeypatch):
+    """``stopping``'s SIGTERM flag, and its exit turned into SystemExit (in-process)."""
+
+    def exit_(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(stopping.os, "_exit", exit_)
+    yield stopping._asked
+    stopping._asked.clear()
+
+
+def test_after_a_sigterm_the_outcome_is_recorded_and_nothing_claimed(sigterm):
+    first, behind = enqueue("first"), enqueue("behind")
+    behaviour["first"] = lambda event: sigterm.set()
+    event_id, token = claim_one()
+    with pytest.raises(SystemExit):
+        chain.execute(event_id, token, budget=60)
+    assert (row(first).status, row(behind).status) == ("sent", "pending"), shown()
+    assert row(behind).claim_token is None, shown()
+
+
+def test_a_row_claimed_just_before_a_sigterm_is_put_back_due_without_an_attempt(sigterm):
+    first, behind = enqueue("first"), enqueue("behind")
+
+    def sigterm_meanwhile(rows):  # asked in the claim's transaction: after the check
+        sigterm.set()
+        return [row_id for row_id, _ in rows]
+
+    registry.register_claim_guard(QUEUE, sigterm_meanwhile)
+    event_id, token = claim_one()
+    with pytest.raises(SystemExit):
+        chain.execute(event_id, token, budget=60)
+    assert ran == [(first.id, "first")], shown()
+    behind = row(behind)
+    assert (behind.status, behind.attempts, behind.claim_token, behind.started_at) == (
+        "pending",
+        0,
+        None,
+        None,
+    ), shown()
+    assert behind.available_at <= timezone.now(), shown()
+
+
+def test_the_budget_leaves_each_chained_row_its_whole_delivery_timeout(gobrave_config):
+    from outbox import conf
+
+    gobrave_config(outbox={"delivery_timeout": 300})
+    assert conf.chain_budget(302) == pytest.approx(1.75)
+    assert conf.chain_budget(300) == 0.0  # no room: no chaining
+    assert conf.chain_budget(900) == conf.CHAIN_MAX
+    assert conf.chain_budget(None) == conf.CHAIN_MAX  # no timeout at all
+
+
+@pytest.mark.django_db(transaction=True)
+def test_three_workers_chaining_at_once_run_each_row_once_in_order_within_the_limit(
+    gobrave_config,
+):
+    """Real threads, each with its own connection, as three workers of a queue of three:
+    each takes a claim and chains until nothing is due. Every row runs exactly once, the
+    rows of one aggregate in order, and never more than three rows are in flight."""
+    import threading
+
+    from django.db import connections
+
+    registry.register_queue(QUEUE, 3)
+    rows = [enqueue(f"agg{n % 7}", key=f"k{n % 3}") for n in range(60)]
+    errors: list[BaseException] = []
+
+    all_claimed = threading.Barrier(3)
+
+    def worker() -> None:
+        try:
+            claimed = relay.claim(QUEUE, 1)
+            all_claimed.wait(60)  # the three chains run side by side from the start
+            while claimed:
+                [(event_id, token)] = claimed
+                chain.execute(event_id, token, budget=60)
+                claimed = relay.claim(QUEUE, 1)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+    assert sorted(row_id for row_id, _ in ran) == [r.id for r in rows], shown()
+    assert max(in_flight) <= 3, (in_flight, shown())
+    assert len(threads_seen) == 3, threads_seen
+    done = list(OutboxEvent.objects.order_by("id"))
+    assert all((r.status, r.attempts, r.reclaims) == ("sent", 0, 0) for r in done), shown()
+    by_aggregate: dict[str, list[OutboxEvent]] = {}
+    for r in done:
+        by_aggregate.setdefault(r.aggregate_id, []).append(r)
+    for chained in by_aggregate.values():
+        for earlier, later in zip(chained, chained[1:], strict=False):
+            assert later.started_at >= earlier.sent_at, shown(chained)
