@@ -70,7 +70,8 @@ class Profile:
     A backend that went idle less than a second after its last report keeps its counts
     for up to 10 s (PostgreSQL's idle flush interval), so ``start()`` waits that out, and
     ``stop()`` reads the CPU, stops the measured processes (an exiting backend reports
-    everything) and only then reads the database's counts.
+    everything) and only then reads the database's counts; the bench's own connection
+    flushes its counts before each read (``pg_stat_force_next_flush``).
     """
 
     IDLE_FLUSH = 11.0  # s: PostgreSQL's PGSTAT_IDLE_INTERVAL (10 s), plus a margin
@@ -80,6 +81,10 @@ class Profile:
 
     def db_sample(self, wait: float) -> dict:
         time.sleep(wait)
+        # This connection's own counts (the producer's insert) reach the shared statistics
+        # only when it flushes them, at most once a second: a phase shorter than that
+        # would miss them. Flush them first (its own transaction, left out in ``stop``).
+        self.conn.execute("SELECT pg_stat_force_next_flush()")
         row = self.conn.execute(
             "SELECT xact_commit, tup_inserted + tup_updated + tup_deleted "
             "FROM pg_stat_database WHERE datname = current_database()"
@@ -99,7 +104,8 @@ class Profile:
         for name in names:
             self.procs.stop(name)
         after = {**self.db_sample(1.2), **cpu}
-        after["commits"] -= own + 1  # + 1: the first sample's own transaction
+        # + 2: the first sample's read and the second's flush, transactions of our own
+        after["commits"] -= own + 2
         delta = {k: (after[k] - self.before.get(k, 0)) / max(n, 1) for k in after}
         cpu_text = ", ".join(
             f"{k} {v * 1000:.1f} ms" for k, v in delta.items() if k not in ("commits", "writes")
