@@ -456,3 +456,38 @@ def test_dispatcher_exits_zero_on_sigterm(postgres, tmp_path):
         )
         assert app.stop("dispatcher", timeout=30) == 0
         assert process.returncode == 0
+
+
+def test_a_cluster_told_to_stop_mid_backlog_stops_chaining_and_loses_nothing(
+    postgres, tmp_path, template, owner, engine, gobrave_config
+):
+    """Workers claim their next row with each outcome (``outbox.chain``), but only in a
+    task's first seconds: SIGTERM to the cluster's main during a backlog longer than that
+    stops it with the backlog unfinished, every row it began finished, and a new cluster
+    runs the rest once each, no attempt counted."""
+    gobrave_config(container={"create_queue_max_pending": 500})
+    (engine.root / "delay-create").write_text("0.2")
+    with app_with(tmp_path) as app:
+        app.dispatcher()
+        app.cluster("create")
+        instances = [
+            container_create_by_template(template=template, owner=owner, actor="t")
+            for _ in range(60)
+        ]
+        wait_for(lambda: statuses().get("running", 0) >= 3, timeout=60, message="3 running")
+        assert app.stop("create-cluster", timeout=60) == 0
+        begun = OutboxEvent.objects.filter(status="processing", started_at__isnull=False)
+        assert not begun.exists(), rows(begun)  # each begun row got its outcome
+        left = OutboxEvent.objects.filter(status="pending")
+        assert left.exists(), rows()  # 60 x 0.2 s over 3 workers: no chain went on so long
+        app.cluster("create", name="create-cluster-2")
+        wait_for(
+            lambda: statuses().get("running") == 60,
+            timeout=120,
+            message="60 running",
+            describe=rows,
+        )
+        wait_for(all_sent, timeout=30, message="every row sent", describe=rows)
+        failed = OutboxEvent.objects.exclude(attempts=0)
+        assert not failed.exists(), rows(failed)
+        assert sorted(engine.created()) == sorted(f"gb-{i.pk}" for i in instances)
