@@ -265,7 +265,13 @@ def _record_created(instance: ContainerInstance, engine: Engine, runtime_id: str
     (``start_timeout``) has its container removed, after the transaction (and its id
     cleared); one with a delete accepted leaves it to that delete. Idempotent: a retry
     that adopted the same container records the same id.
+
+    The common case, an instance still ``creating``, is one statement (the row's lock
+    for its length, its own commit); any other state takes the transaction below.
     """
+    creating = ContainerInstance.objects.filter(id=instance.id, status=Status.CREATING)
+    if creating.update(container_id=runtime_id):
+        return True
     with transaction.atomic():
         locked = _locked(str(instance.id))
         if locked is None:

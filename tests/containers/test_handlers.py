@@ -425,3 +425,21 @@ def test_a_delete_accepted_during_the_engine_create_leaves_the_container_unstart
     assert _record_created(instance, engine, made) is False  # not started
     assert engine.inspect(made).status == "created"
     assert ContainerInstance.objects.get(pk=instance.pk).container_id == made
+
+
+def test_a_creating_instance_records_its_container_in_one_statement(
+    create, engine, django_assert_num_queries
+):
+    """The common case of the create's step 3 is one UPDATE (its own commit); a retry
+    that adopted the same container records the same id and goes on."""
+    from containers.handlers import _record_created, _spec
+
+    instance = create()
+    ContainerInstance.objects.filter(pk=instance.pk).update(status="creating")
+    made = engine.create(_spec(ContainerInstance.objects.get(pk=instance.pk)))
+    with django_assert_num_queries(1):
+        assert _record_created(instance, engine, made) is True
+    assert _record_created(instance, engine, made) is True
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    assert (stored.status, stored.container_id) == ("creating", made), stored.status_reason
+    assert engine.inspect(made).status == "created"  # started by the caller, not here
