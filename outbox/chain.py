@@ -17,20 +17,30 @@ takes the next row itself:
    lost to its claim.
 2. **Rows in flight never grow.** The claim only replaces the worker's own claim of the
    same queue that this transaction finishes, and only while that claim's lease is live
-   (counted as in flight by every other claimer): one row out, one in, in one commit. So
-   the counts other claimers take under the claim lock stay exact without taking it, and
-   workers claiming this way do not wait for each other.
+   (counted as in flight by every other claimer): one row out, one in, in one commit. It
+   holds the claim lock shared (``relay.claim`` takes it exclusive), so a claimer never
+   counts while a chain is between its row out and its row in (a lease that ran out
+   meanwhile would otherwise read as room); chains do not wait for each other. Only
+   where each queue's own limit binds: with a ``max_in_flight`` below the sum of the
+   queues' limits, a chain would keep a global slot from another queue, so no worker
+   chains (``global_cap_binds``). Two chains at the same instant may both serve the
+   least served key (``SKIP LOCKED`` gives the second its next row): fair share's grain
+   is then one row per worker.
 3. **One execution per claim.** The claim is its own start: the row is claimed with
    ``started_at`` set, under a fresh token and the started lease (``conf.started_lease``,
    renewed by the worker's heartbeat), and handed to no one else, so there is no second
    delivery to refuse. A worker killed at any point leaves a started row whose lease
    runs out, as when it is killed mid-handler.
-4. **Bounded.** A task chains rows only while it began less than ``budget`` seconds ago
-   (``conf.chain_budget``: django-q2's timeout still leaves every chained row its whole
-   ``delivery_timeout``, and a cluster told to stop sees its workers take the stop soon),
-   never after a SIGTERM (``outbox.stopping``): a row claimed just before one is put back,
-   due at once, no attempt counted. When a chain ends, the outcome wakes the pushers as
-   usual (a slot freed).
+4. **Bounded.** A row is chained only while its task began less than ``budget`` seconds
+   ago, checked when the row is claimed (``conf.chain_budget``: django-q2's timeout then
+   still leaves every chained row its whole ``delivery_timeout``, however long the rows
+   before it ran). A cluster told to stop (SIGTERM to its main: django-q2 then stops each
+   worker after its task) sees its workers begin new rows for at most that budget more;
+   a worker that got a SIGTERM itself (``outbox.stopping``) chains nothing, and a row
+   claimed just before one is put back, due at once, no attempt counted.
+5. **Wake-ups.** An outcome that chains nothing wakes the pushers if any row is due (a
+   slot freed). One that chains still wakes them when a row of the finished row's
+   aggregate on another queue is due (it waited behind this one: order per instance).
 PostgreSQL only (``relay.execute`` runs elsewhere).
 """
 
@@ -40,10 +50,10 @@ import logging
 import time
 import uuid
 
-from django.db import DatabaseError, connection, transaction
+from django.db import connection, transaction
 
 from core.counters import counter_add
-from outbox import conf, relay, stopping
+from outbox import conf, registry, relay, stopping
 from outbox.counters import RelayStat
 from outbox.heartbeat import Heartbeat
 from outbox.models import OutboxEvent, OutboxStatus, sources_of
@@ -59,12 +69,21 @@ def _sources(target: str) -> str:
     return ", ".join(f"'{status}'" for status in sources_of(target))
 
 
+# The claim lock, shared (point 2).
+_SHARED_LOCK = "SELECT pg_advisory_xact_lock_shared(hashtext('outbox:claim'))"
 # The success of the worker's own claim, only while its lease is live (point 2).
 _FINISH = f"""
 UPDATE {_T} SET status = 'sent', outcome = %(outcome)s, sent_at = STATEMENT_TIMESTAMP(),
        lease_expires_at = NULL
 WHERE id = %(id)s AND claim_token = %(token)s AND status IN ({_sources("sent")})
   AND lease_expires_at >= STATEMENT_TIMESTAMP()
+"""
+# A due row of the finished row's aggregate on another queue: wake its pushers (point 5).
+_WAKE_BEHIND = f"""
+SELECT pg_notify(%(channel)s, '') WHERE EXISTS (
+    SELECT 1 FROM {_T} o WHERE o.aggregate_id = %(aggregate)s AND o.id > %(id)s
+      AND o.queue <> %(queue)s AND o.status = 'pending'
+      AND o.available_at <= STATEMENT_TIMESTAMP())
 """
 _UNBLOCKED = f"""NOT EXISTS (SELECT 1 FROM {_T} o WHERE o.aggregate_id = e.aggregate_id
     AND o.id < e.id AND o.status IN ('pending', 'processing'))"""
@@ -127,18 +146,26 @@ class Link:
     """One row's success, recorded by ``finish`` (``relay.run``'s ``finish``), and the next
     row it claimed (``next``, with its token), if any."""
 
-    def __init__(self, queue: str, *, follow: bool) -> None:
-        self.queue, self.follow = queue, follow
+    def __init__(self, queue: str, aggregate: str, *, until: float) -> None:
+        self.queue, self.aggregate, self.until = queue, aggregate, until
         self.next: tuple[OutboxEvent, uuid.UUID] | None = None
 
     def finish(self, event_id: int, token: uuid.UUID, target: str, **fields) -> bool:
-        if not self.follow or target != OutboxStatus.SENT or stopping.asked():
+        """Record a success; claim the next row only while the task's budget lasts (``until``,
+        a ``time.monotonic()``), checked now, right before the claim (point 4)."""
+        late = time.monotonic() >= self.until
+        if late or target != OutboxStatus.SENT or stopping.asked():
             return relay._finish(event_id, token, target, **fields)
         try:
             with transaction.atomic():
                 moved = self._finish_and_claim(event_id, token, fields["outcome"])
-        except DatabaseError as exc:
-            log.warning("outbox #%s: outcome with the next claim failed (%s); alone", event_id, exc)
+        except Exception as exc:  # noqa: BLE001 - the outcome is recorded alone, whatever failed
+            log.warning(
+                "outbox #%s: outcome with the next claim failed (%s); alone",
+                event_id,
+                exc,
+                exc_info=True,
+            )
             self.next = None
             if not connection.is_usable():
                 connection.close()
@@ -152,10 +179,22 @@ class Link:
     def _finish_and_claim(self, event_id: int, token: uuid.UUID, outcome: str) -> bool:
         """Steps 1 and 2 in the caller's transaction; False (rolled back) if the claim was
         not ours or its lease ran out."""
-        params = {"id": event_id, "token": token, "outcome": outcome, "queue": self.queue}
+        params = {
+            "id": event_id,
+            "token": token,
+            "outcome": outcome,
+            "queue": self.queue,
+            "aggregate": self.aggregate,
+            "channel": conf.NOTIFY_CHANNEL,
+        }
         timeout = int(conf.value("write_timeout") * 1000)
         with connection.cursor() as cursor:
-            cursor.execute(f"SET LOCAL statement_timeout = {timeout}; {_FINISH}; {_PICK}", params)
+            cursor.execute(
+                f"SET LOCAL statement_timeout = {timeout}; {_SHARED_LOCK}; {_FINISH}; {_PICK};"
+                f" {_WAKE_BEHIND}",
+                params,
+            )
+            cursor.nextset()  # the lock
             cursor.nextset()
             moved = cursor.rowcount
             cursor.nextset()
@@ -187,17 +226,17 @@ def execute(event_id: int, token: uuid.UUID | str, *, budget: float) -> Outcome:
     """``relay.execute`` for a django-q2 worker: the delivered row, then each row the
     worker claims with an outcome, for ``budget`` seconds at most (see the module's
     docstring). Never raises. Returns the delivered row's outcome."""
-    if budget <= 0 or not usable(connection):
+    until = time.monotonic() + budget  # from the task's own start: django-q2's clock runs
+    if budget <= 0 or not usable(connection) or global_cap_binds():
         return relay.execute(event_id, token)
     token = uuid.UUID(str(token))
     event = relay.begin_delivered(event_id, token)
     if event is None:
         return Outcome.DUPLICATE
-    deadline = time.monotonic() + budget
     first: Outcome | None = None
     with stopping.handling():
         while True:
-            link = Link(event.queue, follow=time.monotonic() < deadline)
+            link = Link(event.queue, event.aggregate_id, until=until)
             with Heartbeat(event.id, token):
                 outcome = relay.run(event, token, finish=link.finish)
             first = first or outcome
@@ -207,6 +246,12 @@ def execute(event_id: int, token: uuid.UUID | str, *, budget: float) -> Outcome:
             if stopping.asked():
                 _put_back(event, token)
                 return first
+
+
+def global_cap_binds() -> bool:
+    """True when ``max_in_flight`` is below the sum of the queues' own limits (point 2)."""
+    cap = conf.value("max_in_flight")
+    return bool(cap) and cap < sum(conf.in_flight_limit(queue) for queue in registry.queues())
 
 
 def _put_back(event: OutboxEvent, token: uuid.UUID) -> None:

@@ -324,3 +324,134 @@ def test_three_workers_chaining_at_once_run_each_row_once_in_order_within_the_li
     for chained in by_aggregate.values():
         for earlier, later in zip(chained, chained[1:], strict=False):
             assert later.started_at >= earlier.sent_at, shown(chained)
+
+
+def test_the_budget_is_checked_when_the_next_row_is_claimed_not_before_the_handler(monkeypatch):
+    """A row begun inside the budget whose handler ran past it claims nothing: the next
+    row would get less than its whole delivery_timeout before django-q2's timeout."""
+    clock = [1000.0]
+    monkeypatch.setattr(chain.time, "monotonic", lambda: clock[0])
+    first, behind = enqueue("first"), enqueue("behind")
+
+    def slow(event):
+        clock[0] += 250.0  # the handler took 250 s (within its delivery_timeout)
+
+    behaviour["first"] = slow
+    event_id, token = claim_one()
+    assert chain.execute(event_id, token, budget=1.75) == Outcome.SENT
+    first, behind = row(first), row(behind)
+    assert (first.status, first.outcome) == ("sent", "sent"), shown()
+    assert (behind.status, behind.claim_token) == ("pending", None), shown()
+
+
+def test_any_error_in_the_claim_leaves_the_outcome_recorded_alone():
+    """Not only a database error: a claim guard that raises rolls the claim back, and the
+    outcome is still recorded (``chain.execute`` never raises)."""
+    first, behind = enqueue("first"), enqueue("behind")
+
+    def broken(rows):
+        raise RuntimeError("a guard's own bug")
+
+    event_id, token = claim_one()
+    registry.register_claim_guard(QUEUE, broken)
+    assert chain.execute(event_id, token, budget=60) == Outcome.SENT
+    first, behind = row(first), row(behind)
+    assert (first.status, first.outcome) == ("sent", "sent"), shown()
+    assert (behind.status, behind.claim_token, behind.attempts) == ("pending", None, 0), shown()
+
+
+def test_no_worker_chains_where_max_in_flight_binds_below_the_queues_limits(gobrave_config):
+    """A chain keeps its queue's row in flight: under a global cap below the queues' own
+    limits that row would be kept from another queue, so each row runs alone."""
+    gobrave_config(outbox={"prefetch": 0, "max_in_flight": 1, "max_attempts": 3})
+    first, behind = enqueue("first"), enqueue("behind")
+    assert chain.global_cap_binds()
+    event_id, token = claim_one()
+    assert chain.execute(event_id, token, budget=60) == Outcome.SENT
+    assert (row(first).status, row(behind).status) == ("sent", "pending"), shown()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_counting_while_a_chain_swaps_its_row_waits_for_it(monkeypatch):
+    """The chain's row out and row in are one step for every claimer: a ``relay.claim``
+    that counts while a chain is between them (here the finished row's committed lease
+    ran out, so it would read as room) waits for the chain's commit, and then finds no
+    room. Limit 2: ``other`` and the chain's row live."""
+    from django.db import connections
+
+    # The chain's own lease check dropped, and its row's lease in the past: as if the
+    # lease ran out while the chain's transaction was open.
+    monkeypatch.setattr(chain, "_FINISH", chain._FINISH.split("  AND lease_expires_at")[0])
+    other, first, behind, extra = enqueue("other"), enqueue("A"), enqueue("B"), enqueue("C")
+    claims = dict(relay.claim(QUEUE, 2))
+    assert set(claims) == {other.id, first.id}, shown()
+    assert relay.begin(first.id, claims[first.id])
+    past = timezone.now() - dt.timedelta(seconds=1)
+    OutboxEvent.objects.filter(id=first.id).update(lease_expires_at=past)
+    got: list = []
+
+    def claimer() -> None:
+        try:
+            got.append(relay.claim(QUEUE, 16))
+        finally:
+            connections.close_all()
+
+    waiting = threading.Thread(target=claimer)
+
+    def start_claimer_inside(rows):  # in the chain's transaction, after its row out
+        waiting.start()
+        waits_for_lock = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        for _ in range(600):  # a condition, not a sleep: the claimer blocks on the lock
+            with connection.cursor() as cursor:
+                cursor.execute(waits_for_lock)
+                if cursor.fetchone()[0]:
+                    break
+            waiting.join(0.05)
+        else:
+            raise AssertionError(f"the claimer never waited for the chain: {got}")
+        return [row_id for row_id, _ in rows]
+
+    registry.register_claim_guard(QUEUE, start_claimer_inside)
+    link = chain.Link(QUEUE, "A", until=float("inf"))
+    assert link.finish(first.id, claims[first.id], "sent", outcome="sent"), shown()
+    waiting.join(60)
+    live = OutboxEvent.objects.filter(
+        queue=QUEUE, status="processing", lease_expires_at__gte=timezone.now()
+    )
+    assert got == [[]], (got, shown())
+    assert sorted(live.values_list("id", flat=True)) == [other.id, behind.id], shown()
+    assert row(extra).status == "pending", shown()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chaining_outcome_wakes_the_pushers_of_the_row_it_held_back_on_another_queue():
+    """Order per instance: a stop on the control queue waits behind its instance's create.
+    The create's outcome chains the next create, and still NOTIFYs, so the other queue's
+    pusher takes the stop now, not at its next poll."""
+    from outbox import conf, listen
+
+    registry.register_queue("other", 1)
+    registry.register("TestChainOther", queue="other", handler=lambda event: Outcome.SENT)
+    try:
+        first = enqueue("I")
+        with transaction.atomic():
+            held = outbox_enqueue(kind="TestChainOther", aggregate_id="I", payload={})
+        behind = enqueue("J")
+        event_id, token = claim_one()
+        assert event_id == first.id, shown()
+        assert relay.claim("other", 1) == [], shown()  # behind its instance's create
+        conn = listen.connect("test-chain-wake")
+        try:
+            conn.execute(f"LISTEN {conf.NOTIFY_CHANNEL}")
+            assert relay.begin(event_id, token)
+            link = chain.Link(QUEUE, "I", until=float("inf"))
+            assert link.finish(event_id, token, "sent", outcome="sent"), shown()
+            assert link.next and link.next[0].id == behind.id, shown()
+            heard = list(conn.notifies(timeout=10, stop_after=1))
+        finally:
+            conn.close()
+        assert heard, f"nobody woken for #{held.id}:\n{shown()}"
+        assert [event_id for event_id, _ in relay.claim("other", 1)] == [held.id], shown()
+    finally:
+        registry._routes.pop("TestChainOther", None)
+        registry._queues.pop("other", None)
