@@ -12,6 +12,7 @@ import time
 import uuid
 
 import pytest
+from django.db.models import F
 
 from containers.engines import engine_for
 from containers.engines.base import ContainerSpec, EngineEvent
@@ -37,7 +38,7 @@ from containers.services import container_start
 from containers.states import Status
 from containers.sync import Sync
 from outbox.models import OutboxEvent
-from tests.containers.conftest import EXIT_ON_TERM
+from tests.containers.conftest import EXIT_ON_TERM, IMAGE
 from tests.containers.test_docker_lifecycle import create, reaches, status, transitions
 from tests.factories import InstanceFactory, RuntimeFactory
 from tests.processes import running_app, wait_for
@@ -549,9 +550,27 @@ def _pause_unpause_and_start(dock, instance) -> None:
 
 @_docker
 def test_docker_rm_f_behind_our_back_fails_a_running_instance(dock, owner):
+    """The monitor's event, not a reconcile, fails the instance. The monitor reconciles at
+    its start and once its stream is open (then not for ``EVENTS_ONLY``'s 600 s): a
+    labelled container with no instance, seen by both passes (its orphan row refreshed
+    after it was made), says both are done before the container is removed."""
+    label = str(uuid.uuid4())
+    dock.client.create_container(
+        IMAGE,
+        command=["sleep", "1000"],
+        name=f"gb-{label}",
+        labels={"io.gobrave.installation": dock.installation, "io.gobrave.instance": label},
+    )
     instance = create(dock.template(["sleep", "1000"]), owner)
     with dock.pipeline(**EVENTS_ONLY):
         row = reaches(instance, "running")
+        orphan = OrphanContainer.objects.filter(name=f"gb-{label}")
+        wait_for(
+            lambda: orphan.filter(last_seen_at__gt=F("first_seen_at")).exists(),
+            timeout=30,
+            message="the monitor's two reconciles",
+            describe=lambda: f"orphan rows: {list(orphan.values())}",
+        )
         dock.client.remove_container(row.container_id, force=True)
         row = reaches(instance, "failed", timeout=10)
     assert (row.status_reason, row.runtime_missing) == ("removed outside gobrave", True)
