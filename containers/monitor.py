@@ -8,9 +8,10 @@
    asks for a full reconcile (events alone are lossy), and applies each event with
    ``event_apply``: map it to the instance (label ``io.gobrave.instance``), inspect the
    container and apply ``target_for`` of what the engine says now (more reliable than
-   the event alone), then advance the cursor. A dropped stream (the SDK just ends the
-   iterator) or an unreachable engine is logged and retried with a backoff capped at
-   ``BACKOFF_CAP``; the monitor never exits on engine trouble.
+   the event alone; only a clean exit of a container followed from its create is
+   applied from the event: ``StreamSeen``), then advance the cursor. A dropped stream
+   (the SDK just ends the iterator) or an unreachable engine is logged and retried with
+   a backoff capped at ``BACKOFF_CAP``; the monitor never exits on engine trouble.
 3. The main thread renews the monitor's liveness mark every ``poll_interval`` (a live
    process at a dispatcher's start, ``outbox.liveness``) and runs the reconcile: after
    every (re)connect and every ``reconcile_interval``, and looks for newly enabled
@@ -175,7 +176,8 @@ def event_apply(
        A ``destroy`` leaves no container: "removed outside gobrave", unless the instance
        is being deleted (our own delete did it).
     5. Advance the cursor (after applying, so a crash replays rather than loses).
-    Returns the outcome (``duplicate``, ``ignored`` or ``instance_sync``'s).
+    Returns the outcome (``duplicate``, ``ignored``, or ``clean_exit_apply``'s or
+    ``instance_sync``'s).
     """
     if seen is not None:
         seen.note(event)

@@ -6,18 +6,23 @@ The monitor (after an event), the reconciler (every pass) and the request handle
 - ``state_apply`` moves a locked instance as an engine state implies
   (``observe.target_for``, by the shortest true path of ``observe.apply_observation``);
 - ``instance_sync`` is the whole look: read, inspect the engine with no transaction
-  open, lock, backfill what the engine knows, ``state_apply``.
+  open, lock, backfill what the engine knows, ``state_apply``;
+- ``clean_exit_apply`` applies a ``die`` with exit code 0 that the monitor followed from
+  the container's create, without the inspect (it may move an instance whose create
+  is still running: see there).
 
 Which instances are compared: those in ``WATCHED`` states. ``pending``,
 ``start_pending``, ``stop_pending`` and ``delete_pending`` have a request queued whose
 worker inspects the engine itself; ``failed`` is terminal. A watched instance whose
 request is still unfinished in the outbox (``creating`` while its create runs) is also
-left to that worker: the engine may show a past state (the old exit code of a container
+left to that worker by ``instance_sync`` (not by ``clean_exit_apply``): the engine may
+show a past state (the old exit code of a container
 being started) that the worker is about to change.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import uuid
 from typing import Any
@@ -160,13 +165,19 @@ def clean_exit_apply(
     The monitor calls it only for a ``die`` with exit code 0 of a container whose whole
     life it followed in one stream session: its ``create``, exactly one ``start``, no
     ``oom`` (``monitor.StreamSeen``). An inspect would say the same (exited, code 0, not
-    OOM-killed), but the engine answers it only once it has torn the container down
+    OOM-killed), except for an ``oom`` the engine reports after the ``die`` (a child
+    killed for memory an instant before PID 1 exits 0) or one the engine's event
+    publisher dropped for a lagging monitor: then the exit stays ``stopped``, code 0,
+    where an inspect might have said ``OOMKilled``. The engine answers an inspect only
+    once it has torn the container down
     (tens of ms after the ``die``, while it holds the container's lock); a node of a DAG
     waits that long for nothing. Must run outside a transaction. Under the row lock:
     1. The instance still records that container (``container_id``) and is ``creating``
        (its create worker is still in its calls: its later look finds the state moved
-       on and changes nothing) or ``running``, and was never asked to start again (a
-       ``ContainerStartRequest`` in its history: that die may be an earlier run's).
+       on and changes nothing) or ``running``, recorded so before the exit and never
+       asked to start again (a ``ContainerStartRequest`` in its history): otherwise that
+       die may be an earlier run's. A ``running`` recorded after the exit (the worker's
+       look raced it, or the run was started again) takes the inspect.
     2. Apply ``exited 0`` as any engine view is applied (``state_apply``): ``stopped``,
        exit code 0.
     """
@@ -178,11 +189,9 @@ def clean_exit_apply(
             or locked.container_id != runtime_id
         ):
             return None
-        if (
-            locked.status == Status.RUNNING
-            and ContainerEvent.objects.filter(
-                instance_id=locked.id, kind=RequestKind.START
-            ).exists()
+        if locked.status == Status.RUNNING and (
+            _recorded_after(locked, (data or {}).get("time_nano"))
+            or ContainerEvent.objects.filter(instance_id=locked.id, kind=RequestKind.START).exists()
         ):
             return None
         state = ContainerState(
@@ -190,6 +199,18 @@ def clean_exit_apply(
         )
         changed = state_apply(locked, state, actor=actor, data=data)
         return Sync.CHANGED if changed else Sync.UNCHANGED
+
+
+def _recorded_after(instance: ContainerInstance, time_nano: int | None) -> bool:
+    """True when the instance's current state was recorded after the exit (or the exit's
+    time is unknown): that ``die`` may end an earlier run than the one it records (a run
+    started again outside a start request: a create retry adopting the exited container,
+    or a ``docker start`` behind our back). Engine clock against the app's: a skew only
+    sends more exits to the inspect."""
+    if not time_nano:
+        return True
+    died = dt.datetime.fromtimestamp(time_nano / 1e9, tz=dt.UTC)
+    return instance.status_changed_at > died
 
 
 def state_apply(

@@ -7,6 +7,7 @@ with the real app processes on the real Docker Engine (see test_docker_lifecycle
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 import uuid
@@ -657,3 +658,25 @@ def test_refresh_images_marks_present_and_missing(dock):
     here.refresh_from_db()
     gone.refresh_from_db()
     assert (here.image_status, gone.image_status) == ("present", "missing")
+
+
+@pytest.mark.django_db
+def test_a_clean_exit_before_the_running_was_recorded_takes_the_usual_look(
+    place, engine, fake_runtime
+):
+    """A ``running`` recorded after the die (a create retry that adopted the exited
+    container and started it again, unseen by a lagging monitor): that die may be the
+    earlier run's, so the engine is inspected (it says running) and nothing moves."""
+    instance = place(Status.RUNNING, engine_status="created")
+    engine.set_state(instance.container_id, "running")
+    engine.set_state(instance.container_id, "exited", exit_code=0)
+    seen = StreamSeen()
+    for event in engine.event_log()[:3]:  # create, start, die
+        seen.note(event)
+    die = engine.event_log()[2]
+    assert die.action == "die"
+    engine.set_state(instance.container_id, "running")  # run 2, its start not yet seen
+    later = dt.datetime.fromtimestamp(die.time_nano / 1e9, tz=dt.UTC) + dt.timedelta(seconds=1)
+    ContainerInstance.objects.filter(pk=instance.pk).update(status_changed_at=later)
+    assert apply_seen(fake_runtime, die, seen) == Sync.UNCHANGED, _describe(instance)
+    assert stored(instance).status == Status.RUNNING, _describe(instance)
