@@ -680,3 +680,44 @@ def test_a_clean_exit_before_the_running_was_recorded_takes_the_usual_look(
     ContainerInstance.objects.filter(pk=instance.pk).update(status_changed_at=later)
     assert apply_seen(fake_runtime, die, seen) == Sync.UNCHANGED, _describe(instance)
     assert stored(instance).status == Status.RUNNING, _describe(instance)
+
+
+@_docker
+def test_the_engine_s_own_die_of_a_clean_exit_is_applied_without_an_inspect(
+    dock, owner, monkeypatch
+):
+    """On the real engine: its ``create``, ``start`` and ``die`` events (their container
+    id and exit code as Docker writes them) let a session vouch for the exit, and it is
+    applied while the create's request is still unfinished, with no look at the engine
+    (an inspect here would fail the test)."""
+    from containers.handlers import _spec
+
+    instance = create(dock.template(["true"]), owner)
+    ContainerInstance.objects.filter(pk=instance.pk).update(status=Status.CREATING)
+    engine = engine_for(dock.runtime)
+    since = time.time_ns()
+    runtime_id = engine.create(_spec(stored(instance)))
+    ContainerInstance.objects.filter(pk=instance.pk).update(container_id=runtime_id)
+    engine.start(runtime_id)
+    wait_for(
+        lambda: dock.engine_state(instance)["Status"] == "exited",
+        timeout=30,
+        message="the container exited",
+        describe=lambda: str(dock.engine_state(instance)),
+    )
+    events = list(engine.events(dock.installation, since, until_nano=time.time_ns() + 10**9))
+
+    def no_look(self, ref):
+        raise AssertionError(f"inspected {ref} on the engine")
+
+    monkeypatch.setattr(type(engine), "inspect", no_look)
+    seen, cursor = StreamSeen(), cursor_for(dock.runtime)
+    outcomes = [
+        event_apply(runtime=dock.runtime, cursor=cursor, event=event, seen=seen) for event in events
+    ]
+    actions = [event.action for event in events]
+    assert actions[:1] == ["create"] and actions[-1] == "die", actions
+    assert outcomes[-1] == Sync.CHANGED, (actions, outcomes, _describe(instance))
+    row = stored(instance)
+    assert (row.status, row.exit_code) == ("stopped", 0), _describe(instance)
+    assert OutboxEvent.objects.filter(aggregate_id=str(instance.pk), status="pending").exists()
