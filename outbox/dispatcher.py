@@ -38,6 +38,7 @@ from core.counters import counters_roll_up
 from outbox import conf, listen, liveness, registry, relay
 
 log = logging.getLogger(__name__)
+STOP_CHECK = 0.25  # seconds: the longest a stop waits for a sleeping dispatcher
 
 Sender = Callable[[str, int, str], None]
 
@@ -153,16 +154,26 @@ class Dispatcher:
     # --- wake-up ------------------------------------------------------------------------
 
     def wait(self, timeout: float) -> None:
-        """Sleep up to ``timeout`` seconds, waking early on NOTIFY."""
+        """Sleep up to ``timeout`` seconds, waking early on NOTIFY or a stop.
+
+        The LISTEN socket is watched in slices of at most ``STOP_CHECK`` seconds, so a
+        stop (SIGTERM: ``select`` resumes after the handler; or ``stop()`` from another
+        thread) ends the wait within that, whatever ``poll_interval`` is."""
         listener = self._listener()
         if listener is None:
             self.stopping.wait(timeout)
             return
+        deadline = time.monotonic() + timeout
         try:
-            ready, _, _ = select.select([listener.fileno()], [], [], timeout)
-            if ready:
-                for _ in listener.notifies(timeout=0):
-                    pass
+            while not self.stopping.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                ready, _, _ = select.select([listener.fileno()], [], [], min(left, STOP_CHECK))
+                if ready:
+                    for _ in listener.notifies(timeout=0):
+                        pass
+                    return
         except Exception:  # noqa: BLE001 - a broken listener falls back to polling
             log.warning("LISTEN connection lost; polling until it is back")
             self._close_listener()

@@ -18,6 +18,7 @@ from outbox.dispatcher import Dispatcher
 from outbox.models import OutboxEvent
 from outbox.outcomes import Outcome
 from outbox.services import outbox_enqueue
+from tests.processes import wait_for
 
 KIND = "TestDispatch"
 
@@ -86,6 +87,22 @@ def test_the_dispatcher_wakes_on_notify_long_before_its_poll(postgres, gobrave_c
         dispatcher.stop()
         thread.join(10)
     assert not thread.is_alive()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stop_wakes_a_dispatcher_asleep_on_listen_long_before_its_poll(postgres, gobrave_config):
+    """``stop()`` (a SIGTERM's handler does the same) while the dispatcher sleeps on its
+    LISTEN socket with a 30 s poll: it stops at once, not at the end of the poll."""
+    gobrave_config(outbox={"poll_interval": 30})
+    dispatcher = Dispatcher(send=lambda queue, event_id, token: None)
+    thread = threading.Thread(target=lambda: (dispatcher.run(), connection.close()))
+    thread.start()
+    try:
+        wait_for(lambda: dispatcher.listener is not None, timeout=30, message="listening")
+    finally:
+        dispatcher.stop()
+        thread.join(10)
+    assert not thread.is_alive(), "still asleep 10 s after stop() with a 30 s poll"
 
 
 @pytest.mark.django_db
