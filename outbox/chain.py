@@ -70,7 +70,7 @@ def _sources(target: str) -> str:
 
 
 # The claim lock, shared (point 2).
-_SHARED_LOCK = "SELECT pg_advisory_xact_lock_shared(hashtext('outbox:claim'))"
+_SHARED_LOCK = f"SELECT pg_advisory_xact_lock_shared({relay.CLAIM_LOCK})"
 # The success of the worker's own claim, only while its lease is live (point 2).
 _FINISH = f"""
 UPDATE {_T} SET status = 'sent', outcome = %(outcome)s, sent_at = STATEMENT_TIMESTAMP(),
@@ -226,7 +226,7 @@ def execute(event_id: int, token: uuid.UUID | str, *, budget: float) -> Outcome:
     """``relay.execute`` for a django-q2 worker: the delivered row, then each row the
     worker claims with an outcome, for ``budget`` seconds at most (see the module's
     docstring). Never raises. Returns the delivered row's outcome."""
-    until = time.monotonic() + budget  # from the task's own start: django-q2's clock runs
+    until = time.monotonic() + budget  # counted from the task's start, as django-q2's timeout
     if budget <= 0 or not usable(connection) or global_cap_binds():
         return relay.execute(event_id, token)
     token = uuid.UUID(str(token))

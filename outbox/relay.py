@@ -94,7 +94,8 @@ SELECT due.key, mark.turn,
 FROM due LEFT JOIN outbox_fairnessmark mark ON mark.queue = %s AND mark.key = due.key
 WHERE due.key IS NOT NULL
 """
-_CLAIM_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtext('outbox:claim'))"
+CLAIM_LOCK = "hashtext('outbox:claim')"  # the claimers' advisory lock (``outbox.chain`` shares it)
+_CLAIM_LOCK_SQL = f"SELECT pg_advisory_xact_lock({CLAIM_LOCK})"
 _LIVE_SQL = """
 SELECT count(*) FILTER (WHERE queue = %s), count(*) FROM outbox_outboxevent
 WHERE status = 'processing' AND lease_expires_at >= STATEMENT_TIMESTAMP()
