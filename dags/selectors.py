@@ -122,17 +122,15 @@ def was_created(instance_id: uuid.UUID) -> bool:
     return ContainerEvent.objects.filter(instance_id=instance_id, kind=RequestKind.CREATE).exists()
 
 
-def live_template(template_id: int, *, owner=None) -> ContainerTemplate | None:
+def live_template(template_id: int, *, owner) -> ContainerTemplate | None:
     """The container template as it is now, or None when it is gone.
 
-    With ``owner``, the same query asks whether ``owner`` may use it
-    (``access.usable_templates_q``) and marks it so when they may
-    (``access.mark_usable``): the create service then checks nothing again. One that
-    they may not use comes back unmarked, and the service refuses it as usual.
+    The same query asks whether ``owner`` may use it (``access.usable_templates_q``) and
+    marks it so when they may (``access.mark_usable``): the create service then checks
+    nothing again. One that they may not use comes back unmarked, and the service
+    refuses it as usual.
     """
     rows = ContainerTemplate.objects.filter(pk=template_id)
-    if owner is None:
-        return rows.first()
     usable = ContainerTemplate.objects.filter(access.usable_templates_q(owner), pk=OuterRef("pk"))
     template = rows.annotate(usable_by_owner=Exists(usable)).first()
     if template is not None and template.usable_by_owner:
