@@ -169,9 +169,9 @@ def clean_exit_apply(
     killed for memory an instant before PID 1 exits 0) or one the engine's event
     publisher dropped for a lagging monitor: then the exit stays ``stopped``, code 0,
     where an inspect might have said ``OOMKilled``. The engine answers an inspect only
-    once it has torn the container down
-    (tens of ms after the ``die``, while it holds the container's lock); a node of a DAG
-    waits that long for nothing. Must run outside a transaction. Under the row lock:
+    once it has torn the container down (tens of ms after the ``die``, while it holds
+    the container's lock); a node of a DAG waits that long for nothing. Must run
+    outside a transaction. Under the row lock:
     1. The instance still records that container (``container_id``) and is ``creating``
        (its create worker is still in its calls: its later look finds the state moved
        on and changes nothing) or ``running``, recorded so before the exit and never
