@@ -216,17 +216,20 @@ def test_claims_a_killed_cluster_had_not_begun_go_to_the_next_cluster_at_once(
         (engine.root / "block-start").unlink()
         app.cluster("create", name="create-cluster-2")
         later = ContainerInstance.objects.filter(pk__in=[i.pk for i in instances[1:]])
+        first = OutboxEvent.objects.get(aggregate_id=str(instances[0].pk))
+        others = OutboxEvent.objects.exclude(pk=first.pk)
+        # An instance is running when its handler commits; its row is marked sent by
+        # the outcome's own, later transaction: wait for both.
         wait_for(
-            lambda: set(later.values_list("status", flat=True)) == {"running"},
+            lambda: set(later.values_list("status", flat=True)) == {"running"}
+            and not others.exclude(status="sent").exists(),
             timeout=60,  # their claim leases run 390 s: only a fresh push explains this
-            message="the two unstarted claims running on the new cluster",
+            message="the two unstarted claims running on the new cluster, their rows sent",
             describe=rows,
         )
-        first = OutboxEvent.objects.get(aggregate_id=str(instances[0].pk))
+        first.refresh_from_db()
         assert (first.status, first.attempts) == ("processing", 0), rows()
-        assert set(OutboxEvent.objects.exclude(pk=first.pk).values_list("status", "attempts")) == {
-            ("sent", 0)
-        }, rows()
+        assert set(others.values_list("status", "attempts")) == {("sent", 0)}, rows()
 
 
 def test_a_cluster_whose_connections_were_cut_runs_the_next_request_at_once(
