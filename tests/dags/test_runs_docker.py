@@ -238,12 +238,18 @@ def test_a_user_deleting_a_node_instance_fails_the_node_and_a_bad_spec_fails_at_
                 {"key": "refused", "template": bad_volume.name},
             ]
         )
+        # The victim's instance runs once its create commits (the advance's first
+        # transaction); the refused node fails in a later one of the same advance: wait
+        # for both.
         wait_for(
-            lambda: ContainerInstance.objects.filter(
-                id=dags.nodes(run)["victim"].instance_id, status="running"
-            ).exists(),
+            lambda: (
+                ContainerInstance.objects.filter(
+                    id=dags.nodes(run)["victim"].instance_id, status="running"
+                ).exists()
+                and dags.nodes(run)["refused"].status == "failed"
+            ),
             timeout=60,
-            message="victim running",
+            message="victim running, refused failed",
             describe=lambda: dags.describe(run),
         )
         refused = dags.nodes(run)["refused"]
