@@ -184,6 +184,19 @@ def test_postgres_restart_under_dispatcher_clusters_and_monitor(throwaway_pg, tm
         assert all(p.poll() is None for p in app.processes.values()), "a process died"
         assert dispatch_recovered < 10 + 3  # + the time to run the requests' own process
         assert monitor_recovered < 10 + 3 + 2
+        # The last creates' instances run when their handlers commit; their rows are
+        # marked sent by each outcome's own, later transaction: wait for that too.
+        wait_for(
+            lambda: (
+                throwaway_pg.query("SELECT count(*) FROM outbox_outboxevent WHERE status <> 'sent'")
+                == [(0,)]
+            ),
+            timeout=15,
+            message="every row sent",
+            describe=lambda: str(
+                throwaway_pg.query("SELECT id, kind, status, attempts FROM outbox_outboxevent")
+            ),
+        )
         assert throwaway_pg.query(
             "SELECT count(*) FROM outbox_outboxevent WHERE status <> 'sent'"
         ) == [(0,)]
