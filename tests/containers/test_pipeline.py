@@ -221,8 +221,10 @@ def test_claims_a_killed_cluster_had_not_begun_go_to_the_next_cluster_at_once(
         # An instance is running when its handler commits; its row is marked sent by
         # the outcome's own, later transaction: wait for both.
         wait_for(
-            lambda: set(later.values_list("status", flat=True)) == {"running"}
-            and not others.exclude(status="sent").exists(),
+            lambda: (
+                set(later.values_list("status", flat=True)) == {"running"}
+                and not others.exclude(status="sent").exists()
+            ),
             timeout=60,  # their claim leases run 390 s: only a fresh push explains this
             message="the two unstarted claims running on the new cluster, their rows sent",
             describe=rows,
