@@ -172,7 +172,8 @@ class OutboxBroker(Broker):
 
         1. Unless something woke us since the last read, block on LISTEN (rows committed
            or slots freed: ``gobrave_outbox``; claims made elsewhere:
-           ``HANDOFF_CHANNEL``) up to ``WAIT``.
+           ``HANDOFF_CHANNEL``) up to ``WAIT``; notifications naming another queue do
+           not end the wait (``_wait``).
         2. Drain the wake-ups (any commit after this point sends a fresh one).
         3. Claim this queue's due rows within its in-flight limit (``relay.claim``, as a
            dispatcher does: the pusher is the dispatcher of its own queue, one process
@@ -186,8 +187,7 @@ class OutboxBroker(Broker):
         try:
             conn = self._connection()
             if not self._read_now:
-                for _ in conn.notifies(timeout=WAIT, stop_after=1):
-                    pass
+                self._wait(conn)
             for _ in conn.notifies(timeout=0):
                 pass
             self._read_now = False
@@ -220,6 +220,17 @@ class OutboxBroker(Broker):
         tasks = [(f"outbox-{i}-{token}", self._package(i, token)) for i, token in new]
         tasks += [(str(task_id), payload) for task_id, payload in others]
         return tasks or None
+
+    def _wait(self, conn: psycopg.Connection) -> None:
+        """Block until a notification for this queue (its name, or none: a slot freed,
+        a row of any queue may be due), or ``WAIT`` seconds in all. Notifications that
+        name another queue are let pass: its own pushers claim it, and a read here would
+        only take the claimers' lock from them."""
+        deadline = time.monotonic() + WAIT
+        while (left := deadline - time.monotonic()) > 0:
+            for note in conn.notifies(timeout=left, stop_after=1):
+                if note.payload in ("", self.list_key):
+                    return
 
     def _liveness_beat(self) -> None:
         """Renew this pusher's liveness mark every ``poll_interval`` (``outbox.liveness``:

@@ -318,7 +318,7 @@ def claims_release_unstarted(queue: str) -> int:
         lease_expires_at__gt=Now(),
     ).update(lease_expires_at=Now() - dt.timedelta(seconds=1))
     if released:
-        outbox_notify()
+        outbox_notify(queue)
     return released
 
 

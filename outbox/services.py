@@ -15,11 +15,16 @@ from outbox.outcomes import Outcome
 log = logging.getLogger(__name__)
 
 
-def outbox_notify() -> None:
-    """Wake the dispatchers (PostgreSQL delivers the NOTIFY when the transaction commits)."""
+def outbox_notify(queue: str = "") -> None:
+    """Wake the dispatchers (PostgreSQL delivers the NOTIFY when the transaction commits).
+
+    ``queue``, the payload, names the queue that has a row for them: a cluster's pusher
+    wakes only for its own queue's and for unaddressed ones (``outbox.broker``); the
+    dispatchers, which claim for every queue, wake for all.
+    """
     if conf.is_postgres(connection):
         with connection.cursor() as cursor:
-            cursor.execute(f"NOTIFY {conf.NOTIFY_CHANNEL}")
+            cursor.execute("SELECT pg_notify(%s, %s)", [conf.NOTIFY_CHANNEL, queue])
 
 
 # "A pending row is due now": the condition of ``outbox_notify_if_due`` (PostgreSQL).
@@ -63,7 +68,7 @@ def outbox_enqueue(
         payload=payload,
         available_at=Now(),  # the database's clock, as every due time (see relay)
     )
-    outbox_notify()
+    outbox_notify(route.queue)
     return event
 
 
@@ -82,7 +87,8 @@ def outbox_enqueue_once(*, kind: str, aggregate_id: str, payload: dict) -> None:
         started_at__isnull=True,
     ).update(available_at=Now())
     if woken:
-        outbox_notify()
+        route = registry.route(kind)
+        outbox_notify(route.queue if route else "")
         return
     outbox_enqueue(kind=kind, aggregate_id=aggregate_id, payload=payload)
 
@@ -107,7 +113,7 @@ def outbox_retry_now(*, event_id: int) -> OutboxEvent:
         event.available_at = Now()
         event.save(update_fields=["available_at"])
         event.refresh_from_db(fields=["available_at"])
-        outbox_notify()
+        outbox_notify(event.queue)
     return event
 
 
@@ -119,5 +125,5 @@ def outbox_release_deferred(*, queue: str) -> int:
         outcome=Outcome.DEFERRED,
         available_at__gt=Now(),
     ).update(available_at=Now())
-    outbox_notify()
+    outbox_notify(queue)
     return count

@@ -182,6 +182,41 @@ def test_the_pusher_wakes_on_a_commit_long_before_its_safety_net(broker, monkeyp
     assert tasks(got[0])[0]["args"] == (row.id, str(row.claim_token))
 
 
+def test_the_pusher_sleeps_through_a_commit_for_another_queue(broker, monkeypatch):
+    """A row of another queue wakes that queue's pushers only: a read here would take the
+    claimers' lock for nothing. Its own queue's row still wakes it at once."""
+    registry.register_queue("probe2", 2)
+    registry.register("TestBroker2", queue="probe2", handler=lambda event: Outcome.SENT)
+    monkeypatch.setattr(broker_module, "WAIT", 30)
+    claims: list[str] = []
+    real_claim = relay.claim
+    monkeypatch.setattr(
+        relay, "claim", lambda queue, limit: (claims.append(queue), real_claim(queue, limit))[1]
+    )
+    try:
+        assert broker.dequeue() is None  # connected and listening; nothing due yet
+        claims.clear()
+        got: list = []
+        reader = threading.Thread(target=lambda: (got.append(broker.dequeue()), connection.close()))
+        reader.start()
+        time.sleep(0.3)  # the reader is blocked on LISTEN now
+        with transaction.atomic():
+            other = outbox_enqueue(kind="TestBroker2", aggregate_id="b", payload={})
+        time.sleep(0.5)  # time for a wrong wake-up to show (a right one never comes)
+        assert reader.is_alive() and claims == [], (claims, outbox_rows())
+        row = enqueue()
+        reader.join(15)
+        assert not reader.is_alive(), "no wake-up within 15 s for its own queue's row"
+        assert claims == ["probe"], claims
+        row.refresh_from_db()
+        other.refresh_from_db()
+        assert tasks(got[0])[0]["args"] == (row.id, str(row.claim_token)), outbox_rows()
+        assert other.status == "pending", outbox_rows()
+    finally:
+        registry._routes.pop("TestBroker2", None)
+        registry._queues.pop("probe2", None)
+
+
 def test_the_dispatcher_leaves_notify_to_the_pushers_and_polls():
     assert Dispatcher()._listener() is None
     other = Dispatcher(send=lambda *args: None)  # any other sender: it LISTENs itself
