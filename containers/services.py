@@ -20,7 +20,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Q
+from django.db.models import Count
 
 from containers import access
 from containers.counters import RequestStat
@@ -75,19 +75,16 @@ def runtime_select(
     ``templates`` (besides ``template``): the runtime must satisfy all of theirs too (a
     DAG run puts every node on one engine). ``among``: only these runtimes qualify.
     Among several matches, a reachable (or not yet checked) one before one recorded
-    unreachable, then the one with the fewest instances under way.
+    unreachable, then the one with the fewest instances under way. The load is counted
+    only when there is a choice (one query; none for the usual single engine).
     """
     every = [template, *(templates or [])]
     constraints: dict[str, str] = {}
     for each in every:
         constraints.update(clean_constraints(each.constraints))
-    candidates = Runtime.objects.filter(enabled=True)
+    candidates = Runtime.objects.filter(enabled=True).order_by("name")
     if among is not None:
         candidates = candidates.filter(pk__in=[r.pk for r in among])
-    if among is None or len(among) > 1:  # one pinned runtime: no load to compare
-        candidates = candidates.annotate(
-            load=Count("instances", filter=Q(instances__status__in=IN_FLIGHT | {Status.RUNNING}))
-        ).order_by("load", "name")
     matching = [
         runtime
         for runtime in candidates
@@ -98,6 +95,17 @@ def runtime_select(
             for t in every
         )
     ]
+    if len(matching) > 1:
+        load = dict(
+            ContainerInstance.objects.filter(
+                runtime__in=matching, status__in=IN_FLIGHT | {Status.RUNNING}
+            )
+            .order_by()
+            .values("runtime")
+            .annotate(count=Count("id"))
+            .values_list("runtime", "count")
+        )
+        matching.sort(key=lambda runtime: load.get(runtime.pk, 0))  # stable: then by name
     # An engine recorded unreachable comes last: a create goes to one that answers if
     # any matches, else it is accepted all the same and waits (``handlers._engine_away``).
     matching.sort(key=lambda runtime: runtime.health == Runtime.Health.UNREACHABLE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from containers.errors import InvalidTransition, NoMatchingRuntime, NotFound, QueueFull
-from containers.models import ContainerEvent, ContainerInstance
+from containers.models import ContainerEvent, ContainerInstance, Runtime
 from containers.services import (
     container_create_by_template,
     container_delete,
@@ -143,6 +143,30 @@ def test_disabled_runtime_is_never_chosen(owner):
     for _ in range(3):
         instance = container_create_by_template(template=template, owner=owner, actor="test")
         assert instance.runtime == on
+
+
+def test_among_matching_runtimes_a_create_goes_to_the_least_loaded_answering_one(owner):
+    """Placement: reachable (or unchecked) engines first, then the fewest instances under
+    way or running (stopped ones do not count), then by name."""
+    template = TemplateFactory(constraints={"engine": "fake"})
+    busy = RuntimeFactory(name="a-busy", labels={"engine": "fake"})
+    idle = RuntimeFactory(name="b-idle", labels={"engine": "fake"})
+    away = RuntimeFactory(
+        name="0-away", labels={"engine": "fake"}, health=Runtime.Health.UNREACHABLE
+    )
+    for status in ("running", "creating"):
+        InstanceFactory(runtime=busy, template=template, status=status)
+    for _ in range(3):
+        InstanceFactory(runtime=idle, template=template, status="stopped")
+    first = container_create_by_template(template=template, owner=owner, actor="t")
+    second = container_create_by_template(template=template, owner=owner, actor="t")
+    third = container_create_by_template(template=template, owner=owner, actor="t")
+    # idle: 0 then 1 (pending counts), busy 2: idle, idle, then a tie at 2 broken by name.
+    assert [i.runtime.name for i in (first, second, third)] == ["b-idle", "b-idle", "a-busy"]
+    Runtime.objects.exclude(pk=away.pk).update(health=Runtime.Health.UNREACHABLE)
+    Runtime.objects.filter(pk=away.pk).update(health=Runtime.Health.REACHABLE)
+    fourth = container_create_by_template(template=template, owner=owner, actor="t")
+    assert fourth.runtime.name == "0-away"
 
 
 @pytest.mark.parametrize("name", ["../7", "my box", "-x", "a" * 129])
