@@ -226,11 +226,12 @@ class OutboxBroker(Broker):
         a row of any queue may be due), or ``WAIT`` seconds in all. Notifications that
         name another queue are let pass: its own pushers claim it, and a read here would
         only take the claimers' lock from them."""
-        deadline = time.monotonic() + WAIT
-        while (left := deadline - time.monotonic()) > 0:
+        deadline, woke = time.monotonic() + WAIT, False
+        while not woke and (left := deadline - time.monotonic()) > 0:
+            # Each generator runs to its end (``stop_after``), never left half-run: psycopg
+            # gives the connection back when it closes.
             for note in conn.notifies(timeout=left, stop_after=1):
-                if note.payload in ("", self.list_key):
-                    return
+                woke = woke or note.payload in ("", self.list_key)
 
     def _liveness_beat(self) -> None:
         """Renew this pusher's liveness mark every ``poll_interval`` (``outbox.liveness``:
