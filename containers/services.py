@@ -79,21 +79,17 @@ def runtime_select(
     only when there is a choice (one query; none for the usual single engine).
     """
     every = [template, *(templates or [])]
+    wanted = [clean_constraints(each.constraints) for each in every]  # once, not per runtime
     constraints: dict[str, str] = {}
-    for each in every:
-        constraints.update(clean_constraints(each.constraints))
+    for each in wanted:
+        constraints.update(each)
     candidates = Runtime.objects.filter(enabled=True).order_by("name")
     if among is not None:
         candidates = candidates.filter(pk__in=[r.pk for r in among])
     matching = [
         runtime
         for runtime in candidates
-        if all(
-            all(
-                str(runtime.labels.get(k)) == v for k, v in clean_constraints(t.constraints).items()
-            )
-            for t in every
-        )
+        if all(str(runtime.labels.get(k)) == v for each in wanted for k, v in each.items())
     ]
     if len(matching) > 1:
         load = dict(
