@@ -15,12 +15,17 @@ from django_q.signing import SignedPackage
 from django_q.tasks import async_task
 
 from outbox import broker as broker_module
-from outbox import registry, relay
+from outbox import conf, listen, registry, relay
 from outbox.broker import OutboxBroker, handoff
 from outbox.dispatcher import Dispatcher, default_sender
 from outbox.models import OutboxEvent
 from outbox.outcomes import Outcome
-from outbox.services import outbox_enqueue
+from outbox.services import (
+    outbox_enqueue,
+    outbox_enqueue_once,
+    outbox_release_deferred,
+    outbox_retry_now,
+)
 from tests.processes import outbox_rows
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
@@ -215,6 +220,25 @@ def test_the_pusher_sleeps_through_a_commit_for_another_queue(broker, monkeypatc
     finally:
         registry._routes.pop("TestBroker2", None)
         registry._queues.pop("probe2", None)
+
+
+def test_every_wake_up_for_a_row_names_the_row_s_queue():
+    """Each sender of ``gobrave_outbox`` for rows of one queue names it: what ``_wait``
+    lets through to that queue's pushers only. One transaction each (PostgreSQL folds
+    identical notifications of one transaction), so each is heard on its own."""
+    with listen.connect("gobrave-test-notify-payloads") as conn:
+        conn.execute(f"LISTEN {conf.NOTIFY_CHANNEL}")
+        row = enqueue()  # outbox_enqueue
+        with transaction.atomic():
+            outbox_enqueue_once(kind=KIND, aggregate_id="a", payload={})  # wakes ``row``
+        outbox_retry_now(event_id=row.id)
+        with transaction.atomic():
+            outbox_release_deferred(queue="probe")
+        claim_and_hand_off()  # the claim says nothing here (its hand-off has a channel of its own)
+        assert relay.claims_release_unstarted("probe") == 1, outbox_rows()
+        heard = [note.payload for note in conn.notifies(timeout=10, stop_after=5)]
+    assert heard == ["probe"] * 5, heard
+    assert OutboxEvent.objects.count() == 1, outbox_rows()  # enqueue_once wrote no second row
 
 
 def test_the_dispatcher_leaves_notify_to_the_pushers_and_polls():
