@@ -23,6 +23,7 @@ from containers.signals import instance_moved
 from containers.slots import slot_count
 from containers.states import ACTIVE_SLOTS, Status, can_move
 from core.counters import counter_bump
+from outbox import prepared
 from outbox.services import outbox_release_deferred
 
 log = logging.getLogger(__name__)
@@ -149,13 +150,7 @@ def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
     outbox row lock (the gate's holders are this guard and the handlers' first step,
     which writes no outbox row), so there is no cycle.
     """
-    ids = {aggregate: row_id for row_id, aggregate in rows if _is_uuid(aggregate)}
-    active = {
-        str(pk)
-        for pk in ContainerInstance.objects.filter(
-            id__in=list(ids), status__in=ACTIVE_SLOTS
-        ).values_list("id", flat=True)
-    }
+    active = _in_slots([aggregate for _, aggregate in rows if _is_uuid(aggregate)])
     if not active:
         return [row_id for row_id, _ in rows]
     lock_gate("capacity")
@@ -168,6 +163,24 @@ def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
             room -= 1
         allowed.append(row_id)
     return allowed
+
+
+_IN_SLOTS = f"""SELECT id::text FROM {ContainerInstance._meta.db_table}
+WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(slots)s::text[])"""
+
+
+def _in_slots(ids: list[str]) -> set[str]:
+    """Which of the instances ``ids`` are in ``creating``/``starting`` (on every claim of
+    the create queue: a prepared statement on PostgreSQL, ``outbox.prepared``)."""
+    if not ids:
+        return set()
+    if connection.vendor == "postgresql":
+        found = prepared.execute(
+            _IN_SLOTS, {"ids": ids, "slots": sorted(s.value for s in ACTIVE_SLOTS)}
+        )
+        return {row_id for (row_id,) in found.fetchall()}
+    rows = ContainerInstance.objects.filter(id__in=ids, status__in=ACTIVE_SLOTS)
+    return {str(pk) for pk in rows.values_list("id", flat=True)}
 
 
 def _is_uuid(value: str) -> bool:

@@ -120,6 +120,10 @@ def _database(url: str | None) -> dict:
         raise SystemExit(f"gobrave: DATABASE_URL must be postgres://..., got {parts.scheme!r}")
     pool_max = int(os.environ.get("DATABASE_POOL_MAX", "10"))
     options: dict = {"application_name": os.environ.get("GOBRAVE_APP_NAME", "gobrave")}
+    if os.environ.get("DATABASE_PREPARED_STATEMENTS", "1") != "0":
+        # The relay's own hot statements only (``outbox.prepared``): Django's ORM binds on
+        # the client and never prepares. 0 for a pooler that cannot keep them.
+        options["prepare_threshold"] = 5
     if pool_max > 0:
         options["pool"] = {"min_size": 0, "max_size": pool_max, "timeout": 30}
     return {

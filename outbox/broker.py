@@ -52,7 +52,7 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 from core import counters
-from outbox import conf, forking, listen, liveness, relay
+from outbox import conf, forking, listen, liveness, prepared, relay
 from outbox.models import OutboxEvent
 
 log = logging.getLogger(__name__)
@@ -197,13 +197,12 @@ class OutboxBroker(Broker):
                 claimed = relay.claim(self.list_key, batch)
                 if len(claimed) >= batch:
                     self._read_now = True  # more may be due
-                with connection.cursor() as cursor:
-                    cursor.execute(_READ, {"queue": self.list_key, "bulk": Conf.BULK})
-                    found = cursor.fetchall()
-                    if any(token is None for _, token, _ in found):
-                        # Tasks taken out of OrmQ: their deletion must be durable before a
-                        # worker runs them (the claim alone may commit asynchronously).
-                        cursor.execute("SET LOCAL synchronous_commit = on")
+                read = prepared.execute(_READ, {"queue": self.list_key, "bulk": Conf.BULK})
+                found = read.fetchall()
+                if any(token is None for _, token, _ in found):
+                    # Tasks taken out of OrmQ: their deletion must be durable before a
+                    # worker runs them (the claim alone may commit asynchronously).
+                    prepared.execute("SET LOCAL synchronous_commit = on")
             self._liveness_beat()  # after the claim: a wake-up never waits for the beat
         except (psycopg.Error, DatabaseError) as exc:
             log.warning("broker %s: %s; reconnecting", self.list_key, exc)

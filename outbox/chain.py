@@ -212,8 +212,10 @@ class Link:
             relay._mark_served(self.queue, [key], {} if turn is None else {key: turn}, last)
         elif started_at:
             relay._count_crashes([row_id])
+            relay.log_reclaims([row_id], [])
         else:
             relay._count_unstarted([row_id])
+            relay.log_reclaims([], [row_id])
             counter_add(RelayStat.RECLAIMED_UNSTARTED)
         claim = uuid.uuid4()
         params = {"id": row_id, "token": claim, "lease": conf.started_lease()}

@@ -29,7 +29,7 @@ from django.db.models.functions import Cast, Concat, Now
 from django.utils import timezone
 
 from core.counters import counter_add
-from outbox import conf, hooks, registry, stopping
+from outbox import conf, hooks, picking, registry, stopping
 from outbox.counters import RelayStat
 from outbox.heartbeat import Heartbeat
 from outbox.models import UNFINISHED, FairnessMark, OutboxEvent, OutboxStatus
@@ -74,119 +74,58 @@ def _pending_due(queue: str):
     )
 
 
-# The distinct fairness keys of a queue's due pending rows, one index probe per key (a
-# loose index scan on outbox_pending_by_key), however many rows each key has; with each
-# key's turn (NULL: never served) and the queue's last turn.
-_DUE_KEYS_SQL = """
-WITH RECURSIVE due(key) AS (
-    (SELECT fairness_key FROM outbox_outboxevent
-      WHERE queue = %s AND status = 'pending' AND available_at <= STATEMENT_TIMESTAMP()
-      ORDER BY fairness_key LIMIT 1)
-    UNION ALL
-    SELECT (SELECT e.fairness_key FROM outbox_outboxevent e
-             WHERE e.queue = %s AND e.status = 'pending'
-               AND e.available_at <= STATEMENT_TIMESTAMP() AND e.fairness_key > due.key
-             ORDER BY e.fairness_key LIMIT 1)
-      FROM due WHERE due.key IS NOT NULL
-)
-SELECT due.key, mark.turn,
-       (SELECT max(turn) FROM outbox_fairnessmark WHERE queue = %s)
-FROM due LEFT JOIN outbox_fairnessmark mark ON mark.queue = %s AND mark.key = due.key
-WHERE due.key IS NOT NULL
-"""
-CLAIM_LOCK = "hashtext('outbox:claim')"  # the claimers' advisory lock (``outbox.chain`` shares it)
-_CLAIM_LOCK_SQL = f"SELECT pg_advisory_xact_lock({CLAIM_LOCK})"
-_LIVE_SQL = """
-SELECT count(*) FILTER (WHERE queue = %s), count(*) FROM outbox_outboxevent
-WHERE status = 'processing' AND lease_expires_at >= STATEMENT_TIMESTAMP()
-"""
-
-
-def _lock_and_count(queue: str) -> tuple[int, int]:
-    """Serialize claimers (an advisory lock on PostgreSQL, the IMMEDIATE write lock on
-    SQLite), then count the live ``processing`` rows: ``(of queue, of every queue)``. On
-    PostgreSQL one round trip (the count's snapshot follows the lock), which also lets
-    the claim commit without waiting for its WAL flush (``synchronous_commit = off`` for
-    this transaction): a claim lost with a crashed server only puts its rows back to
-    what they were, and every write that depends on it (``begin()``, the outcome) is a
-    synchronous commit that flushes the claim first."""
-    if conf.is_postgres(connection):
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SET LOCAL synchronous_commit = off; {_CLAIM_LOCK_SQL}; {_LIVE_SQL}", [queue]
-            )
-            cursor.nextset()
-            cursor.nextset()
-            return cursor.fetchone()
-    live = OutboxEvent.objects.filter(status=OutboxStatus.PROCESSING, lease_expires_at__gte=Now())
-    return live.filter(queue=queue).count(), live.count()
-
-
+CLAIM_LOCK = picking.CLAIM_LOCK  # the claimers' advisory lock (``outbox.chain`` shares it)
 ROW_FIELDS = ("id", "status", "started_at", "fairness_key", "aggregate_id")
 
 
-def _scan(queue: str, room: int) -> tuple[list[tuple], list[str], dict[str, int], int]:
-    """Up to ``room`` expired rows (locked, ``_expired``), the due keys, their turns and the
-    queue's last turn; on PostgreSQL in one round trip."""
-    expired = (
-        _expired(queue).select_for_update(skip_locked=True, of=("self",)).values_list(*ROW_FIELDS)
-    )[:room]
+def _pick(queue: str, limit: int) -> tuple[list[tuple], dict[str, int], int]:
+    """Steps 1 to 3 of ``claim``: the rows (``ROW_FIELDS``, locked, in claim order), the
+    turns of their keys and the queue's last turn. On PostgreSQL one round trip of
+    prepared SQL (``outbox.picking``); on SQLite, under its IMMEDIATE write lock, the
+    same steps through the ORM."""
     if conf.is_postgres(connection):
-        sql, params = expired.query.get_compiler(connection=connection).as_sql()
-        with connection.cursor() as cursor:
-            cursor.execute(f"{sql}; {_DUE_KEYS_SQL}", (*params, queue, queue, queue, queue))
-            rows = [tuple(row) for row in cursor.fetchall()]
-            cursor.nextset()
-            due = cursor.fetchall()
-        turns = {key: turn for key, turn, _ in due if turn is not None}
-        return rows, [key for key, _, _ in due], turns, (due[0][2] if due else 0) or 0
+        return picking.pick(
+            queue, limit, queue_limit=conf.in_flight_limit(queue), cap=conf.value("max_in_flight")
+        )
+    live = OutboxEvent.objects.filter(status=OutboxStatus.PROCESSING, lease_expires_at__gte=Now())
+    room = min(limit, conf.in_flight_limit(queue) - live.filter(queue=queue).count())
+    cap = conf.value("max_in_flight")
+    if cap and room > 0:
+        room = min(room, cap - live.count())
+    if room <= 0:
+        return [], {}, 0
+    rows = list(_expired(queue).values_list(*ROW_FIELDS)[:room])
     due = _pending_due(queue).order_by("fairness_key").values_list("fairness_key", flat=True)
     keys = list(due.distinct())
     marks = FairnessMark.objects.filter(queue=queue)
     turns = dict(marks.filter(key__in=keys).values_list("key", "turn"))
-    return list(expired), keys, turns, marks.aggregate(turn=Max("turn"))["turn"] or 0
+    if len(rows) < room:
+        rows += _fair_pending(queue, room - len(rows), keys, turns)
+    return rows, turns, marks.aggregate(turn=Max("turn"))["turn"] or 0
 
 
 def _fair_pending(
     queue: str, room: int, keys: list[str], turns: dict[str, int]
 ) -> list[tuple[int, str, object, str]]:
-    """Up to ``room`` due pending rows, round-robin over their fairness keys (contract §8).
+    """Up to ``room`` due pending rows, round-robin over their fairness keys (contract §8),
+    as ``outbox.picking.PICK`` selects them on PostgreSQL.
 
     1. Order the keys that have due pending rows (``keys``) by their last turn (``turns``:
        a key never served first, then the one served least recently; ties by key).
-    2. Take each key's oldest unblocked rows (``FOR UPDATE SKIP LOCKED``), a fair share
-       of the room each, in that key order; while room is left, take more from the keys
-       that had more.
+    2. Take each key's oldest unblocked rows, up to ``room`` a key.
     3. Interleave them (every key's first row, then every key's second...), cut at room.
     """
-    if not keys:
-        return []
     keys = sorted(keys, key=lambda key: (turns.get(key, 0), key))
-    picked: dict[str, list[tuple]] = {key: [] for key in keys}
-    found, active = 0, keys
-    while found < room and active:
-        share = -(-(room - found) // len(active))
-        more = []
-        for key in active:
-            if found >= room:
-                break
-            rows = _pending_due(queue).filter(fairness_key=key)
-            if picked[key]:
-                rows = rows.filter(id__gt=picked[key][-1][0])
-            got = list(
-                _unblocked(rows)
-                .order_by("id")
-                .select_for_update(skip_locked=True, of=("self",))
-                .values_list(*ROW_FIELDS)[:share]
-            )
-            picked[key] += got
-            found += len(got)
-            if len(got) == share:
-                more.append(key)
-        active = more
-    deepest = max(len(rows) for rows in picked.values())
-    rounds = (rows[i] for i in range(deepest) for rows in picked.values() if i < len(rows))
-    return list(itertools.islice(rounds, room))
+    picked = [
+        list(
+            _unblocked(_pending_due(queue).filter(fairness_key=key))
+            .order_by("id")
+            .values_list(*ROW_FIELDS)[:room]
+        )
+        for key in keys
+    ]
+    rounds = itertools.zip_longest(*picked)
+    return list(itertools.islice((row for layer in rounds for row in layer if row), room))
 
 
 def _mark_served(queue: str, keys: list[str], had: dict[str, int], last: int) -> None:
@@ -199,6 +138,9 @@ def _mark_served(queue: str, keys: list[str], had: dict[str, int], last: int) ->
     turns = {key: last + index for index, key in enumerate(keys, start=1)}
     served = sorted(turns, key=turns.get)
     if [had.get(key) for key in served] == list(range(last - len(served) + 1, last + 1)):
+        return
+    if conf.is_postgres(connection):
+        picking.mark(queue, turns)
         return
     now = timezone.now()
     FairnessMark.objects.bulk_create(
@@ -235,28 +177,22 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
        than ``max_in_flight`` minus the live rows of every queue.
     3. Select due rows that have no older unfinished row of the same aggregate,
        ``FOR UPDATE SKIP LOCKED``: first ``processing`` rows whose lease expired (oldest
-       first), then due ``pending`` rows round-robin by fairness key (``_fair_pending``),
-       whose keys get the next turns (``FairnessMark``), in this transaction.
+       first), then due ``pending`` rows round-robin by fairness key (every key's oldest
+       row in turn order, then every key's next: ``_fair_pending``), whose keys get the
+       next turns (``FairnessMark``), in this transaction. Steps 1 to 3 are ``_pick``:
+       on PostgreSQL the prepared statements of ``outbox.picking``.
     4. Ask the queue's claim guard, if it has one (``_guarded``), which of them it may
        take now; only the pending rows taken get turns.
     5. Mark them ``processing`` under a fresh token and a lease. A row reclaimed after
        it had started (its worker died) counts an attempt; one reclaimed before any
        worker began it (handed to a cluster that took no tasks) counts a reclaim, with
-       the reason on the row, so it never loops silently.
+       the reason on the row, so it never loops silently (on PostgreSQL one statement,
+       ``picking.TAKE``).
     Runs in its own transaction, or as part of the caller's (no savepoint: an error
     rolls the caller's back too); the caller hands the rows to workers.
     """
     with transaction.atomic(savepoint=False):
-        live_here, live_all = _lock_and_count(queue)
-        room = min(limit, conf.in_flight_limit(queue) - live_here)
-        cap = conf.value("max_in_flight")
-        if cap and room > 0:
-            room = min(room, cap - live_all)
-        if room <= 0:
-            return []
-        rows, keys, turns, last = _scan(queue, room)
-        if len(rows) < room:
-            rows += _fair_pending(queue, room - len(rows), keys, turns)
+        rows, turns, last = _pick(queue, limit)
         rows = _guarded(queue, rows)
         served = [row[3] for row in rows if row[1] == OutboxStatus.PENDING]
         if served:
@@ -266,40 +202,48 @@ def claim(queue: str, limit: int) -> list[tuple[int, uuid.UUID]]:
         token = uuid.uuid4()
         crashed = [row[0] for row in rows if row[1] == "processing" and row[2]]
         unstarted = [row[0] for row in rows if row[1] == "processing" and not row[2]]
-        OutboxEvent.objects.filter(id__in=[row[0] for row in rows]).move_to(
-            OutboxStatus.PROCESSING,
-            claim_token=token,
-            lease_expires_at=Now() + conf.claim_lease(queue),
-            started_at=None,
-        )
-        if crashed:
+        if conf.is_postgres(connection):  # the move and both counts in one statement
+            picking.take([row[0] for row in rows], token, conf.claim_lease(queue))
+        else:
+            OutboxEvent.objects.filter(id__in=[row[0] for row in rows]).move_to(
+                OutboxStatus.PROCESSING,
+                claim_token=token,
+                lease_expires_at=Now() + conf.claim_lease(queue),
+                started_at=None,
+            )
             _count_crashes(crashed)
-        if unstarted:
             _count_unstarted(unstarted)
+    log_reclaims(crashed, unstarted)
     counter_add(RelayStat.CLAIMED, len(rows))
     counter_add(RelayStat.RECLAIMED_UNSTARTED, len(unstarted))
     return [(row[0], token) for row in rows]
 
 
-def _count_crashes(ids: list[int]) -> None:
-    OutboxEvent.objects.filter(id__in=ids).update(
-        attempts=F("attempts") + 1, last_error="lease expired while the handler ran"
-    )
-    for row_id in ids:
+def log_reclaims(crashed: list[int], unstarted: list[int]) -> None:
+    for row_id in crashed:
         log.warning("outbox #%s: lease expired mid-run; reclaimed", row_id)
+    for row_id in unstarted:
+        log.warning("outbox #%s: claim ran out before any worker began it; reclaimed", row_id)
+
+
+def _count_crashes(ids: list[int]) -> None:
+    """A reclaim of rows whose handler had begun counts an attempt (``outbox.picking``
+    counts it in its ``TAKE`` on PostgreSQL)."""
+    if ids:
+        OutboxEvent.objects.filter(id__in=ids).update(
+            attempts=F("attempts") + 1, last_error=picking.CRASHED
+        )
 
 
 def _count_unstarted(ids: list[int]) -> None:
-    OutboxEvent.objects.filter(id__in=ids).update(
-        reclaims=F("reclaims") + 1,
-        last_error=Concat(
-            Value("claimed "),
-            Cast(F("reclaims") + 1, CharField()),
-            Value(" times and never begun by a worker: is its cluster wedged or gone?"),
-        ),
-    )
-    for row_id in ids:
-        log.warning("outbox #%s: claim ran out before any worker began it; reclaimed", row_id)
+    """A reclaim of rows no worker had begun counts a reclaim (as ``_count_crashes``)."""
+    if ids:
+        OutboxEvent.objects.filter(id__in=ids).update(
+            reclaims=F("reclaims") + 1,
+            last_error=Concat(
+                Value("claimed "), Cast(F("reclaims") + 1, CharField()), Value(picking.UNSTARTED)
+            ),
+        )
 
 
 def claims_release_unstarted(queue: str) -> int:
