@@ -94,6 +94,19 @@ def test_one_batch_interleaves_the_keys(postgres, gobrave_config):
 
 
 @pytest.mark.django_db
+def test_one_batch_serves_every_key_once_before_any_key_twice(postgres, gobrave_config):
+    """With more keys than a share of the room, the batch still takes every key's oldest
+    row first (a key never waits behind two rows of another in one claim)."""
+    gobrave_config(outbox={"prefetch": 10})
+    for key in ("a", "b", "c"):
+        for i in range(4):
+            _row(key, f"{key}{i}")
+    claimed = relay.claim("create", 4)
+    keys = [OutboxEvent.objects.get(id=row_id).fairness_key for row_id, _ in claimed]
+    assert keys == ["a", "b", "c", "a"], keys
+
+
+@pytest.mark.django_db
 def test_fairness_never_breaks_the_order_of_one_instance(postgres):
     first = _row("bob", "x", status="processing", lease_expires_at=timezone.now())
     first.lease_expires_at = timezone.now() + timezone.timedelta(hours=1)
