@@ -53,10 +53,10 @@ import uuid
 from django.db import connection, transaction
 
 from core.counters import counter_add
-from outbox import conf, registry, relay, stopping
+from outbox import conf, picking, registry, relay, stopping
 from outbox.counters import RelayStat
 from outbox.heartbeat import Heartbeat
-from outbox.models import OutboxEvent, OutboxStatus, sources_of
+from outbox.models import OutboxEvent, OutboxStatus
 from outbox.outcomes import Outcome
 from outbox.services import outbox_notify_if_due
 
@@ -65,17 +65,13 @@ log = logging.getLogger(__name__)
 _T = OutboxEvent._meta.db_table
 
 
-def _sources(target: str) -> str:
-    return ", ".join(f"'{status}'" for status in sources_of(target))
-
-
 # The claim lock, shared (point 2).
-_SHARED_LOCK = f"SELECT pg_advisory_xact_lock_shared({relay.CLAIM_LOCK})"
+_SHARED_LOCK = f"SELECT pg_advisory_xact_lock_shared({picking.CLAIM_LOCK})"
 # The success of the worker's own claim, only while its lease is live (point 2).
 _FINISH = f"""
 UPDATE {_T} SET status = 'sent', outcome = %(outcome)s, sent_at = STATEMENT_TIMESTAMP(),
        lease_expires_at = NULL
-WHERE id = %(id)s AND claim_token = %(token)s AND status IN ({_sources("sent")})
+WHERE id = %(id)s AND claim_token = %(token)s AND status IN ({picking.sources("sent")})
   AND lease_expires_at >= STATEMENT_TIMESTAMP()
 """
 # A due row of the finished row's aggregate on another queue: wake its pushers (point 5).
@@ -85,29 +81,17 @@ SELECT pg_notify(%(channel)s, '') WHERE EXISTS (
       AND o.queue <> %(queue)s AND o.status = 'pending'
       AND o.available_at <= STATEMENT_TIMESTAMP())
 """
-_UNBLOCKED = f"""NOT EXISTS (SELECT 1 FROM {_T} o WHERE o.aggregate_id = e.aggregate_id
-    AND o.id < e.id AND o.status IN ('pending', 'processing'))"""
 # One due row of the queue, as ``relay.claim`` picks them (point 1), locked: a lease-expired
 # one, else the oldest unblocked row of the first key (by turn) that has one; with the
 # key's turn and the queue's last turn. The keys come one index probe each (a loose
-# index scan, as ``relay._DUE_KEYS_SQL``); each key's row is looked for only until one is
+# index scan, ``picking.DUE_KEYS``); each key's row is looked for only until one is
 # found, so no other row is locked.
 _PICK = f"""
-WITH RECURSIVE due(key) AS (
-    (SELECT fairness_key FROM {_T}
-      WHERE queue = %(queue)s AND status = 'pending' AND available_at <= STATEMENT_TIMESTAMP()
-      ORDER BY fairness_key LIMIT 1)
-    UNION ALL
-    SELECT (SELECT e.fairness_key FROM {_T} e
-             WHERE e.queue = %(queue)s AND e.status = 'pending'
-               AND e.available_at <= STATEMENT_TIMESTAMP() AND e.fairness_key > due.key
-             ORDER BY e.fairness_key LIMIT 1)
-      FROM due WHERE due.key IS NOT NULL
-), expired AS (
+WITH RECURSIVE {picking.DUE_KEYS}, expired AS (
     SELECT e.id, e.status, e.started_at, e.fairness_key, e.aggregate_id, NULL::bigint AS turn
     FROM {_T} e
     WHERE e.queue = %(queue)s AND e.status = 'processing'
-      AND e.lease_expires_at < STATEMENT_TIMESTAMP() AND {_UNBLOCKED}
+      AND e.lease_expires_at < STATEMENT_TIMESTAMP() AND {picking.UNBLOCKED}
     ORDER BY e.id LIMIT 1 FOR UPDATE SKIP LOCKED
 )
 SELECT picked.*,
@@ -122,7 +106,8 @@ FROM (
      CROSS JOIN LATERAL (
         SELECT e.id, e.status, e.started_at, e.fairness_key, e.aggregate_id FROM {_T} e
         WHERE e.queue = %(queue)s AND e.status = 'pending'
-          AND e.available_at <= STATEMENT_TIMESTAMP() AND e.fairness_key = k.key AND {_UNBLOCKED}
+          AND e.available_at <= STATEMENT_TIMESTAMP() AND e.fairness_key = k.key
+          AND {picking.UNBLOCKED}
         ORDER BY e.id LIMIT 1 FOR UPDATE SKIP LOCKED) row
      WHERE NOT EXISTS (SELECT 1 FROM expired))
     LIMIT 1
@@ -132,7 +117,7 @@ FROM (
 _CLAIM = f"""
 UPDATE {_T} SET status = 'processing', claim_token = %(token)s,
        started_at = STATEMENT_TIMESTAMP(), lease_expires_at = STATEMENT_TIMESTAMP() + %(lease)s
-WHERE id = %(id)s AND status IN ({_sources("processing")})
+WHERE id = %(id)s AND status IN ({picking.sources("processing")})
 RETURNING *
 """
 

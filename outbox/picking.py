@@ -40,7 +40,14 @@ CLAIM_LOCK = "hashtext('outbox:claim')"  # the claimers' advisory lock (``outbox
 CRASHED = "lease expired while the handler ran"
 UNSTARTED = " times and never begun by a worker: is its cluster wedged or gone?"
 
-_UNBLOCKED = f"""NOT EXISTS (SELECT 1 FROM {_T} o WHERE o.aggregate_id = e.aggregate_id
+
+def sources(target: str) -> str:
+    """The statuses the state machine allows ``target`` from, as an SQL list."""
+    return ", ".join(f"'{status}'" for status in sources_of(target))
+
+
+# No older unfinished row of the same aggregate (``e``: the row looked at).
+UNBLOCKED = f"""NOT EXISTS (SELECT 1 FROM {_T} o WHERE o.aggregate_id = e.aggregate_id
     AND o.id < e.id AND o.status IN ('pending', 'processing'))"""
 
 # Serialize claimers. The claim commits without waiting for its WAL flush: a claim lost
@@ -50,8 +57,10 @@ _UNBLOCKED = f"""NOT EXISTS (SELECT 1 FROM {_T} o WHERE o.aggregate_id = e.aggre
 LOCK = f"""SELECT set_config('synchronous_commit', 'off', true),
        pg_advisory_xact_lock({CLAIM_LOCK})"""
 
-PICK = f"""
-WITH RECURSIVE due(key) AS (
+# The distinct fairness keys of the queue's due pending rows, one index probe per key (a
+# loose index scan on outbox_pending_by_key), however many rows each key has: a CTE
+# ``due(key)`` whose last row is NULL (``outbox.chain`` picks with it too).
+DUE_KEYS = f"""due(key) AS (
     (SELECT fairness_key FROM {_T}
       WHERE queue = %(queue)s AND status = 'pending' AND available_at <= STATEMENT_TIMESTAMP()
       ORDER BY fairness_key LIMIT 1)
@@ -61,7 +70,10 @@ WITH RECURSIVE due(key) AS (
                AND e.available_at <= STATEMENT_TIMESTAMP() AND e.fairness_key > due.key
              ORDER BY e.fairness_key LIMIT 1)
       FROM due WHERE due.key IS NOT NULL
-), room AS (
+)"""
+
+PICK = f"""
+WITH RECURSIVE {DUE_KEYS}, room AS (
     SELECT GREATEST(0, LEAST(
         %(limit)s::int,
         %(queue_limit)s::int - count(*) FILTER (WHERE queue = %(queue)s),
@@ -72,7 +84,7 @@ WITH RECURSIVE due(key) AS (
     SELECT e.id, e.status, e.started_at, e.fairness_key, e.aggregate_id
     FROM {_T} e
     WHERE e.queue = %(queue)s AND e.status = 'processing'
-      AND e.lease_expires_at < STATEMENT_TIMESTAMP() AND {_UNBLOCKED}
+      AND e.lease_expires_at < STATEMENT_TIMESTAMP() AND {UNBLOCKED}
     ORDER BY e.id LIMIT (SELECT n FROM room) FOR UPDATE SKIP LOCKED
 ), keys AS (
     SELECT due.key, mark.turn,
@@ -85,7 +97,7 @@ WITH RECURSIVE due(key) AS (
             SELECT e.id FROM {_T} e
             WHERE e.queue = %(queue)s AND e.status = 'pending'
               AND e.available_at <= STATEMENT_TIMESTAMP() AND e.fairness_key = k.key
-              AND {_UNBLOCKED}
+              AND {UNBLOCKED}
             ORDER BY e.id LIMIT (SELECT n FROM room)) e
     ) c
     ORDER BY c.rank, k.place
@@ -119,7 +131,7 @@ UPDATE {_T} e SET status = 'processing', claim_token = %(token)s,
     last_error = CASE WHEN {_REUSED} THEN '{CRASHED}'
                       WHEN {_UNBEGUN} THEN 'claimed ' || (e.reclaims + 1) || '{UNSTARTED}'
                       ELSE e.last_error END
-WHERE e.id = ANY(%(ids)s) AND e.status IN ({", ".join(f"'{s}'" for s in sources_of("processing"))})
+WHERE e.id = ANY(%(ids)s) AND e.status IN ({sources("processing")})
 """
 
 MARK = f"""

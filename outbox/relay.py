@@ -74,7 +74,6 @@ def _pending_due(queue: str):
     )
 
 
-CLAIM_LOCK = picking.CLAIM_LOCK  # the claimers' advisory lock (``outbox.chain`` shares it)
 ROW_FIELDS = ("id", "status", "started_at", "fairness_key", "aggregate_id")
 
 
