@@ -165,8 +165,9 @@ def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
     return allowed
 
 
+_SLOTS_SQL = ", ".join(sorted(f"'{status.value}'" for status in ACTIVE_SLOTS))
 _IN_SLOTS = f"""SELECT id::text FROM {ContainerInstance._meta.db_table}
-WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(slots)s::text[])"""
+WHERE id = ANY(%(ids)s::uuid[]) AND status IN ({_SLOTS_SQL})"""
 
 
 def _in_slots(ids: list[str]) -> set[str]:
@@ -175,9 +176,7 @@ def _in_slots(ids: list[str]) -> set[str]:
     if not ids:
         return set()
     if connection.vendor == "postgresql":
-        found = prepared.execute(
-            _IN_SLOTS, {"ids": ids, "slots": sorted(s.value for s in ACTIVE_SLOTS)}
-        )
+        found = prepared.execute(_IN_SLOTS, {"ids": ids})
         return {row_id for (row_id,) in found.fetchall()}
     rows = ContainerInstance.objects.filter(id__in=ids, status__in=ACTIVE_SLOTS)
     return {str(pk) for pk in rows.values_list("id", flat=True)}
