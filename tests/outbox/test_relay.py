@@ -135,6 +135,7 @@ def test_expired_lease_is_due_again_and_counts_an_attempt_if_it_had_started():
     assert run_once() == ["sent"]
     row.refresh_from_db()
     assert (row.status, row.attempts) == ("sent", 1)
+    assert (row.reclaims, row.last_error) == (0, "lease expired while the handler ran"), row
 
 
 def test_a_claim_that_ran_out_before_any_worker_began_it_counts_a_reclaim():

@@ -1,0 +1,43 @@
+"""The claim's statements are prepared once per connection (``outbox.prepared``), and
+``DATABASE_PREPARED_STATEMENTS=0`` turns that off for poolers that cannot keep them."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from gobrave import settings as gobrave_settings
+from outbox import picking, prepared, relay
+from tests.outbox.test_relay import enqueue, probe_kind  # noqa: F401 - its queue and kind
+
+pytestmark = pytest.mark.django_db
+
+
+def _prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [statement for (statement,) in cursor.fetchall()]
+
+
+def test_a_claim_prepares_its_pick_once_and_reuses_it(postgres):
+    enqueue()
+    relay.claim("probe", 16)
+    enqueue()
+    relay.claim("probe", 16)
+    picks = [s for s in _prepared_statements() if "WITH RECURSIVE due(key)" in s]
+    assert len(picks) == 1, _prepared_statements()
+
+
+def test_without_a_prepare_threshold_nothing_is_prepared(postgres, monkeypatch):
+    connection.ensure_connection()
+    monkeypatch.setattr(connection.connection, "prepare_threshold", None)
+    before = _prepared_statements()
+    assert prepared.execute(picking.LOCK).fetchone() is not None
+    assert _prepared_statements() == before
+
+
+@pytest.mark.parametrize(("value", "threshold"), [("1", 5), ("0", None)])
+def test_the_setting_sets_the_prepare_threshold(monkeypatch, value, threshold):
+    monkeypatch.setenv("DATABASE_PREPARED_STATEMENTS", value)
+    options = gobrave_settings._database("postgres://u@db:5432/x")["OPTIONS"]
+    assert options.get("prepare_threshold") == threshold, options
