@@ -110,13 +110,24 @@ def move(
     return instance
 
 
+_LOCK_GATE = f"SELECT 1 FROM {Gate._meta.db_table} WHERE name = %(name)s FOR UPDATE"
+
+
+def _gate_locked(name: str) -> bool:
+    """Lock the gate's row if it exists (on PostgreSQL a prepared statement: every create
+    takes the admission gate, every create and start the capacity gate)."""
+    if connection.vendor == "postgresql":
+        return prepared.execute(_LOCK_GATE, {"name": name}).fetchone() is not None
+    return Gate.objects.select_for_update().filter(name=name).exists()
+
+
 def lock_gate(name: str) -> None:
     """Take the global gate ``name`` for the rest of the current transaction.
 
     The rows come from a migration; one that went missing (a flushed database) is made
     again, without a race, before it is locked.
     """
-    if not Gate.objects.select_for_update().filter(name=name).exists():
+    if not _gate_locked(name):
         Gate.objects.bulk_create([Gate(name=name)], ignore_conflicts=True)
         Gate.objects.select_for_update().get(name=name)
 

@@ -19,7 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count
 
 from containers import access
@@ -43,6 +43,7 @@ from containers.spec import clean_constraints, resolve_spec
 from containers.states import IN_FLIGHT, Status, sources_of
 from containers.workspaces import workspace_for
 from core.counters import counter_add, counter_bump
+from outbox import prepared
 from outbox.services import outbox_enqueue
 from tenants.selectors import OwnerQuotas, owner_quotas
 
@@ -185,6 +186,20 @@ def _check_owner_quotas(*, owner, quotas: OwnerQuotas) -> None:
             )
 
 
+_PENDING_COUNT = (
+    f"SELECT count(*) FROM {ContainerInstance._meta.db_table} WHERE status = %(status)s"
+)
+
+
+def _pending_count() -> int:
+    """How many instances are ``pending`` (every create counts them under the admission
+    gate: on PostgreSQL a prepared statement, ``outbox.prepared``)."""
+    if connection.vendor != "postgresql":
+        return ContainerInstance.objects.filter(status=Status.PENDING).count()
+    (count,) = prepared.execute(_PENDING_COUNT, {"status": Status.PENDING.value}).fetchone()
+    return count
+
+
 def _from_snapshot(snapshot: Mapping[str, Any]) -> SimpleNamespace:
     """A template as a snapshot recorded it; fields it predates take their defaults."""
     fields = {
@@ -322,7 +337,7 @@ def container_create_by_template(
             # holder has committed when we get it, so the count sees every admitted row.
             lock_gate("admission")
             _check_owner_quotas(owner=owner, quotas=quotas)
-            ahead = ContainerInstance.objects.filter(status=Status.PENDING).count() - 1
+            ahead = _pending_count() - 1
             if ahead >= limit:
                 raise QueueFull(
                     f"the create queue is full ({ahead} pending, limit {limit}); retry later",

@@ -45,6 +45,7 @@ from django.db.models.functions import Cast, Now, Replace
 
 from containers.models import ContainerInstance
 from containers.states import ACTIVE_SLOTS
+from outbox import prepared
 from outbox.models import OutboxEvent, OutboxStatus
 
 # A request that waits holds no slot: its retry's backoff, a deferral, a dead worker's row.
@@ -62,17 +63,50 @@ def _waiting_rows():
     return rows.filter(WAITING, key=OuterRef("id"))
 
 
+def _holding(*, exclude: uuid.UUID | str | None = None):
+    """The instances that hold a slot (the one definition; see the module docstring)."""
+    active = ContainerInstance.objects.filter(status__in=ACTIVE_SLOTS)
+    if exclude is not None:
+        active = active.exclude(id=exclude)
+    return active.filter(~Exists(_waiting_rows()))
+
+
+# Stands for the excluded instance while ``_holding`` is compiled (``_count_statement``).
+_EXCLUDED = uuid.UUID(int=0)
+_statements: dict[bool, tuple[str, list]] = {}
+
+
+def _count_statement(excluding: bool) -> tuple[str, list]:
+    """``_holding``'s count as SQL with its parameters, compiled once per process.
+
+    The gate runs it on every create and start: as a prepared statement it is neither
+    built by the ORM nor planned again each time (``outbox.prepared``). Compiled from the
+    same queryset, so it cannot drift from the definition; ``_EXCLUDED`` marks the
+    parameter that takes the excluded instance's id.
+    """
+    if excluding not in _statements:
+        rows = _holding(exclude=_EXCLUDED if excluding else None).order_by().values("id")
+        sql, params = rows.query.sql_with_params()
+        _statements[excluding] = (f"SELECT count(*) FROM ({sql}) AS holding", list(params))
+    return _statements[excluding]
+
+
 def slot_count(*, exclude: uuid.UUID | str | None = None) -> int:
     """How many instances hold a slot now (``exclude``: leave one instance out).
 
     One statement, so one snapshot: a sampler never sees an instance that settled beside
     a request claimed after it settled. Reads only; the gate and the claim guard call it
-    with the capacity lock held, so their count is exact.
+    with the capacity lock held, so their count is exact. On PostgreSQL a prepared
+    statement (``_count_statement``).
     """
-    active = ContainerInstance.objects.filter(status__in=ACTIVE_SLOTS)
+    if connection.vendor != "postgresql":
+        return _holding(exclude=exclude).count()
+    sql, params = _count_statement(exclude is not None)
     if exclude is not None:
-        active = active.exclude(id=exclude)
-    return active.filter(~Exists(_waiting_rows())).count()
+        excluded = uuid.UUID(str(exclude))
+        params = [excluded if value == _EXCLUDED else value for value in params]
+    (count,) = prepared.execute(sql, params).fetchone()
+    return count
 
 
 @dataclass(frozen=True)

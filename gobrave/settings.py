@@ -144,6 +144,8 @@ def _database(url: str | None) -> dict:
 DATABASES = {"default": _database(os.environ.get("DATABASE_URL"))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# ModelBackend's rules, with a user's permissions read in one statement.
+AUTHENTICATION_BACKENDS = ["tenants.backends.PermissionsBackend"]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]

@@ -19,8 +19,9 @@ import psycopg
 from django.db import connection
 
 
-def execute(sql: str, params: dict | None = None) -> psycopg.Cursor:
-    """Run one statement (``%(name)s`` placeholders); the cursor holds its result."""
+def execute(sql: str, params: dict | list | None = None) -> psycopg.Cursor:
+    """Run one statement (``%(name)s`` placeholders with a dict, ``%s`` with a list); the
+    cursor holds its result."""
     connection.ensure_connection()
     connection.validate_thread_sharing()
     raw = connection.connection

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import connection
 
 from tenants.models import GroupQuota, UserQuota
 
@@ -19,17 +21,33 @@ class OwnerQuotas:
     max_instances_per_owner: int | None
 
 
+def _overrides_sql() -> str:
+    """The owner's own override (kind 0), then their groups' (kind 1): one statement."""
+    user_groups = get_user_model().groups.through._meta.db_table
+    keys = ", ".join(QUOTA_KEYS)
+    return (
+        f"SELECT 0, {keys} FROM {UserQuota._meta.db_table} WHERE user_id = %s "
+        f"UNION ALL SELECT 1, {', '.join(f'q.{key}' for key in QUOTA_KEYS)} "
+        f"FROM {GroupQuota._meta.db_table} q JOIN {user_groups} m ON m.group_id = q.group_id "
+        "WHERE m.user_id = %s"
+    )
+
+
 def owner_quotas(*, owner) -> OwnerQuotas:
     """The owner's quotas, key by key: their own override, else the most generous of their
-    groups' overrides, else ``config.yml`` (contract §8). Two queries; no lock."""
-    own = UserQuota.objects.filter(user_id=owner.pk).first()
-    groups = list(GroupQuota.objects.filter(group__user__id=owner.pk))
+    groups' overrides, else ``config.yml`` (contract §8). One query (every create asks);
+    no lock."""
+    with connection.cursor() as cursor:
+        cursor.execute(_overrides_sql(), [owner.pk, owner.pk])
+        rows = cursor.fetchall()
+    own = [dict(zip(QUOTA_KEYS, row[1:], strict=True)) for row in rows if row[0] == 0]
+    groups = [dict(zip(QUOTA_KEYS, row[1:], strict=True)) for row in rows if row[0] == 1]
     config = settings.GOBRAVE["container"]
     values = {}
     for key in QUOTA_KEYS:
-        if own is not None and getattr(own, key) is not None:
-            values[key] = getattr(own, key)
+        if own and own[0][key] is not None:
+            values[key] = own[0][key]
             continue
-        granted = [getattr(row, key) for row in groups if getattr(row, key) is not None]
+        granted = [row[key] for row in groups if row[key] is not None]
         values[key] = max(granted) if granted else config[key]
     return OwnerQuotas(**values)

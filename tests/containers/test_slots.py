@@ -1,0 +1,71 @@
+"""Slot counting (contract §4) as the gate runs it: a prepared statement on PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from containers.slots import slot_count
+from outbox.models import OutboxEvent
+from tests.factories import InstanceFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def _request(instance, *, status, lease_seconds=None):
+    now = timezone.now()
+    return OutboxEvent.objects.create(
+        kind="ContainerCreateRequest",
+        queue="create",
+        aggregate_id=str(instance.pk),
+        status=status,
+        available_at=now,
+        lease_expires_at=None
+        if lease_seconds is None
+        else now + dt.timedelta(seconds=lease_seconds),
+    )
+
+
+@pytest.fixture
+def instances():
+    """One instance in each case that decides whether it holds a slot."""
+    made = {
+        "leased": InstanceFactory(status="creating"),
+        "lease ran out": InstanceFactory(status="starting"),
+        "waits for its retry": InstanceFactory(status="creating"),
+        "request finished": InstanceFactory(status="starting"),
+        "pending": InstanceFactory(status="pending"),
+        "running": InstanceFactory(status="running"),
+    }
+    _request(made["leased"], status="processing", lease_seconds=60)
+    _request(made["lease ran out"], status="processing", lease_seconds=-1)
+    _request(made["waits for its retry"], status="pending")
+    _request(made["request finished"], status="sent")
+    return made
+
+
+def test_only_instances_whose_request_is_in_flight_or_finished_hold_a_slot(postgres, instances):
+    # leased and request finished: 2; the others wait, or are not creating/starting.
+    assert slot_count() == 2
+
+
+@pytest.mark.parametrize(
+    ("left_out", "expected"),
+    [("leased", 1), ("request finished", 1), ("waits for its retry", 2), ("running", 2)],
+)
+def test_the_instance_asking_is_left_out(postgres, instances, left_out, expected):
+    assert slot_count(exclude=instances[left_out].pk) == expected
+    assert slot_count(exclude=str(instances[left_out].pk)) == expected
+
+
+def test_the_count_is_prepared_once_per_connection(postgres, instances):
+    for _ in range(3):
+        slot_count()
+        slot_count(exclude=instances["leased"].pk)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        counts = [s for (s,) in cursor.fetchall() if s.startswith("SELECT count(*) FROM (")]
+    assert len(counts) == 2, counts  # one with the exclusion, one without
