@@ -30,7 +30,13 @@ from containers.engines.base import (
 )
 from containers.engines.labels import LABEL_INSTALLATION
 from containers.errors import MountRefused
-from containers.lifecycle import capacity_available, claims_within_capacity, move, record
+from containers.lifecycle import (
+    capacity_available,
+    claims_within_capacity,
+    instance_lock,
+    move,
+    record,
+)
 from containers.models import ContainerInstance, Runtime
 from containers.queues import Queue, RequestKind
 from containers.signals import instance_removed
@@ -51,18 +57,13 @@ log = logging.getLogger(__name__)
 
 
 def _locked(instance_id: str) -> ContainerInstance | None:
-    return ContainerInstance.objects.select_for_update().filter(id=instance_id).first()
+    return instance_lock(instance_id)
 
 
 def _locked_with_runtime(instance_id: str) -> ContainerInstance | None:
     """``_locked``, with its ``Runtime`` row read in the same query (not locked): the
     engine-away check and the engine calls after it need it."""
-    return (
-        ContainerInstance.objects.select_for_update(of=("self",))
-        .select_related("runtime")
-        .filter(id=instance_id)
-        .first()
-    )
+    return instance_lock(instance_id, with_runtime=True)
 
 
 # How soon a request deferred because its engine is unreachable is looked at again (the

@@ -17,7 +17,7 @@ from django.db import connection, transaction
 
 from containers.counters import RequestStat
 from containers.errors import InvalidTransition
-from containers.models import ContainerEvent, ContainerInstance, Gate
+from containers.models import ContainerEvent, ContainerInstance, Gate, Runtime
 from containers.queues import Queue
 from containers.signals import instance_moved
 from containers.slots import slot_count
@@ -27,6 +27,54 @@ from outbox import prepared
 from outbox.services import outbox_release_deferred
 
 log = logging.getLogger(__name__)
+
+
+def _columns(model, alias: str) -> str:
+    return ", ".join(f'{alias}."{field.column}"' for field in model._meta.concrete_fields)
+
+
+def _from_row(model, values):
+    """A ``model`` object from one row of ``_columns(model, ...)``, as the ORM builds it."""
+    fields = model._meta.concrete_fields
+    converted = [
+        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
+        for field, value in zip(fields, values, strict=True)
+    ]
+    return model.from_db(connection.alias, [field.attname for field in fields], converted)
+
+
+_INSTANCES = ContainerInstance._meta.db_table
+_LOCK = (
+    f"SELECT {_columns(ContainerInstance, 'i')} FROM {_INSTANCES} i WHERE i.id = %(id)s FOR UPDATE"
+)
+_LOCK_WITH_RUNTIME = (
+    f"SELECT {_columns(ContainerInstance, 'i')}, {_columns(Runtime, 'r')} FROM {_INSTANCES} i"
+    f" JOIN {Runtime._meta.db_table} r ON r.id = i.runtime_id WHERE i.id = %(id)s FOR UPDATE OF i"
+)
+
+
+def instance_lock(
+    instance_id: uuid.UUID | str, *, with_runtime: bool = False
+) -> ContainerInstance | None:
+    """Lock the instance's row for the rest of the current transaction and read it; None
+    when there is none. ``with_runtime``: its ``Runtime`` row is read in the same
+    statement (not locked). Raises ``ValueError`` for an id that is no uuid.
+
+    Every request and every handler step starts here: on PostgreSQL a prepared statement
+    (``outbox.prepared``), the ORM's ``select_for_update()`` elsewhere.
+    """
+    key = uuid.UUID(str(instance_id))
+    if connection.vendor != "postgresql":
+        rows = ContainerInstance.objects.select_for_update().filter(id=key)
+        return (rows.select_related("runtime") if with_runtime else rows).first()
+    row = prepared.execute(_LOCK_WITH_RUNTIME if with_runtime else _LOCK, {"id": key}).fetchone()
+    if row is None:
+        return None
+    width = len(ContainerInstance._meta.concrete_fields)
+    instance = _from_row(ContainerInstance, row[:width])
+    if with_runtime:
+        ContainerInstance.runtime.field.set_cached_value(instance, _from_row(Runtime, row[width:]))
+    return instance
 
 
 def record(

@@ -36,7 +36,7 @@ from containers.errors import (
 )
 from containers.hardening import owner_ids
 from containers.installation import installation_id
-from containers.lifecycle import lock_gate, move, record
+from containers.lifecycle import instance_lock, lock_gate, move, record
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
 from containers.queues import RequestKind
 from containers.spec import clean_constraints, resolve_spec
@@ -370,9 +370,11 @@ def _request(
     """The shared shape of start, stop and delete (see the module docstring)."""
     with transaction.atomic():
         try:
-            instance = ContainerInstance.objects.select_for_update().get(id=instance_id)
-        except (ContainerInstance.DoesNotExist, ValidationError, ValueError, TypeError):
-            raise NotFound(f"no container instance {instance_id}", id=str(instance_id)) from None
+            instance = instance_lock(instance_id)
+        except (ValidationError, ValueError, TypeError):
+            instance = None
+        if instance is None:
+            raise NotFound(f"no container instance {instance_id}", id=str(instance_id))
         if instance.status in noop:
             return RequestResult(instance=instance, queued=False)
         if instance.status not in sources_of(target):
