@@ -33,7 +33,9 @@ from containers.errors import MountRefused
 from containers.lifecycle import (
     capacity_available,
     claims_within_capacity,
+    container_id_record,
     instance_lock,
+    instance_save,
     move,
     record,
 )
@@ -165,7 +167,7 @@ def _apply(instance: ContainerInstance, engine: Engine, runtime_id: str, doing: 
         instance.container_id = runtime_id
         instance.runtime_node_name = (state.node_name if state else "") or node
         instance.runtime_missing = state is None
-        instance.save(update_fields=["container_id", "runtime_node_name", "runtime_missing"])
+        instance_save(instance, ("container_id", "runtime_node_name", "runtime_missing"))
         abandoned = instance.status == Status.FAILED and instance.exit_code is None
         if instance.status == doing:
             state_apply(instance, state, actor=WORKER)
@@ -270,8 +272,7 @@ def _record_created(instance: ContainerInstance, engine: Engine, runtime_id: str
     The common case, an instance still ``creating``, is one statement (the row's lock
     for its length, its own commit); any other state takes the transaction below.
     """
-    creating = ContainerInstance.objects.filter(id=instance.id, status=Status.CREATING)
-    if creating.update(container_id=runtime_id):
+    if container_id_record(instance_id=instance.id, runtime_id=runtime_id, status=Status.CREATING):
         return True
     with transaction.atomic():
         locked = _locked(str(instance.id))

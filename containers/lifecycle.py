@@ -77,6 +77,53 @@ def instance_lock(
     return instance
 
 
+def _update_sql(fields: tuple[str, ...]) -> str:
+    columns = {f.name: f.column for f in ContainerInstance._meta.concrete_fields}
+    sets = ", ".join(f'"{columns[name]}" = %({name})s' for name in fields)
+    return f"UPDATE {_INSTANCES} SET {sets} WHERE id = %(pk)s"
+
+
+def instance_save(instance: ContainerInstance, fields: tuple[str, ...]) -> None:
+    """``instance.save(update_fields=fields)``: on PostgreSQL one prepared statement per
+    field list (a move saves the same six fields every time), so the ORM builds no UPDATE
+    on every transition. The caller holds the row (``instance_lock``)."""
+    if connection.vendor != "postgresql":
+        instance.save(update_fields=list(fields))
+        return
+    values = {
+        name: ContainerInstance._meta.get_field(name).get_db_prep_save(
+            getattr(instance, name), connection
+        )
+        for name in fields
+    }
+    prepared.execute(_update_sql(fields), {**values, "pk": instance.pk})
+
+
+_RECORD_ID = (
+    f"UPDATE {_INSTANCES} SET container_id = %(runtime_id)s"
+    " WHERE id = %(pk)s AND status = %(status)s"
+)
+
+
+def container_id_record(*, instance_id: uuid.UUID, runtime_id: str, status: str) -> bool:
+    """Record the engine's container id on the instance if it is still in ``status``; one
+    statement (its own row lock, and its own commit outside a transaction; prepared on
+    PostgreSQL). False when the instance is gone or has moved on."""
+    if connection.vendor != "postgresql":
+        rows = ContainerInstance.objects.filter(id=instance_id, status=status)
+        return rows.update(container_id=runtime_id) == 1
+    params = {"runtime_id": runtime_id, "pk": instance_id, "status": str(status)}
+    return prepared.execute(_RECORD_ID, params).rowcount == 1
+
+
+_EVENT_FIELDS = tuple(f.name for f in ContainerEvent._meta.concrete_fields if f.name != "id")
+_INSERT_EVENT = (
+    f"INSERT INTO {ContainerEvent._meta.db_table}"
+    f" ({', '.join(ContainerEvent._meta.get_field(n).column for n in _EVENT_FIELDS)})"
+    f" VALUES ({', '.join(f'%({n})s' for n in _EVENT_FIELDS)}) RETURNING id"
+)
+
+
 def record(
     instance: ContainerInstance,
     *,
@@ -87,8 +134,8 @@ def record(
     to_status: str = "",
     data: dict[str, Any] | None = None,
 ) -> ContainerEvent:
-    """Append one entry to the instance's history."""
-    return ContainerEvent.objects.create(
+    """Append one entry to the instance's history (on PostgreSQL a prepared INSERT)."""
+    event = ContainerEvent(
         instance_id=instance.id,
         instance_name=instance.name,
         kind=kind,
@@ -98,6 +145,29 @@ def record(
         actor=actor,
         data=data or {},
     )
+    if connection.vendor != "postgresql":
+        event.save(force_insert=True)
+        return event
+    values = {
+        name: ContainerEvent._meta.get_field(name).get_db_prep_save(
+            getattr(event, name), connection
+        )
+        for name in _EVENT_FIELDS
+    }
+    (event.id,) = prepared.execute(_INSERT_EVENT, values).fetchone()
+    event._state.adding, event._state.db = False, connection.alias
+    return event
+
+
+# What a transition method may set (``ContainerInstance.mark_*``), saved by every move.
+MOVED_FIELDS = (
+    "status",
+    "status_changed_at",
+    "status_reason",
+    "started_at",
+    "finished_at",
+    "exit_code",
+)
 
 
 def move(
@@ -128,16 +198,7 @@ def move(
             target=target,
         )
     instance.transition_method(target)(**fields)
-    instance.save(
-        update_fields=[
-            "status",
-            "status_changed_at",
-            "status_reason",
-            "started_at",
-            "finished_at",
-            "exit_code",
-        ]
-    )
+    instance_save(instance, MOVED_FIELDS)
     record(
         instance,
         kind=kind,

@@ -1,0 +1,90 @@
+"""The lifecycle's hot statements (prepared on PostgreSQL): ``instance_lock`` (every request
+and handler step locks and reads its instance with it), ``instance_save`` (every move),
+``record`` (every history entry) and ``container_id_record``."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from django.conf import settings
+from django.db import connection, transaction
+
+from containers.lifecycle import container_id_record, instance_lock, move, record
+from containers.models import ContainerEvent, ContainerInstance
+from tests.factories import InstanceFactory
+
+
+@pytest.mark.django_db
+def test_reads_the_instance_as_the_orm_does_and_its_runtime_in_one_query(
+    postgres, django_assert_num_queries
+):
+    made = InstanceFactory(status="running", exit_code=None)
+    orm = ContainerInstance.objects.select_related("runtime").get(pk=made.pk)
+    with django_assert_num_queries(1):
+        locked = instance_lock(str(made.pk), with_runtime=True)
+        runtime = locked.runtime
+    fields = [f.attname for f in ContainerInstance._meta.concrete_fields]
+    assert {f: getattr(locked, f) for f in fields} == {f: getattr(orm, f) for f in fields}
+    assert isinstance(locked.spec, dict) and locked.spec == orm.spec
+    assert (runtime.pk, runtime.name, runtime.labels) == (
+        orm.runtime.pk,
+        orm.runtime.name,
+        orm.runtime.labels,
+    )
+
+
+@pytest.mark.django_db
+def test_an_unknown_or_malformed_id_reads_nothing(postgres):
+    assert instance_lock("00000000-0000-0000-0000-000000000001") is None
+    with pytest.raises(ValueError):
+        instance_lock("not-a-uuid")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_row_stays_locked_until_the_transaction_ends(postgres):
+    made = InstanceFactory()
+    db = settings.DATABASES["default"]
+    other = psycopg.connect(
+        host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=connection.settings_dict["NAME"]
+    )
+    probe = f"SELECT 1 FROM {ContainerInstance._meta.db_table} WHERE id = %s FOR UPDATE NOWAIT"
+    try:
+        with transaction.atomic():
+            assert instance_lock(made.pk) is not None
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                other.execute(probe, [made.pk])
+            other.rollback()
+        assert other.execute(probe, [made.pk]).fetchone() == (1,)
+    finally:
+        other.close()
+
+
+@pytest.mark.django_db
+def test_a_history_entry_is_stored_as_returned(postgres):
+    instance = InstanceFactory()
+    data = {"event": "die", "exit_code": 3, "nested": {"list": [1, "two", None]}}
+    entry = record(instance, kind="note", actor="t", message="m", to_status="running", data=data)
+    stored = ContainerEvent.objects.get(pk=entry.pk)
+    fields = [f.attname for f in ContainerEvent._meta.concrete_fields]
+    assert {f: getattr(entry, f) for f in fields} == {f: getattr(stored, f) for f in fields}
+    assert stored.data == data and stored.instance_id == instance.pk
+
+
+@pytest.mark.django_db
+def test_a_move_saves_what_its_transition_set(postgres):
+    instance = InstanceFactory(status="running")
+    with transaction.atomic():
+        locked = instance_lock(instance.pk)
+        move(locked, "failed", actor="t", reason="it broke", exit_code=7)
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    assert (stored.status, stored.status_reason, stored.exit_code) == ("failed", "it broke", 7)
+    assert stored.finished_at is not None and stored.status_changed_at == locked.status_changed_at
+
+
+@pytest.mark.django_db
+def test_a_container_id_is_recorded_only_in_the_state_asked(postgres):
+    instance = InstanceFactory(status="creating")
+    assert not container_id_record(instance_id=instance.pk, runtime_id="abc", status="starting")
+    assert ContainerInstance.objects.get(pk=instance.pk).container_id == ""
+    assert container_id_record(instance_id=instance.pk, runtime_id="abc", status="creating")
+    assert ContainerInstance.objects.get(pk=instance.pk).container_id == "abc"
