@@ -7,7 +7,7 @@ import logging
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from outbox import conf, registry
+from outbox import conf, prepared, registry
 from outbox.errors import NotRetriable, OutboxRowNotFound
 from outbox.models import OutboxEvent, OutboxStatus
 from outbox.outcomes import Outcome
@@ -117,8 +117,33 @@ def outbox_retry_now(*, event_id: int) -> OutboxEvent:
     return event
 
 
+# ``outbox_release_deferred`` on PostgreSQL: the release and the wake-up in one statement.
+_RELEASE = f"""
+WITH released AS (
+    UPDATE {OutboxEvent._meta.db_table} SET available_at = STATEMENT_TIMESTAMP()
+    WHERE status = %(status)s AND queue = %(queue)s AND outcome = %(outcome)s
+      AND available_at > STATEMENT_TIMESTAMP()
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM released), pg_notify(%(channel)s, %(queue)s)
+"""
+
+
 def outbox_release_deferred(*, queue: str) -> int:
-    """A capacity slot freed: make the rows deferred on ``queue`` due now, and wake."""
+    """A capacity slot freed: make the rows deferred on ``queue`` due now, and wake.
+
+    Runs on every exit from a slot (each create or start that settles): on PostgreSQL
+    one prepared statement (``outbox.prepared``) that releases and notifies.
+    """
+    if conf.is_postgres(connection):
+        params = {
+            "status": OutboxStatus.PENDING.value,
+            "queue": queue,
+            "outcome": Outcome.DEFERRED.value,
+            "channel": conf.NOTIFY_CHANNEL,
+        }
+        (count, _) = prepared.execute(_RELEASE, params).fetchone()
+        return count
     count = OutboxEvent.objects.filter(
         status=OutboxStatus.PENDING,
         queue=queue,

@@ -16,7 +16,7 @@ from outbox.errors import NotRetriable
 from outbox.models import OutboxEvent
 from outbox.outcomes import Outcome
 from outbox.registry import Defer, PermanentFailure, RetryLater
-from outbox.services import outbox_enqueue, outbox_retry_now
+from outbox.services import outbox_enqueue, outbox_release_deferred, outbox_retry_now
 
 pytestmark = pytest.mark.django_db
 KIND = "TestProbe"
@@ -503,3 +503,19 @@ def test_one_heartbeat_thread_renews_every_running_claim_of_its_process(gobrave_
 
         wait_for(renewed, timeout=30, message="both leases renewed", describe=outbox_rows)
         assert len(beaters()) == 1, beaters()  # one thread for both claims, not one each
+
+
+def test_a_freed_slot_makes_only_the_queue_s_deferred_rows_due(postgres):
+    """``outbox_release_deferred``: deferred rows of the queue waiting for a later poll are
+    due now; a retry's backoff and other queues' rows keep their time."""
+    later = timezone.now() + dt.timedelta(minutes=5)
+    deferred, backoff, elsewhere = enqueue("a"), enqueue("b"), enqueue("c")
+    OutboxEvent.objects.filter(pk=deferred.pk).update(available_at=later, outcome="deferred")
+    OutboxEvent.objects.filter(pk=backoff.pk).update(available_at=later, outcome="retried")
+    OutboxEvent.objects.filter(pk=elsewhere.pk).update(
+        available_at=later, outcome="deferred", queue="other"
+    )
+    with transaction.atomic():
+        assert outbox_release_deferred(queue="probe") == 1
+    due = set(OutboxEvent.objects.filter(available_at__lte=Now()).values_list("pk", flat=True))
+    assert due == {deferred.pk}, list(OutboxEvent.objects.values("pk", "outcome", "available_at"))
