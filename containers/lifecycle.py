@@ -116,14 +116,6 @@ def container_id_record(*, instance_id: uuid.UUID, runtime_id: str, status: str)
     return prepared.execute(_RECORD_ID, params).rowcount == 1
 
 
-_EVENT_FIELDS = tuple(f.name for f in ContainerEvent._meta.concrete_fields if f.name != "id")
-_INSERT_EVENT = (
-    f"INSERT INTO {ContainerEvent._meta.db_table}"
-    f" ({', '.join(ContainerEvent._meta.get_field(n).column for n in _EVENT_FIELDS)})"
-    f" VALUES ({', '.join(f'%({n})s' for n in _EVENT_FIELDS)}) RETURNING id"
-)
-
-
 def record(
     instance: ContainerInstance,
     *,
@@ -134,7 +126,8 @@ def record(
     to_status: str = "",
     data: dict[str, Any] | None = None,
 ) -> ContainerEvent:
-    """Append one entry to the instance's history (on PostgreSQL a prepared INSERT)."""
+    """Append one entry to the instance's history (on PostgreSQL a prepared INSERT,
+    ``outbox.prepared.insert``)."""
     event = ContainerEvent(
         instance_id=instance.id,
         instance_name=instance.name,
@@ -145,17 +138,7 @@ def record(
         actor=actor,
         data=data or {},
     )
-    if connection.vendor != "postgresql":
-        event.save(force_insert=True)
-        return event
-    values = {
-        name: ContainerEvent._meta.get_field(name).get_db_prep_save(
-            getattr(event, name), connection
-        )
-        for name in _EVENT_FIELDS
-    }
-    (event.id,) = prepared.execute(_INSERT_EVENT, values).fetchone()
-    event._state.adding, event._state.db = False, connection.alias
+    prepared.insert(event)
     return event
 
 

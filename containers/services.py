@@ -312,7 +312,7 @@ def container_create_by_template(
     quotas = owner_quotas(owner=owner)
     try:
         with transaction.atomic():
-            instance = ContainerInstance.objects.create(
+            instance = ContainerInstance(
                 id=instance_id,
                 name=name,
                 owner=owner,
@@ -320,6 +320,7 @@ def container_create_by_template(
                 runtime=runtime,
                 spec=spec,
             )
+            prepared.insert(instance)
             record(
                 instance,
                 kind=RequestKind.CREATE,

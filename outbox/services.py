@@ -60,7 +60,7 @@ def outbox_enqueue(
     route = registry.route(kind)
     if route is None:
         raise ValueError(f"no outbox handler registered for {kind!r}")
-    event = OutboxEvent.objects.create(
+    event = OutboxEvent(
         kind=kind,
         queue=route.queue,
         aggregate_id=str(aggregate_id),
@@ -68,6 +68,7 @@ def outbox_enqueue(
         payload=payload,
         available_at=Now(),  # the database's clock, as every due time (see relay)
     )
+    prepared.insert(event)  # a prepared statement: every request writes one
     outbox_notify(route.queue)
     return event
 

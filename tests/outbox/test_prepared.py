@@ -41,3 +41,29 @@ def test_the_setting_sets_the_prepare_threshold(monkeypatch, value, threshold):
     monkeypatch.setenv("DATABASE_PREPARED_STATEMENTS", value)
     options = gobrave_settings._database("postgres://u@db:5432/x")["OPTIONS"]
     assert options.get("prepare_threshold") == threshold, options
+
+
+def test_an_insert_stores_the_row_as_the_orm_would_and_reads_back_its_key(postgres):
+    from django.db.models.functions import Now
+
+    from outbox.models import OutboxEvent
+
+    row = OutboxEvent(
+        kind="TestProbe", queue="probe", aggregate_id="a", payload={"k": [1]}, available_at=Now()
+    )
+    prepared.insert(row)
+    stored = OutboxEvent.objects.get(pk=row.pk)
+    assert (stored.kind, stored.payload, stored.status, stored.attempts) == (
+        "TestProbe",
+        {"k": [1]},
+        "pending",
+        0,
+    )
+    assert stored.created_at == row.created_at  # the field's default, as the ORM sets it
+    with connection.cursor() as cursor:  # Now(): the statement's time, on the database clock
+        cursor.execute("SELECT now(), statement_timestamp()")
+        began, now = cursor.fetchone()
+    assert began <= stored.available_at <= now
+    second = OutboxEvent(kind="TestProbe", queue="probe", aggregate_id="b", available_at=Now())
+    prepared.insert(second)
+    assert second.pk > row.pk and not second._state.adding
