@@ -29,26 +29,11 @@ from outbox.services import outbox_release_deferred
 log = logging.getLogger(__name__)
 
 
-def _columns(model, alias: str) -> str:
-    return ", ".join(f'{alias}."{field.column}"' for field in model._meta.concrete_fields)
-
-
-def _from_row(model, values):
-    """A ``model`` object from one row of ``_columns(model, ...)``, as the ORM builds it."""
-    fields = model._meta.concrete_fields
-    converted = [
-        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
-        for field, value in zip(fields, values, strict=True)
-    ]
-    return model.from_db(connection.alias, [field.attname for field in fields], converted)
-
-
 _INSTANCES = ContainerInstance._meta.db_table
-_LOCK = (
-    f"SELECT {_columns(ContainerInstance, 'i')} FROM {_INSTANCES} i WHERE i.id = %(id)s FOR UPDATE"
-)
+_INSTANCE_COLUMNS = prepared.columns(ContainerInstance, "i")
+_LOCK = f"SELECT {_INSTANCE_COLUMNS} FROM {_INSTANCES} i WHERE i.id = %(id)s FOR UPDATE"
 _LOCK_WITH_RUNTIME = (
-    f"SELECT {_columns(ContainerInstance, 'i')}, {_columns(Runtime, 'r')} FROM {_INSTANCES} i"
+    f"SELECT {_INSTANCE_COLUMNS}, {prepared.columns(Runtime, 'r')} FROM {_INSTANCES} i"
     f" JOIN {Runtime._meta.db_table} r ON r.id = i.runtime_id WHERE i.id = %(id)s FOR UPDATE OF i"
 )
 
@@ -71,9 +56,11 @@ def instance_lock(
     if row is None:
         return None
     width = len(ContainerInstance._meta.concrete_fields)
-    instance = _from_row(ContainerInstance, row[:width])
+    instance = prepared.from_row(ContainerInstance, row[:width])
     if with_runtime:
-        ContainerInstance.runtime.field.set_cached_value(instance, _from_row(Runtime, row[width:]))
+        ContainerInstance.runtime.field.set_cached_value(
+            instance, prepared.from_row(Runtime, row[width:])
+        )
     return instance
 
 

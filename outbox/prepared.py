@@ -37,6 +37,25 @@ def execute(sql: str, params: dict | list | None = None) -> psycopg.Cursor:
     return cursor
 
 
+def columns(model: type[models.Model], alias: str) -> str:
+    """Every concrete column of ``model`` under table alias ``alias``, in field order (what
+    ``from_row`` reads)."""
+    return ", ".join(
+        f"{alias}.{connection.ops.quote_name(f.column)}" for f in model._meta.concrete_fields
+    )
+
+
+def from_row(model: type[models.Model], values) -> models.Model:
+    """A ``model`` object from the values of ``columns(model, ...)``, as the ORM builds it
+    (each field's ``from_db_value`` applied)."""
+    fields = model._meta.concrete_fields
+    converted = [
+        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
+        for field, value in zip(fields, values, strict=True)
+    ]
+    return model.from_db(connection.alias, [field.attname for field in fields], converted)
+
+
 _inserts: dict[tuple, str] = {}
 
 
