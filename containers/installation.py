@@ -11,8 +11,10 @@ from __future__ import annotations
 import secrets
 
 from django.conf import settings
+from django.db import connection
 
 from containers.models import Installation
+from outbox import prepared
 
 # What an installation's id was before ids were made per installation; a database that
 # already held instances at the upgrade keeps it (its containers carry that label).
@@ -21,6 +23,9 @@ LEGACY_ID = "gobrave"
 
 def new_installation_id() -> str:
     return f"gb-{secrets.token_hex(6)}"
+
+
+_STORED = f"SELECT installation_id FROM {Installation._meta.db_table} WHERE id = %(pk)s"
 
 
 def installation_id() -> str:
@@ -32,6 +37,10 @@ def installation_id() -> str:
     configured = settings.GOBRAVE["container"]["installation_id"]
     if configured:
         return configured
+    if connection.vendor == "postgresql":  # every create asks: a prepared statement
+        stored = prepared.execute(_STORED, {"pk": 1}).fetchone()
+        if stored is not None:
+            return stored[0]
     row, _ = Installation.objects.get_or_create(
         pk=1, defaults={"installation_id": new_installation_id()}
     )

@@ -68,6 +68,19 @@ def _config() -> dict[str, Any]:
     return settings.GOBRAVE["container"]
 
 
+_ENABLED_RUNTIMES = (
+    f"SELECT {prepared.columns(Runtime, 'r')} FROM {Runtime._meta.db_table} r"
+    " WHERE r.enabled ORDER BY r.name"
+)
+
+
+def _enabled_runtimes() -> list[Runtime]:
+    """The enabled runtimes by name (every create asks: on PostgreSQL a prepared statement)."""
+    if connection.vendor != "postgresql":
+        return list(Runtime.objects.filter(enabled=True).order_by("name"))
+    return [prepared.from_row(Runtime, row) for row in prepared.execute(_ENABLED_RUNTIMES)]
+
+
 def runtime_select(
     *, template: Any, templates: list[Any] | None = None, among: list[Runtime] | None = None
 ) -> Runtime:
@@ -84,9 +97,10 @@ def runtime_select(
     constraints: dict[str, str] = {}
     for each in wanted:
         constraints.update(each)
-    candidates = Runtime.objects.filter(enabled=True).order_by("name")
+    candidates = _enabled_runtimes()
     if among is not None:
-        candidates = candidates.filter(pk__in=[r.pk for r in among])
+        chosen = {r.pk for r in among}
+        candidates = [runtime for runtime in candidates if runtime.pk in chosen]
     matching = [
         runtime
         for runtime in candidates
@@ -116,6 +130,16 @@ def runtime_select(
     return matching[0]
 
 
+def _first_group_id(owner) -> int | None:
+    """The id of the owner's first group (``$GROUPID``), or None."""
+    if connection.vendor != "postgresql":
+        return owner.groups.order_by("id").values_list("id", flat=True).first()
+    membership = owner.groups.through._meta.db_table
+    sql = f"SELECT min(group_id) FROM {membership} WHERE user_id = %(user)s"
+    (group,) = prepared.execute(sql, {"user": owner.pk}).fetchone()
+    return group
+
+
 def _variables(
     *,
     instance_id: uuid.UUID,
@@ -125,10 +149,10 @@ def _variables(
     runtime: Runtime,
     workspace: dict[str, Any],
 ) -> dict[str, str]:
-    group = owner.groups.order_by("id").first() if hasattr(owner, "groups") else None
+    group = _first_group_id(owner) if hasattr(owner, "groups") else None
     return {
         "USERID": str(owner.pk),
-        "GROUPID": str(group.pk if group else owner.pk),
+        "GROUPID": str(group or owner.pk),
         "OWNER_ID": str(owner.pk),
         "USERNAME": owner.get_username(),
         "INSTANCE_ID": str(instance_id),

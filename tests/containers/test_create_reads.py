@@ -1,0 +1,49 @@
+"""What a create reads before its transaction (prepared statements on PostgreSQL): the
+enabled runtimes, the installation id and the owner's first group."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Group
+
+from containers.installation import installation_id
+from containers.models import Installation
+from containers.services import container_create_by_template, runtime_select
+from tests.factories import RuntimeFactory, TemplateFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def variables_template(fake_runtime):
+    return TemplateFactory(name="vars", env={"G": "$GROUPID", "U": "$USERID"})
+
+
+def test_groupid_is_the_owner_s_first_group_and_their_own_id_without_one(
+    postgres, variables_template, owner
+):
+    alone = container_create_by_template(template=variables_template, owner=owner, actor="t")
+    assert alone.spec["env"]["G"] == str(owner.pk), alone.spec["env"]
+    later, first = Group.objects.create(name="later"), Group.objects.create(name="first")
+    owner.groups.add(first, later)
+    grouped = container_create_by_template(template=variables_template, owner=owner, actor="t")
+    assert grouped.spec["env"]["G"] == str(min(first.pk, later.pk)), grouped.spec["env"]
+
+
+def test_the_runtime_is_chosen_among_the_enabled_ones_by_name(postgres, fake_runtime):
+    template = TemplateFactory()
+    RuntimeFactory(name="aaa-off", labels=dict(fake_runtime.labels), enabled=False)
+    other = RuntimeFactory(name="zzz", labels=dict(fake_runtime.labels))
+    assert (
+        runtime_select(template=template).pk == min([fake_runtime, other], key=lambda r: r.name).pk
+    )
+    assert runtime_select(template=template, among=[other]).pk == other.pk
+
+
+def test_the_installation_id_is_the_stored_one_and_made_once(postgres):
+    first = installation_id()
+    assert Installation.objects.get(pk=1).installation_id == first
+    assert installation_id() == first
+    Installation.objects.all().delete()
+    again = installation_id()
+    assert again and Installation.objects.get(pk=1).installation_id == again
