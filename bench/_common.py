@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -309,3 +310,35 @@ def load() -> str:
 
 def verdict(ok: bool) -> str:
     return "MET" if ok else "NOT MET"
+
+
+class EngineEvents:
+    """The engine's own clock: every container event (create, start, die, destroy) with
+    its ``timeNano``, by container name, read from the events stream in a thread."""
+
+    ACTIONS = ("create", "start", "die", "destroy")
+
+    def __init__(self, client) -> None:
+        self.times: dict[str, dict[str, float]] = {}
+        self.stream = client.events(decode=True, filters={"type": "container"})
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(Exception):  # the stream is closed at the end
+            for raw in self.stream:
+                action = raw.get("Action") or raw.get("status")
+                name = (raw.get("Actor") or {}).get("Attributes", {}).get("name", "")
+                if action in self.ACTIONS and name:
+                    self.times.setdefault(name, {}).setdefault(action, raw["timeNano"] / 1e9)
+
+    def of(self, name: str, action: str, *, timeout: float = 5.0) -> float:
+        deadline = time.monotonic() + timeout
+        while action not in self.times.get(name, {}):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no {action} event of container {name} from the engine")
+            time.sleep(0.01)
+        return self.times[name][action]
+
+    def close(self) -> None:
+        self.stream.close()

@@ -25,11 +25,9 @@ the end.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import sys
-import threading
 import time
 
 import _common as c
@@ -67,39 +65,7 @@ def fixtures():
     return user, dag
 
 
-class EngineEvents:
-    """The engine's own clock: every container event (create, start, die, destroy) with
-    its ``timeNano``, by container name, read from the events stream in a thread."""
-
-    ACTIONS = ("create", "start", "die", "destroy")
-
-    def __init__(self, client) -> None:
-        self.times: dict[str, dict[str, float]] = {}
-        self.stream = client.events(decode=True, filters={"type": "container"})
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        with contextlib.suppress(Exception):  # the stream is closed at the end
-            for raw in self.stream:
-                action = raw.get("Action") or raw.get("status")
-                name = (raw.get("Actor") or {}).get("Attributes", {}).get("name", "")
-                if action in self.ACTIONS and name:
-                    self.times.setdefault(name, {}).setdefault(action, raw["timeNano"] / 1e9)
-
-    def of(self, name: str, action: str, *, timeout: float = 5.0) -> float:
-        deadline = time.monotonic() + timeout
-        while action not in self.times.get(name, {}):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no {action} event of container {name} from the engine")
-            time.sleep(0.01)
-        return self.times[name][action]
-
-    def close(self) -> None:
-        self.stream.close()
-
-
-def bare_chain(client, bench_id: str, tag: str, engine: EngineEvents) -> dict:
+def bare_chain(client, bench_id: str, tag: str, engine: c.EngineEvents) -> dict:
     t0 = time.perf_counter()
     names = []
     for i in range(NODES):
@@ -142,7 +108,7 @@ BARE_PARTS = {
 }
 
 
-def gobrave_chain(user, dag, procs, engine: EngineEvents) -> dict:
+def gobrave_chain(user, dag, procs, engine: c.EngineEvents) -> dict:
     from containers.models import ContainerEvent, ContainerInstance
     from dags.models import DagNodeRun, DagRun
     from dags.services import dag_run_start
@@ -254,7 +220,7 @@ def main() -> int:
 
     c.header(f"DAG chain of {NODES} 'true' nodes vs {NODES} sequential bare docker runs")
     print(f"   docker {client.version()['Version']}, bench id {bench_id}, {args.samples} samples")
-    engine = EngineEvents(client)
+    engine = c.EngineEvents(client)
     try:
         with c.bench_database("dag", keep=args.keep_db) as url:
             c.django_setup(c.app_env(url, settings="gobrave.settings"))

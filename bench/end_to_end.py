@@ -53,20 +53,24 @@ def fixtures() -> str:
     return Token.objects.create(user=user).key
 
 
-def bare_sample(client, bench_id: str, i: int, tag: str) -> float:
+def bare_sample(client, bench_id: str, i: int, tag: str, engine=None, split=None) -> float:
     t0 = time.perf_counter()
+    name = f"{bench_id}-bare-{tag}-{i}"
     container = client.containers.create(
         IMAGE,
         command=COMMAND,
-        name=f"{bench_id}-bare-{tag}-{i}",
+        name=name,
         labels={"io.gobrave.installation": bench_id},
         detach=True,
     )
     container.start()
-    return time.perf_counter() - t0
+    took = time.perf_counter() - t0
+    if engine is not None and split is not None:
+        split.append(engine.of(name, "start") - engine.of(name, "create"))
+    return took
 
 
-def gobrave_sample(port: int, token: str, procs) -> dict:
+def gobrave_sample(port: int, token: str, procs, engine=None) -> dict:
     from containers.models import ContainerEvent
     from outbox.models import OutboxEvent
 
@@ -97,13 +101,21 @@ def gobrave_sample(port: int, token: str, procs) -> dict:
         .first()
     )
     row = OutboxEvent.objects.get(aggregate_id=instance_id, kind="ContainerCreateRequest")
-    return {
+    sample = {
         "total": ran.timestamp() - t0,
         "api": answered - t0,
+        "to_row": row.created_at.timestamp() - t0,
         "handoff": row.started_at.timestamp() - row.created_at.timestamp(),
         "to_creating": creating.timestamp() - row.started_at.timestamp(),
         "engine": ran.timestamp() - creating.timestamp(),
     }
+    if engine is not None:  # the engine's own clock: its create and start events
+        name = f"gb-{instance_id}"
+        created, started = engine.of(name, "create"), engine.of(name, "start")
+        sample["to_engine_create"] = created - creating.timestamp()
+        sample["engine_create_start"] = started - created
+        sample["after_start"] = ran.timestamp() - started
+    return sample
 
 
 def cleanup(bench_id: str, timeout: float = 120) -> tuple[int, int]:
@@ -148,15 +160,19 @@ def run_config(name, overrides, url, token, bench_id, client, args) -> tuple[lis
         for i in range(2):  # warm-up, not counted
             gobrave_sample(port, token, procs)
             bare_sample(client, bench_id, i, f"{name}-warm")
-        bare, ours = [], []
-        deadline = time.monotonic() + args.max_seconds
-        for i in range(args.samples):
-            if time.monotonic() > deadline:
-                print(f"  (stopped after {i} samples: {args.max_seconds:g}s bound)")
-                break
-            bare.append(bare_sample(client, bench_id, i, name))
-            ours.append(gobrave_sample(port, token, procs))
-    return bare, ours
+        bare, ours, split = [], [], []
+        engine = c.EngineEvents(client)
+        try:
+            deadline = time.monotonic() + args.max_seconds
+            for i in range(args.samples):
+                if time.monotonic() > deadline:
+                    print(f"  (stopped after {i} samples: {args.max_seconds:g}s bound)")
+                    break
+                bare.append(bare_sample(client, bench_id, i, name, engine, split))
+                ours.append(gobrave_sample(port, token, procs, engine))
+        finally:
+            engine.close()
+    return bare, ours, split
 
 
 def main() -> int:
@@ -179,21 +195,30 @@ def main() -> int:
             token = fixtures()
             for name, overrides in configs.items():
                 print(f"config {name}: {overrides or 'config.yml as shipped'}")
-                bare, ours = run_config(name, overrides, url, token, bench_id, client, args)
+                bare, ours, split = run_config(name, overrides, url, token, bench_id, client, args)
                 total = [s["total"] for s in ours]
                 print(f"   bare docker create+start: {c.summary_ms(bare)}")
                 print(f"   gobrave API -> running  : {c.summary_ms(total)}")
                 for part, what in (
                     ("api", "POST answered (202)"),
+                    ("to_row", "POST sent -> outbox row written (before its commit)"),
                     ("handoff", "outbox row written -> worker begins (dispatcher, broker)"),
                     ("to_creating", "worker begins -> creating (capacity gate)"),
                     ("engine", "creating -> running (engine calls, inspect)"),
+                    ("to_engine_create", "  creating -> the engine's create event"),
+                    ("engine_create_start", "  the engine's create -> start events"),
+                    ("after_start", "  the engine's start event -> running"),
                 ):
                     values = [s[part] for s in ours]
                     print(
                         f"     {what:58s} p50 {c.percentile(values, 50) * 1000:6.1f} ms, "
                         f"mean {statistics.fmean(values) * 1000:6.1f} ms"
                     )
+                print(
+                    f"     {'bare: the engine create -> start events':58s} p50 "
+                    f"{c.percentile(split, 50) * 1000:6.1f} ms, "
+                    f"mean {statistics.fmean(split) * 1000:6.1f} ms"
+                )
                 r50 = c.percentile(total, 50) / c.percentile(bare, 50)
                 r95 = c.percentile(total, 95) / c.percentile(bare, 95)
                 print(
