@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
@@ -27,6 +28,7 @@ from containers.slots import slot_count
 from containers.states import Status
 from core.counters import counter_rows, counters_since
 from core.ids import db_id
+from outbox import prepared
 from outbox.counters import RelayStat
 from outbox.models import OutboxEvent, OutboxStatus
 from outbox.selectors import outbox_counts
@@ -208,16 +210,29 @@ def failure_list(*, limit: int = 10) -> QuerySet:
 # --- Templates -----------------------------------------------------------------------------------
 
 
+def _usable_by_ref(*, name: str, user_id: int, key: int | None = None) -> QuerySet:
+    """Templates named ``name`` (or with id ``key``) that the user ``user_id`` may use."""
+    by_ref = Q(name=name) | Q(pk=key) if key is not None else Q(name=name)
+    user = get_user_model()(pk=user_id, is_superuser=False)
+    return ContainerTemplate.objects.filter(by_ref, access.usable_templates_q(user)).order_by("pk")
+
+
 def template_get(*, ref: str | int, user=None) -> ContainerTemplate:
     """A template by id or by name that ``user`` may use (any, without a user).
 
     ``NotFound`` for anything else, with the same message whether the template is
     missing, switched off or not open to the user (never a DB error).
     """
-    rows = ContainerTemplate.objects.filter(_by_name_or_id("name", "pk", ref))
-    if user is not None:
-        rows = rows.filter(access.usable_templates_q(user))
-    template = rows.order_by("pk").first()
+    key = db_id(ref)
+    if user is not None and user.is_authenticated and not user.is_superuser:
+        # Every create through the API reads its template so: compiled once, prepared.
+        values = {"name": str(ref), "user_id": user.pk, **({"key": key} if key is not None else {})}
+        template = prepared.first(("template_get", key is not None), _usable_by_ref, **values)
+    else:
+        rows = ContainerTemplate.objects.filter(_by_name_or_id("name", "pk", ref))
+        if user is not None:
+            rows = rows.filter(access.usable_templates_q(user))
+        template = rows.order_by("pk").first()
     if template is None:
         raise NotFound(f"no template {str(ref)!r} that you may use", template=str(ref))
     return access.mark_usable(template, user) if user is not None else template

@@ -15,6 +15,8 @@ takes no more.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import psycopg
 from django.db import connection, models
 from django.db.models.functions import Now
@@ -98,3 +100,42 @@ def insert(obj: models.Model) -> None:
     (pk,) = execute(_inserts[key], values).fetchone()
     setattr(obj, meta.pk.attname, pk)
     obj._state.adding, obj._state.db = False, connection.alias
+
+
+_compiled: dict[object, tuple[type[models.Model], str, list, dict[int, str]]] = {}
+
+
+def _sentinel(name: str, value: object, index: int) -> object:
+    """A stand-in for ``value`` while a queryset is compiled: of its type, never a real
+    value (a string no client can send, an id no row can have)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise TypeError(f"{name}: only str and int values can be compiled, not {value!r}")
+    return f"\x00{name}\x00" if isinstance(value, str) else -(10**15) - index
+
+
+def first(shape: object, build: Callable[..., models.QuerySet], **values: object):
+    """``build(**values).first()``, with the queryset compiled once per ``shape``.
+
+    For reads that every request makes through a queryset that is costly to build (a
+    template open to its user): ``build`` is called once with stand-ins for ``values``
+    (``_sentinel``), its SQL kept, and each call runs it as a prepared statement with the
+    values put back. ``shape`` names everything else that changes the SQL (which
+    ``values`` are there, the branch ``build`` takes). The queryset must select its
+    model's own columns only (no ``select_related``, ``only`` or annotations). Elsewhere
+    than on PostgreSQL, ``build(**values).first()``.
+    """
+    if connection.vendor != "postgresql":
+        return build(**values).first()
+    if shape not in _compiled:
+        stand_ins = {name: _sentinel(name, v, i) for i, (name, v) in enumerate(values.items())}
+        rows = build(**stand_ins)[:1]
+        sql, params = rows.query.sql_with_params()
+        by_value = {v: name for name, v in stand_ins.items()}
+        places = {i: by_value[p] for i, p in enumerate(params) if p in by_value}
+        if set(places.values()) != set(values):
+            raise ValueError(f"{shape}: not every value reached the SQL ({sorted(values)})")
+        _compiled[shape] = (rows.model, sql, list(params), places)
+    model, sql, params, places = _compiled[shape]
+    params = [values[places[i]] if i in places else p for i, p in enumerate(params)]
+    row = execute(sql, params).fetchone()
+    return None if row is None else from_row(model, row)

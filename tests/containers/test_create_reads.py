@@ -47,3 +47,23 @@ def test_the_installation_id_is_the_stored_one_and_made_once(postgres):
     Installation.objects.all().delete()
     again = installation_id()
     assert again and Installation.objects.get(pk=1).installation_id == again
+
+
+def test_a_template_is_read_by_name_or_id_for_the_users_it_is_open_to(postgres, fake_runtime):
+    from containers.errors import NotFound
+    from containers.selectors import template_get
+    from tests.factories import UserFactory
+
+    lab = Group.objects.create(name="lab")
+    limited = TemplateFactory(name="limited")
+    limited.allowed_groups.add(lab)
+    open_one = TemplateFactory(name="open")
+    member, outsider = UserFactory(username="member"), UserFactory(username="outsider")
+    member.groups.add(lab)
+    for _ in range(2):  # the second time on the compiled, prepared statements
+        assert template_get(ref="limited", user=member).pk == limited.pk
+        assert template_get(ref=limited.pk, user=member).pk == limited.pk
+        assert template_get(ref=str(open_one.pk), user=outsider).pk == open_one.pk
+        for ref in ("limited", limited.pk, "nope"):
+            with pytest.raises(NotFound):
+                template_get(ref=ref, user=outsider)

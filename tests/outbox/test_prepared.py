@@ -67,3 +67,25 @@ def test_an_insert_stores_the_row_as_the_orm_would_and_reads_back_its_key(postgr
     second = OutboxEvent(kind="TestProbe", queue="probe", aggregate_id="b", available_at=Now())
     prepared.insert(second)
     assert second.pk > row.pk and not second._state.adding
+
+
+def test_a_compiled_read_puts_each_call_s_values_back(postgres):
+    from outbox.models import OutboxEvent
+
+    for aggregate in ("a", "b"):
+        enqueue(aggregate)
+
+    def by_aggregate(*, aggregate: str):
+        return OutboxEvent.objects.filter(aggregate_id=aggregate).order_by("id")
+
+    for aggregate in ("a", "b", "a"):
+        row = prepared.first(("test-by-aggregate",), by_aggregate, aggregate=aggregate)
+        assert row.aggregate_id == aggregate and row.kind == "TestProbe"
+    assert prepared.first(("test-by-aggregate",), by_aggregate, aggregate="zz") is None
+
+
+def test_a_value_the_queryset_does_not_use_is_refused(postgres):
+    from outbox.models import OutboxEvent
+
+    with pytest.raises(ValueError, match="not every value"):
+        prepared.first(("test-unused",), lambda *, unused: OutboxEvent.objects.all(), unused="x")
