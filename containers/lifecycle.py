@@ -64,26 +64,12 @@ def instance_lock(
     return instance
 
 
-def _update_sql(fields: tuple[str, ...]) -> str:
-    columns = {f.name: f.column for f in ContainerInstance._meta.concrete_fields}
-    sets = ", ".join(f'"{columns[name]}" = %({name})s' for name in fields)
-    return f"UPDATE {_INSTANCES} SET {sets} WHERE id = %(pk)s"
-
-
 def instance_save(instance: ContainerInstance, fields: tuple[str, ...]) -> None:
     """``instance.save(update_fields=fields)``: on PostgreSQL one prepared statement per
-    field list (a move saves the same six fields every time), so the ORM builds no UPDATE
-    on every transition. The caller holds the row (``instance_lock``)."""
-    if connection.vendor != "postgresql":
-        instance.save(update_fields=list(fields))
-        return
-    values = {
-        name: ContainerInstance._meta.get_field(name).get_db_prep_save(
-            getattr(instance, name), connection
-        )
-        for name in fields
-    }
-    prepared.execute(_update_sql(fields), {**values, "pk": instance.pk})
+    field list (``outbox.prepared.update``; a move saves the same six fields every time),
+    so the ORM builds no UPDATE on every transition. The caller holds the row
+    (``instance_lock``)."""
+    prepared.update(instance, fields)
 
 
 _RECORD_ID = (

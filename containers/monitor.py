@@ -51,7 +51,7 @@ from containers.models import ContainerInstance, MonitorCursor, Runtime
 from containers.reconciler import distinct_engines, reconcile
 from containers.sync import Sync, clean_exit_apply, instance_sync
 from outbox import conf as outbox_conf
-from outbox import liveness
+from outbox import liveness, prepared
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def cursor_advance(cursor: MonitorCursor, event: EngineEvent) -> None:
         cursor.seen = [*cursor.seen, event_key(event)][-SEEN_MAX:]
     else:
         return
-    cursor.save(update_fields=["time_nano", "seen", "updated_at"])
+    prepared.update(cursor, ("time_nano", "seen", "updated_at"))  # every event: prepared
 
 
 class StreamSeen:

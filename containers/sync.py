@@ -27,7 +27,7 @@ import enum
 import uuid
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from containers.engines import engine_for
 from containers.engines.base import ContainerState, Engine
@@ -36,6 +36,7 @@ from containers.models import ContainerEvent, ContainerInstance
 from containers.observe import apply_observation, target_for
 from containers.queues import RequestKind
 from containers.states import IN_FLIGHT, Status
+from outbox import prepared
 from outbox.models import UNFINISHED, OutboxEvent
 
 # States in which the engine's view matters (see ``instance_sync``).
@@ -62,9 +63,20 @@ class Sync(enum.StrEnum):
     SKIPPED = "skipped"  # gone, or in a state the engine's view does not change
 
 
+_UNFINISHED = (
+    f"SELECT EXISTS (SELECT 1 FROM {OutboxEvent._meta.db_table}"
+    " WHERE aggregate_id = %(aggregate)s AND status = ANY(%(statuses)s))"
+)
+
+
 def request_unfinished(instance_id: uuid.UUID | str) -> bool:
-    """True while an outbox row for the instance is pending or processing."""
-    return OutboxEvent.objects.filter(aggregate_id=str(instance_id), status__in=UNFINISHED).exists()
+    """True while an outbox row for the instance is pending or processing (the monitor
+    asks on every event of an instance at work: on PostgreSQL a prepared statement)."""
+    if connection.vendor != "postgresql":
+        rows = OutboxEvent.objects.filter(aggregate_id=str(instance_id), status__in=UNFINISHED)
+        return rows.exists()
+    params = {"aggregate": str(instance_id), "statuses": [str(s) for s in UNFINISHED]}
+    return prepared.execute(_UNFINISHED, params).fetchone()[0]
 
 
 def instance_label(state: ContainerState) -> uuid.UUID | None:

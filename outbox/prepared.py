@@ -102,6 +102,35 @@ def insert(obj: models.Model) -> None:
     obj._state.adding, obj._state.db = False, connection.alias
 
 
+_updates: dict[tuple, str] = {}
+
+
+def update(obj: models.Model, fields: tuple[str, ...]) -> int:
+    """``obj.save(update_fields=fields)`` as a prepared statement (on PostgreSQL; the ORM
+    elsewhere), for rows saved on every request or event. Each field's ``pre_save`` runs
+    as in the ORM (``auto_now``). Returns the rows updated (0: the row is gone). Sends no
+    ``pre_save`` or ``post_save`` signal: only for models that have no receivers.
+    """
+    meta = obj._meta
+    if connection.vendor != "postgresql":
+        obj.save(update_fields=list(fields))
+        return 1
+    chosen = [meta.get_field(name) for name in fields]
+    values = {
+        f"v{i}": field.get_db_prep_save(field.pre_save(obj, add=False), connection)
+        for i, field in enumerate(chosen)
+    }
+    key = (meta.label, fields)
+    if key not in _updates:
+        sets = ", ".join(
+            f"{connection.ops.quote_name(field.column)} = %(v{i})s"
+            for i, field in enumerate(chosen)
+        )
+        column = connection.ops.quote_name(meta.pk.column)
+        _updates[key] = f"UPDATE {meta.db_table} SET {sets} WHERE {column} = %(pk)s"
+    return execute(_updates[key], {**values, "pk": obj.pk}).rowcount
+
+
 _compiled: dict[object, tuple[type[models.Model], str, list, dict[int, str]]] = {}
 
 

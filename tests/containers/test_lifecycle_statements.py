@@ -8,6 +8,7 @@ import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 
 from containers.lifecycle import container_id_record, instance_lock, move, record
 from containers.models import ContainerEvent, ContainerInstance
@@ -88,3 +89,37 @@ def test_a_container_id_is_recorded_only_in_the_state_asked(postgres):
     assert ContainerInstance.objects.get(pk=instance.pk).container_id == ""
     assert container_id_record(instance_id=instance.pk, runtime_id="abc", status="creating")
     assert ContainerInstance.objects.get(pk=instance.pk).container_id == "abc"
+
+
+@pytest.mark.django_db
+def test_an_update_saves_the_fields_named_and_their_auto_now(postgres, fake_runtime):
+    from containers.models import MonitorCursor
+    from outbox import prepared
+
+    cursor = MonitorCursor.objects.create(runtime=fake_runtime)
+    before = cursor.updated_at
+    cursor.time_nano, cursor.seen = 123, ["a", "b"]
+    assert prepared.update(cursor, ("time_nano", "seen", "updated_at")) == 1
+    stored = MonitorCursor.objects.get(pk=cursor.pk)
+    assert (stored.time_nano, stored.seen) == (123, ["a", "b"])
+    assert stored.updated_at == cursor.updated_at > before
+    MonitorCursor.objects.filter(pk=cursor.pk).delete()
+    assert prepared.update(cursor, ("time_nano",)) == 0
+
+
+@pytest.mark.django_db
+def test_a_request_is_unfinished_while_a_row_of_it_is_pending_or_processing(postgres):
+    from containers.sync import request_unfinished
+    from outbox.models import OutboxEvent
+
+    instance = InstanceFactory()
+    assert not request_unfinished(instance.pk)
+    row = OutboxEvent.objects.create(
+        kind="ContainerCreateRequest",
+        queue="create",
+        aggregate_id=str(instance.pk),
+        available_at=timezone.now(),
+    )
+    for status, unfinished in (("pending", True), ("processing", True), ("sent", False)):
+        OutboxEvent.objects.filter(pk=row.pk).update(status=status)
+        assert request_unfinished(instance.pk) is unfinished, status
