@@ -2,16 +2,15 @@
 """gobrave's WSGI app with the create limit check switched off (bench baseline only).
 
 ``containers.services.container_create_by_template`` takes the global ``admission`` gate
-(``lock_gate``) and counts ``pending`` instances under it (``_pending_count``). Here both
-are patched away in this process only: the gate is a no-op and the count answers 0
-without a query. The rest of the create (runtime choice, spec, instance, history, outbox
-row, NOTIFY, counters) is unchanged, so the difference to ``gobrave.wsgi`` is exactly the
-serialized check.
+and counts ``pending`` instances under it, in one call (``_admission_pending``). Here it
+is patched away in this process only: no gate, and the count answers 0 without a query.
+The rest of the create (runtime choice, spec, instance, history, outbox row, NOTIFY,
+counters) is unchanged, so the difference to ``gobrave.wsgi`` is exactly the serialized
+check.
 """
 
 from gobrave.wsgi import application  # noqa: F401 - sets Django up first
 
 import containers.services as services  # noqa: E402
 
-services.lock_gate = lambda name: None
-services._pending_count = lambda: 0
+services._admission_pending = lambda: 0

@@ -216,12 +216,25 @@ _PENDING_COUNT = (
 
 
 def _pending_count() -> int:
-    """How many instances are ``pending`` (every create counts them under the admission
-    gate: on PostgreSQL a prepared statement, ``outbox.prepared``)."""
+    """How many instances are ``pending`` (on PostgreSQL a prepared statement)."""
     if connection.vendor != "postgresql":
         return ContainerInstance.objects.filter(status=Status.PENDING).count()
     (count,) = prepared.execute(_PENDING_COUNT, {"status": Status.PENDING.value}).fetchone()
     return count
+
+
+def _admission_pending() -> int:
+    """Take the admission gate for the rest of the transaction, then count the ``pending``
+    instances. On PostgreSQL one round trip while the gate is held
+    (``gobrave_admission_pending()``, migration 0011: each of its statements sees a new
+    snapshot, so the count sees every earlier holder's rows); a gate row gone missing (a
+    flushed database) is made again first."""
+    if connection.vendor == "postgresql":
+        (count,) = prepared.execute("SELECT gobrave_admission_pending()").fetchone()
+        if count >= 0:
+            return count
+    lock_gate("admission")
+    return _pending_count()
 
 
 def _from_snapshot(snapshot: Mapping[str, Any]) -> SimpleNamespace:
@@ -360,9 +373,9 @@ def container_create_by_template(
             )
             # Last, so the gate is held only for the count and the commit. Every earlier
             # holder has committed when we get it, so the count sees every admitted row.
-            lock_gate("admission")
+            pending = _admission_pending()
             _check_owner_quotas(owner=owner, quotas=quotas)
-            ahead = _pending_count() - 1
+            ahead = pending - 1
             if ahead >= limit:
                 raise QueueFull(
                     f"the create queue is full ({ahead} pending, limit {limit}); retry later",

@@ -67,3 +67,15 @@ def test_a_template_is_read_by_name_or_id_for_the_users_it_is_open_to(postgres, 
         for ref in ("limited", limited.pk, "nope"):
             with pytest.raises(NotFound):
                 template_get(ref=ref, user=outsider)
+
+
+def test_the_admission_gate_is_made_again_when_its_row_went_missing(postgres, template, owner):
+    from containers.models import ContainerInstance, Gate
+    from containers.services import _admission_pending
+
+    Gate.objects.filter(name="admission").delete()
+    created = container_create_by_template(template=template, owner=owner, actor="t")
+    assert Gate.objects.filter(name="admission").exists()
+    assert ContainerInstance.objects.get(pk=created.pk).status == "pending"
+    # With the row back, one call locks and counts (the new instance included).
+    assert _admission_pending() == ContainerInstance.objects.filter(status="pending").count()
