@@ -49,6 +49,7 @@ from containers.images import template_images_refresh
 from containers.installation import installation_id
 from containers.models import ContainerInstance, MonitorCursor, Runtime
 from containers.reconciler import distinct_engines, reconcile
+from containers.states import ACTIVE_SLOTS
 from containers.sync import Sync, clean_exit_apply, instance_sync
 from outbox import conf as outbox_conf
 from outbox import liveness, prepared
@@ -219,6 +220,27 @@ def event_apply(
     return outcome
 
 
+def needs_recheck(event: EngineEvent, outcome: str) -> bool:
+    """Whether an event the monitor could not apply must be looked at again (``recheck``).
+
+    An event that found the instance moving (``RACED``), or its worker at work (``BUSY``),
+    is, except a ``start`` while the instance is ``creating`` or ``starting``: the worker
+    that holds that create or start made the start call, and inspects the container after
+    it returns, so it sees at least what the event says; anything that happens later
+    (``die``, ``oom``, ``pause``) comes with events of its own, which are rechecked. In a
+    burst of creates this spares every create a series of looks and an inspect.
+    """
+    if outcome == Sync.RACED:
+        return True
+    if outcome != Sync.BUSY:
+        return False
+    if event.action != "start":
+        return True
+    instance_id = event.labels.get(LABEL_INSTANCE, "")
+    working = ContainerInstance.objects.filter(id=instance_id, status__in=ACTIVE_SLOTS)
+    return not working.exists()
+
+
 class Follower:
     """Follows one engine's event stream in its own thread (see the module docstring)."""
 
@@ -305,7 +327,7 @@ class Follower:
                     return count
                 close_old_connections()
                 outcome = event_apply(runtime=runtime, cursor=cursor, event=event, seen=seen)
-                if outcome in (Sync.BUSY, Sync.RACED):
+                if needs_recheck(event, outcome):
                     self.monitor.recheck(event.labels[LABEL_INSTANCE])
                 count += 1
         return count

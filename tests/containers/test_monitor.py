@@ -34,6 +34,7 @@ from containers.monitor import (
     cursor_for,
     event_apply,
     is_duplicate,
+    needs_recheck,
 )
 from containers.services import container_start
 from containers.states import Status
@@ -174,6 +175,37 @@ def test_an_event_while_a_worker_holds_the_request_is_left_to_the_worker(
     assert apply(fake_runtime, event) == Sync.BUSY
     assert stored(instance).status == "stopping"
     assert cursor_for(fake_runtime).time_nano == event.time_nano  # the cursor moves on
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("status", "kind", "action", "again"),
+    [
+        # The create's or start's own worker made the start call and inspects after it.
+        (Status.CREATING, "ContainerCreateRequest", "start", False),
+        (Status.STARTING, "ContainerStartRequest", "start", False),
+        # Anything else that found its worker busy is looked at again.
+        (Status.CREATING, "ContainerCreateRequest", "die", True),
+        (Status.STOPPING, "ContainerStopRequest", "start", True),
+    ],
+)
+def test_which_busy_events_are_looked_at_again(
+    place, engine, fake_runtime, status, kind, action, again
+):
+    instance = place(status)
+    OutboxEvent.objects.create(
+        kind=kind,
+        queue="create" if kind != "ContainerStopRequest" else "control",
+        aggregate_id=str(instance.pk),
+        status="processing",
+        available_at=instance.created_at,
+    )
+    labels = {"io.gobrave.instance": str(instance.pk)}
+    event = EngineEvent(action, instance.container_id, instance.container_name, labels, 7)
+    outcome = apply(fake_runtime, event)
+    assert outcome == Sync.BUSY, (outcome, stored(instance).status)
+    assert needs_recheck(event, outcome) is again
+    assert needs_recheck(event, Sync.RACED) and not needs_recheck(event, Sync.CHANGED)
 
 
 @pytest.mark.django_db
