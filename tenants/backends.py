@@ -11,6 +11,8 @@ all, the set is cached on the user object for the rest of the request) are
 
 from __future__ import annotations
 
+import functools
+
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Group, Permission
@@ -18,6 +20,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 
 
+@functools.cache  # the tables never change in a process: built once, not per request
 def _permissions_sql() -> str:
     user_model = get_user_model()
     permission = Permission._meta.db_table

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -23,6 +24,7 @@ class OwnerQuotas:
     max_instances_per_owner: int | None
 
 
+@functools.cache  # the tables never change in a process: built once, not per request
 def _overrides_sql() -> str:
     """The owner's own override (kind 0), then their groups' (kind 1): one statement."""
     user_groups = get_user_model().groups.through._meta.db_table
@@ -55,6 +57,7 @@ def owner_quotas(*, owner) -> OwnerQuotas:
     return OwnerQuotas(**values)
 
 
+@functools.cache  # the tables never change in a process: built once, not per request
 def _token_sql() -> str:
     user_model = get_user_model()
     return (
