@@ -71,42 +71,18 @@ def _holding(*, exclude: uuid.UUID | str | None = None):
     return active.filter(~Exists(_waiting_rows()))
 
 
-# Stands for the excluded instance while ``_holding`` is compiled (``_count_statement``).
-_EXCLUDED = uuid.UUID(int=0)
-_statements: dict[bool, tuple[str, list]] = {}
-
-
-def _count_statement(excluding: bool) -> tuple[str, list]:
-    """``_holding``'s count as SQL with its parameters, compiled once per process.
-
-    The gate runs it on every create and start: as a prepared statement it is neither
-    built by the ORM nor planned again each time (``outbox.prepared``). Compiled from the
-    same queryset, so it cannot drift from the definition; ``_EXCLUDED`` marks the
-    parameter that takes the excluded instance's id.
-    """
-    if excluding not in _statements:
-        rows = _holding(exclude=_EXCLUDED if excluding else None).order_by().values("id")
-        sql, params = rows.query.sql_with_params()
-        _statements[excluding] = (f"SELECT count(*) FROM ({sql}) AS holding", list(params))
-    return _statements[excluding]
-
-
 def slot_count(*, exclude: uuid.UUID | str | None = None) -> int:
     """How many instances hold a slot now (``exclude``: leave one instance out).
 
     One statement, so one snapshot: a sampler never sees an instance that settled beside
     a request claimed after it settled. Reads only; the gate and the claim guard call it
     with the capacity lock held, so their count is exact. On PostgreSQL a prepared
-    statement (``_count_statement``).
+    statement compiled once from ``_holding`` (``outbox.prepared.count``).
     """
-    if connection.vendor != "postgresql":
-        return _holding(exclude=exclude).count()
-    sql, params = _count_statement(exclude is not None)
-    if exclude is not None:
-        excluded = uuid.UUID(str(exclude))
-        params = [excluded if value == _EXCLUDED else value for value in params]
-    (count,) = prepared.execute(sql, params).fetchone()
-    return count
+    if exclude is None:
+        return prepared.count(("slot_count",), _holding)
+    excluded = uuid.UUID(str(exclude))
+    return prepared.count(("slot_count", "excluding"), _holding, exclude=excluded)
 
 
 @dataclass(frozen=True)

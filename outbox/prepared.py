@@ -15,6 +15,7 @@ takes no more.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 import psycopg
@@ -136,10 +137,29 @@ _compiled: dict[object, tuple[type[models.Model], str, list, dict[int, str]]] = 
 
 def _sentinel(name: str, value: object, index: int) -> object:
     """A stand-in for ``value`` while a queryset is compiled: of its type, never a real
-    value (a string no client can send, an id no row can have)."""
+    value (a string no client can send, an id no row can have, a uuid of version 0,
+    which ``uuid4`` never makes)."""
+    if isinstance(value, uuid.UUID):
+        return uuid.UUID(int=index + 1)
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise TypeError(f"{name}: only str and int values can be compiled, not {value!r}")
+        raise TypeError(f"{name}: only str, int and uuid values can be compiled, not {value!r}")
     return f"\x00{name}\x00" if isinstance(value, str) else -(10**15) - index
+
+
+def _statement(shape: object, build: Callable[..., models.QuerySet], values: dict, wrap):
+    """The SQL of ``wrap(build(**values))`` and its parameters, compiled once per ``shape``
+    with stand-ins (``_sentinel``) that each call's ``values`` replace (see ``first``)."""
+    if shape not in _compiled:
+        stand_ins = {name: _sentinel(name, v, i) for i, (name, v) in enumerate(values.items())}
+        rows = wrap(build(**stand_ins))
+        sql, params = rows.query.sql_with_params()
+        by_value = {v: name for name, v in stand_ins.items()}
+        places = {i: by_value[p] for i, p in enumerate(params) if p in by_value}
+        if set(places.values()) != set(values):
+            raise ValueError(f"{shape}: not every value reached the SQL ({sorted(values)})")
+        _compiled[shape] = (rows.model, sql, list(params), places)
+    model, sql, params, places = _compiled[shape]
+    return model, sql, [values[places[i]] if i in places else p for i, p in enumerate(params)]
 
 
 def first(shape: object, build: Callable[..., models.QuerySet], **values: object):
@@ -155,16 +175,16 @@ def first(shape: object, build: Callable[..., models.QuerySet], **values: object
     """
     if connection.vendor != "postgresql":
         return build(**values).first()
-    if shape not in _compiled:
-        stand_ins = {name: _sentinel(name, v, i) for i, (name, v) in enumerate(values.items())}
-        rows = build(**stand_ins)[:1]
-        sql, params = rows.query.sql_with_params()
-        by_value = {v: name for name, v in stand_ins.items()}
-        places = {i: by_value[p] for i, p in enumerate(params) if p in by_value}
-        if set(places.values()) != set(values):
-            raise ValueError(f"{shape}: not every value reached the SQL ({sorted(values)})")
-        _compiled[shape] = (rows.model, sql, list(params), places)
-    model, sql, params, places = _compiled[shape]
-    params = [values[places[i]] if i in places else p for i, p in enumerate(params)]
+    model, sql, params = _statement(shape, build, values, lambda rows: rows[:1])
     row = execute(sql, params).fetchone()
     return None if row is None else from_row(model, row)
+
+
+def count(shape: object, build: Callable[..., models.QuerySet], **values: object) -> int:
+    """``build(**values).count()``, compiled once per ``shape`` as ``first`` is (one
+    statement: a count over the queryset's rows)."""
+    if connection.vendor != "postgresql":
+        return build(**values).count()
+    _, sql, params = _statement(shape, build, values, lambda rows: rows.order_by().values("pk"))
+    (number,) = execute(f"SELECT count(*) FROM ({sql}) AS counted", params).fetchone()
+    return number
