@@ -58,16 +58,6 @@ from outbox.registry import Defer, PermanentFailure, RetryLater
 log = logging.getLogger(__name__)
 
 
-def _locked(instance_id: str) -> ContainerInstance | None:
-    return instance_lock(instance_id)
-
-
-def _locked_with_runtime(instance_id: str) -> ContainerInstance | None:
-    """``_locked``, with its ``Runtime`` row read in the same query (not locked): the
-    engine-away check and the engine calls after it need it."""
-    return instance_lock(instance_id, with_runtime=True)
-
-
 # How soon a request deferred because its engine is unreachable is looked at again (the
 # health record changes with each reconcile pass, or when an operator opens the runtime).
 ENGINE_AWAY_RECHECK_SECONDS = 5.0
@@ -79,7 +69,7 @@ def _engine_away(instance: ContainerInstance) -> str:
     The instance keeps its state; its ``status_reason`` is set to that reason (the next
     transition replaces it). Runs inside ``_begin``'s transaction, on the locked row.
     """
-    runtime = instance.runtime  # read with the locked row (``_locked_with_runtime``)
+    runtime = instance.runtime  # read with the locked row (``instance_lock``)
     if runtime.health != Runtime.Health.UNREACHABLE:
         return ""
     since = runtime.health_since.isoformat(timespec="seconds") if runtime.health_since else "?"
@@ -102,7 +92,8 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
     (``_engine_away``): no attempt counted, no slot taken, the instance's state kept.
     """
     with transaction.atomic():
-        instance = _locked_with_runtime(event.aggregate_id)
+        # With its runtime: the engine-away check and the engine calls need it.
+        instance = instance_lock(event.aggregate_id, with_runtime=True)
         if instance is None:
             return None
         away = _engine_away(instance) if instance.status in (ready, doing) else ""
@@ -161,7 +152,7 @@ def _apply(instance: ContainerInstance, engine: Engine, runtime_id: str, doing: 
     state = engine.inspect(runtime_id)
     node = engine.node_name() if state else ""
     with transaction.atomic():
-        instance = _locked(str(instance.id))
+        instance = instance_lock(instance.id)
         if instance is None:
             return
         instance.container_id = runtime_id
@@ -243,7 +234,7 @@ def _replace_stale(
     if state.status == "running":
         return runtime_id
     with transaction.atomic():
-        locked = _locked(str(instance.id))
+        locked = instance_lock(instance.id)
         if locked is None:
             return ""
         _record_cleanup(
@@ -275,7 +266,7 @@ def _record_created(instance: ContainerInstance, engine: Engine, runtime_id: str
     if container_id_record(instance_id=instance.id, runtime_id=runtime_id, status=Status.CREATING):
         return True
     with transaction.atomic():
-        locked = _locked(str(instance.id))
+        locked = instance_lock(instance.id)
         if locked is None:
             return False
         abandoned = locked.status == Status.FAILED
@@ -336,7 +327,7 @@ def _remove_abandoned(instance_id: str) -> None:
         return
     engine.remove(instance.container_name)
     with transaction.atomic():
-        locked = _locked(instance_id)
+        locked = instance_lock(instance_id)
         if locked is not None:
             if locked.container_id:
                 locked.container_id = ""
@@ -380,7 +371,7 @@ def handle_stop(event: OutboxEvent) -> Outcome:
     engine.stop(_ref(instance), int(settings.GOBRAVE["container"]["stop_timeout"]))
     state = engine.inspect(_ref(instance))
     with transaction.atomic():
-        instance = _locked(str(instance.id))
+        instance = instance_lock(instance.id)
         if instance is not None and instance.status == Status.STOPPING:
             instance.runtime_missing = state is None
             instance.save(update_fields=["runtime_missing"])
@@ -404,7 +395,7 @@ def handle_delete(event: OutboxEvent) -> Outcome:
     if instance.container_id and instance.container_id != instance.container_name:
         engine.remove(instance.container_name)  # a create that raced us may have adopted it
     with transaction.atomic():
-        instance = _locked(str(instance.id))
+        instance = instance_lock(instance.id)
         if instance is not None and instance.status == Status.DELETING:
             record(
                 instance,
@@ -433,7 +424,7 @@ def on_dead(event: OutboxEvent, reason: str) -> None:
     An instance that has moved on (a delete accepted while a create was failing) keeps
     its state, so the later request still runs; the dead letter is recorded either way.
     """
-    instance = _locked(event.aggregate_id)
+    instance = instance_lock(event.aggregate_id)
     if instance is None:
         return
     if instance.status not in REQUEST_STATES.get(event.kind, ()) or not can_move(
