@@ -18,6 +18,7 @@ from django.db import close_old_connections, connection
 
 from containers.engines import engine_for
 from containers.models import ContainerEvent, ContainerInstance
+from containers.queues import RequestKind
 from containers.services import container_create_by_template, container_delete, container_stop
 from containers.slots import slot_count
 from outbox.models import OutboxEvent
@@ -71,6 +72,35 @@ def assert_each_aggregate_ran_in_order() -> None:
             assert later.started_at >= earlier.sent_at, (earlier, later)
 
 
+def assert_each_create_made_one_container_or_was_superseded(engine, instances, early):
+    """No container made twice; a create ``sent`` made its container; only the first
+    ``early`` instances (deleted while their create may be queued or at work) may see
+    their create superseded: before it made the container (none is made) or after (the
+    create leaves the container to the delete and does not start it)."""
+    created = engine.created()
+    assert len(created) == len(set(created)), created
+    made = set(created)
+    names = {str(instance.pk): f"gb-{instance.pk}" for instance in instances}
+    deleted_early = {names[str(instance.pk)] for instance in instances[:early]}
+    assert made <= set(names.values()), sorted(made - set(names.values()))
+    creates = OutboxEvent.objects.filter(kind=RequestKind.CREATE)
+    assert creates.count() == len(instances), rows(creates)
+    started = engine.calls("start")
+    for row in creates:
+        name = names[row.aggregate_id]
+        described = rows(OutboxEvent.objects.filter(pk=row.pk))
+        if row.outcome == "sent":
+            assert name in made, f"create sent but no container made:\n{described}"
+        else:
+            assert row.outcome == "superseded", described
+            assert name in deleted_early, f"superseded, yet never deleted:\n{described}"
+    superseded_names = {names[row.aggregate_id] for row in creates.filter(outcome="superseded")}
+    assert len(started) == len(set(started)) == len(made - superseded_names), (
+        "one start call per container whose create went on",
+        started,
+    )
+
+
 def test_two_dispatchers_and_both_clusters_drain_100_instances(
     postgres, tmp_path, template, owner, engine, gobrave_config
 ):
@@ -86,7 +116,7 @@ def test_two_dispatchers_and_both_clusters_drain_100_instances(
             container_create_by_template(template=template, owner=owner, actor="t")
             for _ in range(100)
         ]
-        # 20 of them are deleted while their create may still be queued.
+        # 20 of them are deleted while their create may be queued, at work or done.
         for instance in instances[:20]:
             container_delete(instance_id=instance.pk, actor="t")
         wait_for(
@@ -110,11 +140,7 @@ def test_two_dispatchers_and_both_clusters_drain_100_instances(
         assert OutboxEvent.objects.count() == 100 + 20 + 40 + 40
         retried = OutboxEvent.objects.filter(attempts__gt=0)
         assert not retried.exists(), f"rows that failed at least once:\n{rows(retried)}"
-        # Exactly once: one start call per made container, no container made twice.
-        created = engine.created()
-        assert len(created) == len(set(created))
-        superseded = OutboxEvent.objects.filter(outcome="superseded").count()
-        assert len(created) + superseded == 100  # a create either ran once or was superseded
+        assert_each_create_made_one_container_or_was_superseded(engine, instances, early=20)
         assert len(engine.calls("stop")) == 40
         assert_each_aggregate_ran_in_order()
         deleted = ContainerEvent.objects.filter(kind="ContainerDeleted").count()
