@@ -237,28 +237,74 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def tree_cpu_seconds(pid: int) -> float:
+def tree_cpu_seconds(pid: int, table: dict | None = None) -> float:
     """CPU seconds (user + system) of ``pid`` and its descendants, reaped ones included."""
-    tick = os.sysconf("SC_CLK_TCK")
+    table = _process_table() if table is None else table
     children: dict[int, list[int]] = {}
-    stats: dict[int, list[str]] = {}
+    for child, (_, parent, _) in table.items():
+        children.setdefault(parent, []).append(child)
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        total += table[current][2] if current in table else 0.0
+        todo.extend(children.get(current, []))
+    return total
+
+
+ENGINE_COMMANDS = ("dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2", "runc")
+
+
+def _process_table() -> dict[int, tuple[str, int, float]]:
+    """Each live process as ``pid -> (command, parent pid, CPU seconds incl. reaped
+    children)``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    table = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            head, rest = (entry / "stat").read_text().rsplit(")", 1)
         except OSError:
             continue
-        stats[int(entry.name)] = fields
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
-    total, todo = 0, [pid]
-    while todo:
-        current = todo.pop()
-        if current in stats:
-            f = stats[current]
-            total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
-        todo.extend(children.get(current, []))
-    return total / tick
+        fields = rest.split()
+        cpu = sum(int(value) for value in fields[11:15]) / tick
+        table[int(entry.name)] = (head.split("(", 1)[1], int(fields[1]), cpu)
+    return table
+
+
+def cpu_by_part(procs: Processes | None = None) -> dict:
+    """CPU seconds so far of each part of a run: each of ``procs``'s children with its
+    descendants, PostgreSQL (every ``postgres`` process), the engine (``ENGINE_COMMANDS``)
+    and this bench process. Two readings' difference is what a run cost where."""
+    table = _process_table()
+    parts = {
+        name: tree_cpu_seconds(proc.pid, table)
+        for name, proc in (procs.procs.items() if procs else [])
+    }
+    parts["postgres"] = sum(cpu for command, _, cpu in table.values() if command == "postgres")
+    parts["engine"] = sum(cpu for command, _, cpu in table.values() if command in ENGINE_COMMANDS)
+    parts["bench"] = sum(os.times()[:2])
+    parts["machine"] = machine_busy()
+    return parts
+
+
+def machine_busy() -> tuple[float, float]:
+    """CPU seconds this machine has been busy and idle (all cores), from /proc/stat."""
+    tick = os.sysconf("SC_CLK_TCK")
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]  # idle, iowait
+    return (sum(values[:8]) - idle) / tick, idle / tick
+
+
+def cpu_spent(before: dict[str, float], after: dict[str, float]) -> str:
+    """``name s, ...`` of the CPU seconds each part spent between two ``cpu_by_part``,
+    and the machine's busy and idle seconds meanwhile."""
+    spent = {name: after[name] - before.get(name, 0.0) for name in after if name != "machine"}
+    busy, idle = (a - b for a, b in zip(after["machine"], before["machine"], strict=True))
+    return (
+        ", ".join(f"{name} {value:.2f}" for name, value in spent.items())
+        + f"; machine busy {busy:.2f}, idle {idle:.2f}"
+    )
 
 
 # --- statistics and output ------------------------------------------------------------------

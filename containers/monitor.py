@@ -28,6 +28,7 @@ Each step calls ``close_old_connections()``; each thread closes its connections 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
@@ -47,10 +48,16 @@ from containers.engines.labels import LABEL_INSTANCE
 from containers.health import runtime_health_record
 from containers.images import template_images_refresh
 from containers.installation import installation_id
-from containers.models import ContainerInstance, MonitorCursor, Runtime
+from containers.models import MonitorCursor, Runtime
 from containers.reconciler import distinct_engines, reconcile
 from containers.states import ACTIVE_SLOTS
-from containers.sync import Sync, clean_exit_apply, instance_sync
+from containers.sync import (
+    Sync,
+    clean_exit_apply,
+    instance_read,
+    instance_sync,
+    running_as_recorded,
+)
 from outbox import conf as outbox_conf
 from outbox import liveness, prepared
 
@@ -68,6 +75,11 @@ RECHECK_FIRST = 0.05
 RECHECK_AFTER = 1.0  # ...at most this far apart...
 RECHECK_FOR = 300.0  # ...for at most this long (the periodic reconcile covers the rest)
 SEEN_MAX = 64  # keys remembered at the cursor's exact time (a handful in practice)
+# A follower stores its cursor at most this often, and when its stream ends: a burst of
+# events costs a write a second, not one each (a monitor killed meanwhile replays the
+# last second's events: each is applied as the engine says now, which changes nothing).
+CURSOR_STORE_EVERY = 1.0
+CONNECTION_CHECK_EVERY = 1.0  # a follower drops an unusable connection this often
 
 # event_apply outcomes, besides instance_sync's
 DUPLICATE = "duplicate"
@@ -100,15 +112,25 @@ def is_duplicate(cursor: MonitorCursor, event: EngineEvent) -> bool:
     return event.time_nano == cursor.time_nano and event_key(event) in cursor.seen
 
 
-def cursor_advance(cursor: MonitorCursor, event: EngineEvent) -> None:
-    """Move the cursor to ``event`` (never backwards) and store it."""
+def cursor_advance(cursor: MonitorCursor, event: EngineEvent, *, store_every: float = 0.0) -> None:
+    """Move the cursor to ``event`` (never backwards); store it unless it was stored less
+    than ``store_every`` seconds ago (``cursor_store`` stores the rest)."""
     if event.time_nano > cursor.time_nano:
         cursor.time_nano, cursor.seen = event.time_nano, [event_key(event)]
     elif event.time_nano == cursor.time_nano:
         cursor.seen = [*cursor.seen, event_key(event)][-SEEN_MAX:]
     else:
         return
-    prepared.update(cursor, ("time_nano", "seen", "updated_at"))  # every event: prepared
+    cursor.unstored = True
+    if time.monotonic() - getattr(cursor, "stored_at", -math.inf) >= store_every:
+        cursor_store(cursor)
+
+
+def cursor_store(cursor: MonitorCursor) -> None:
+    """Store the cursor if it moved since it was last stored."""
+    if getattr(cursor, "unstored", False):
+        prepared.update(cursor, ("time_nano", "seen", "updated_at"))
+        cursor.unstored, cursor.stored_at = False, time.monotonic()
 
 
 class StreamSeen:
@@ -159,6 +181,7 @@ def event_apply(
     cursor: MonitorCursor,
     event: EngineEvent,
     seen: StreamSeen | None = None,
+    store_every: float = 0.0,
 ) -> str:
     """Apply one runtime event, at least once; a replay is recognised and ignored.
 
@@ -172,11 +195,14 @@ def event_apply(
        (``sync.clean_exit_apply``: the instance still records that container and is
        ``creating`` or ``running``), also while the create's worker still holds its
        request.
-    4. Otherwise ``instance_sync`` the instance with actor ``monitor``: inspect, then
+    4. A ``start`` of the container a ``running`` instance records says nothing new
+       (``sync.running_as_recorded``): ``unchanged``, without asking the engine.
+    5. Otherwise ``instance_sync`` the instance with actor ``monitor``: inspect, then
        apply ``target_for`` by the shortest true path; history entries carry the event.
        A ``destroy`` leaves no container: "removed outside gobrave", unless the instance
        is being deleted (our own delete did it).
-    5. Advance the cursor (after applying, so a crash replays rather than loses).
+    6. Advance the cursor (after applying, so a crash replays rather than loses; stored
+       at most every ``store_every`` seconds: a replay changes nothing).
     Returns the outcome (``duplicate``, ``ignored``, or ``clean_exit_apply``'s or
     ``instance_sync``'s).
     """
@@ -201,11 +227,20 @@ def event_apply(
         clean = clean_exit_apply(
             instance_id=instance_id, runtime_id=event.runtime_id, actor=MONITOR, data=data
         )
+    instance = instance_read(instance_id) if applies and clean is None else None
     if clean is not None:
         outcome = clean
-    elif applies and ContainerInstance.objects.filter(id=instance_id).exists():
+    elif instance is None:
+        pass
+    elif event.action == "start" and running_as_recorded(instance, event.runtime_id, "running"):
+        outcome = Sync.UNCHANGED
+    else:
         outcome = instance_sync(
-            instance_id=instance_id, actor=MONITOR, engine=engine_for(runtime), data=data
+            instance_id=instance_id,
+            actor=MONITOR,
+            engine=engine_for(runtime),
+            data=data,
+            read=instance,
         )
     if outcome not in (IGNORED, Sync.SKIPPED):
         log.log(
@@ -216,7 +251,7 @@ def event_apply(
             instance_id,
             outcome,
         )
-    cursor_advance(cursor, event)
+    cursor_advance(cursor, event, store_every=store_every)
     return outcome
 
 
@@ -236,9 +271,8 @@ def needs_recheck(event: EngineEvent, outcome: str) -> bool:
         return False
     if event.action != "start":
         return True
-    instance_id = event.labels.get(LABEL_INSTANCE, "")
-    working = ContainerInstance.objects.filter(id=instance_id, status__in=ACTIVE_SLOTS)
-    return not working.exists()
+    instance = instance_read(event.labels[LABEL_INSTANCE])
+    return instance is None or instance.status not in ACTIVE_SLOTS
 
 
 class Follower:
@@ -249,6 +283,7 @@ class Follower:
         self.runtime_id = runtime.pk
         self.name = runtime.name
         self.step = threading.Lock()  # held while an event is being applied
+        self.cursor: MonitorCursor | None = None  # the session's, ahead of the stored one
         self.thread = threading.Thread(target=self.run, name=f"monitor-{self.name}", daemon=True)
 
     def run(self) -> None:
@@ -311,7 +346,7 @@ class Follower:
     def session(self, runtime: Runtime) -> int:
         """One connection: open the stream from the cursor, ask for a reconcile, apply
         events until the stream ends. Returns how many events arrived."""
-        cursor = cursor_for(runtime)
+        cursor = self.cursor = cursor_for(runtime)
         if not cursor.time_nano:  # first run: from now; the reconcile covers the past
             cursor.time_nano = time.time_ns()
             cursor.save(update_fields=["time_nano", "updated_at"])
@@ -319,18 +354,38 @@ class Follower:
         self.health_record(runtime, reachable=True)
         log.info("following runtime %s (%s) from cursor %s", runtime.name, runtime.base_url, cursor)
         self.monitor.reconcile_soon()
-        count = 0
-        seen = StreamSeen()
-        for event in stream:
-            with self.step:
-                if self.monitor.stopping.is_set():
-                    return count
-                close_old_connections()
-                outcome = event_apply(runtime=runtime, cursor=cursor, event=event, seen=seen)
-                if needs_recheck(event, outcome):
-                    self.monitor.recheck(event.labels[LABEL_INSTANCE])
-                count += 1
+        count, seen, fresh_until = 0, StreamSeen(), 0.0
+        try:
+            for event in stream:
+                with self.step:
+                    if self.monitor.stopping.is_set():
+                        return count
+                    if time.monotonic() >= fresh_until:  # not per event: a burst has many
+                        close_old_connections()
+                        fresh_until = time.monotonic() + CONNECTION_CHECK_EVERY
+                    outcome = event_apply(
+                        runtime=runtime,
+                        cursor=cursor,
+                        event=event,
+                        seen=seen,
+                        store_every=CURSOR_STORE_EVERY,
+                    )
+                    if needs_recheck(event, outcome):
+                        self.monitor.recheck(event.labels[LABEL_INSTANCE])
+                    count += 1
+        finally:
+            self.cursor_store()
         return count
+
+    def cursor_store(self) -> None:
+        """Store what the session's cursor reached (at the end of a session, and by the
+        monitor's stop); never raises: a cursor not stored replays a few events, which
+        changes nothing."""
+        try:
+            if self.cursor is not None:
+                cursor_store(self.cursor)
+        except Exception:  # noqa: BLE001 - the database may be what ended the session
+            log.warning("runtime %s: cursor not stored", self.name, exc_info=True)
 
 
 class Monitor:
@@ -423,6 +478,7 @@ class Monitor:
             self.stopping.wait(self._pause())
         for follower in self.followers.values():
             if follower.step.acquire(timeout=60):  # let an event in hand finish
+                follower.cursor_store()
                 continue
             log.warning("runtime %s: event still being applied after 60s", follower.name)
         connection.close()

@@ -36,7 +36,7 @@ from containers.lifecycle import move
 from containers.models import ContainerEvent, ContainerInstance, OrphanContainer, Runtime
 from containers.slots import slot_hold
 from containers.states import ACTIVE_SLOTS, Status
-from containers.sync import WATCHED, Sync, instance_label, instance_sync
+from containers.sync import WATCHED, Sync, instance_label, instance_sync, running_as_recorded
 
 log = logging.getLogger(__name__)
 
@@ -197,10 +197,12 @@ def reconcile(
 ) -> ReconcileReport:
     """One full pass over ``runtimes`` (default: all). Must run outside a transaction.
 
-    1. Per runtime: ping its engine, ``instance_sync`` each watched instance (and failed
-       ones without a node name), and store the engine's health record on the row
-       (``containers.health``); an engine that does not answer is recorded
-       ``unreachable`` with the reason and the pass goes on.
+    1. Per runtime: ping its engine, list our containers on it (one call), and
+       ``instance_sync`` each watched instance (and failed ones without a node name),
+       except one the list shows ``running_as_recorded`` (a look would change nothing);
+       then store the engine's health record on the row (``containers.health``). An
+       engine that does not answer is recorded ``unreachable`` with the reason and the
+       pass goes on.
     2. Fail instances that held a create/start slot past ``start_timeout`` (neither
        leased nor waiting for a retry: ``instance_fail_stuck``), except on an engine
        this pass found unreachable: those keep their state until it answers.
@@ -212,16 +214,15 @@ def reconcile(
     report = ReconcileReport()
     unreachable = set()
     for runtime in rows:
-        ids = list(
+        instances = list(
             ContainerInstance.objects.filter(runtime=runtime)
             .filter(
                 Q(status__in=WATCHED)
                 | (Q(status=Status.FAILED, runtime_node_name="") & ~Q(container_id=""))
             )
             .order_by("created_at")
-            .values_list("id", flat=True)
         )
-        if not ids and not runtime.enabled:
+        if not instances and not runtime.enabled:
             continue
         engine = engine_for(runtime)
         try:
@@ -229,9 +230,14 @@ def reconcile(
             answers, problem = engine_ping(runtime=runtime)
             if not answers:
                 raise EngineError(problem)
-            for instance_id in ids:
+            listed = {s.runtime_id: s.status for s in engine.list_ours(installation)}
+            for instance in instances:
+                engine_status = listed.get(instance.container_id, "")
+                if running_as_recorded(instance, instance.container_id, engine_status):
+                    report.checked += 1
+                    continue
                 outcome = instance_sync(
-                    instance_id=instance_id,
+                    instance_id=instance.id,
                     actor=actor,
                     engine=engine,
                     data={"source": "reconcile"},

@@ -79,6 +79,30 @@ def request_unfinished(instance_id: uuid.UUID | str) -> bool:
     return prepared.execute(_UNFINISHED, params).fetchone()[0]
 
 
+def instance_read(instance_id: uuid.UUID | str) -> ContainerInstance | None:
+    """The instance's row, unlocked (the monitor reads one per event: on PostgreSQL a
+    prepared statement)."""
+    return prepared.first(
+        "sync.instance_read",
+        lambda id: ContainerInstance.objects.filter(id=id),
+        id=uuid.UUID(str(instance_id)),
+    )
+
+
+def running_as_recorded(instance: ContainerInstance, runtime_id: str, engine_status: str) -> bool:
+    """True when the engine says ``running`` of the container the instance records and
+    the instance is ``running``, with nothing left to backfill: a look (inspect, lock,
+    ``state_apply``) would change nothing, as ``target_for`` of a running container is
+    ``running``. What happens to it later comes with events of its own (``die``...)."""
+    return (
+        engine_status == "running"
+        and instance.status == Status.RUNNING
+        and instance.container_id == runtime_id
+        and bool(instance.runtime_node_name)
+        and not instance.runtime_missing
+    )
+
+
 def instance_label(state: ContainerState) -> uuid.UUID | None:
     """The instance a container belongs to, from its ``io.gobrave.instance`` label."""
     try:
@@ -109,13 +133,14 @@ def instance_sync(
     actor: str,
     engine: Engine | None = None,
     data: dict[str, Any] | None = None,
+    read: ContainerInstance | None = None,
 ) -> Sync:
     """Compare one instance with its engine and apply what the engine says (contract §5).
 
     Must run outside a transaction. Idempotent. Returns what it did (``Sync``).
-    1. Read the instance (no lock). Skip it unless it is watched (or ``failed`` with no
-       node name yet, for the backfill only); leave it to the worker (``BUSY``) while a
-       request for it is unfinished.
+    1. Read the instance (no lock; ``read``: the caller's read of it just now). Skip it
+       unless it is watched (or ``failed`` with no node name yet, for the backfill only);
+       leave it to the worker (``BUSY``) while a request for it is unfinished.
     2. Inspect its container (no transaction open).
     3. Lock the row; if its state moved meanwhile, stop (``RACED``).
     4. Backfill the node name and container id.
@@ -124,7 +149,7 @@ def instance_sync(
        already marked missing (recorded once, when first seen).
     ``data`` (e.g. the engine event that prompted the look) goes on the history entries.
     """
-    instance = ContainerInstance.objects.select_related("runtime").filter(id=instance_id).first()
+    instance = read or instance_read(instance_id)
     if instance is None:
         return Sync.SKIPPED
     backfill_only = instance.status == Status.FAILED

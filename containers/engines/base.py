@@ -190,7 +190,8 @@ class Engine(Protocol):
         self, installation: str, labels: dict[str, str] | None = None
     ) -> list[ContainerState]:
         """Every container (any state) that carries our installation label (and every
-        one of ``labels``, filtered by the engine)."""
+        one of ``labels``, filtered by the engine): its id, name, status and labels, as
+        the engine lists them (no exit code, node or times: ``inspect`` has those)."""
 
     def events(self, installation: str, since_nano: int | None = None) -> Iterator[EngineEvent]:
         """Follow lifecycle events of our containers, from ``since_nano`` (inclusive).

@@ -216,6 +216,10 @@ class DockerEngine:
                     base_url=self.base_url, version="auto", timeout=int(self.timeout)
                 )
                 _keepalive(self._client.api)
+                if self.base_url.startswith("unix://"):
+                    # A local socket takes no proxy: requests would otherwise read the
+                    # proxy variables and ~/.netrc again on every call.
+                    self._client.api.trust_env = False
                 self._client_pid = pid
             return self._client
 
@@ -570,13 +574,21 @@ class DockerEngine:
         self, installation: str, labels: dict[str, str] | None = None
     ) -> list[ContainerState]:
         """Every container, in any state, labelled ``io.gobrave.installation=installation``
-        and each of ``labels`` (the engine filters, so only those are inspected)."""
+        and each of ``labels`` (the engine filters). One call: id, name, status and
+        labels from the engine's list, nothing inspected (see ``ContainerEngine``)."""
         wanted = [f"{LABEL_INSTALLATION}={installation}"]
         wanted += [f"{key}={value}" for key, value in (labels or {}).items()]
         with _translated(f"list {installation}"):
             found = self._api().containers(all=True, filters={"label": wanted})
-        states = (self.inspect(summary["Id"]) for summary in found)
-        return [state for state in states if state is not None]
+        return [
+            ContainerState(
+                runtime_id=summary["Id"],
+                name=str((summary.get("Names") or [""])[0]).lstrip("/"),
+                status=str(summary.get("State", "")),
+                labels=dict(summary.get("Labels") or {}),
+            )
+            for summary in found
+        ]
 
     # -- events -----------------------------------------------------------------------------
 

@@ -261,8 +261,10 @@ class FakeEngine:
         for path in sorted((self.root / "containers").glob("*.json")):
             data = self._read(path)
             if data is not None and all(data["labels"].get(k) == v for k, v in wanted.items()):
-                states.append(self.inspect(data["name"]))
-        return [s for s in states if s]
+                states.append(
+                    ContainerState(data["runtime_id"], data["name"], data["status"], data["labels"])
+                )
+        return states
 
     def events(self, installation: str, since_nano: int | None = None) -> Iterator[EngineEvent]:
         """Replay logged events of ``installation`` from ``since_nano``, then end.

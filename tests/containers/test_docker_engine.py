@@ -339,6 +339,14 @@ def test_follow_logs_of_a_missing_container_is_empty(runtime: DockerEngine) -> N
     assert list(runtime.follow_logs("gb-no-such-container", tail=5, until=time.time() + 5)) == []
 
 
+def test_a_local_socket_client_reads_no_proxy_settings(runtime: DockerEngine) -> None:
+    """requests would read the proxy variables and ~/.netrc again on every call; a unix
+    socket takes no proxy."""
+    assert runtime.base_url.startswith("unix://")
+    assert runtime._api().trust_env is False
+    assert runtime.ping()
+
+
 def test_list_ours_filters_by_installation(
     runtime: DockerEngine,
     make_spec: MakeSpec,
@@ -349,8 +357,10 @@ def test_list_ours_filters_by_installation(
     other = installations()
     runtime.create(make_spec(["true"], installation=other))
     listed = runtime.list_ours(installation)
-    assert sorted(s.runtime_id for s in listed) == sorted(mine)
-    assert {s.status for s in listed} <= {"created", "running"}
+    assert {s.runtime_id: s.status for s in listed} == {mine[0]: "created", mine[1]: "running"}
+    for state in listed:  # what the list gives is what an inspect says
+        inspected = runtime.inspect(state.runtime_id)
+        assert (state.name, state.labels) == (inspected.name, inspected.labels), state
     assert len(runtime.list_ours(other)) == 1
     assert runtime.list_ours(f"test-{uuid.uuid4().hex[:12]}") == []
 

@@ -32,6 +32,7 @@ from containers.monitor import (
     Monitor,
     StreamSeen,
     cursor_for,
+    cursor_store,
     event_apply,
     is_duplicate,
     needs_recheck,
@@ -214,6 +215,64 @@ def test_events_that_change_nothing_write_no_history(place, engine, fake_runtime
     start = [e for e in engine.event_log() if e.action == "start"][-1]
     assert apply(fake_runtime, start) == Sync.UNCHANGED
     assert history(instance) == []
+
+
+@pytest.mark.django_db
+def test_a_start_of_the_container_a_running_instance_records_asks_the_engine_nothing(
+    place, engine, fake_runtime
+):
+    """The worker that started it inspected after its start; a start event, even one
+    read late, says nothing new. The container's later exit comes with its own event."""
+    instance = place(Status.RUNNING, runtime_node_name="fake-node")
+    start = [e for e in engine.event_log() if e.action == "start"][-1]
+    die = engine.set_state(instance.container_id, "exited", exit_code=3)
+    assert apply(fake_runtime, start) == Sync.UNCHANGED
+    assert (stored(instance).status, history(instance)) == ("running", [])
+    assert apply(fake_runtime, die) == Sync.CHANGED
+    assert stored(instance).status == "failed", stored(instance).status_reason
+
+
+@pytest.mark.django_db
+def test_a_start_the_instance_does_not_record_as_running_takes_the_usual_look(
+    place, engine, fake_runtime
+):
+    """A node name to backfill, or another container than the one recorded: the engine
+    is asked, as for any event."""
+
+    def start_of(instance, at: int) -> EngineEvent:
+        labels = {"io.gobrave.instance": str(instance.pk)}
+        return EngineEvent("start", instance.container_id, "n", labels, at)
+
+    unnamed = place(Status.RUNNING, runtime_node_name="")
+    engine.set_state(unnamed.container_id, "exited", exit_code=0)
+    assert apply(fake_runtime, start_of(unnamed, 10)) == Sync.CHANGED
+    assert stored(unnamed).status == "stopped"
+    other = place(Status.RUNNING, runtime_node_name="fake-node")
+    engine.set_state(other.container_id, "exited", exit_code=0)
+    event = start_of(other, 20)
+    ContainerInstance.objects.filter(pk=other.pk).update(container_id="another")
+    assert apply(fake_runtime, event) == Sync.CHANGED, stored(other).status_reason
+
+
+@pytest.mark.django_db
+def test_a_cursor_is_stored_at_most_every_store_every_seconds_and_then_on_demand(fake_runtime):
+    cursor = cursor_for(fake_runtime)
+    event_apply(
+        runtime=fake_runtime,
+        cursor=cursor,
+        event=EngineEvent("die", "a", "n", {}, 100),
+        store_every=3600,
+    )
+    event_apply(
+        runtime=fake_runtime,
+        cursor=cursor,
+        event=EngineEvent("die", "b", "n", {}, 200),
+        store_every=3600,
+    )
+    assert cursor.time_nano == 200
+    assert cursor_for(fake_runtime).time_nano == 100  # the first was stored, not the second
+    cursor_store(cursor)
+    assert (cursor_for(fake_runtime).time_nano, cursor_for(fake_runtime).seen) == (200, ["b/die"])
 
 
 @pytest.mark.django_db

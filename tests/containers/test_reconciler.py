@@ -218,6 +218,24 @@ def test_nothing_changed_writes_no_history(place):
     assert not ContainerEvent.objects.filter(instance_id=instance.pk).exists()
 
 
+def test_a_pass_asks_nothing_more_of_a_container_listed_running_as_recorded(
+    place, engine, monkeypatch
+):
+    """The engine's list (one call) vouches for a running instance whose running container
+    it shows; only the others are inspected."""
+    kept = place(Status.RUNNING, runtime_node_name="fake-node")
+    exited = place(Status.RUNNING, "exited", exit_code=0, runtime_node_name="fake-node")
+    unnamed = place(Status.RUNNING)  # its node name is still to backfill
+    inspected = []
+    real_inspect = engine.inspect
+    monkeypatch.setattr(engine, "inspect", lambda ref: inspected.append(ref) or real_inspect(ref))
+    report = reconcile()
+    assert sorted(inspected) == sorted([exited.container_id, unnamed.container_id]), report
+    assert report.checked == 3, report
+    assert [stored(i).status for i in (kept, exited, unnamed)] == ["running", "stopped", "running"]
+    assert stored(unnamed).runtime_node_name == "fake-node"
+
+
 def test_exit_137_under_a_memory_limit_fails_the_instance_oomkilled(place):
     instance = place(Status.RUNNING, "exited", exit_code=137, memory=6 * 1024 * 1024)
     reconcile()
