@@ -9,7 +9,8 @@
    ``event_apply``: map it to the instance (label ``io.gobrave.instance``), inspect the
    container and apply ``target_for`` of what the engine says now (more reliable than
    the event alone; only a clean exit of a container followed from its create is
-   applied from the event: ``StreamSeen``), then advance the cursor. A dropped stream
+   applied from the event: ``StreamSeen``), then advance the cursor (stored at most once
+   a second, ``CURSOR_STORE_EVERY``). A dropped stream
    (the SDK just ends the iterator) or an unreachable engine is logged and retried with
    a backoff capped at ``BACKOFF_CAP``; the monitor never exits on engine trouble.
 3. The main thread renews the monitor's liveness mark every ``poll_interval`` (a live
@@ -18,7 +19,8 @@
    runtimes. It also looks again at
    instances whose event found their worker busy (the worker may have inspected the
    engine just before the event): 50 ms later, then less and less often (at most a
-   second apart), until the worker is done.
+   second apart), until the worker is done; and stores the cursor of a follower whose
+   stream went quiet.
 4. SIGTERM sets a flag: the main thread finishes its step, waits until no follower is
    inside one (a follower blocked reading its stream holds nothing), and returns, so the
    process exits 0.
@@ -75,9 +77,10 @@ RECHECK_FIRST = 0.05
 RECHECK_AFTER = 1.0  # ...at most this far apart...
 RECHECK_FOR = 300.0  # ...for at most this long (the periodic reconcile covers the rest)
 SEEN_MAX = 64  # keys remembered at the cursor's exact time (a handful in practice)
-# A follower stores its cursor at most this often, and when its stream ends: a burst of
-# events costs a write a second, not one each (a monitor killed meanwhile replays the
-# last second's events: each is applied as the engine says now, which changes nothing).
+# A follower's cursor is stored at most this often (by the main thread when the stream
+# goes quiet), and when its stream ends: a burst of events costs a write a second, not
+# one each (a monitor killed meanwhile replays the last second's events: each is applied
+# as the engine says now, which changes nothing).
 CURSOR_STORE_EVERY = 1.0
 CONNECTION_CHECK_EVERY = 1.0  # a follower drops an unusable connection this often
 
@@ -122,13 +125,14 @@ def cursor_advance(cursor: MonitorCursor, event: EngineEvent, *, store_every: fl
     else:
         return
     cursor.unstored = True
-    if time.monotonic() - getattr(cursor, "stored_at", -math.inf) >= store_every:
-        cursor_store(cursor)
+    cursor_store(cursor, every=store_every)
 
 
-def cursor_store(cursor: MonitorCursor) -> None:
-    """Store the cursor if it moved since it was last stored."""
-    if getattr(cursor, "unstored", False):
+def cursor_store(cursor: MonitorCursor, *, every: float = 0.0) -> None:
+    """Store the cursor if it moved since it was last stored, ``every`` seconds ago or
+    more."""
+    due = time.monotonic() - getattr(cursor, "stored_at", -math.inf) >= every
+    if due and getattr(cursor, "unstored", False):
         prepared.update(cursor, ("time_nano", "seen", "updated_at"))
         cursor.unstored, cursor.stored_at = False, time.monotonic()
 
@@ -377,13 +381,14 @@ class Follower:
             self.cursor_store()
         return count
 
-    def cursor_store(self) -> None:
-        """Store what the session's cursor reached (at the end of a session, and by the
-        monitor's stop); never raises: a cursor not stored replays a few events, which
-        changes nothing."""
+    def cursor_store(self, every: float = 0.0) -> None:
+        """Store what the session's cursor reached, if that was not done in the last
+        ``every`` seconds (at the end of a session; by the monitor's main thread while
+        the stream is quiet, and at its stop); never raises: a cursor not stored replays
+        a few events, which changes nothing."""
         try:
             if self.cursor is not None:
-                cursor_store(self.cursor)
+                cursor_store(self.cursor, every=every)
         except Exception:  # noqa: BLE001 - the database may be what ended the session
             log.warning("runtime %s: cursor not stored", self.name, exc_info=True)
 
@@ -475,6 +480,7 @@ class Monitor:
                 next_reconcile = time.monotonic() + self.reconcile_interval
             if self._rechecks:
                 self._step(self._run_rechecks)
+            self._step(self._cursors_store)
             self.stopping.wait(self._pause())
         for follower in self.followers.values():
             if follower.step.acquire(timeout=60):  # let an event in hand finish
@@ -490,6 +496,16 @@ class Monitor:
             action()
         except Exception:  # noqa: BLE001 - one failed step never ends the monitor
             log.exception("monitor step %s failed; retrying later", action.__name__)
+
+    def _cursors_store(self) -> None:
+        """Store each follower's cursor that moved over a second ago and is still not
+        stored (its stream went quiet since): the stored cursor is never much behind."""
+        for follower in self.followers.values():
+            if follower.step.acquire(blocking=False):  # never while it applies an event
+                try:
+                    follower.cursor_store(every=CURSOR_STORE_EVERY)
+                finally:
+                    follower.step.release()
 
     def _liveness_beat(self) -> None:
         liveness.process_beat(name=self.beat_name, kind=liveness.MONITOR)

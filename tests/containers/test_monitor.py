@@ -25,6 +25,7 @@ from containers.models import (
     Runtime,
 )
 from containers.monitor import (
+    CURSOR_STORE_EVERY,
     DUPLICATE,
     IGNORED,
     RECHECK_FIRST,
@@ -273,6 +274,24 @@ def test_a_cursor_is_stored_at_most_every_store_every_seconds_and_then_on_demand
     assert cursor_for(fake_runtime).time_nano == 100  # the first was stored, not the second
     cursor_store(cursor)
     assert (cursor_for(fake_runtime).time_nano, cursor_for(fake_runtime).seen) == (200, ["b/die"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_quiet_streams_cursor_is_stored_by_the_main_thread_within_a_second(fake_runtime):
+    monitor = Monitor()
+    follower = monitor.followers["fake"] = Follower(monitor, fake_runtime)
+    follower.cursor = cursor_for(fake_runtime)
+    event = EngineEvent("die", "a", "n", {}, 100)
+    event_apply(runtime=fake_runtime, cursor=follower.cursor, event=event, store_every=3600)
+    event = EngineEvent("die", "b", "n", {}, 200)
+    event_apply(runtime=fake_runtime, cursor=follower.cursor, event=event, store_every=3600)
+    assert cursor_for(fake_runtime).time_nano == 100
+    with follower.step:  # a follower applying an event is never raced
+        monitor._cursors_store()
+        assert cursor_for(fake_runtime).time_nano == 100
+    follower.cursor.stored_at -= CURSOR_STORE_EVERY  # its last store was a second ago
+    monitor._cursors_store()
+    assert cursor_for(fake_runtime).time_nano == 200
 
 
 @pytest.mark.django_db
