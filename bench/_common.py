@@ -296,6 +296,22 @@ def machine_busy() -> tuple[float, float]:
     return (sum(values[:8]) - idle) / tick, idle / tick
 
 
+def wait_quiet(*, busy_below: float = 0.15, window: float = 0.5, timeout: float = 60) -> float:
+    """Wait until the machine's cores were busy less than ``busy_below`` (a share of all
+    of them) over ``window`` seconds, e.g. until the kernel has torn down the network
+    namespaces of removed containers, which it does after the removal returned. Returns
+    the seconds waited (``timeout`` at most)."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        busy, idle = machine_busy()
+        time.sleep(window)
+        busy2, idle2 = machine_busy()
+        spent_busy, spent_idle = busy2 - busy, idle2 - idle
+        if spent_busy <= busy_below * (spent_busy + spent_idle):
+            break
+    return time.monotonic() - began
+
+
 def cpu_spent(before: dict[str, float], after: dict[str, float]) -> str:
     """``name s, ...`` of the CPU seconds each part spent between two ``cpu_by_part``,
     and the machine's busy and idle seconds meanwhile."""

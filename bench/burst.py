@@ -105,14 +105,38 @@ def gobrave_round(port: int, token: str, n: int, procs, timeout: float) -> dict:
     # end, and a tight poll would take CPU from the round it measures.
     c.wait_until(all_running, timeout=timeout, interval=0.2, what=f"{n} instances running")
     last = max(running.values_list("created_at", flat=True))
-    return {"total": last.timestamp() - t0, "answered": answered}
+    return {"total": last.timestamp() - t0, "answered": answered, "slots": slot_use(ids, t0)}
+
+
+def slot_use(ids: list[str], t0: float) -> str:
+    """Where a round's time went, from the history: how long the instances held a slot
+    (``creating`` → ``running``: the engine's calls and gobrave's work between them),
+    against what the slots offered from the first ``creating`` to the last ``running``."""
+    from django.conf import settings
+
+    from containers.models import ContainerEvent
+
+    times: dict[str, dict[str, float]] = {}
+    rows = ContainerEvent.objects.filter(instance_id__in=ids, to_status__in=["creating", "running"])
+    for instance_id, to, at in rows.values_list("instance_id", "to_status", "created_at"):
+        times.setdefault(str(instance_id), {})[to] = at.timestamp()
+    held = [t["running"] - t["creating"] for t in times.values() if len(t) == 2]
+    first = min(t["creating"] for t in times.values())
+    end = max(t["running"] for t in times.values())
+    slots = settings.GOBRAVE["container"]["create_queue_max_concurrency"]
+    return (
+        f"first creating {first - t0:.2f} s after the release; slots held "
+        f"{100 * sum(held) / (slots * (end - first)):.0f}% of the time from there to the "
+        f"last running; creating -> running p50 {statistics.median(held) * 1000:.0f} ms"
+    )
 
 
 def reset(bench_id: str) -> None:
-    """Empty the tables, remove every bench container, and wait until the monitor has
-    applied every engine event so far, all outside the timing: the next round starts on
-    a quiet machine. Emptied first, so the removals' events find no instance (nothing to
-    apply); waited for, so their processing does not spill into the next round."""
+    """Empty the tables, remove every bench container, wait until the monitor has applied
+    every engine event so far and the machine is quiet (the kernel tears the containers'
+    network namespaces down after their removal), all outside the timing: the next round
+    starts on a quiet machine. Emptied first, so the removals' events find no instance
+    (nothing to apply)."""
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -122,6 +146,8 @@ def reset(bench_id: str) -> None:
     since = time.time()
     cleanup(bench_id)
     monitor_settle(bench_id, since)
+    waited = c.wait_quiet()
+    print(f"     (reset: the monitor caught up and the machine quiet {waited:.1f} s later)")
 
 
 def monitor_settle(bench_id: str, since: float, timeout: float = 120) -> None:
@@ -219,6 +245,7 @@ def main() -> int:
                                 f"   round {r + 1} gobrave {result['total']:6.2f} s (all "
                                 f"{args.creates} answered 202 in {result['answered']:.2f} s)"
                             )
+                            print(f"     {result['slots']}")
                         spent = c.cpu_spent(before, c.cpu_by_part(procs))
                         print(f"     CPU seconds: {spent}")
                         reset(bench_id)
