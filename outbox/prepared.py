@@ -40,6 +40,16 @@ def execute(sql: str, params: dict | list | None = None) -> psycopg.Cursor:
     return cursor
 
 
+def fetchall(sql: str, params: list) -> list[tuple]:
+    """The rows of one read (``%s`` placeholders): a prepared statement on PostgreSQL,
+    Django's cursor elsewhere."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+    return execute(sql, params).fetchall()
+
+
 def columns(model: type[models.Model], alias: str) -> str:
     """Every concrete column of ``model`` under table alias ``alias``, in field order (what
     ``from_row`` reads)."""

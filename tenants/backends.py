@@ -4,9 +4,9 @@ one statement.
 Every API answer and admin page asks permissions (who sees secrets, host paths, every
 instance). ``ModelBackend`` reads a user's own and their groups' permissions with two
 ORM queries on first use in a request, and building them costs more than running them.
-Here one statement reads both; the rules (an inactive user has none, a superuser has
-all, the set is cached on the user object for the rest of the request) are
-``ModelBackend``'s.
+Here one statement reads both (prepared on PostgreSQL); the rules (an inactive user
+has none, a superuser has all, the set is cached on the user object for the rest of
+the request) are ``ModelBackend``'s.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.models import ContentType
-from django.db import connection
+
+from outbox import prepared
 
 
 @functools.cache  # the tables never change in a process: built once, not per request
@@ -46,7 +47,6 @@ class PermissionsBackend(ModelBackend):
         if user_obj.is_superuser:
             return super().get_all_permissions(user_obj, obj)
         if not hasattr(user_obj, "_perm_cache"):
-            with connection.cursor() as cursor:
-                cursor.execute(_permissions_sql(), [user_obj.pk, user_obj.pk])
-                user_obj._perm_cache = {f"{app}.{codename}" for app, codename in cursor}
+            rows = prepared.fetchall(_permissions_sql(), [user_obj.pk, user_obj.pk])
+            user_obj._perm_cache = {f"{app}.{codename}" for app, codename in rows}
         return user_obj._perm_cache

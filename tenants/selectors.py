@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection
 from rest_framework.authtoken.models import Token
 
 from outbox import prepared
@@ -39,11 +38,9 @@ def _overrides_sql() -> str:
 
 def owner_quotas(*, owner) -> OwnerQuotas:
     """The owner's quotas, key by key: their own override, else the most generous of their
-    groups' overrides, else ``config.yml`` (contract §8). One query (every create asks);
-    no lock."""
-    with connection.cursor() as cursor:
-        cursor.execute(_overrides_sql(), [owner.pk, owner.pk])
-        rows = cursor.fetchall()
+    groups' overrides, else ``config.yml`` (contract §8). One query (every create asks:
+    prepared on PostgreSQL); no lock."""
+    rows = prepared.fetchall(_overrides_sql(), [owner.pk, owner.pk])
     own = [dict(zip(QUOTA_KEYS, row[1:], strict=True)) for row in rows if row[0] == 0]
     groups = [dict(zip(QUOTA_KEYS, row[1:], strict=True)) for row in rows if row[0] == 1]
     config = settings.GOBRAVE["container"]
