@@ -575,7 +575,7 @@ class DockerEngine:
     ) -> list[ContainerState]:
         """Every container, in any state, labelled ``io.gobrave.installation=installation``
         and each of ``labels`` (the engine filters). One call: id, name, status and
-        labels from the engine's list, nothing inspected (see ``ContainerEngine``)."""
+        labels from the engine's list, nothing inspected (``Engine.list_ours``)."""
         wanted = [f"{LABEL_INSTALLATION}={installation}"]
         wanted += [f"{key}={value}" for key, value in (labels or {}).items()]
         with _translated(f"list {installation}"):
