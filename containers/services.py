@@ -41,7 +41,7 @@ from containers.queues import RequestKind
 from containers.spec import clean_constraints, resolve_spec
 from containers.states import IN_FLIGHT, Status, sources_of
 from containers.workspaces import workspace_for
-from core.counters import counter_add, counter_bump
+from core.counters import counter_add
 from outbox import prepared
 from outbox.services import outbox_enqueue
 from tenants.selectors import OwnerQuotas, owner_quotas
@@ -370,7 +370,9 @@ def container_create_by_template(
                     limit=limit,
                 )
     except (QueueFull, OwnerQuotaExceeded):
-        counter_bump(RequestStat.CREATE_REFUSED)
+        # Buffered where the process buffers (a web worker): a storm of refusals must not
+        # queue up on one counter row.
+        counter_add(RequestStat.CREATE_REFUSED)
         raise
     except IntegrityError:
         # The same instance_id was admitted meanwhile: that request is the one.

@@ -12,6 +12,7 @@ from containers.services import (
     container_start,
     container_stop,
 )
+from core import counters
 from core.models import Counter
 from outbox.models import OutboxEvent
 from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory
@@ -103,6 +104,27 @@ def test_create_writes_instance_outbox_row_and_history(template, owner):
     assert ContainerEvent.objects.get().to_status == "pending"
     assert instance.spec["name"] == f"gb-{instance.pk}"
     assert instance.spec["labels"]["io.gobrave.instance"] == str(instance.pk)
+
+
+@pytest.mark.django_db(transaction=True)  # the buffer is written by its own connection
+def test_a_refusal_is_counted_through_the_buffer_where_the_process_buffers(
+    template, owner, gobrave_config, monkeypatch
+):
+    """A web worker buffers its counters: a storm of refusals is one write a second, not
+    one UPDATE of the same counter row per refused request."""
+    gobrave_config(container={"create_queue_max_pending": 0})
+    monkeypatch.setattr(counters, "FLUSH_EVERY", 3600)  # only the stop below flushes
+    counters.counters_buffer_start()
+    try:
+        for _ in range(3):
+            with pytest.raises(QueueFull):
+                container_create_by_template(template=template, owner=owner, actor="test")
+        assert counters._buffer.get("create_refused") == 3, counters._buffer
+        assert not Counter.objects.filter(name="create_refused").exists()
+    finally:
+        counters.counters_buffer_stop()
+    assert Counter.objects.get(name="create_refused").count == 3
+    assert ContainerInstance.objects.count() == 0
 
 
 def test_create_refused_at_max_pending_leaves_no_row(template, owner, gobrave_config):
