@@ -27,7 +27,7 @@ import enum
 import uuid
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from containers.engines import engine_for
 from containers.engines.base import ContainerState, Engine
@@ -63,20 +63,14 @@ class Sync(enum.StrEnum):
     SKIPPED = "skipped"  # gone, or in a state the engine's view does not change
 
 
-_UNFINISHED = (
-    f"SELECT EXISTS (SELECT 1 FROM {OutboxEvent._meta.db_table}"
-    " WHERE aggregate_id = %(aggregate)s AND status = ANY(%(statuses)s))"
-)
-
-
 def request_unfinished(instance_id: uuid.UUID | str) -> bool:
     """True while an outbox row for the instance is pending or processing (the monitor
     asks on every event of an instance at work: on PostgreSQL a prepared statement)."""
-    if connection.vendor != "postgresql":
-        rows = OutboxEvent.objects.filter(aggregate_id=str(instance_id), status__in=UNFINISHED)
-        return rows.exists()
-    params = {"aggregate": str(instance_id), "statuses": [str(s) for s in UNFINISHED]}
-    return prepared.execute(_UNFINISHED, params).fetchone()[0]
+    return prepared.exists(
+        "sync.request_unfinished",
+        lambda aggregate: OutboxEvent.objects.filter(aggregate_id=aggregate, status__in=UNFINISHED),
+        aggregate=str(instance_id),
+    )
 
 
 def instance_read(instance_id: uuid.UUID | str) -> ContainerInstance | None:

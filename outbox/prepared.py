@@ -198,3 +198,11 @@ def count(shape: object, build: Callable[..., models.QuerySet], **values: object
     _, sql, params = _statement(shape, build, values, lambda rows: rows.order_by().values("pk"))
     (number,) = execute(f"SELECT count(*) FROM ({sql}) AS counted", params).fetchone()
     return number
+
+
+def exists(shape: object, build: Callable[..., models.QuerySet], **values: object) -> bool:
+    """``build(**values).exists()``, compiled once per ``shape`` as ``first`` is."""
+    if connection.vendor != "postgresql":
+        return build(**values).exists()
+    _, sql, params = _statement(shape, build, values, lambda rows: rows.order_by().values("pk")[:1])
+    return execute(f"SELECT EXISTS ({sql})", params).fetchone()[0]

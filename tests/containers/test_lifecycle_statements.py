@@ -120,6 +120,8 @@ def test_a_request_is_unfinished_while_a_row_of_it_is_pending_or_processing(post
         aggregate_id=str(instance.pk),
         available_at=timezone.now(),
     )
+    other = InstanceFactory()  # compiled once: each call's instance is its own
     for status, unfinished in (("pending", True), ("processing", True), ("sent", False)):
         OutboxEvent.objects.filter(pk=row.pk).update(status=status)
         assert request_unfinished(instance.pk) is unfinished, status
+        assert request_unfinished(str(other.pk)) is False, status
