@@ -276,6 +276,21 @@ def test_a_cursor_is_stored_at_most_every_store_every_seconds_and_then_on_demand
     assert (cursor_for(fake_runtime).time_nano, cursor_for(fake_runtime).seen) == (200, ["b/die"])
 
 
+@pytest.mark.django_db(transaction=True)  # a session closes old connections
+def test_a_session_stores_where_its_cursor_got_when_its_stream_ends(place, engine, fake_runtime):
+    """Within a second only the first event's cursor is stored as it comes; the session's
+    end stores the last."""
+    instance = place(Status.RUNNING)
+    follower = Follower(Monitor(), fake_runtime)
+    follower.session(fake_runtime)  # first run: from now
+    events = [
+        engine.set_state(instance.container_id, state, exit_code=code)
+        for state, code in (("paused", None), ("running", None), ("exited", 0))
+    ]
+    assert follower.session(fake_runtime) >= 3
+    assert cursor_for(fake_runtime).time_nano == events[-1].time_nano, events
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_quiet_streams_cursor_is_stored_by_the_main_thread_within_a_second(fake_runtime):
     monitor = Monitor()
