@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import weakref
 
 from django.conf import settings
 
@@ -83,3 +84,28 @@ def limit_statements(connection) -> None:
     if is_postgres(connection):
         with connection.cursor() as cursor:
             cursor.execute(f"SET LOCAL statement_timeout = {int(value('write_timeout') * 1000)}")
+
+
+# The worker connections already set up (``worker_session``): one SET per connection.
+_worker_connections: weakref.WeakSet = weakref.WeakSet()
+
+
+def worker_session(connection) -> None:
+    """Set up a django-q2 worker's connection: its commits do not wait for the WAL flush.
+
+    Everything a worker writes is redone if it is lost: a crashed database server loses
+    only the last commits (a suffix: what is kept is a consistent earlier state), and a
+    lost ``begin``, handler step or outcome leaves the row as a worker that died at that
+    point would (due again; the handler is idempotent; contract §3). A request's own
+    commit (the API, the admin) stays synchronous: its answer says it is recorded.
+    Once per connection (a pooled one keeps the setting); PostgreSQL only.
+    """
+    if not is_postgres(connection):
+        return
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw in _worker_connections:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SET synchronous_commit = off")
+    _worker_connections.add(raw)

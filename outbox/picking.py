@@ -51,9 +51,10 @@ UNBLOCKED = f"""NOT EXISTS (SELECT 1 FROM {_T} o WHERE o.aggregate_id = e.aggreg
     AND o.id < e.id AND o.status IN ('pending', 'processing'))"""
 
 # Serialize claimers. The claim commits without waiting for its WAL flush: a claim lost
-# with a crashed server only puts its rows back to what they were, and every write that
-# depends on it (``relay.begin()``, the outcome) is a synchronous commit that flushes the
-# claim first.
+# with a crashed server only puts its rows back to what they were. The writes that depend
+# on it (``relay.begin()``, the handler's, the outcome) come later in the log, so a crash
+# that loses the claim loses them too; a worker's commits do not wait for the flush either
+# (``conf.worker_session``).
 LOCK = f"""SELECT set_config('synchronous_commit', 'off', true),
        pg_advisory_xact_lock({CLAIM_LOCK})"""
 

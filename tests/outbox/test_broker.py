@@ -290,6 +290,42 @@ def test_a_claim_commits_without_a_wal_flush_but_a_taken_task_waits_for_it(broke
     assert "SET LOCAL synchronous_commit = on" in dequeue_sql()
 
 
+def _synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return cursor.fetchone()[0]
+
+
+def test_a_worker_task_commits_without_a_wal_flush_set_once_per_connection():
+    """django-q2's entry point (``outbox.tasks.execute``) sets its connection's commits
+    asynchronous before the relay begins the row: the handler runs under it; the next
+    task on the same connection sends no second SET. The test's connection is put back."""
+    from django.test.utils import CaptureQueriesContext
+
+    from outbox import tasks as outbox_tasks
+
+    seen: list[str] = []
+    registry.register(KIND, queue="probe", handler=lambda event: seen.append(
+        _synchronous_commit()) or Outcome.SENT)  # fmt: skip
+    assert _synchronous_commit() == "on"
+    try:
+        first, second = enqueue("a"), enqueue("b")
+        claimed = dict(relay.claim("probe", 16))
+        assert outbox_tasks.execute(first.id, str(claimed[first.id])) == Outcome.SENT
+        with CaptureQueriesContext(connection) as queries:
+            assert outbox_tasks.execute(second.id, str(claimed[second.id])) == Outcome.SENT
+        sql = [q["sql"] for q in queries.captured_queries]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET synchronous_commit = DEFAULT")
+        conf._worker_connections.discard(connection.connection)
+    rows = OutboxEvent.objects.order_by("id")
+    assert seen == ["off", "off"], outbox_rows()
+    assert [row.status for row in rows] == ["sent", "sent"], outbox_rows()
+    assert not [q for q in sql if q.startswith("SET synchronous_commit")], sql
+    assert _synchronous_commit() == "on"
+
+
 def test_the_broker_reconnects_after_its_connection_is_cut(broker):
     broker.dequeue()
     with connection.cursor() as cursor:
