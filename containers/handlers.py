@@ -155,10 +155,16 @@ def _apply(instance: ContainerInstance, engine: Engine, runtime_id: str, doing: 
         instance = instance_lock(instance.id)
         if instance is None:
             return
-        instance.container_id = runtime_id
-        instance.runtime_node_name = (state.node_name if state else "") or node
-        instance.runtime_missing = state is None
-        instance_save(instance, ("container_id", "runtime_node_name", "runtime_missing"))
+        seen = {
+            "container_id": runtime_id,
+            "runtime_node_name": (state.node_name if state else "") or node,
+            "runtime_missing": state is None,
+        }
+        changed = tuple(name for name, value in seen.items() if getattr(instance, name) != value)
+        for name in changed:
+            setattr(instance, name, seen[name])
+        if changed:  # a create's id and host were recorded before its start
+            instance_save(instance, changed)
         abandoned = instance.status == Status.FAILED and instance.exit_code is None
         if instance.status == doing:
             state_apply(instance, state, actor=WORKER)
@@ -263,7 +269,10 @@ def _record_created(instance: ContainerInstance, engine: Engine, runtime_id: str
     The common case, an instance still ``creating``, is one statement (the row's lock
     for its length, its own commit); any other state takes the transaction below.
     """
-    if container_id_record(instance_id=instance.id, runtime_id=runtime_id, status=Status.CREATING):
+    node = engine.node_name()
+    if container_id_record(
+        instance_id=instance.id, runtime_id=runtime_id, node=node, status=Status.CREATING
+    ):
         return True
     with transaction.atomic():
         locked = instance_lock(instance.id)

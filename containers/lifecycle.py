@@ -73,19 +73,20 @@ def instance_save(instance: ContainerInstance, fields: tuple[str, ...]) -> None:
 
 
 _RECORD_ID = (
-    f"UPDATE {_INSTANCES} SET container_id = %(runtime_id)s"
+    f"UPDATE {_INSTANCES} SET container_id = %(runtime_id)s, runtime_node_name = %(node)s"
     " WHERE id = %(pk)s AND status = %(status)s"
 )
 
 
-def container_id_record(*, instance_id: uuid.UUID, runtime_id: str, status: str) -> bool:
-    """Record the engine's container id on the instance if it is still in ``status``; one
-    statement (its own row lock, and its own commit outside a transaction; prepared on
-    PostgreSQL). False when the instance is gone or has moved on."""
+def container_id_record(*, instance_id: uuid.UUID, runtime_id: str, node: str, status: str) -> bool:
+    """Record the engine's container id and its host's name (``node``) on the instance if
+    it is still in ``status``; one statement (its own row lock, and its own commit outside
+    a transaction; prepared on PostgreSQL). False when the instance is gone or has moved
+    on."""
     if connection.vendor != "postgresql":
         rows = ContainerInstance.objects.filter(id=instance_id, status=status)
-        return rows.update(container_id=runtime_id) == 1
-    params = {"runtime_id": runtime_id, "pk": instance_id, "status": str(status)}
+        return rows.update(container_id=runtime_id, runtime_node_name=node) == 1
+    params = {"runtime_id": runtime_id, "node": node, "pk": instance_id, "status": str(status)}
     return prepared.execute(_RECORD_ID, params).rowcount == 1
 
 

@@ -47,13 +47,27 @@ def _host_roots() -> list[str]:
     return sorted({root.rstrip("/") or "/" for root in roots if root}, key=len, reverse=True)
 
 
+_host_patterns: dict[tuple[str, ...], list[re.Pattern]] = {}
+
+
+def _host_paths() -> list[re.Pattern]:
+    """One compiled pattern per host root, longest root first, for the roots the settings
+    name now (compiled once per set of roots: ``scrub`` runs on every string of a spec)."""
+    roots = tuple(_host_roots())
+    if roots not in _host_patterns:
+        _host_patterns[roots] = [
+            re.compile(rf"{re.escape(root)}(?=/|\b|$)[^\s'\"),:]*") for root in roots
+        ]
+    return _host_patterns[roots]
+
+
 def scrub(text: str) -> str:
     """``text`` with engine addresses and host paths replaced by placeholders."""
     if not text:
         return text
     text = _ENGINE_URL.sub(HIDDEN_ENGINE, text)
-    for root in _host_roots():
-        text = re.sub(rf"{re.escape(root)}(?=/|\b|$)[^\s'\"),:]*", HIDDEN_PATH, text)
+    for pattern in _host_paths():
+        text = pattern.sub(HIDDEN_PATH, text)
     return text
 
 

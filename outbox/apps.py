@@ -28,8 +28,10 @@ def _stop_gracefully(sender, **kwargs) -> None:
 
 def _buffer_counters(sender, **kwargs) -> None:
     """A django-q2 worker: counters buffered (one write per second, not per row), and
-    connections unchecked (``forking.health_checks_off``)."""
+    connections unchecked (``forking.health_checks_off``) and given back at most once a
+    second (``forking.connection_checks_throttled``)."""
     from core import counters
 
     counters.counters_buffer_start()
     forking.health_checks_off()
+    forking.connection_checks_throttled()

@@ -62,6 +62,10 @@ HANDOFF_CHANNEL = "gobrave_outbox_handoff"
 # would end the parent's session on the shared socket).
 _inherited: list[psycopg.Connection] = []
 WAIT = 1.0  # seconds a pusher blocks on LISTEN before it re-reads anyway
+# How often a pusher gives its Django connection back (to the pool, or closed when it is
+# old or unusable: ``close_old_connections``); not per read, where taking it back again
+# cost more than the claim's own statements. A failed read drops it at once.
+CONNECTION_CHECK_EVERY = 1.0
 TASK = "outbox.tasks.execute"
 
 # One statement, in the claim's transaction: the unstarted claims of a queue, and up to
@@ -128,6 +132,7 @@ class OutboxBroker(Broker):
         self._beat: tuple[str, float] | None = None  # (mark name, last beat) in this pid
         self._pushed: set[tuple[int, str]] = set()
         self._read_now = True  # read before the first wait
+        self._fresh_until = 0.0  # monotonic time of the next ``close_old_connections``
 
     @staticmethod
     def get_connection(list_key: str | None = None):
@@ -191,7 +196,9 @@ class OutboxBroker(Broker):
             for _ in conn.notifies(timeout=0):
                 pass
             self._read_now = False
-            close_old_connections()
+            if time.monotonic() >= self._fresh_until:
+                close_old_connections()
+                self._fresh_until = time.monotonic() + CONNECTION_CHECK_EVERY
             batch = conf.value("batch_size")
             with transaction.atomic():  # one commit: the claim, then the read
                 claimed = relay.claim(self.list_key, batch)

@@ -25,6 +25,7 @@ import logging
 import os
 import signal
 import sys
+import time
 
 log = logging.getLogger(__name__)
 
@@ -121,3 +122,34 @@ def health_checks_off() -> None:
     for conn in connections.all():
         conn.settings_dict["CONN_HEALTH_CHECKS"] = False
         conn.health_check_enabled = False
+
+
+# How often a django-q2 worker gives its connection back between tasks (see below).
+CONNECTION_CHECK_EVERY = 1.0
+
+
+def connection_checks_throttled() -> None:
+    """In a django-q2 worker: the connection is given back (to the pool, or closed when
+    unusable or old) at most every ``CONNECTION_CHECK_EVERY``, not before every task.
+
+    django-q2 calls ``close_old_connections`` before each task; with a pool that returns
+    the connection and takes it back again for the task's first statement, a cost on
+    every row's way to its handler. A connection that died meanwhile fails that first
+    statement instead, which ``relay.begin_delivered`` retries once on a fresh one.
+    """
+    from django_q import worker
+
+    original = worker.close_old_django_connections
+    if getattr(original, "throttled", False):
+        return
+    next_check = 0.0
+
+    def throttled() -> None:
+        nonlocal next_check
+        now = time.monotonic()
+        if now >= next_check:
+            next_check = now + CONNECTION_CHECK_EVERY
+            original()
+
+    throttled.throttled = True
+    worker.close_old_django_connections = throttled

@@ -29,7 +29,7 @@ from django.db.models.functions import Cast, Concat, Now
 from django.utils import timezone
 
 from core.counters import counter_add
-from outbox import conf, hooks, picking, registry, stopping
+from outbox import conf, hooks, picking, prepared, registry, stopping
 from outbox.counters import RelayStat
 from outbox.heartbeat import Heartbeat
 from outbox.models import UNFINISHED, FairnessMark, OutboxEvent, OutboxStatus
@@ -266,10 +266,10 @@ def claims_release_unstarted(queue: str) -> int:
 
 
 _BEGIN = f"""
-UPDATE {OutboxEvent._meta.db_table} SET started_at = now(), lease_expires_at = now() + %s
-WHERE id = %s AND claim_token = %s AND status = 'processing' AND started_at IS NULL
+UPDATE {OutboxEvent._meta.db_table} e SET started_at = now(), lease_expires_at = now() + %(lease)s
+WHERE id = %(id)s AND claim_token = %(token)s AND status = 'processing' AND started_at IS NULL
   AND lease_expires_at > now()
-RETURNING *
+RETURNING {prepared.columns(OutboxEvent, "e")}
 """
 
 
@@ -279,12 +279,13 @@ def begin(event_id: int, token: uuid.UUID) -> OutboxEvent | None:
 
     Also restarts the lease from now at ``liveness_timeout``, which the worker's
     heartbeat renews (``outbox.heartbeat``) up to a full ``delivery_timeout`` plus margin
-    however long the row waited in the worker queue. On PostgreSQL one statement both
-    sets and loads the row.
+    however long the row waited in the worker queue. On PostgreSQL one prepared statement
+    both sets and loads the row.
     """
     if conf.is_postgres(connection):
-        rows = list(OutboxEvent.objects.raw(_BEGIN, [conf.started_lease(), event_id, token]))
-        return rows[0] if rows else None
+        params = {"lease": conf.started_lease(), "id": event_id, "token": token}
+        row = prepared.execute(_BEGIN, params).fetchone()
+        return None if row is None else prepared.from_row(OutboxEvent, row)
     started = OutboxEvent.objects.filter(
         id=event_id,
         claim_token=token,

@@ -22,10 +22,11 @@ def outbox_notify(queue: str = "") -> None:
     wakes only for its own queue's and for unaddressed ones (``outbox.broker``); the
     dispatchers, which claim for every queue, wake for all.
     """
-    if conf.is_postgres(connection):
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [conf.NOTIFY_CHANNEL, queue])
+    if conf.is_postgres(connection):  # every request sends one: a prepared statement
+        prepared.execute(_NOTIFY, {"channel": conf.NOTIFY_CHANNEL, "queue": queue})
 
+
+_NOTIFY = "SELECT pg_notify(%(channel)s, %(queue)s)"
 
 # "A pending row is due now": the condition of ``outbox_notify_if_due`` (PostgreSQL).
 ANY_DUE = (

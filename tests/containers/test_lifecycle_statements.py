@@ -85,10 +85,13 @@ def test_a_move_saves_what_its_transition_set(postgres):
 @pytest.mark.django_db
 def test_a_container_id_is_recorded_only_in_the_state_asked(postgres):
     instance = InstanceFactory(status="creating")
-    assert not container_id_record(instance_id=instance.pk, runtime_id="abc", status="starting")
-    assert ContainerInstance.objects.get(pk=instance.pk).container_id == ""
-    assert container_id_record(instance_id=instance.pk, runtime_id="abc", status="creating")
-    assert ContainerInstance.objects.get(pk=instance.pk).container_id == "abc"
+    args = {"instance_id": instance.pk, "runtime_id": "abc", "node": "host-1"}
+    assert not container_id_record(**args, status="starting")
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    assert (stored.container_id, stored.runtime_node_name) == ("", "")
+    assert container_id_record(**args, status="creating")
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    assert (stored.container_id, stored.runtime_node_name) == ("abc", "host-1")
 
 
 @pytest.mark.django_db

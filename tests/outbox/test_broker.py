@@ -326,6 +326,23 @@ def test_a_worker_task_commits_without_a_wal_flush_set_once_per_connection():
     assert _synchronous_commit() == "on"
 
 
+def test_the_pusher_checks_its_connection_once_a_second_not_per_read(broker, monkeypatch):
+    """``close_old_connections`` (which gives a pooled connection back) runs on the first
+    read and then at most every ``CONNECTION_CHECK_EVERY``, not on every wake-up."""
+    checks: list[int] = []
+    monkeypatch.setattr(broker_module, "close_old_connections", lambda: checks.append(1))
+    enqueue()
+    assert tasks(broker.dequeue()), outbox_rows()
+    for _ in range(2):
+        broker.dequeue()  # a wake-up (or the wait's end) finds nothing new
+    assert len(checks) == 1
+    monkeypatch.setattr(broker_module, "CONNECTION_CHECK_EVERY", 0.0)
+    broker._fresh_until = 0.0
+    for _ in range(2):
+        broker.dequeue()
+    assert len(checks) == 3
+
+
 def test_the_broker_reconnects_after_its_connection_is_cut(broker):
     broker.dequeue()
     with connection.cursor() as cursor:
