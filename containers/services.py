@@ -182,6 +182,8 @@ def _check_owner_quotas(*, owner, quotas: OwnerQuotas) -> None:
     count includes it): every earlier holder of the gate has committed, so the counts
     are exact however many creates run at once.
     """
+    if quotas.max_pending_per_owner is None and quotas.max_instances_per_owner is None:
+        return  # no query built for the usual case
     mine = ContainerInstance.objects.filter(owner=owner)
     limit = quotas.max_pending_per_owner
     if limit is not None:

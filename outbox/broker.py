@@ -175,6 +175,8 @@ class OutboxBroker(Broker):
         """Tasks to run now: this queue's due rows (claimed here), its other unstarted
         claims, then other queued tasks.
 
+        0. Renew the pusher's liveness mark when it is due (``_liveness_beat``), so that
+           no claim's hand-off waits for it.
         1. Unless something woke us since the last read, block on LISTEN (rows committed
            or slots freed: ``gobrave_outbox``; claims made elsewhere:
            ``HANDOFF_CHANNEL``) up to ``WAIT``; notifications naming another queue do
@@ -191,14 +193,17 @@ class OutboxBroker(Broker):
         """
         try:
             conn = self._connection()
+            if time.monotonic() >= self._fresh_until:
+                close_old_connections()
+                self._fresh_until = time.monotonic() + CONNECTION_CHECK_EVERY
+            # Before the wait, not after the claim: the tasks of the last read are with
+            # django-q2's workers already, and those of this one wait for no beat.
+            self._liveness_beat()
             if not self._read_now:
                 self._wait(conn)
             for _ in conn.notifies(timeout=0):
                 pass
             self._read_now = False
-            if time.monotonic() >= self._fresh_until:
-                close_old_connections()
-                self._fresh_until = time.monotonic() + CONNECTION_CHECK_EVERY
             batch = conf.value("batch_size")
             with transaction.atomic():  # one commit: the claim, then the read
                 claimed = relay.claim(self.list_key, batch)
@@ -210,7 +215,6 @@ class OutboxBroker(Broker):
                     # Tasks taken out of OrmQ: their deletion must be durable before a
                     # worker runs them (the claim alone may commit asynchronously).
                     prepared.execute("SET LOCAL synchronous_commit = on")
-            self._liveness_beat()  # after the claim: a wake-up never waits for the beat
         except (psycopg.Error, DatabaseError) as exc:
             log.warning("broker %s: %s; reconnecting", self.list_key, exc)
             self._close()

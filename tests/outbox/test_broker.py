@@ -343,6 +343,22 @@ def test_the_pusher_checks_its_connection_once_a_second_not_per_read(broker, mon
     assert len(checks) == 3
 
 
+def test_the_pusher_beats_before_it_waits_not_between_its_claim_and_the_hand_off(
+    broker, monkeypatch
+):
+    """The liveness mark is written at the start of a read (before the LISTEN wait), so a
+    claim's tasks go to django-q2 without waiting for it."""
+    from outbox import liveness
+
+    steps: list[str] = []
+    claim = relay.claim
+    monkeypatch.setattr(liveness, "process_beat", lambda **kw: steps.append("beat"))
+    monkeypatch.setattr(relay, "claim", lambda *a: steps.append("claim") or claim(*a))
+    enqueue()
+    assert tasks(broker.dequeue()), outbox_rows()
+    assert steps == ["beat", "claim"]
+
+
 def test_the_broker_reconnects_after_its_connection_is_cut(broker):
     broker.dequeue()
     with connection.cursor() as cursor:
