@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import http.client
 import os
 import statistics
 import sys
@@ -71,12 +72,34 @@ def bare_sample(client, bench_id: str, i: int, tag: str, engine=None, split=None
     return took
 
 
-def gobrave_sample(port: int, token: str, procs, engine=None) -> dict:
+class Client:
+    """One HTTP connection kept open between requests, as the docker SDK keeps its own
+    (a program that creates many containers would too); made again if the server closed
+    it while idle (gunicorn's keep-alive timeout)."""
+
+    def __init__(self, port: int) -> None:
+        self.port, self.conn = port, None
+
+    def post(self, token: str, path: str, body: dict):
+        for fresh in (False, True):
+            if self.conn is None or fresh:
+                if self.conn is not None:
+                    self.conn.close()
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+            try:
+                return request(self.port, token, "POST", path, body, conn=self.conn)
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                if fresh:
+                    raise
+        raise AssertionError("unreachable")
+
+
+def gobrave_sample(client: Client, token: str, procs, engine=None) -> dict:
     from containers.models import ContainerEvent
     from outbox.models import OutboxEvent
 
     t0 = time.time()
-    status, (_, body) = request(port, token, "POST", "/api/containers/", {"template": "bench"})
+    status, (_, body) = client.post(token, "/api/containers/", {"template": "bench"})
     answered = time.time()
     if status != 202:
         raise RuntimeError(f"create answered {status}: {body[:300]!r}")
@@ -164,8 +187,9 @@ def run_config(name, overrides, url, token, bench_id, client, args) -> tuple[lis
         procs.manage("monitor", "run_monitor", env=env)
         wait_ready(procs, port, token)
         time.sleep(2)  # clusters up
+        api = Client(port)
         for i in range(2):  # warm-up, not counted
-            gobrave_sample(port, token, procs)
+            gobrave_sample(api, token, procs)
             bare_sample(client, bench_id, i, f"{name}-warm")
         bare, ours, split = [], [], []
         engine = c.EngineEvents(client)
@@ -176,7 +200,7 @@ def run_config(name, overrides, url, token, bench_id, client, args) -> tuple[lis
                     print(f"  (stopped after {i} samples: {args.max_seconds:g}s bound)")
                     break
                 bare.append(bare_sample(client, bench_id, i, name, engine, split))
-                ours.append(gobrave_sample(port, token, procs, engine))
+                ours.append(gobrave_sample(api, token, procs, engine))
         finally:
             engine.close()
     return bare, ours, split

@@ -19,6 +19,7 @@ from containers.engines.labels import LABEL_INSTALLATION
 from containers.errors import MountRefused
 from containers.installation import installation_id
 from containers.models import ContainerInstance, Runtime, Workspace
+from outbox import prepared
 
 log = logging.getLogger(__name__)
 LABEL_OWNER = "io.gobrave.owner"
@@ -51,9 +52,15 @@ def workspace_ensure(*, instance: ContainerInstance, engine: Engine) -> bool:
     wanted = instance.spec.get("workspace")
     if not wanted:
         return False
-    made = Workspace.objects.filter(
-        runtime_id=instance.runtime_id, owner_id=instance.owner_id, source=wanted["source"]
-    ).exists()
+    made = prepared.exists(  # every create asks: a prepared statement on PostgreSQL
+        "workspaces.made",
+        lambda runtime, owner, source: Workspace.objects.filter(
+            runtime_id=runtime, owner_id=owner, source=source
+        ),
+        runtime=instance.runtime_id,
+        owner=instance.owner_id,
+        source=wanted["source"],
+    )
     if made and not (
         wanted["kind"] == "directory" and mounts.check_workspace_directory(wanted["source"])
     ):
