@@ -65,6 +65,11 @@ class ThrowawayPostgres:
     def stop(self) -> None:
         self._as_postgres(_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
 
+    def crash(self) -> None:
+        """Stop as a crash would: no checkpoint, commits not yet flushed are lost (the
+        next ``start`` recovers from the WAL)."""
+        self._as_postgres(_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
     def query(self, sql: str, *params):
         for _ in range(50):
             try:

@@ -1,13 +1,15 @@
 """Fault injection: what gobrave survives (issue 7).
 
 - a worker SIGKILLed in the middle of creates, 20 times over, on the real engine;
-- PostgreSQL restarted under the dispatcher, the clusters and the monitor (a server of
+- PostgreSQL restarted under the dispatcher, the clusters and the monitor, and killed
+  (an immediate stop) under workers at work (a server of
   the test's own, never the shared one);
 - engine errors: a daemon that is gone, an image missing under pull policy never.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -173,7 +175,6 @@ def test_postgres_restart_under_dispatcher_clusters_and_monitor(throwaway_pg, tm
         wait_for(lambda: counts() == {"running": 10}, timeout=30, message="10 running")
         dispatch_recovered = time.monotonic() - back
         # The monitor's reconciler is back too: a container that exits behind our back.
-        import json
 
         victim = sorted((engine / "containers").glob("*.json"))[0]
         data = json.loads(victim.read_text())
@@ -200,6 +201,103 @@ def test_postgres_restart_under_dispatcher_clusters_and_monitor(throwaway_pg, tm
         assert throwaway_pg.query(
             "SELECT count(*) FROM outbox_outboxevent WHERE status <> 'sent'"
         ) == [(0,)]
+    except BaseException:
+        print(app.logs())
+        raise
+    finally:
+        app.stop_all()
+
+
+def test_a_database_crash_under_creates_loses_no_accepted_request(throwaway_pg, tmp_path):
+    """PostgreSQL killed (an immediate stop: no checkpoint, unflushed commits lost) while
+    workers run creates whose writes commit without waiting for the flush: every accepted
+    create still ends running, each with one container, and every row is sent."""
+    engine = tmp_path / "engine"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GOBRAVE_")}
+    env.update(
+        DATABASE_URL=throwaway_pg.url,
+        DATABASE_POOL_MAX="0",
+        PYTHONUNBUFFERED="1",
+        GOBRAVE_OUTBOX_POLL_INTERVAL="0.2",
+        # Short leases: a claim or a start lost with the crash is due again within seconds.
+        GOBRAVE_CONTAINER_STOP_TIMEOUT="1",
+        GOBRAVE_OUTBOX_DELIVERY_TIMEOUT="5",
+        GOBRAVE_OUTBOX_LEASE_MARGIN="1",
+        GOBRAVE_OUTBOX_HANDOFF_TIMEOUT="3",
+        GOBRAVE_OUTBOX_LIVENESS_TIMEOUT="3",
+        GOBRAVE_QUEUE_POLL="0.05",
+        GOBRAVE_CONTAINER_RECONCILE_INTERVAL="1",
+    )
+
+    def manage(*args: str) -> None:
+        subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=REPO, env=env, check=True,
+            capture_output=True, timeout=120,
+        )  # fmt: skip
+
+    def counts() -> dict[str, int]:
+        rows = throwaway_pg.query(
+            "SELECT status, count(*) FROM containers_containerinstance GROUP BY status"
+        )
+        return dict(rows)
+
+    def rows() -> str:
+        return str(
+            throwaway_pg.query(
+                "SELECT id, aggregate_id, status, attempts, reclaims, left(last_error, 200)"
+                " FROM outbox_outboxevent ORDER BY id"
+            )
+        )
+
+    manage("migrate", "-v0")
+    manage("shell", "-c", SEED.format(engine=engine))
+    (tmp_path / "logs").mkdir()
+    app = App(logdir=tmp_path / "logs", env=env)
+    try:
+        app.dispatcher()
+        app.cluster("create")
+        app.cluster("control")
+        app.start("monitor", "run_monitor")
+        manage("shell", "-c", CREATE.format(count=4))
+        wait_for(lambda: counts() == {"running": 4}, timeout=60, message="4 running")
+        # Accepted (committed and flushed); their workers create, record the ids and wait
+        # at the engine's start, with every slot taken.
+        (engine / "block-start").touch()
+        manage("shell", "-c", CREATE.format(count=8))
+        calls = engine / "calls.log"
+        wait_for(
+            lambda: calls.read_text().count("\nstart ") >= 4 + 3,
+            timeout=60,
+            message="three starts waiting",
+            describe=rows,
+        )
+        (engine / "block-start").unlink()
+        throwaway_pg.crash()  # as they go on: their last commits may not be flushed yet
+        time.sleep(1)
+        throwaway_pg.start()
+        wait_for(
+            lambda: counts() == {"running": 12},
+            timeout=90,
+            message="12 running",
+            describe=lambda: f"{counts()}\n{rows()}",
+        )
+        wait_for(
+            lambda: (
+                throwaway_pg.query("SELECT count(*) FROM outbox_outboxevent WHERE status <> 'sent'")
+                == [(0,)]
+            ),
+            timeout=30,
+            message="every row sent",
+            describe=rows,
+        )
+        # One container per instance, each made once (the engine logs every new one).
+        made = sorted((engine / "created.log").read_text().split())
+        ids = throwaway_pg.query("SELECT id FROM containers_containerinstance")
+        assert made == sorted(f"gb-{i}" for (i,) in ids), f"{made}\n{rows()}"
+        running = [
+            json.loads(p.read_text())["status"] for p in (engine / "containers").glob("*.json")
+        ]
+        assert running == ["running"] * 12, f"{running}\n{rows()}"
     except BaseException:
         print(app.logs())
         raise
