@@ -5,8 +5,9 @@ database), the ORM broker, config.yml as shipped (``--config`` changes keys), go
 default connection pool; a gunicorn web server, one dispatcher, the ``create`` and
 ``control`` clusters and the monitor. One container at a time (so this is latency, not
 queueing): the bench notes the wall clock, POSTs a create of a busybox template
-(``gobrave-test-busybox:latest``, pull_policy never, ``sleep 600``), and reads the
-time of the instance's ``running`` transition from its history. Interleaved with each
+(``gobrave-test-busybox:latest``, pull_policy never, ``sleep 600``) on an HTTP
+connection it keeps open (as the SDK keeps its own), and reads the time of the
+instance's ``running`` transition from its history, once the engine said ``start``. Interleaved with each
 sample, the docker SDK's bare ``containers.create()`` + ``start()`` of the same image
 and command is timed. Every container carries ``io.gobrave.installation=<bench id>``
 and all are removed at the end.
