@@ -9,8 +9,8 @@ queueing): the bench notes the wall clock, POSTs a create of a busybox template
 connection it keeps open (as the SDK keeps its own), and reads the time of the
 instance's ``running`` transition from its history, once the engine said ``start``.
 Interleaved with each sample, the docker SDK's bare ``containers.create()`` +
-``start()`` of the same image and command is timed. Every container carries ``io.gobrave.installation=<bench id>``
-and all are removed at the end.
+``start()`` of the same image and command is timed. Every container carries
+``io.gobrave.installation=<bench id>`` and all are removed at the end.
 
     .venv/bin/python bench/end_to_end.py [--samples 50] [--config NAME:key=value,...]
 """
