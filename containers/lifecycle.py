@@ -102,7 +102,21 @@ def record(
 ) -> ContainerEvent:
     """Append one entry to the instance's history (on PostgreSQL a prepared INSERT,
     ``outbox.prepared.insert``)."""
-    event = ContainerEvent(
+    event = _entry(instance, kind, actor, message, from_status, to_status, data)
+    prepared.insert(event)
+    return event
+
+
+def _entry(
+    instance: ContainerInstance,
+    kind: str,
+    actor: str,
+    message: str,
+    from_status: str,
+    to_status: str,
+    data: dict[str, Any] | None,
+) -> ContainerEvent:
+    return ContainerEvent(
         instance_id=instance.id,
         instance_name=instance.name,
         kind=kind,
@@ -112,8 +126,6 @@ def record(
         actor=actor,
         data=data or {},
     )
-    prepared.insert(event)
-    return event
 
 
 # What a transition method may set (``ContainerInstance.mark_*``), saved by every move.
@@ -155,16 +167,8 @@ def move(
             target=target,
         )
     instance.transition_method(target)(**fields)
-    instance_save(instance, MOVED_FIELDS)
-    record(
-        instance,
-        kind=kind,
-        actor=actor,
-        message=message or instance.status_reason,
-        from_status=source,
-        to_status=target,
-        data=data,
-    )
+    entry = _entry(instance, kind, actor, message or instance.status_reason, source, target, data)
+    prepared.update_and_insert(instance, MOVED_FIELDS, entry)  # one statement on PostgreSQL
     log.info("instance %s %s -> %s by %s %s", instance.id, source, target, actor, message)
     if source in ACTIVE_SLOTS and target not in ACTIVE_SLOTS:
         outbox_release_deferred(queue=Queue.CREATE)

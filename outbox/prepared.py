@@ -85,6 +85,12 @@ def insert(obj: models.Model) -> None:
     if connection.vendor != "postgresql":
         obj.save(force_insert=True)
         return
+    sql, values = _insert_statement(obj)
+    _inserted(obj, execute(sql, values))
+
+
+def _insert_statement(obj: models.Model) -> tuple[str, dict]:
+    """``insert``'s statement (``RETURNING`` the primary key) and its parameters."""
     meta = obj._meta
     fields = [
         field
@@ -108,8 +114,13 @@ def insert(obj: models.Model) -> None:
             f"INSERT INTO {meta.db_table} ({columns}) VALUES ({', '.join(placeholders)})"
             f" RETURNING {meta.pk.column}"
         )
-    (pk,) = execute(_inserts[key], values).fetchone()
-    setattr(obj, meta.pk.attname, pk)
+    return _inserts[key], values
+
+
+def _inserted(obj: models.Model, cursor: psycopg.Cursor) -> None:
+    """Set what an executed ``_insert_statement`` returned on ``obj``, now saved."""
+    (pk,) = cursor.fetchone()
+    setattr(obj, obj._meta.pk.attname, pk)
     obj._state.adding, obj._state.db = False, connection.alias
 
 
@@ -122,10 +133,15 @@ def update(obj: models.Model, fields: tuple[str, ...]) -> int:
     as in the ORM (``auto_now``). Returns the rows updated (0: the row is gone). Sends no
     ``pre_save`` or ``post_save`` signal: only for models that have no receivers.
     """
-    meta = obj._meta
     if connection.vendor != "postgresql":
         obj.save(update_fields=list(fields))
         return 1
+    return execute(*_update_statement(obj, fields)).rowcount
+
+
+def _update_statement(obj: models.Model, fields: tuple[str, ...]) -> tuple[str, dict]:
+    """``update``'s statement and its parameters (``v0``, ``v1``... and ``pk``)."""
+    meta = obj._meta
     chosen = [meta.get_field(name) for name in fields]
     values = {
         f"v{i}": field.get_db_prep_save(field.pre_save(obj, add=False), connection)
@@ -139,7 +155,22 @@ def update(obj: models.Model, fields: tuple[str, ...]) -> int:
         )
         column = connection.ops.quote_name(meta.pk.column)
         _updates[key] = f"UPDATE {meta.db_table} SET {sets} WHERE {column} = %(pk)s"
-    return execute(_updates[key], {**values, "pk": obj.pk}).rowcount
+    return _updates[key], {**values, "pk": obj.pk}
+
+
+def update_and_insert(obj: models.Model, fields: tuple[str, ...], new: models.Model) -> None:
+    """``update(obj, fields)`` and then ``insert(new)``: on PostgreSQL one prepared
+    statement (the UPDATE in a CTE; one round trip for a state change and its history
+    entry), the ORM's two saves elsewhere. The caller holds ``obj``'s row lock."""
+    if connection.vendor != "postgresql":
+        update(obj, fields)
+        insert(new)
+        return
+    changed, changes = _update_statement(obj, fields)
+    added, values = _insert_statement(new)
+    if set(changes) & set(values):
+        raise ValueError(f"update_and_insert: parameter names clash ({set(changes) & set(values)})")
+    _inserted(new, execute(f"WITH updated AS ({changed}) {added}", {**changes, **values}))
 
 
 _compiled: dict[object, tuple[type[models.Model], str, list, dict[int, str]]] = {}

@@ -1,6 +1,6 @@
 """The lifecycle's hot statements (prepared on PostgreSQL): ``instance_lock`` (every request
 and handler step locks and reads its instance with it), ``instance_save`` (every move),
-``record`` (every history entry) and ``container_id_record``."""
+``record`` (every history entry), ``move`` (both at once) and ``container_id_record``."""
 
 from __future__ import annotations
 
@@ -80,6 +80,25 @@ def test_a_move_saves_what_its_transition_set(postgres):
     stored = ContainerInstance.objects.get(pk=instance.pk)
     assert (stored.status, stored.status_reason, stored.exit_code) == ("failed", "it broke", 7)
     assert stored.finished_at is not None and stored.status_changed_at == locked.status_changed_at
+
+
+@pytest.mark.django_db
+def test_a_move_and_its_history_entry_are_one_statement(postgres):
+    """The state change and its history entry go to the server together (one prepared
+    statement, the UPDATE in a CTE), and both are stored as the ORM would read them."""
+    from django.test.utils import CaptureQueriesContext
+
+    instance = InstanceFactory(status="running")
+    with transaction.atomic():
+        locked = instance_lock(instance.pk)
+        with CaptureQueriesContext(connection) as seen:
+            move(locked, "stopped", actor="t", message="asked", exit_code=0)
+    statements = [q["sql"] for q in seen.captured_queries]
+    assert len(statements) == 1 and statements[0].startswith("WITH updated AS (UPDATE"), statements
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    assert (stored.status, stored.exit_code) == ("stopped", 0)
+    entry = ContainerEvent.objects.get(instance_id=instance.pk, to_status="stopped")
+    assert (entry.from_status, entry.message, entry.actor) == ("running", "asked", "t")
 
 
 @pytest.mark.django_db
