@@ -131,16 +131,19 @@ def throwaway_pg(postgres):
     server.destroy()
 
 
-def test_postgres_restart_under_dispatcher_clusters_and_monitor(throwaway_pg, tmp_path):
-    engine = tmp_path / "engine"
+def _app_on(server: ThrowawayPostgres, tmp_path, **env_extra: str):
+    """The app on the test's own PostgreSQL ``server`` and the fake engine in
+    ``tmp_path/engine``, migrated and seeded, its processes not started yet; with
+    ``manage(*args)`` and ``counts()`` (instances by status) for it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GOBRAVE_")}
     env.update(
-        DATABASE_URL=throwaway_pg.url,
+        DATABASE_URL=server.url,
         DATABASE_POOL_MAX="0",
         PYTHONUNBUFFERED="1",
         GOBRAVE_OUTBOX_POLL_INTERVAL="0.2",
         GOBRAVE_QUEUE_POLL="0.05",
         GOBRAVE_CONTAINER_RECONCILE_INTERVAL="1",
+        **env_extra,
     )
 
     def manage(*args: str) -> None:
@@ -150,15 +153,20 @@ def test_postgres_restart_under_dispatcher_clusters_and_monitor(throwaway_pg, tm
         )  # fmt: skip
 
     def counts() -> dict[str, int]:
-        rows = throwaway_pg.query(
+        rows = server.query(
             "SELECT status, count(*) FROM containers_containerinstance GROUP BY status"
         )
         return dict(rows)
 
     manage("migrate", "-v0")
-    manage("shell", "-c", SEED.format(engine=engine))
+    manage("shell", "-c", SEED.format(engine=tmp_path / "engine"))
     (tmp_path / "logs").mkdir()
-    app = App(logdir=tmp_path / "logs", env=env)
+    return App(logdir=tmp_path / "logs", env=env), manage, counts
+
+
+def test_postgres_restart_under_dispatcher_clusters_and_monitor(throwaway_pg, tmp_path):
+    engine = tmp_path / "engine"
+    app, manage, counts = _app_on(throwaway_pg, tmp_path)
     try:
         app.dispatcher()
         app.cluster("create")
@@ -213,33 +221,16 @@ def test_a_database_crash_under_creates_loses_no_accepted_request(throwaway_pg, 
     workers run creates whose writes commit without waiting for the flush: every accepted
     create still ends running, each with one container, and every row is sent."""
     engine = tmp_path / "engine"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GOBRAVE_")}
-    env.update(
-        DATABASE_URL=throwaway_pg.url,
-        DATABASE_POOL_MAX="0",
-        PYTHONUNBUFFERED="1",
-        GOBRAVE_OUTBOX_POLL_INTERVAL="0.2",
+    app, manage, counts = _app_on(
+        throwaway_pg,
+        tmp_path,
         # Short leases: a claim or a start lost with the crash is due again within seconds.
         GOBRAVE_CONTAINER_STOP_TIMEOUT="1",
         GOBRAVE_OUTBOX_DELIVERY_TIMEOUT="5",
         GOBRAVE_OUTBOX_LEASE_MARGIN="1",
         GOBRAVE_OUTBOX_HANDOFF_TIMEOUT="3",
         GOBRAVE_OUTBOX_LIVENESS_TIMEOUT="3",
-        GOBRAVE_QUEUE_POLL="0.05",
-        GOBRAVE_CONTAINER_RECONCILE_INTERVAL="1",
     )
-
-    def manage(*args: str) -> None:
-        subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=REPO, env=env, check=True,
-            capture_output=True, timeout=120,
-        )  # fmt: skip
-
-    def counts() -> dict[str, int]:
-        rows = throwaway_pg.query(
-            "SELECT status, count(*) FROM containers_containerinstance GROUP BY status"
-        )
-        return dict(rows)
 
     def rows() -> str:
         return str(
@@ -249,10 +240,6 @@ def test_a_database_crash_under_creates_loses_no_accepted_request(throwaway_pg, 
             )
         )
 
-    manage("migrate", "-v0")
-    manage("shell", "-c", SEED.format(engine=engine))
-    (tmp_path / "logs").mkdir()
-    app = App(logdir=tmp_path / "logs", env=env)
     try:
         app.dispatcher()
         app.cluster("create")
