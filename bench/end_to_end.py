@@ -79,20 +79,15 @@ class Client:
     it while idle (gunicorn's keep-alive timeout)."""
 
     def __init__(self, port: int) -> None:
-        self.port, self.conn = port, None
+        self.port = port
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
 
     def post(self, token: str, path: str, body: dict):
-        for fresh in (False, True):
-            if self.conn is None or fresh:
-                if self.conn is not None:
-                    self.conn.close()
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-            try:
-                return request(self.port, token, "POST", path, body, conn=self.conn)
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-                if fresh:
-                    raise
-        raise AssertionError("unreachable")
+        try:
+            return request(self.port, token, "POST", path, body, conn=self.conn)
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            self.conn.close()  # http.client opens a new socket for the next request
+            return request(self.port, token, "POST", path, body, conn=self.conn)
 
 
 def gobrave_sample(client: Client, token: str, procs, engine=None) -> dict:
