@@ -263,20 +263,21 @@ def test_other_tasks_go_through_ormq_in_the_callers_transaction_and_run_once(bro
     assert broker.dequeue() is None
 
 
+def _synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return cursor.fetchone()[0]
+
+
 def test_a_claim_commits_without_a_wal_flush_but_a_taken_task_waits_for_it(broker):
     """The claim's transaction is asynchronous (a lost claim only rolls its rows back);
     one that also took a task out of OrmQ is made synchronous again (at most once)."""
 
-    def synchronous_commit() -> str:
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW synchronous_commit")
-            return cursor.fetchone()[0]
-
     enqueue()
     with transaction.atomic():  # seen from inside the claim's transaction
         assert relay.claim("probe", 16)
-        assert synchronous_commit() == "off"
-    assert synchronous_commit() == "on"  # LOCAL: the session keeps the server's setting
+        assert _synchronous_commit() == "off"
+    assert _synchronous_commit() == "on"  # LOCAL: the session keeps the server's setting
     from django.test.utils import CaptureQueriesContext
 
     def dequeue_sql() -> list[str]:
@@ -288,12 +289,6 @@ def test_a_claim_commits_without_a_wal_flush_but_a_taken_task_waits_for_it(broke
     assert "SET LOCAL synchronous_commit = on" not in dequeue_sql()  # a claim only
     async_task("math.floor", 1.5, cluster="probe", save=False)
     assert "SET LOCAL synchronous_commit = on" in dequeue_sql()
-
-
-def _synchronous_commit() -> str:
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW synchronous_commit")
-        return cursor.fetchone()[0]
 
 
 def test_a_worker_task_commits_without_a_wal_flush_set_once_per_connection():
