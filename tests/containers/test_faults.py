@@ -164,14 +164,19 @@ def _app_on(server: ThrowawayPostgres, tmp_path, **env_extra: str):
     return App(logdir=tmp_path / "logs", env=env), manage, counts
 
 
+def _start_all(app: App) -> None:
+    """The dispatcher, both clusters and the monitor."""
+    app.dispatcher()
+    app.cluster("create")
+    app.cluster("control")
+    app.start("monitor", "run_monitor")
+
+
 def test_postgres_restart_under_dispatcher_clusters_and_monitor(throwaway_pg, tmp_path):
     engine = tmp_path / "engine"
     app, manage, counts = _app_on(throwaway_pg, tmp_path)
     try:
-        app.dispatcher()
-        app.cluster("create")
-        app.cluster("control")
-        app.start("monitor", "run_monitor")
+        _start_all(app)
         manage("shell", "-c", CREATE.format(count=5))
         wait_for(lambda: counts() == {"running": 5}, timeout=60, message="5 running")
 
@@ -241,10 +246,7 @@ def test_a_database_crash_under_creates_loses_no_accepted_request(throwaway_pg, 
         )
 
     try:
-        app.dispatcher()
-        app.cluster("create")
-        app.cluster("control")
-        app.start("monitor", "run_monitor")
+        _start_all(app)
         manage("shell", "-c", CREATE.format(count=4))
         wait_for(lambda: counts() == {"running": 4}, timeout=60, message="4 running")
         # Accepted (committed and flushed); their workers create, record the ids and wait
