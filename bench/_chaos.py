@@ -156,7 +156,7 @@ class Keeper(threading.Thread):
 
 
 class SlotSampler(threading.Thread):
-    """Counts slots as ``containers.slots`` defines them, in one snapshot each time
+    """Counts slots as ``containers.requests.slots`` defines them, in one snapshot each time
     (REPEATABLE READ: the instance and outbox reads agree), every ``interval``."""
 
     def __init__(self, cap: int, interval: float = 0.05) -> None:
@@ -169,7 +169,7 @@ class SlotSampler(threading.Thread):
 
     def sample(self) -> bool:
         from containers.models import ContainerInstance
-        from containers.slots import slot_count
+        from containers.requests.slots import slot_count
         from containers.states import ACTIVE_SLOTS
         from outbox.models import OutboxEvent
 
@@ -258,7 +258,7 @@ class Traffic(threading.Thread):
         return kind, random.choice(pool)
 
     def request(self, kind: str, instance_id: str | None) -> None:
-        from containers import services
+        from containers.requests import services
         from core.errors import DomainError
 
         owner = random.choice(self.owners)

@@ -25,7 +25,7 @@ Then, with faults and traffic stopped and everything quiet, it checks: every acc
 request ended in the state its last request asks for (``failed`` only with a reason,
 listed), no instance has two containers, no container of ours lacks an instance, no
 outbox row is ``processing`` past its lease, the concurrency cap was never exceeded
-(slots sampled every 50 ms as ``containers.slots`` counts them), every DAG run
+(slots sampled every 50 ms as ``containers.requests.slots`` counts them), every DAG run
 finished. It prints requests by kind, faults by kind with their recoveries, and the
 violations (the exit status is 1 when there is any).
 

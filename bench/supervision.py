@@ -117,7 +117,7 @@ def main() -> int:
 
             from containers.engines.fake import FakeEngine
             from containers.models import ContainerInstance
-            from containers.services import container_create_by_template
+            from containers.requests.services import container_create_by_template
             from core.models import Counter
 
             print(

@@ -1,7 +1,7 @@
 # isort: skip_file
 """gobrave's WSGI app with the create limit check switched off (bench baseline only).
 
-``containers.services.container_create_by_template`` takes the global ``admission`` gate
+``containers.requests.services.container_create_by_template`` takes the global ``admission`` gate
 and counts ``pending`` instances under it, in one call (``_admission_pending``). Here it
 is patched away in this process only: no gate, and the count answers 0 without a query.
 The rest of the create (runtime choice, spec, instance, history, outbox row, NOTIFY,
@@ -11,6 +11,6 @@ check.
 
 from gobrave.wsgi import application  # noqa: F401 - sets Django up first
 
-import containers.services as services  # noqa: E402
+import containers.requests.services as services  # noqa: E402
 
 services._admission_pending = lambda: 0

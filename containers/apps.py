@@ -9,6 +9,6 @@ class ContainersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from containers import handlers
+        from containers.execution import handlers
 
         handlers.register()

@@ -93,7 +93,7 @@ class MountRefused(InvalidSpec):
     ``message`` names only the template's volume (``volumes[0]``, its target): it is what
     a user may read. ``operator_message`` names the host path and the rule it broke; it
     goes to the log, the outbox row's ``last_error``, the admin and, through
-    ``containers.redaction``, to API callers who may see the engines (so does
+    ``containers.spec.redaction``, to API callers who may see the engines (so does
     ``details["path"]``).
     """
 

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connection
 
 from containers.models import Installation
-from outbox import prepared
+from core import prepared
 
 # What an installation's id was before ids were made per installation; a database that
 # already held instances at the upgrade keeps it (its containers carry that label).

@@ -26,7 +26,7 @@ class Runtime(models.Model):
     ``enabled`` runtimes receive new instances. The local engine's row is created by a
     migration. The object that talks to the engine is got with
     ``containers.engines.engine_for(runtime)``; the ``health*`` fields cache what the
-    last check found (written only by ``containers.health.runtime_health_record``).
+    last check found (written only by ``containers.execution.health.runtime_health_record``).
     ``workspace_driver`` says how owners' workspaces are made on this engine: a named
     volume (the default, the only choice for a remote engine) or a directory under
     ``workspace_root`` (an engine on this host, ``is_local``).
@@ -54,7 +54,7 @@ class Runtime(models.Model):
         max_length=16, choices=WorkspaceDriver.choices, default=WorkspaceDriver.VOLUME
     )
     node_name = models.CharField(max_length=255, blank=True)
-    # The engine's health as last checked (``containers.health``): pages show these and
+    # The engine's health as last checked (``containers.execution.health``): pages show these and
     # never ask the engine themselves.
     health = models.CharField(max_length=16, choices=Health.choices, default=Health.UNKNOWN)
     health_checked_at = models.DateTimeField(null=True, blank=True)
@@ -90,13 +90,13 @@ class ContainerTemplate(models.Model):
     """What to run: image, command, env, volumes, resources and where it may run.
 
     ``env``, ``command`` and volume paths may use runtime variables (``$OWNER_ID``,
-    ``${INSTANCE_ID}``...), expanded per instance at request time (``containers.spec``).
+    ``${INSTANCE_ID}``...), expanded per instance at request time (``containers.spec.resolve``).
     ``volumes`` is a list of ``{"source", "target", "read_only"}``; ``resources`` holds
     ``cpu`` (cores) and ``memory`` (bytes or "256m"); ``constraints`` maps runtime label
     names to required values. Users see and use a template only while it is ``enabled``
     and, when ``allowed_groups`` is not empty, only if they belong to one of those groups
     (``containers.access``). ``user_env`` says which env keys users may set and
-    ``secret_env`` which ``env`` values they never see (``containers.env_policy``).
+    ``secret_env`` which ``env`` values they never see (``containers.spec.env_policy``).
     """
 
     class ImageStatus(models.TextChoices):
@@ -337,7 +337,8 @@ class MonitorCursor(models.Model):
     ``time_nano`` is the engine time of the last applied event; the stream is reopened
     from it (``since`` is inclusive, at whole-second granularity on Docker), and
     ``seen`` holds the keys of the events already applied at exactly ``time_nano`` so
-    that their replay is recognised as a duplicate. Written only by ``containers.monitor``.
+    that their replay is recognised as a duplicate. Written only by
+    ``containers.execution.monitor``.
     """
 
     runtime = models.OneToOneField(Runtime, on_delete=models.CASCADE, related_name="cursor")
@@ -371,10 +372,10 @@ class Workspace(models.Model):
 
     A row means the volume or directory exists there, owned by the owner's uid and gid
     with mode 2770: the worker makes it before the first create that mounts it, and
-    later creates find the row and pay nothing (``containers.workspaces``). Never
+    later creates find the row and pay nothing (``containers.execution.workspaces``). Never
     deleted by gobrave: it holds the owner's files. The same rows record the volumes
     gobrave adds to a spec and owns like a workspace (a DAG run's ``/dag``): those go,
-    row first, with their volume (``containers.housekeeping.volume_remove``).
+    row first, with their volume (``containers.execution.housekeeping.volume_remove``).
     """
 
     runtime = models.ForeignKey(Runtime, on_delete=models.CASCADE, related_name="workspaces")

@@ -24,11 +24,11 @@ from containers.models import (
     OrphanContainer,
     Runtime,
 )
-from containers.slots import slot_count
+from containers.requests.slots import slot_count
 from containers.states import Status
+from core import prepared
 from core.counters import counter_rows, counters_since
 from core.ids import db_id
-from outbox import prepared
 from outbox.counters import RelayStat
 from outbox.models import OutboxEvent, OutboxStatus
 from outbox.selectors import outbox_counts

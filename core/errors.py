@@ -2,7 +2,7 @@
 
 A domain error is a request refused for a reason the caller can act on. Each app keeps
 its own errors in its own ``errors.py``, all subclasses of ``DomainError``; the API's
-exception handler (``gobrave.api_errors``) maps any of them to its ``http_status`` and
+exception handler (``core.api.errors``) maps any of them to its ``http_status`` and
 the stable shape ``{"error": {"code", "message", "details"}}``, the admin and the
 commands show ``message``.
 """

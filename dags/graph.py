@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from containers.errors import InvalidSpec
-from containers.spec import clean_command, clean_env
+from containers.spec.resolve import clean_command, clean_env
 from dags.errors import DagInvalid
 
 MAX_NODES = 200

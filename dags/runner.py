@@ -42,13 +42,13 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from containers.errors import OwnerQuotaExceeded, QueueFull
-from containers.housekeeping import containers_remove_unowned, volume_remove
+from containers.execution.housekeeping import containers_remove_unowned, volume_remove
 from containers.models import ContainerInstance
-from containers.services import (
+from containers.placement.choice import runtime_select
+from containers.requests.services import (
     container_create_by_template,
     container_delete,
     container_stop,
-    runtime_select,
 )
 from containers.states import IN_FLIGHT, Status
 from core.errors import DomainError

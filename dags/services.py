@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from containers.errors import NotFound as ContainerNotFound
 from containers.models import ContainerTemplate
 from containers.selectors import template_get
-from containers.spec import template_snapshot
+from containers.spec.resolve import template_snapshot
 from dags.errors import DagInvalid, InvalidTransition, NotFound
 from dags.graph import clean_nodes, topological
 from dags.history import advance_soon, node_move, record, run_move

@@ -1,6 +1,6 @@
 """Django settings for gobrave.
 
-Reads ``config.yml`` once (``gobrave.config``), chooses the database from
+Reads ``config.yml`` once (``core.config``), chooses the database from
 ``DATABASE_URL`` (SQLite file when unset) and derives django-q2's two clusters from
 the container and outbox sections, so that a task can never outlive its outbox lease.
 """
@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from gobrave.config import ConfigError, load_config
+from core.config import ConfigError, load_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -121,7 +121,7 @@ def _database(url: str | None) -> dict:
     pool_max = int(os.environ.get("DATABASE_POOL_MAX", "10"))
     options: dict = {"application_name": os.environ.get("GOBRAVE_APP_NAME", "gobrave")}
     if os.environ.get("DATABASE_PREPARED_STATEMENTS", "1") != "0":
-        # The relay's own hot statements only (``outbox.prepared``): Django's ORM binds on
+        # The relay's own hot statements only (``core.prepared``): Django's ORM binds on
         # the client and never prepares. 0 for a pooler that cannot keep them.
         options["prepare_threshold"] = 5
     if pool_max > 0:
@@ -161,22 +161,26 @@ STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns at start when it is missing
 
+# What a caller may see of a domain error (core.api.errors): users never get host paths
+# or engine addresses.
+API_ERROR_FOR_CALLER = "containers.spec.redaction.error_for"
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "gobrave.api_defaults.TokenAuthentication",
-        "gobrave.api_defaults.SessionAuthentication",
+        "tenants.authentication.TokenAuthentication",
+        "tenants.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["gobrave.api_permissions.ModelPermissions"],
+    "DEFAULT_PERMISSION_CLASSES": ["core.api.permissions.ModelPermissions"],
     # Rates from config.yml (api.throttle_create, api.throttle_write); empty: off.
     "DEFAULT_THROTTLE_CLASSES": [
-        "gobrave.api_throttles.CreateThrottle",
-        "gobrave.api_throttles.WriteThrottle",
+        "core.api.throttles.CreateThrottle",
+        "core.api.throttles.WriteThrottle",
     ],
-    "DEFAULT_PARSER_CLASSES": ["gobrave.api_defaults.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["core.api.defaults.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "gobrave.api_defaults.Pagination",
+    "DEFAULT_PAGINATION_CLASS": "core.api.defaults.Pagination",
     "PAGE_SIZE": 50,
-    "EXCEPTION_HANDLER": "gobrave.api_errors.exception_handler",
+    "EXCEPTION_HANDLER": "core.api.errors.exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -189,7 +193,7 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": "/api/",
-    "PREPROCESSING_HOOKS": ["gobrave.api_defaults.exclude_schema_views"],
+    "PREPROCESSING_HOOKS": ["core.api.defaults.exclude_schema_views"],
     # Swagger UI and Redoc from drf-spectacular-sidecar's static files, never a CDN.
     # The schema and the docs need a login (a token or a session), like the API itself.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],

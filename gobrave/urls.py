@@ -39,5 +39,5 @@ urlpatterns = [
 ]
 
 # Under /api/, Django's own 404 and 500 pages answer in the API's error shape too.
-handler404 = "gobrave.api_errors.page_not_found"
-handler500 = "gobrave.api_errors.server_error"
+handler404 = "core.api.errors.page_not_found"
+handler500 = "core.api.errors.server_error"

@@ -51,8 +51,8 @@ from django_q.conf import Conf
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
-from core import counters
-from outbox import conf, forking, listen, liveness, prepared, relay
+from core import counters, prepared
+from outbox import conf, forking, listen, liveness, relay
 from outbox.models import OutboxEvent
 
 log = logging.getLogger(__name__)

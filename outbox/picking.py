@@ -31,7 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
-from outbox import prepared
+from core import prepared
 from outbox.models import FairnessMark, OutboxEvent, sources_of
 
 _T = OutboxEvent._meta.db_table

@@ -28,8 +28,9 @@ from django.db.models import CharField, Exists, F, Max, OuterRef, Value
 from django.db.models.functions import Cast, Concat, Now
 from django.utils import timezone
 
+from core import prepared
 from core.counters import counter_add
-from outbox import conf, hooks, picking, prepared, registry, stopping
+from outbox import conf, hooks, picking, registry, stopping
 from outbox.counters import RelayStat
 from outbox.heartbeat import Heartbeat
 from outbox.models import UNFINISHED, FairnessMark, OutboxEvent, OutboxStatus

@@ -7,7 +7,8 @@ import logging
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from outbox import conf, prepared, registry
+from core import prepared
+from outbox import conf, registry
 from outbox.errors import NotRetriable, OutboxRowNotFound
 from outbox.models import OutboxEvent, OutboxStatus
 from outbox.outcomes import Outcome
@@ -135,7 +136,7 @@ def outbox_release_deferred(*, queue: str) -> int:
     """A capacity slot freed: make the rows deferred on ``queue`` due now, and wake.
 
     Runs on every exit from a slot (each create or start that settles): on PostgreSQL
-    one prepared statement (``outbox.prepared``) that releases and notifies.
+    one prepared statement (``core.prepared``) that releases and notifies.
     """
     if conf.is_postgres(connection):
         params = {

@@ -18,7 +18,7 @@ from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.models import ContentType
 
-from outbox import prepared
+from core import prepared
 
 
 @functools.cache  # the tables never change in a process: built once, not per request

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 
-from outbox import prepared
+from core import prepared
 from tenants.models import GroupQuota, UserQuota
 
 QUOTA_KEYS = ("max_pending_per_owner", "max_instances_per_owner")
@@ -66,7 +66,7 @@ def _token_sql() -> str:
 
 def token_with_user(key: str):
     """The API token ``key`` and its user, or None (one prepared statement on
-    PostgreSQL: every API request authenticates; ``outbox.prepared``)."""
+    PostgreSQL: every API request authenticates; ``core.prepared``)."""
     row = prepared.execute(_token_sql(), {"key": key}).fetchone()
     if row is None:
         return None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gobrave.config import SCHEMA, ConfigError, load_config
+from core.config import SCHEMA, ConfigError, load_config
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,5 +1,6 @@
-"""Input and output serializers for the containers API. Serializers validate and render; the
-services in ``containers.services`` and ``containers.template_services`` do the writes.
+"""Input and output serializers for the containers API. Serializers validate and render;
+the services in ``containers.requests.services`` and ``containers.spec.template_services``
+do the writes.
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from containers import redaction
-from containers.env_policy import MAX_USER_KEYS, MAX_USER_VALUE
 from containers.models import (
     ContainerEvent,
     ContainerInstance,
@@ -19,6 +18,8 @@ from containers.models import (
     Runtime,
 )
 from containers.selectors import INSTANCE_ORDERINGS
+from containers.spec import redaction
+from containers.spec.env_policy import MAX_USER_KEYS, MAX_USER_VALUE
 from containers.states import Status
 
 # --- shared -----------------------------------------------------------------------------
@@ -136,7 +137,7 @@ class RuntimeRefSerializer(NamedRefSerializer):
 
 class ForViewer:
     """Renders for ``context["viewer"]`` (the caller): what users never see is taken out
-    (``containers.redaction``). Without a viewer, as for the least privileged."""
+    (``containers.spec.redaction``). Without a viewer, as for the least privileged."""
 
     def viewer(self):
         return self.context.get("viewer")

@@ -1,7 +1,7 @@
 """The containers REST API. Views are thin: validate input, call a selector or a service,
-render. Errors are raised (``DomainError`` or DRF's) and shaped by ``gobrave.api_errors``.
+render. Errors are raised (``DomainError`` or DRF's) and shaped by ``core.api.errors``.
 
-Who may do what is ``containers.access`` (and ``gobrave.api_permissions`` for the
+Who may do what is ``containers.access`` (and ``core.api.permissions`` for the
 permission each action needs): a user sees and acts on their own instances; another
 user's instance answers 404 exactly as a missing one does, unless the caller holds
 ``view_containerinstance`` (then acting on it needs ``change_containerinstance``, else
@@ -23,22 +23,23 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 from rest_framework.views import APIView
 
-from containers import access, selectors, template_services
+from containers import access, selectors
 from containers.actors import user_actor
 from containers.api import serializers as s
 from containers.engines import calls
 from containers.engines.base import EngineError
 from containers.errors import EngineUnavailable, NotFound, TemplateUnavailable
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
-from containers.services import (
+from containers.requests.services import (
     RequestResult,
     container_create_by_template,
     container_delete,
     container_start,
     container_stop,
 )
-from gobrave.api_defaults import JSONParser
-from gobrave.api_errors import RETRY_AFTER, error_responses
+from containers.spec import template_services
+from core.api.defaults import JSONParser
+from core.api.errors import RETRY_AFTER, error_responses
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def _actor(request) -> str:
 
 
 def _viewer(request) -> dict:
-    """Serializer context: render for this caller (``containers.redaction``)."""
+    """Serializer context: render for this caller (``containers.spec.redaction``)."""
     return {"viewer": request.user}
 
 
@@ -103,7 +104,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
     """Container instances: list, get, create, start, stop, delete, history and logs."""
 
     parser_classes = [JSONParser]
-    throttle_creates = True  # POST here is a create (gobrave.api_throttles.CreateThrottle)
+    throttle_creates = True  # POST here is a create (core.api.throttles.CreateThrottle)
     serializer_class = s.InstanceOutputSerializer
     queryset = ContainerInstance.objects.none()  # the schema's path type; rows come below
 

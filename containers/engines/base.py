@@ -80,7 +80,7 @@ class ContainerSpec:
     pull_policy: str = "if_not_present"  # never | if_not_present | always
     user: str | None = None  # "uid:gid"; None: the image's user
     group_add: list[str] = field(default_factory=list)
-    # Hardening (containers.hardening): every capability is dropped, then cap_add given.
+    # Hardening (containers.spec.hardening): every capability is dropped, then cap_add given.
     cap_add: list[str] = field(default_factory=list)
     no_new_privileges: bool = True
     pids_limit: int | None = None

@@ -3,7 +3,7 @@
 Reads of the database live in ``containers.selectors``; this module is where a request
 path talks to an engine, beside the engines themselves. ``bounded_call`` runs a call on
 a helper thread so that an engine that hangs never hangs a page; what pages show about
-an engine's health is the cached record on its ``Runtime`` row (``containers.health``).
+an engine's health is the cached record on its ``Runtime`` row (``containers.execution.health``).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from containers import redaction
 from containers.api.serializers import ForViewer, StoredJSONField, TemplateRefField
+from containers.spec import redaction
 from dags.models import DagEvent, DagNodeRun, DagRun, DagTemplate
 from dags.states import RunStatus
 

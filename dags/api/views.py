@@ -18,12 +18,12 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
 from containers.actors import user_actor
+from core.api.defaults import JSONParser
+from core.api.errors import error_responses
 from dags import selectors, services
 from dags.api import serializers as s
 from dags.errors import NotFound
 from dags.models import DagNodeRun, DagRun, DagTemplate
-from gobrave.api_defaults import JSONParser
-from gobrave.api_errors import error_responses
 
 
 def _actor(request) -> str:

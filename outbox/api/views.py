@@ -8,9 +8,9 @@ from rest_framework import exceptions, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from core.api.defaults import JSONParser
+from core.api.errors import error_responses
 from core.ids import db_id
-from gobrave.api_defaults import JSONParser
-from gobrave.api_errors import error_responses
 from outbox import selectors
 from outbox.api import serializers as s
 from outbox.models import OutboxEvent

@@ -18,7 +18,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from containers.models import ContainerEvent, ContainerInstance, Runtime
-from containers.services import container_create_by_template
+from containers.requests.services import container_create_by_template
 from containers.states import Status
 from core.models import Counter
 from tests.admin.conftest import make_user, unavailable

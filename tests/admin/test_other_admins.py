@@ -12,7 +12,7 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 from django.utils import timezone
 
-from containers.health import runtime_health_record
+from containers.execution.health import runtime_health_record
 from containers.models import ContainerEvent, ContainerTemplate, OrphanContainer, Runtime
 from outbox.models import OutboxEvent, OutboxStatus
 from tests.admin.conftest import make_user

@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from containers.errors import InvalidSpec
-from containers.image_refs import clean_image
 from containers.models import ContainerInstance, ContainerTemplate
-from containers.spec import clean_template_fields, parse_memory
+from containers.spec.image_refs import clean_image
+from containers.spec.resolve import clean_template_fields, parse_memory
 from tests.api.helpers import assert_error
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from containers.health import runtime_health_record
+from containers.execution.health import runtime_health_record
 from containers.models import Runtime
 
 pytestmark = pytest.mark.django_db

@@ -115,7 +115,7 @@ def test_unexpected_error_is_a_logged_500_in_our_shape(alice, monkeypatch, caplo
         raise RuntimeError("bug")
 
     monkeypatch.setattr(selectors, "queue_stats", broken)
-    with caplog.at_level(logging.ERROR, logger="gobrave.api_errors"):
+    with caplog.at_level(logging.ERROR, logger="core.api.errors"):
         response = alice.get("/api/queue/")
     error = assert_error(response, 500, "server_error")
     assert "bug" not in error["message"]  # no internals leak
@@ -125,7 +125,7 @@ def test_unexpected_error_is_a_logged_500_in_our_shape(alice, monkeypatch, caplo
 def test_throttled_requests_answer_429_with_retry_after():
     from rest_framework.exceptions import Throttled
 
-    from gobrave.api_errors import exception_handler
+    from core.api.errors import exception_handler
 
     response = exception_handler(Throttled(wait=0.2), {})
     assert response.status_code == 429

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from containers.lifecycle import record
+from containers.requests.lifecycle import record
 from outbox.models import OutboxEvent
 from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory, UserFactory
 

@@ -24,7 +24,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from containers.services import container_create_by_template
+from containers.requests.services import container_create_by_template
 from core.counters import counters_buffer_stop
 from gobrave.wsgi import application
 from tests.factories import InstanceFactory, UserFactory

@@ -6,7 +6,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from gobrave.api_defaults import TokenAuthentication
+from tenants.authentication import TokenAuthentication
 from tests.api.helpers import assert_error, token_client
 from tests.factories import UserFactory
 

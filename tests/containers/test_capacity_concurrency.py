@@ -4,7 +4,7 @@ Workers (threads, each on its own connection) claim and run creates that fail on
 come due again fast, so claims of retries (which take the gate in the claim) and fresh
 creates' gates (which take it under an instance's row lock) run at the same time. No
 lock cycle (PostgreSQL would abort one with a deadlock), and a sampler that counts slots
-as contract §4 defines them (``containers.slots``) never sees more than the cap.
+as contract §4 defines them (``containers.requests.slots``) never sees more than the cap.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from django.db import connection
 
 from containers.engines import engine_for
 from containers.models import ContainerInstance
-from containers.services import container_create_by_template
-from containers.slots import slot_count
+from containers.requests.services import container_create_by_template
+from containers.requests.slots import slot_count
 from outbox import relay
 from outbox.models import OutboxEvent
 from tests.processes import outbox_rows, wait_for

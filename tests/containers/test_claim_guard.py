@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from containers.lifecycle import claims_within_capacity
 from containers.models import ContainerInstance
+from containers.requests.lifecycle import claims_within_capacity
 from outbox.models import OutboxEvent
 from tests.factories import InstanceFactory
 

@@ -16,7 +16,7 @@ import pytest
 
 from containers.engines import engine_for
 from containers.models import ContainerInstance
-from containers.services import container_create_by_template
+from containers.requests.services import container_create_by_template
 from outbox.models import OutboxEvent
 from tests.factories import TemplateFactory
 from tests.processes import outbox_rows as rows

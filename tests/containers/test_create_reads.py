@@ -8,7 +8,8 @@ from django.contrib.auth.models import Group
 
 from containers.installation import installation_id
 from containers.models import Installation
-from containers.services import container_create_by_template, runtime_select
+from containers.placement.choice import runtime_select
+from containers.requests.services import container_create_by_template
 from tests.factories import RuntimeFactory, TemplateFactory
 
 pytestmark = pytest.mark.django_db
@@ -71,7 +72,7 @@ def test_a_template_is_read_by_name_or_id_for_the_users_it_is_open_to(postgres, 
 
 def test_the_admission_gate_is_made_again_when_its_row_went_missing(postgres, template, owner):
     from containers.models import ContainerInstance, Gate
-    from containers.services import _admission_pending
+    from containers.requests.services import _admission_pending
 
     Gate.objects.filter(name="admission").delete()
     created = container_create_by_template(template=template, owner=owner, actor="t")

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from gobrave.config import SECURITY_DEFAULTS
+from core.config import SECURITY_DEFAULTS
 from tests.containers.conftest import _unavailable
 from tests.containers.test_docker_lifecycle import create, reaches
 from tests.containers.test_docker_workspaces import logs, said

@@ -13,7 +13,7 @@ import pytest
 
 from containers.errors import NoMatchingRuntime
 from containers.models import ContainerEvent, ContainerInstance, ContainerTemplate
-from containers.services import (
+from containers.requests.services import (
     container_create_by_template,
     container_delete,
     container_start,
@@ -229,7 +229,7 @@ def test_the_console_says_what_is_true_of_a_silent_running_sleep_and_a_failed_ex
     from django.urls import reverse
     from django.utils import timezone
 
-    from containers.reconciler import reconcile
+    from containers.execution.reconciler import reconcile
     from outbox import relay
     from tests.admin.conftest import make_user
     from tests.processes import outbox_rows

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from containers.models import ContainerInstance, Workspace
-from containers.services import container_start, container_stop
+from containers.requests.services import container_start, container_stop
 from outbox.models import OutboxEvent
 from tests.containers.test_docker_lifecycle import create, reaches
 from tests.factories import UserFactory

@@ -12,11 +12,11 @@ import pytest
 from django.db.models.functions import Now
 
 from containers.engines import engine_for
-from containers.health import runtime_health_record
+from containers.execution.health import runtime_health_record
+from containers.execution.reconciler import reconcile
 from containers.models import ContainerInstance, Runtime
-from containers.reconciler import reconcile
-from containers.services import container_create_by_template, container_stop
-from containers.slots import slot_count
+from containers.requests.services import container_create_by_template, container_stop
+from containers.requests.slots import slot_count
 from outbox.models import OutboxEvent
 from tests.factories import RuntimeFactory, TemplateFactory
 from tests.processes import relay_drain

@@ -19,7 +19,7 @@ import docker
 import pytest
 
 from containers.models import ContainerEvent, ContainerInstance, Runtime
-from containers.services import container_create_by_template
+from containers.requests.services import container_create_by_template
 from outbox.models import OutboxEvent
 from tests.containers.conftest import EXIT_ON_TERM, IMAGE, _unavailable
 from tests.factories import UserFactory

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from containers import env_policy
-from containers.env_policy import (
+from containers.errors import InvalidSpec
+from containers.spec.env_policy import (
     DENIED,
     DENIED_PREFIXES,
     MAX_USER_KEYS,
@@ -17,8 +17,7 @@ from containers.env_policy import (
     clean_user_env,
     redacted,
 )
-from containers.errors import InvalidSpec
-from containers.spec import clean_template_fields, resolve_spec
+from containers.spec.resolve import clean_template_fields, env_policy, resolve_spec
 
 TEMPLATE_ENV = {"APP_MODE": "prod", "PORT": "8080", "DB_PASSWORD": "hunter2"}
 

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from containers.models import ContainerInstance, Runtime
-from containers.services import container_create_by_template
+from containers.requests.services import container_create_by_template
 from outbox.models import OutboxEvent
 from tests.factories import RuntimeFactory, TemplateFactory
 from tests.processes import REPO, App, outbox_rows, wait_for
@@ -117,7 +117,7 @@ ContainerTemplate.objects.create(name="t", image="img", command=["sleep", "1"],
 CREATE = """
 from django.contrib.auth.models import User
 from containers.models import ContainerTemplate
-from containers.services import container_create_by_template
+from containers.requests.services import container_create_by_template
 for _ in range({count}):
     container_create_by_template(template=ContainerTemplate.objects.get(name="t"),
                                  owner=User.objects.get(username="pat"), actor="t")
@@ -358,7 +358,7 @@ def test_dockerd_restart_during_activity_loses_no_transition(private_dock, owner
     """A private engine (never the machine's: restarting that one would break every other
     Docker test running at the time), without --live-restore: stopping it stops its
     containers, and requests arrive while it is down."""
-    from containers.services import container_stop
+    from containers.requests.services import container_stop
 
     dock, engine = private_dock, private_dock.engine
     template = dock.template(TERM_EXITS_0)

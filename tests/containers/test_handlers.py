@@ -7,13 +7,13 @@ from django.utils import timezone
 
 from containers.engines import engine_for
 from containers.models import ContainerEvent, ContainerInstance
-from containers.services import (
+from containers.requests.services import (
     container_create_by_template,
     container_delete,
     container_start,
     container_stop,
 )
-from containers.slots import slot_count
+from containers.requests.slots import slot_count
 from outbox import registry, relay
 from outbox.models import OutboxEvent
 from outbox.services import outbox_retry_now
@@ -292,7 +292,7 @@ def test_start_of_a_container_removed_outside_gobrave_fails_with_that_reason(cre
 
 
 def test_worker_that_finds_its_instance_failed_removes_what_it_created(create, engine):
-    from containers.handlers import _apply
+    from containers.execution.handlers import _apply
 
     instance = create()
     drain()
@@ -308,7 +308,7 @@ def test_a_create_finding_its_instance_failed_by_its_own_exit_keeps_the_containe
     """A stale worker (its lease lapsed while another finished the create; the container
     ran and exited 3, and the monitor failed the instance) never removes the user's exit
     and logs."""
-    from containers.handlers import _apply
+    from containers.execution.handlers import _apply
 
     instance = create()
     drain()
@@ -323,7 +323,7 @@ def test_a_create_finding_its_instance_failed_by_its_own_exit_keeps_the_containe
 
 
 def test_a_start_finding_its_instance_failed_stops_but_keeps_the_container(create, engine):
-    from containers.handlers import _apply
+    from containers.execution.handlers import _apply
 
     instance = create()
     drain()
@@ -338,7 +338,7 @@ def test_a_start_finding_its_instance_failed_stops_but_keeps_the_container(creat
 def test_a_dead_create_does_not_fail_an_instance_a_later_delete_owns(create, engine):
     from django.db import transaction
 
-    from containers.handlers import on_dead
+    from containers.execution.handlers import on_dead
 
     instance = create()
     create_row = OutboxEvent.objects.get()
@@ -356,7 +356,7 @@ def test_a_dead_create_does_not_fail_an_instance_a_later_delete_owns(create, eng
 def test_a_dead_request_fails_the_instance_it_still_owns(create, engine):
     from django.db import transaction
 
-    from containers.handlers import on_dead
+    from containers.execution.handlers import on_dead
 
     instance = create()
     with transaction.atomic():
@@ -370,7 +370,7 @@ def test_a_create_finding_its_instance_failed_removes_the_container_left_behind(
     instance = create()
     # A worker made the container and recorded its id, then died before the start; the
     # reconciler failed the instance.
-    from containers.handlers import _spec
+    from containers.execution.handlers import _spec
 
     made = engine.create(_spec(ContainerInstance.objects.get(pk=instance.pk)))
     ContainerInstance.objects.filter(pk=instance.pk).update(status="failed", container_id=made)
@@ -415,11 +415,11 @@ def test_the_engine_id_is_recorded_as_soon_as_the_container_is_created(
 
 
 def test_a_delete_accepted_during_the_engine_create_leaves_the_container_unstarted(create, engine):
-    from containers.handlers import _record_created
+    from containers.execution.handlers import _record_created
 
     instance = create()
     ContainerInstance.objects.filter(pk=instance.pk).update(status="delete_pending")
-    from containers.handlers import _spec
+    from containers.execution.handlers import _spec
 
     made = engine.create(_spec(ContainerInstance.objects.get(pk=instance.pk)))
     assert _record_created(instance, engine, made) is False  # not started
@@ -432,7 +432,7 @@ def test_a_creating_instance_records_its_container_in_one_statement(
 ):
     """The common case of the create's step 3 is one UPDATE (its own commit); a retry
     that adopted the same container records the same id and goes on."""
-    from containers.handlers import _record_created, _spec
+    from containers.execution.handlers import _record_created, _spec
 
     instance = create()
     ContainerInstance.objects.filter(pk=instance.pk).update(status="creating")

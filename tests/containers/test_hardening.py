@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from containers.errors import InvalidSpec
-from containers.hardening import clean_security, resolve_hardening
-from gobrave.config import SECURITY_DEFAULTS
+from containers.spec.hardening import clean_security, resolve_hardening
+from core.config import SECURITY_DEFAULTS
 
 
 def resolved(template_security=None, resources=None, owner_id=7, **config):

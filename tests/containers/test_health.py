@@ -1,12 +1,12 @@
-"""The engine health record on Runtime rows (containers.health), on the real database."""
+"""The engine health record on Runtime rows (containers.execution.health), on the real database."""
 
 from __future__ import annotations
 
 import pytest
 
-from containers.health import runtime_health_check, runtime_health_record
+from containers.execution.health import runtime_health_check, runtime_health_record
+from containers.execution.reconciler import reconcile
 from containers.models import Runtime
-from containers.reconciler import reconcile
 from tests.factories import RuntimeFactory
 
 pytestmark = pytest.mark.django_db

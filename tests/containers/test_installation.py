@@ -18,9 +18,9 @@ from django.urls import reverse
 
 from containers.engines import engine_for
 from containers.engines.base import ContainerSpec
+from containers.execution.reconciler import reconcile
 from containers.installation import LEGACY_ID, installation_id
 from containers.models import ContainerEvent, Installation, OrphanContainer, Runtime
-from containers.reconciler import reconcile
 from tests.factories import InstanceFactory
 
 pytestmark = pytest.mark.django_db

@@ -10,8 +10,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from containers.lifecycle import container_id_record, instance_lock, move, record
 from containers.models import ContainerEvent, ContainerInstance
+from containers.requests.lifecycle import container_id_record, instance_lock, move, record
 from tests.factories import InstanceFactory
 
 
@@ -116,7 +116,7 @@ def test_a_container_id_is_recorded_only_in_the_state_asked(postgres):
 @pytest.mark.django_db
 def test_an_update_saves_the_fields_named_and_their_auto_now(postgres, fake_runtime):
     from containers.models import MonitorCursor
-    from outbox import prepared
+    from core import prepared
 
     cursor = MonitorCursor.objects.create(runtime=fake_runtime)
     before = cursor.updated_at
@@ -131,7 +131,7 @@ def test_an_update_saves_the_fields_named_and_their_auto_now(postgres, fake_runt
 
 @pytest.mark.django_db
 def test_a_request_is_unfinished_while_a_row_of_it_is_pending_or_processing(postgres):
-    from containers.sync import request_unfinished
+    from containers.execution.sync import request_unfinished
     from outbox.models import OutboxEvent
 
     instance = InstanceFactory()

@@ -17,14 +17,7 @@ from django.db.models import F
 
 from containers.engines import engine_for
 from containers.engines.base import ContainerSpec, EngineEvent
-from containers.models import (
-    ContainerEvent,
-    ContainerInstance,
-    MonitorCursor,
-    OrphanContainer,
-    Runtime,
-)
-from containers.monitor import (
+from containers.execution.monitor import (
     CURSOR_STORE_EVERY,
     DUPLICATE,
     IGNORED,
@@ -38,9 +31,16 @@ from containers.monitor import (
     is_duplicate,
     needs_recheck,
 )
-from containers.services import container_start
+from containers.execution.sync import Sync
+from containers.models import (
+    ContainerEvent,
+    ContainerInstance,
+    MonitorCursor,
+    OrphanContainer,
+    Runtime,
+)
+from containers.requests.services import container_start
 from containers.states import Status
-from containers.sync import Sync
 from outbox.models import OutboxEvent
 from tests.containers.conftest import EXIT_ON_TERM, IMAGE
 from tests.containers.test_docker_lifecycle import create, reaches, status, transitions
@@ -532,7 +532,7 @@ def test_an_unreachable_engine_is_retried_with_a_clear_message(engine, fake_runt
     (engine.root / "fail-events").write_text("3")
     monitor = Monitor(backoff_cap=0.05)
     follower = Follower(monitor, fake_runtime)
-    with caplog.at_level(logging.WARNING, logger="containers.monitor"):
+    with caplog.at_level(logging.WARNING, logger="containers.execution.monitor"):
         follower.thread.start()
         wait_for(lambda: len(engine.calls("events")) >= 5, timeout=10, message="5 connects")
         monitor.stop()
@@ -815,7 +815,7 @@ def test_the_engine_s_own_die_of_a_clean_exit_is_applied_without_an_inspect(
     id and exit code as Docker writes them) let a session vouch for the exit, and it is
     applied while the create's request is still unfinished, with no look at the engine
     (an inspect here would fail the test)."""
-    from containers.handlers import _spec
+    from containers.execution.handlers import _spec
 
     instance = create(dock.template(["true"]), owner)
     ContainerInstance.objects.filter(pk=instance.pk).update(status=Status.CREATING)

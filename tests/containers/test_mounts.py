@@ -11,8 +11,8 @@ from django.core.exceptions import ValidationError
 
 from containers.errors import InvalidSpec, MountRefused
 from containers.models import Runtime
-from containers.mounts import check_bind_source
-from containers.spec import clean_template_fields, resolve_spec
+from containers.spec.mounts import check_bind_source
+from containers.spec.resolve import clean_template_fields, resolve_spec
 
 VARS = {"OWNER_ID": "7", "INSTANCE_ID": "abc", "CONTAINER_NAME": "gb-abc", "INSTANCE_NAME": "x"}
 WORKSPACE = {"kind": "volume", "source": "gb-ws-i-7", "uid": 1007, "gid": 1007}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from containers.engines.base import ContainerState
+from containers.execution.observe import REMOVED_OUTSIDE, Observation, apply_observation, target_for
 from containers.models import ContainerEvent, ContainerInstance
-from containers.observe import REMOVED_OUTSIDE, Observation, apply_observation, target_for
 from tests.factories import InstanceFactory
 
 

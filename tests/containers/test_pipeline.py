@@ -19,8 +19,12 @@ from django.db import close_old_connections, connection
 from containers.engines import engine_for
 from containers.models import ContainerEvent, ContainerInstance
 from containers.queues import RequestKind
-from containers.services import container_create_by_template, container_delete, container_stop
-from containers.slots import slot_count
+from containers.requests.services import (
+    container_create_by_template,
+    container_delete,
+    container_stop,
+)
+from containers.requests.slots import slot_count
 from outbox.models import OutboxEvent
 from outbox.services import outbox_retry_now
 from tests.factories import TemplateFactory

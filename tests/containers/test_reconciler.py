@@ -17,7 +17,9 @@ from django.utils import timezone
 
 from containers.engines import engine_for
 from containers.engines.base import ContainerSpec, ContainerState
-from containers.images import template_images_refresh
+from containers.execution.images import template_images_refresh
+from containers.execution.observe import OOM_KILLED, REMOVED_OUTSIDE, target_for
+from containers.execution.reconciler import NIL_UUID, reconcile
 from containers.installation import installation_id
 from containers.models import (
     ContainerEvent,
@@ -26,8 +28,6 @@ from containers.models import (
     OrphanContainer,
     Runtime,
 )
-from containers.observe import OOM_KILLED, REMOVED_OUTSIDE, target_for
-from containers.reconciler import NIL_UUID, reconcile
 from containers.states import Status
 from outbox.models import OutboxEvent
 from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory

@@ -6,7 +6,7 @@ import pytest
 
 from containers.errors import InvalidTransition, NoMatchingRuntime, NotFound, QueueFull
 from containers.models import ContainerEvent, ContainerInstance, Runtime
-from containers.services import (
+from containers.requests.services import (
     container_create_by_template,
     container_delete,
     container_start,
@@ -220,7 +220,7 @@ def test_a_user_cannot_mount_another_users_workspace(fake_runtime, owner, gobrav
 def test_the_workspace_is_mounted_whole_never_a_path_below_it(fake_runtime, owner):
     from containers.errors import InvalidSpec
     from containers.installation import installation_id
-    from containers.template_services import template_create
+    from containers.spec.template_services import template_create
 
     with pytest.raises(InvalidSpec, match="never a path below it"):
         template_create(name="below", image="busybox", volumes=["$WORKSPACE_PATH/cache:/c"])

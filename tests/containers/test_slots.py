@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from containers.slots import slot_count
+from containers.requests.slots import slot_count
 from outbox.models import OutboxEvent
 from tests.factories import InstanceFactory
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from containers.errors import InvalidSpec, MountRefused
-from containers.spec import clean_template_fields, expand, parse_memory, resolve_spec
+from containers.spec.resolve import clean_template_fields, expand, parse_memory, resolve_spec
 
 VARS = {
     "USERID": "7",
@@ -184,7 +184,7 @@ ROOTS = ["/srv/data", "/srv/teams/7"]
     ],
 )
 def test_a_source_that_can_lie_inside_the_roots_is_saved(source):
-    from containers.spec import check_volume_roots, clean_volumes
+    from containers.spec.resolve import check_volume_roots, clean_volumes
 
     check_volume_roots(clean_volumes([{"source": source, "target": "/w"}]), ROOTS)
 
@@ -201,7 +201,7 @@ def test_a_source_that_can_lie_inside_the_roots_is_saved(source):
     ],
 )
 def test_a_source_no_request_could_place_inside_the_roots_is_refused_at_save(source, says):
-    from containers.spec import check_volume_roots, clean_volumes
+    from containers.spec.resolve import check_volume_roots, clean_volumes
 
     with pytest.raises(InvalidSpec) as refused:
         check_volume_roots(clean_volumes([{"source": source, "target": "/w"}]), ROOTS)
@@ -218,8 +218,8 @@ def test_the_save_check_knows_exactly_the_variables_a_request_defines(db, templa
     """A name added to the request's variables must be known to the save-time check."""
     import uuid
 
-    from containers.services import _variables
-    from containers.spec import VARIABLE_NAMES
+    from containers.requests.services import _variables
+    from containers.spec.resolve import VARIABLE_NAMES
 
     defined = _variables(
         instance_id=uuid.uuid4(),

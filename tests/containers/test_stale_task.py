@@ -21,7 +21,11 @@ import pytest
 
 from containers.engines.labels import LABEL_INSTANCE
 from containers.models import ContainerEvent, ContainerInstance
-from containers.services import container_create_by_template, container_start, container_stop
+from containers.requests.services import (
+    container_create_by_template,
+    container_start,
+    container_stop,
+)
 from outbox.models import OutboxEvent
 from tests.processes import outbox_rows, wait_for
 

@@ -11,7 +11,7 @@ import pytest
 from django.db.models.functions import Now
 
 from containers.models import ContainerEvent, ContainerInstance
-from containers.slots import slot_count
+from containers.requests.slots import slot_count
 from outbox.models import DispatcherBeat
 from tests.processes import App, descendants, sampling, wait_for
 

@@ -1,7 +1,7 @@
 """A node's create refused for its owner's quota (contract §7; quotas: docs/security.md).
 
 The runner runs in-process against the real PostgreSQL (its creates need no engine);
-the node's instance is moved as a worker would move it (``containers.lifecycle.move``).
+the node's instance is moved as a worker would move it (``containers.requests.lifecycle.move``).
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from containers.lifecycle import move
 from containers.models import ContainerInstance
+from containers.requests.lifecycle import move
 from containers.states import Status
 from dags.history import instance_id_for
 from dags.models import DagEvent, DagNodeRun, DagRun

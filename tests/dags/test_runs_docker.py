@@ -257,7 +257,7 @@ def test_a_user_deleting_a_node_instance_fails_the_node_and_a_bad_spec_fails_at_
         # Users hear which volume was refused, never the host path (contract §8).
         assert "create refused" in refused.reason and "volumes[0]" in refused.reason
         assert "/etc" not in refused.reason.replace("/host-etc", "")
-        from containers.services import container_delete
+        from containers.requests.services import container_delete
 
         container_delete(instance_id=dags.nodes(run)["victim"].instance_id, actor="bob")
         run = dags.ends(run, "failed")

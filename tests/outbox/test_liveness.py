@@ -12,7 +12,7 @@ import datetime as dt
 import pytest
 from django.db.models.functions import Now
 
-from containers.monitor import Monitor
+from containers.execution.monitor import Monitor
 from outbox import liveness
 from outbox.broker import OutboxBroker
 from outbox.models import DispatcherBeat

@@ -1,4 +1,4 @@
-"""The claim's statements are prepared once per connection (``outbox.prepared``), and
+"""The claim's statements are prepared once per connection (``core.prepared``), and
 ``DATABASE_PREPARED_STATEMENTS=0`` turns that off for poolers that cannot keep them."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
+from core import prepared
 from gobrave import settings as gobrave_settings
-from outbox import picking, prepared, relay
+from outbox import picking, relay
 from tests.outbox.test_relay import enqueue, probe_kind  # noqa: F401 - its queue and kind
 
 pytestmark = pytest.mark.django_db

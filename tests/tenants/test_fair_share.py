@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from containers.services import container_create_by_template
+from containers.requests.services import container_create_by_template
 from outbox import relay
 from outbox.models import FairnessMark, OutboxEvent
 from tests.factories import TemplateFactory, UserFactory

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 
-from containers.lifecycle import record
 from containers.models import ContainerInstance
-from containers.redaction import error_for, scrub
+from containers.requests.lifecycle import record
+from containers.spec.redaction import error_for, scrub
 from tests.factories import TemplateFactory
 
 pytestmark = pytest.mark.django_db

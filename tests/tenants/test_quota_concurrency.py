@@ -12,7 +12,7 @@ from django.db import connection
 
 from containers.errors import OwnerQuotaExceeded, QueueFull
 from containers.models import ContainerEvent, ContainerInstance
-from containers.services import container_create_by_template
+from containers.requests.services import container_create_by_template
 from outbox.models import OutboxEvent
 from tests.factories import TemplateFactory, UserFactory
 

@@ -8,7 +8,7 @@ from django.contrib.auth.models import Group
 
 from containers.errors import TemplateUnavailable
 from containers.models import ContainerInstance
-from containers.services import container_create_by_template
+from containers.requests.services import container_create_by_template
 from outbox.models import OutboxEvent
 from tests.api.helpers import assert_error
 from tests.factories import TemplateFactory

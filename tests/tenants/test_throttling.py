@@ -6,7 +6,7 @@ import pytest
 from django.core.cache import cache
 
 from containers.models import ContainerInstance
-from gobrave.config import ConfigError, load_config
+from core.config import ConfigError, load_config
 from tests.api.helpers import assert_error, token_client
 from tests.factories import InstanceFactory, UserFactory
 

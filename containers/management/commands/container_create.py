@@ -9,8 +9,8 @@ from django.core.management.base import CommandError
 
 from containers.actors import user_actor
 from containers.management.commands._request import ConsoleCommand, short_id
+from containers.requests.services import container_create_by_template
 from containers.selectors import template_get
-from containers.services import container_create_by_template
 from core.errors import DomainError
 
 

@@ -1,7 +1,7 @@
 """``manage.py container_delete <uuid>``: request a delete through the service layer."""
 
 from containers.management.commands._request import RequestCommand
-from containers.services import container_delete
+from containers.requests.services import container_delete
 
 
 class Command(RequestCommand):

@@ -1,7 +1,7 @@
 """``manage.py container_start <uuid>``: request a start through the service layer."""
 
 from containers.management.commands._request import RequestCommand
-from containers.services import container_start
+from containers.requests.services import container_start
 
 
 class Command(RequestCommand):

@@ -1,7 +1,7 @@
 """``manage.py container_stop <uuid>``: request a stop through the service layer."""
 
 from containers.management.commands._request import RequestCommand
-from containers.services import container_stop
+from containers.requests.services import container_stop
 
 
 class Command(RequestCommand):

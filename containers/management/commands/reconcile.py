@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
-from containers.reconciler import reconcile
+from containers.execution.reconciler import reconcile
 
 
 class Command(BaseCommand):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from containers.images import template_images_refresh
+from containers.execution.images import template_images_refresh
 from containers.management.commands._request import ConsoleCommand
 
 

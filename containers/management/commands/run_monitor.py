@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from containers.monitor import Monitor
+from containers.execution.monitor import Monitor
 
 
 class Command(BaseCommand):

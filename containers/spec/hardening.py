@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from containers.errors import InvalidSpec
-from gobrave.config import capabilities, container_user
+from core.config import capabilities, container_user
 
 TEMPLATE_KEYS = ("user", "cap_add", "read_only_rootfs", "network", "runtime")
 NETWORKS = ("bridge", "none", "owner")

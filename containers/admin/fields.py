@@ -2,7 +2,7 @@
 volumes as rows of inputs (``RowsWidget``: a name and a value, a source, a target and a
 mode). A posted text is still read (one ``NAME=value`` or ``source:target[:ro]`` per
 line, or JSON where it starts like JSON). Whatever is typed is then validated by
-``containers.spec`` exactly as before.
+``containers.spec.resolve`` exactly as before.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The operator console: instances, templates, runtimes, history, orphans, the dashboard.
 
-Every change goes through ``containers.services`` (actor ``user:<username>``); nothing
+Every change goes through ``containers.requests.services`` (actor ``user:<username>``); nothing
 here assigns a status or deletes a row. Django's delete view and ``delete_selected`` are
 off for instances and their history: removing a row there would orphan a container or
 erase what happened. Changelists use ``list_select_related`` so a page costs the same
@@ -26,20 +26,21 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from containers import admin_views, redaction, selectors
+from containers import selectors
 from containers.actors import user_actor
-from containers.admin_display import (
+from containers.admin import views as admin_views
+from containers.admin.display import (
     container_line,
     instance_status_cell,
     presence_line,
     status_badge,
     time_ago,
 )
-from containers.admin_fields import CommandField, EnvRowsField, VolumeRowsField
+from containers.admin.fields import CommandField, EnvRowsField, VolumeRowsField
 from containers.engines import calls, fake_driver_allowed
 from containers.errors import InvalidSpec
-from containers.health import runtime_health_check
-from containers.images import template_images_refresh
+from containers.execution.health import runtime_health_check
+from containers.execution.images import template_images_refresh
 from containers.models import (
     ContainerEvent,
     ContainerInstance,
@@ -47,13 +48,18 @@ from containers.models import (
     OrphanContainer,
     Runtime,
 )
-from containers.services import (
+from containers.requests.services import (
     container_create_by_template,
     container_delete,
     container_start,
     container_stop,
 )
-from containers.spec import check_volume_roots, clean_template_fields, clean_volumes
+from containers.spec import redaction
+from containers.spec.resolve import (
+    check_volume_roots,
+    clean_template_fields,
+    clean_volumes,
+)
 from containers.states import NOTHING_TO_DO, OFFERED
 from core.admin_helpers import GREY, ActionsOnlyAdminMixin, ReadOnlyAdminMixin, badge
 from core.errors import DomainError
@@ -116,7 +122,7 @@ _page = threading.local()  # the user a change page is being drawn for (one per 
 
 class RedactedFieldsMixin:
     """Fields that can hold secret env values or host paths are drawn, for a viewer who may
-    not see them, through ``containers.redaction`` (the rule the API applies):
+    not see them, through ``containers.spec.redaction`` (the rule the API applies):
     ``redacted_fields`` maps each such field to the display method that replaces it."""
 
     redacted_fields: dict[str, str] = {}
@@ -414,7 +420,7 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
 class ContainerTemplateForm(forms.ModelForm):
     """Validates the JSON fields with the same rules the create service applies.
 
-    The command is typed as text, env and volumes as rows (``containers.admin_fields``);
+    The command is typed as text, env and volumes as rows (``containers.admin.fields``);
     a volume source must be able to lie inside ``allowed_volume_roots`` now, at save, not
     first when an instance is created (``check_volume_roots``).
     """
@@ -627,7 +633,7 @@ class RuntimeAdmin(admin.ModelAdmin):
 
 
 def engine_health_badge(runtime: Runtime | None):
-    """The cached health record (``containers.health``) as a badge: never an engine call.
+    """The cached health record (``containers.execution.health``) as a badge: never an engine call.
 
     An engine that does not answer says since when on the badge itself.
     """

@@ -47,21 +47,22 @@ from containers.engines import engine_for
 from containers.engines.base import EngineError, EngineEvent
 from containers.engines.calls import engine_ping
 from containers.engines.labels import LABEL_INSTANCE
-from containers.health import runtime_health_record
-from containers.images import template_images_refresh
-from containers.installation import installation_id
-from containers.models import MonitorCursor, Runtime
-from containers.reconciler import distinct_engines, reconcile
-from containers.states import ACTIVE_SLOTS
-from containers.sync import (
+from containers.execution.health import runtime_health_record
+from containers.execution.images import template_images_refresh
+from containers.execution.reconciler import distinct_engines, reconcile
+from containers.execution.sync import (
     Sync,
     clean_exit_apply,
     instance_read,
     instance_sync,
     running_as_recorded,
 )
+from containers.installation import installation_id
+from containers.models import MonitorCursor, Runtime
+from containers.states import ACTIVE_SLOTS
+from core import prepared
 from outbox import conf as outbox_conf
-from outbox import liveness, prepared
+from outbox import liveness
 
 log = logging.getLogger(__name__)
 

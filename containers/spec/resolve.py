@@ -12,12 +12,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from containers import env_policy, mounts
 from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE, LABEL_TEMPLATE
 from containers.errors import InvalidSpec, MountRefused
-from containers.hardening import clean_security, resolve_hardening
-from containers.image_refs import clean_image
-from gobrave.config import SECURITY_DEFAULTS
+from containers.spec import env_policy, mounts
+from containers.spec.hardening import clean_security, resolve_hardening
+from containers.spec.image_refs import clean_image
+from core.config import SECURITY_DEFAULTS
 
 _VAR = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 # Sizes are bounded before any pattern runs; no pattern has nested or overlapping
@@ -125,7 +125,7 @@ def clean_env(env: Any, *, where: str = "env") -> dict[str, str]:
 def clean_volumes(volumes: Any) -> list[dict[str, Any]]:
     """``[{"source", "target", "read_only"}]``, also accepting ``"src:dst[:ro]"`` strings.
 
-    Sources follow ``containers.mounts``: exactly ``$WORKSPACE_PATH``, or an absolute
+    Sources follow ``containers.spec.mounts``: exactly ``$WORKSPACE_PATH``, or an absolute
     host path without user-chosen variables, outside the paths never mounted.
     """
     if volumes in (None, ""):
@@ -250,7 +250,7 @@ def _inside(path: str, roots: list[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
-# The variables a request defines (``containers.services._variables``), as ``$NAME``.
+# The variables a request defines (``containers.requests.services._variables``), as ``$NAME``.
 VARIABLE_NAMES = frozenset(
     {
         "USERID",
@@ -367,7 +367,7 @@ def resolve_mounts(
     1. ``$WORKSPACE_PATH`` becomes the owner's ``workspace`` (a volume or a directory).
     2. Any other source is an operator's bind: only on a ``local`` engine; expanded
        strictly (unknown variables, and values that would add path segments, refused);
-       normalized; inside ``roots``; not a path never mounted (``containers.mounts``).
+       normalized; inside ``roots``; not a path never mounted (``containers.spec.mounts``).
     A refusal is a ``MountRefused`` whose message names only the template's volume;
     its ``operator_message`` names the path and the rule.
     """
@@ -455,7 +455,7 @@ def resolve_spec(
 ) -> dict[str, Any]:
     """The stored spec: what the worker hands the engine, fully resolved.
 
-    The user's ``env_overrides`` pass the template's env policy (``containers.env_policy``);
+    The user's ``env_overrides`` pass the template's env policy (``containers.spec.env_policy``);
     ``secret_env`` names the env keys whose values users must not see. ``workspace``
     (``kind``, ``source``, ``uid``, ``gid``) is the owner's workspace on the chosen
     engine, kept in the spec when a volume mounts it so the worker provisions it;

@@ -19,7 +19,6 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count
 
 from containers import access
 from containers.counters import RequestStat
@@ -27,22 +26,22 @@ from containers.errors import (
     InvalidSpec,
     InvalidTransition,
     MountRefused,
-    NoMatchingRuntime,
     NotFound,
     OwnerQuotaExceeded,
     QueueFull,
     TemplateUnavailable,
 )
-from containers.hardening import owner_ids
 from containers.installation import installation_id
-from containers.lifecycle import instance_lock, lock_gate, move, record
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
+from containers.placement.choice import runtime_select
 from containers.queues import RequestKind
-from containers.spec import clean_constraints, resolve_spec
-from containers.states import IN_FLIGHT, Status, sources_of
-from containers.workspaces import workspace_for
+from containers.requests.lifecycle import instance_lock, lock_gate, move, record
+from containers.spec.hardening import owner_ids
+from containers.spec.mounts import workspace_for
+from containers.spec.resolve import resolve_spec
+from containers.states import Status, sources_of
+from core import prepared
 from core.counters import counter_add
-from outbox import prepared
 from outbox.services import outbox_enqueue
 from tenants.selectors import OwnerQuotas, owner_quotas
 
@@ -65,68 +64,6 @@ class RequestResult:
 
 def _config() -> dict[str, Any]:
     return settings.GOBRAVE["container"]
-
-
-_ENABLED_RUNTIMES = (
-    f"SELECT {prepared.columns(Runtime, 'r')} FROM {Runtime._meta.db_table} r"
-    " WHERE r.enabled ORDER BY r.name"
-)
-
-
-def _enabled_runtimes() -> list[Runtime]:
-    """The enabled runtimes by name (every create asks: on PostgreSQL a prepared statement)."""
-    if connection.vendor != "postgresql":
-        return list(Runtime.objects.filter(enabled=True).order_by("name"))
-    return [prepared.from_row(Runtime, row) for row in prepared.execute(_ENABLED_RUNTIMES)]
-
-
-def runtime_select(
-    *, template: Any, templates: list[Any] | None = None, among: list[Runtime] | None = None
-) -> Runtime:
-    """The enabled runtime whose labels satisfy the template's constraints.
-
-    ``templates`` (besides ``template``): the runtime must satisfy all of theirs too (a
-    DAG run puts every node on one engine). ``among``: only these runtimes qualify.
-    Among several matches, a reachable (or not yet checked) one before one recorded
-    unreachable, then the one with the fewest instances under way. The load is counted
-    only when there is a choice (one query; none for the usual single engine).
-    """
-    every = [template, *(templates or [])]
-    wanted = [clean_constraints(each.constraints) for each in every]  # once, not per runtime
-    constraints: dict[str, str] = {}
-    for each in wanted:
-        constraints.update(each)
-    candidates = _enabled_runtimes()
-    if among is not None:
-        chosen = {r.pk for r in among}
-        candidates = [runtime for runtime in candidates if runtime.pk in chosen]
-    matching = [
-        runtime
-        for runtime in candidates
-        if all(str(runtime.labels.get(k)) == v for each in wanted for k, v in each.items())
-    ]
-    if len(matching) > 1:
-        load = dict(
-            ContainerInstance.objects.filter(
-                runtime__in=matching, status__in=IN_FLIGHT | {Status.RUNNING}
-            )
-            .order_by()
-            .values("runtime")
-            .annotate(count=Count("id"))
-            .values_list("runtime", "count")
-        )
-        matching.sort(key=lambda runtime: load.get(runtime.pk, 0))  # stable: then by name
-    # An engine recorded unreachable comes last: a create goes to one that answers if
-    # any matches, else it is accepted all the same and waits (``handlers._engine_away``).
-    matching.sort(key=lambda runtime: runtime.health == Runtime.Health.UNREACHABLE)
-    if not matching:
-        wanted = ", ".join(f"{k}={v}" for k, v in constraints.items()) or "(none)"
-        names = ", ".join(sorted({str(t.name) for t in every}))
-        raise NoMatchingRuntime(
-            f"no enabled runtime matches the constraints {wanted} of template {names}",
-            constraints=constraints,
-        )
-    return matching[0]
 
 
 def _first_group_id(owner) -> int | None:

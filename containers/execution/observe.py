@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from containers.engines.base import ContainerState
-from containers.lifecycle import move, record
 from containers.models import ContainerInstance
+from containers.requests.lifecycle import move, record
 from containers.states import Status, can_move
 
 REMOVED_OUTSIDE = "removed outside gobrave"

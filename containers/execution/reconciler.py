@@ -5,7 +5,7 @@ engine keeps only its last few hundred, and nothing is heard while the monitor i
 so ``reconcile()`` runs every ``reconcile_interval``, after every (re)connect of the
 monitor's event stream, and on demand (``manage.py reconcile --once``).
 
-Which instances are compared, and how one is compared: ``containers.sync``.
+Which instances are compared, and how one is compared: ``containers.execution.sync``.
 
 Every transition goes through ``lifecycle.move`` (via ``observe.apply_observation``) on a
 row held with ``select_for_update()`` inside ``transaction.atomic()``; engine calls are
@@ -30,13 +30,19 @@ from containers.actors import RECONCILER
 from containers.engines import engine_for
 from containers.engines.base import ContainerState, Engine, EngineError
 from containers.engines.calls import engine_ping
-from containers.health import runtime_health_record
+from containers.execution.health import runtime_health_record
+from containers.execution.sync import (
+    WATCHED,
+    Sync,
+    instance_label,
+    instance_sync,
+    running_as_recorded,
+)
 from containers.installation import installation_id
-from containers.lifecycle import move
 from containers.models import ContainerEvent, ContainerInstance, OrphanContainer, Runtime
-from containers.slots import slot_hold
+from containers.requests.lifecycle import move
+from containers.requests.slots import slot_hold
 from containers.states import ACTIVE_SLOTS, Status
-from containers.sync import WATCHED, Sync, instance_label, instance_sync, running_as_recorded
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +56,7 @@ def _config() -> dict[str, Any]:
 def instance_fail_stuck(*, instance_id: uuid.UUID | str) -> bool:
     """Fail an instance that has held a create/start slot past ``start_timeout``.
 
-    Slot-holding time only (``containers.slots``), on the database's clock: never while
+    Slot-holding time only (``containers.requests.slots``), on the database's clock: never while
     a worker holds its request under a live lease (the worker is still in its runtime
     calls and will apply what it finds), nor while the request waits for a retry
     (``max_attempts`` bounds that). Locks the instance row, moves it to ``failed`` with
@@ -200,7 +206,7 @@ def reconcile(
     1. Per runtime: ping its engine, list our containers on it (one call), and
        ``instance_sync`` each watched instance (and failed ones without a node name),
        except one the list shows ``running_as_recorded`` (a look would change nothing);
-       then store the engine's health record on the row (``containers.health``). An
+       then store the engine's health record on the row (``containers.execution.health``). An
        engine that does not answer is recorded ``unreachable`` with the reason and the
        pass goes on.
     2. Fail instances that held a create/start slot past ``start_timeout`` (neither

@@ -19,8 +19,8 @@ from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from containers import admin_display as display
 from containers import selectors, states
+from containers.admin import display as display
 from containers.counters import RequestStat
 
 REFRESH_SECONDS = 5

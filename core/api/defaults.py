@@ -1,23 +1,17 @@
-"""The API's defaults (``REST_FRAMEWORK`` settings): paginator, JSON parser, token auth.
+"""The API's defaults (``REST_FRAMEWORK`` settings): paginator and JSON parser.
 
 Each exists so that no input turns into a 500: DRF's ``LimitOffsetPagination`` passes
 any ``offset`` through (PostgreSQL refuses an OFFSET beyond bigint), its ``JSONParser``
-lets a too deeply nested document escape as ``RecursionError``, and its token
-and session authentication send any key or cookie, NUL bytes included, to the database.
-Here they are 400s and 401s.
+lets a too deeply nested document escape as ``RecursionError``. Here they are 400s
+(the authentication classes that refuse malformed keys live in ``tenants.authentication``).
 """
 
 from __future__ import annotations
 
-from django.conf import settings
-from django.db import connection
-from drf_spectacular import authentication as spectacular_auth
-from rest_framework import authentication, exceptions, serializers
+from rest_framework import serializers
 from rest_framework.exceptions import ParseError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser as DRFJSONParser
-
-from tenants.selectors import token_with_user
 
 
 def _refuse_unencodable(value) -> None:
@@ -90,44 +84,3 @@ def exclude_schema_views(endpoints):
         for path, regex, method, view in endpoints
         if path != "/api/" and not path.startswith(("/api/schema/", "/api/docs/"))
     ]
-
-
-class TokenAuthentication(authentication.TokenAuthentication):
-    """DRF's token authentication, refusing a malformed key before it reaches the database.
-
-    Keys are 40 hex characters; anything else (a NUL byte among them, which PostgreSQL
-    cannot even compare) is an invalid token, answered 401 like any unknown key.
-    """
-
-    def authenticate_credentials(self, key):
-        if not (0 < len(key) <= 40 and key.isascii() and key.isalnum()):
-            raise exceptions.AuthenticationFailed("Invalid token.")
-        if connection.vendor != "postgresql":
-            return super().authenticate_credentials(key)
-        found = token_with_user(key)  # every API request: one prepared statement
-        if found is None:
-            raise exceptions.AuthenticationFailed("Invalid token.")
-        token, user = found
-        if not user.is_active:
-            raise exceptions.AuthenticationFailed("User inactive or deleted.")
-        return user, token
-
-
-class SessionAuthentication(authentication.SessionAuthentication):
-    """DRF's session authentication, ignoring a session cookie that cannot be a session key.
-
-    Django looks any cookie value up in the database, and PostgreSQL refuses NUL bytes
-    with an error (a 500); such a cookie authenticates nobody instead.
-    """
-
-    def authenticate(self, request):
-        key = request._request.COOKIES.get(settings.SESSION_COOKIE_NAME)
-        if key is not None and not (key.isascii() and key.isalnum()):
-            return None
-        return super().authenticate(request)
-
-
-class SessionScheme(spectacular_auth.SessionScheme):
-    """Documents ``SessionAuthentication`` above as the cookie scheme (drf-spectacular)."""
-
-    target_class = SessionAuthentication

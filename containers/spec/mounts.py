@@ -23,6 +23,10 @@ import posixpath
 import re
 import stat
 
+from django.conf import settings
+
+from containers.models import Runtime
+
 WORKSPACE_SOURCES = frozenset({"$WORKSPACE_PATH", "${WORKSPACE_PATH}"})
 # Values the user picks: they may appear in env and command, never in a volume source.
 USER_CHOSEN = frozenset({"INSTANCE_NAME", "USERNAME"})
@@ -120,3 +124,17 @@ def _plain_path(path: str, *, directory: bool = False) -> str | None:
     if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
         return "not a directory or a regular file (a socket, device or pipe)"
     return None
+
+
+def workspace_for(
+    *, runtime: Runtime, owner_id: int, uid: int, gid: int, installation: str
+) -> dict:
+    """Where the owner's workspace lives on ``runtime`` (nothing is made here)."""
+    config = settings.GOBRAVE["container"]
+    if runtime.workspace_driver == Runtime.WorkspaceDriver.DIRECTORY:
+        source = f"{config['workspace_root'].rstrip('/')}/{owner_id}"
+        kind = "directory"
+    else:
+        source = f"gb-ws-{installation}-{owner_id}"
+        kind = "volume"
+    return {"kind": kind, "source": source, "uid": uid, "gid": gid}

@@ -1,6 +1,6 @@
 """Template writes (operators): create, update, delete. The API and the admin go through these.
 
-Every JSON field is validated with ``containers.spec.clean_template_fields`` (and the
+Every JSON field is validated with ``containers.spec.resolve.clean_template_fields`` (and the
 volume sources with ``check_volume_roots``) before it is saved, so a template that cannot
 make a container is refused (``InvalidSpec`` naming the field) instead of failing later in
 a worker. Each service runs in one transaction and is
@@ -18,7 +18,7 @@ from django.db.models import ProtectedError
 
 from containers.errors import InvalidSpec, NotFound, TemplateInUse
 from containers.models import ContainerTemplate
-from containers.spec import check_volume_roots, clean_template_fields
+from containers.spec.resolve import check_volume_roots, clean_template_fields
 
 # The fields a caller may set; everything else (image status, timestamps) is gobrave's.
 WRITABLE = (

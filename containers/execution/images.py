@@ -15,7 +15,7 @@ from containers.engines import engine_for
 from containers.engines.base import EngineError
 from containers.errors import InvalidSpec
 from containers.models import ContainerTemplate, Runtime
-from containers.spec import clean_constraints
+from containers.spec.resolve import clean_constraints
 
 log = logging.getLogger(__name__)
 

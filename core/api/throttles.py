@@ -2,7 +2,7 @@
 
 ``CreateThrottle`` counts creates (``POST /api/containers/``), ``WriteThrottle`` every
 write (POST, PUT, PATCH, DELETE). A rate left empty turns its throttle off. A throttled
-request is answered 429 with code ``throttled`` and ``Retry-After`` (``gobrave.api_errors``).
+request is answered 429 with code ``throttled`` and ``Retry-After`` (``core.api.errors``).
 The defaults are generous (1000 creates a minute) so that a burst meets the admission
 limits (maxPending, the owner's quotas), not the throttle. History lives in Django's
 default cache (local memory: counted per web process).

@@ -12,31 +12,17 @@ import logging
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from containers import mounts
 from containers.engines.base import Engine
 from containers.engines.base import Workspace as WorkspaceSpec
 from containers.engines.labels import LABEL_INSTALLATION
 from containers.errors import MountRefused
 from containers.installation import installation_id
-from containers.models import ContainerInstance, Runtime, Workspace
-from outbox import prepared
+from containers.models import ContainerInstance, Workspace
+from containers.spec import mounts
+from core import prepared
 
 log = logging.getLogger(__name__)
 LABEL_OWNER = "io.gobrave.owner"
-
-
-def workspace_for(
-    *, runtime: Runtime, owner_id: int, uid: int, gid: int, installation: str
-) -> dict:
-    """Where the owner's workspace lives on ``runtime`` (nothing is made here)."""
-    config = settings.GOBRAVE["container"]
-    if runtime.workspace_driver == Runtime.WorkspaceDriver.DIRECTORY:
-        source = f"{config['workspace_root'].rstrip('/')}/{owner_id}"
-        kind = "directory"
-    else:
-        source = f"gb-ws-{installation}-{owner_id}"
-        kind = "volume"
-    return {"kind": kind, "source": source, "uid": uid, "gid": gid}
 
 
 def workspace_ensure(*, instance: ContainerInstance, engine: Engine) -> bool:

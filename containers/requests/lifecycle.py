@@ -19,11 +19,11 @@ from containers.counters import RequestStat
 from containers.errors import InvalidTransition
 from containers.models import ContainerEvent, ContainerInstance, Gate, Runtime
 from containers.queues import Queue
+from containers.requests.slots import slot_count
 from containers.signals import instance_moved
-from containers.slots import slot_count
 from containers.states import ACTIVE_SLOTS, Status, can_move
+from core import prepared
 from core.counters import counter_bump
-from outbox import prepared
 from outbox.services import outbox_release_deferred
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def instance_lock(
     statement (not locked). Raises ``ValueError`` for an id that is no uuid.
 
     Every request and every handler step starts here: on PostgreSQL a prepared statement
-    (``outbox.prepared``), the ORM's ``select_for_update()`` elsewhere.
+    (``core.prepared``), the ORM's ``select_for_update()`` elsewhere.
     """
     key = uuid.UUID(str(instance_id))
     if connection.vendor != "postgresql":
@@ -66,7 +66,7 @@ def instance_lock(
 
 def instance_save(instance: ContainerInstance, fields: tuple[str, ...]) -> None:
     """``instance.save(update_fields=fields)``: on PostgreSQL one prepared statement per
-    field list (``outbox.prepared.update``; a move saves the same six fields every time),
+    field list (``core.prepared.update``; a move saves the same six fields every time),
     so the ORM builds no UPDATE on every transition. The caller holds the row
     (``instance_lock``)."""
     prepared.update(instance, fields)
@@ -101,7 +101,7 @@ def record(
     data: dict[str, Any] | None = None,
 ) -> ContainerEvent:
     """Append one entry to the instance's history (on PostgreSQL a prepared INSERT,
-    ``outbox.prepared.insert``)."""
+    ``core.prepared.insert``)."""
     event = _entry(instance, kind, actor, message, from_status, to_status, data)
     prepared.insert(event)
     return event
@@ -205,7 +205,7 @@ def lock_gate(name: str) -> None:
 def capacity_available(*, exclude: uuid.UUID | str | None = None) -> bool:
     """Hold the capacity gate and say whether a create/start slot is free.
 
-    Slots are counted as ``containers.slots`` defines them (a request waiting for its
+    Slots are counted as ``containers.requests.slots`` defines them (a request waiting for its
     retry holds none). ``exclude``: the instance asking, when it is already in
     ``creating``/``starting`` (a retry, or a reclaim after its worker died): it passes
     the gate again before it calls the engine. Must run inside the transaction that
@@ -253,7 +253,7 @@ WHERE id = ANY(%(ids)s::uuid[]) AND status IN ({_SLOTS_SQL})"""
 
 def _in_slots(ids: list[str]) -> set[str]:
     """Which of the instances ``ids`` are in ``creating``/``starting`` (on every claim of
-    the create queue: a prepared statement on PostgreSQL, ``outbox.prepared``)."""
+    the create queue: a prepared statement on PostgreSQL, ``core.prepared``)."""
     if not ids:
         return set()
     if connection.vendor == "postgresql":

@@ -30,7 +30,16 @@ from containers.engines.base import (
 )
 from containers.engines.labels import LABEL_INSTALLATION
 from containers.errors import MountRefused
-from containers.lifecycle import (
+from containers.execution.sync import state_apply
+from containers.execution.workspaces import (
+    LABEL_OWNER,
+    mounts_check,
+    shared_volumes_ensure,
+    workspace_ensure,
+)
+from containers.models import ContainerInstance, Runtime
+from containers.queues import Queue, RequestKind
+from containers.requests.lifecycle import (
     capacity_available,
     claims_within_capacity,
     container_id_record,
@@ -39,17 +48,8 @@ from containers.lifecycle import (
     move,
     record,
 )
-from containers.models import ContainerInstance, Runtime
-from containers.queues import Queue, RequestKind
 from containers.signals import instance_removed
 from containers.states import Status, can_move
-from containers.sync import state_apply
-from containers.workspaces import (
-    LABEL_OWNER,
-    mounts_check,
-    shared_volumes_ensure,
-    workspace_ensure,
-)
 from outbox import registry
 from outbox.models import OutboxEvent
 from outbox.outcomes import Outcome

@@ -20,7 +20,7 @@ from typing import Any
 
 from django.conf import settings
 
-from containers.env_policy import SECRET_PLACEHOLDER, redacted
+from containers.spec.env_policy import SECRET_PLACEHOLDER, redacted
 
 SEE_SECRETS = "containers.change_containertemplate"
 SEE_HOSTS = "containers.view_runtime"

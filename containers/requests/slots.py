@@ -45,7 +45,7 @@ from django.db.models.functions import Cast, Now, Replace
 
 from containers.models import ContainerInstance
 from containers.states import ACTIVE_SLOTS
-from outbox import prepared
+from core import prepared
 from outbox.models import OutboxEvent, OutboxStatus
 
 # A request that waits holds no slot: its retry's backoff, a deferral, a dead worker's row.
@@ -77,7 +77,7 @@ def slot_count(*, exclude: uuid.UUID | str | None = None) -> int:
     One statement, so one snapshot: a sampler never sees an instance that settled beside
     a request claimed after it settled. Reads only; the gate and the claim guard call it
     with the capacity lock held, so their count is exact. On PostgreSQL a prepared
-    statement compiled once from ``_holding`` (``outbox.prepared.count``).
+    statement compiled once from ``_holding`` (``core.prepared.count``).
     """
     if exclude is None:
         return prepared.count(("slot_count",), _holding)

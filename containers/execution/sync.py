@@ -32,11 +32,11 @@ from django.db import transaction
 from containers.engines import engine_for
 from containers.engines.base import ContainerState, Engine
 from containers.engines.labels import LABEL_INSTANCE
+from containers.execution.observe import apply_observation, target_for
 from containers.models import ContainerEvent, ContainerInstance
-from containers.observe import apply_observation, target_for
 from containers.queues import RequestKind
 from containers.states import IN_FLIGHT, Status
-from outbox import prepared
+from core import prepared
 from outbox.models import UNFINISHED, OutboxEvent
 
 # States in which the engine's view matters (see ``instance_sync``).

@@ -1,0 +1,5 @@
+"""The operator's pages: the ModelAdmins (admins), their display helpers, form fields
+and the extra views (dashboard, live pages).
+"""
+
+from containers.admin import admins  # noqa: F401  (registers the ModelAdmins)

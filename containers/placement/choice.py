@@ -1,0 +1,79 @@
+"""Which enabled runtime an instance (or a DAG run's nodes) is placed on.
+
+Reads only: the enabled runtimes, their labels and cached health, and the number of
+instances under way on each; no engine is asked and no row is locked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection
+from django.db.models import Count
+
+from containers.errors import NoMatchingRuntime
+from containers.models import ContainerInstance, Runtime
+from containers.spec.resolve import clean_constraints
+from containers.states import IN_FLIGHT, Status
+from core import prepared
+
+_ENABLED_RUNTIMES = (
+    f"SELECT {prepared.columns(Runtime, 'r')} FROM {Runtime._meta.db_table} r"
+    " WHERE r.enabled ORDER BY r.name"
+)
+
+
+def _enabled_runtimes() -> list[Runtime]:
+    """The enabled runtimes by name (every create asks: on PostgreSQL a prepared statement)."""
+    if connection.vendor != "postgresql":
+        return list(Runtime.objects.filter(enabled=True).order_by("name"))
+    return [prepared.from_row(Runtime, row) for row in prepared.execute(_ENABLED_RUNTIMES)]
+
+
+def runtime_select(
+    *, template: Any, templates: list[Any] | None = None, among: list[Runtime] | None = None
+) -> Runtime:
+    """The enabled runtime whose labels satisfy the template's constraints.
+
+    ``templates`` (besides ``template``): the runtime must satisfy all of theirs too (a
+    DAG run puts every node on one engine). ``among``: only these runtimes qualify.
+    Among several matches, a reachable (or not yet checked) one before one recorded
+    unreachable, then the one with the fewest instances under way. The load is counted
+    only when there is a choice (one query; none for the usual single engine).
+    """
+    every = [template, *(templates or [])]
+    wanted = [clean_constraints(each.constraints) for each in every]  # once, not per runtime
+    constraints: dict[str, str] = {}
+    for each in wanted:
+        constraints.update(each)
+    candidates = _enabled_runtimes()
+    if among is not None:
+        chosen = {r.pk for r in among}
+        candidates = [runtime for runtime in candidates if runtime.pk in chosen]
+    matching = [
+        runtime
+        for runtime in candidates
+        if all(str(runtime.labels.get(k)) == v for each in wanted for k, v in each.items())
+    ]
+    if len(matching) > 1:
+        load = dict(
+            ContainerInstance.objects.filter(
+                runtime__in=matching, status__in=IN_FLIGHT | {Status.RUNNING}
+            )
+            .order_by()
+            .values("runtime")
+            .annotate(count=Count("id"))
+            .values_list("runtime", "count")
+        )
+        matching.sort(key=lambda runtime: load.get(runtime.pk, 0))  # stable: then by name
+    # An engine recorded unreachable comes last: a create goes to one that answers if
+    # any matches, else it is accepted all the same and waits (``handlers._engine_away``).
+    matching.sort(key=lambda runtime: runtime.health == Runtime.Health.UNREACHABLE)
+    if not matching:
+        wanted = ", ".join(f"{k}={v}" for k, v in constraints.items()) or "(none)"
+        names = ", ".join(sorted({str(t.name) for t in every}))
+        raise NoMatchingRuntime(
+            f"no enabled runtime matches the constraints {wanted} of template {names}",
+            constraints=constraints,
+        )
+    return matching[0]
