@@ -11,6 +11,7 @@ user's instance answers 404 exactly as a missing one does, unless the caller hol
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import docker.errors
 from django.http import StreamingHttpResponse
@@ -161,9 +162,13 @@ class ContainerViewSet(viewsets.GenericViewSet):
         location = reverse("container-detail", kwargs={"pk": instance.id}, request=request)
         return _accepted(request, RequestResult(instance=instance, queued=True), Location=location)
 
-    def destroy(self, request, pk: str):
+    def _request(self, request, pk: str, service: Callable[..., RequestResult]) -> Response:
+        """Ask ``service`` (start, stop, delete) for an instance the caller may act on: 202."""
         instance = self._operable(pk)
-        return _accepted(request, container_delete(instance_id=instance.id, actor=_actor(request)))
+        return _accepted(request, service(instance_id=instance.id, actor=_actor(request)))
+
+    def destroy(self, request, pk: str):
+        return self._request(request, pk, container_delete)
 
     @extend_schema(
         summary="Request a start",
@@ -173,8 +178,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
     )
     @action(detail=True, methods=["post"])
     def start(self, request, pk: str):
-        instance = self._operable(pk)
-        return _accepted(request, container_start(instance_id=instance.id, actor=_actor(request)))
+        return self._request(request, pk, container_start)
 
     @extend_schema(
         summary="Request a stop",
@@ -184,8 +188,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
     )
     @action(detail=True, methods=["post"])
     def stop(self, request, pk: str):
-        instance = self._operable(pk)
-        return _accepted(request, container_stop(instance_id=instance.id, actor=_actor(request)))
+        return self._request(request, pk, container_stop)
 
     @extend_schema(
         summary="The instance's history, newest first",
