@@ -41,6 +41,7 @@ from containers.requests.services import (
 from containers.spec import template_services
 from core.api.defaults import JSONParser
 from core.api.errors import RETRY_AFTER, error_responses
+from core.api.schema import list_and_retrieve
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +70,11 @@ _ACTION_RESPONSES = {
 
 
 @extend_schema_view(
-    list=extend_schema(
-        summary="List container instances",
-        parameters=[s.InstanceQuerySerializer],
-        responses={200: s.InstanceOutputSerializer(many=True), **error_responses(400)},
-    ),
-    retrieve=extend_schema(
-        summary="Get a container instance",
-        responses={200: s.InstanceOutputSerializer, **error_responses(404)},
+    **list_and_retrieve(
+        s.InstanceOutputSerializer,
+        list_summary="List container instances",
+        retrieve_summary="Get a container instance",
+        query=s.InstanceQuerySerializer,
     ),
     create=extend_schema(
         summary="Request a new instance from a template",
@@ -240,13 +238,10 @@ class ContainerViewSet(viewsets.GenericViewSet):
 
 
 @extend_schema_view(
-    list=extend_schema(
-        summary="List templates",
-        responses={200: s.TemplateOutputSerializer(many=True), **error_responses(400)},
-    ),
-    retrieve=extend_schema(
-        summary="Get a template",
-        responses={200: s.TemplateOutputSerializer, **error_responses(404)},
+    **list_and_retrieve(
+        s.TemplateOutputSerializer,
+        list_summary="List templates",
+        retrieve_summary="Get a template",
     ),
     create=extend_schema(
         summary="Create a template (permission add_containertemplate)",
@@ -324,13 +319,10 @@ class TemplateViewSet(viewsets.GenericViewSet):
 
 
 @extend_schema_view(
-    list=extend_schema(
-        summary="List runtimes (permission view_runtime)",
-        responses={200: s.RuntimeOutputSerializer(many=True), **error_responses(400)},
-    ),
-    retrieve=extend_schema(
-        summary="Get a runtime (permission view_runtime)",
-        responses={200: s.RuntimeOutputSerializer, **error_responses(404)},
+    **list_and_retrieve(
+        s.RuntimeOutputSerializer,
+        list_summary="List runtimes (permission view_runtime)",
+        retrieve_summary="Get a runtime (permission view_runtime)",
     ),
 )
 class RuntimeViewSet(viewsets.GenericViewSet):
