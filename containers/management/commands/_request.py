@@ -74,6 +74,31 @@ class ConsoleCommand(BaseCommand):
             help="With --wait: give up (exit 1) after this long (default 300).",
         )
 
+    @staticmethod
+    def add_as_argument(parser) -> None:
+        parser.add_argument(
+            "--as",
+            dest="as_user",
+            metavar="USERNAME",
+            help="Who asks, recorded as user:<name> (default: your login name).",
+        )
+
+    @staticmethod
+    def actor(options) -> str:
+        """Who asks, as ``user:<name>``: ``--as``, else the login name."""
+        return user_actor(options.get("as_user") or getpass.getuser())
+
+    def wait_if_asked(self, options, *, instance, action: str, after_id: int) -> None:
+        """With ``--wait``: ``follow`` the request on ``instance`` until it settles."""
+        if options["wait"]:
+            self.follow(
+                instance_id=instance.id,
+                name=instance.name,
+                action=action,
+                after_id=after_id,
+                timeout=options["timeout"],
+            )
+
     def follow(
         self, *, instance_id: uuid.UUID, name: str, action: str, after_id: int, timeout: float
     ) -> None:
@@ -123,19 +148,14 @@ class RequestCommand(ConsoleCommand):
             "instance",
             help="The instance's uuid, a unique prefix of it (the admin's short id) or its name.",
         )
-        parser.add_argument(
-            "--as",
-            dest="as_user",
-            metavar="USERNAME",
-            help="Who asks, recorded as user:<name> (default: your login name).",
-        )
+        self.add_as_argument(parser)
         self.add_wait_arguments(parser)
 
     def request(self, **kwargs):  # pragma: no cover - overridden
         raise NotImplementedError
 
     def handle(self, *args, **options):
-        actor = user_actor(options.get("as_user") or getpass.getuser())
+        actor = self.actor(options)
         try:
             instance = instance_resolve(ref=options["instance"])
             before = instance_history_last_id(instance_id=instance.id)
@@ -148,11 +168,4 @@ class RequestCommand(ConsoleCommand):
             f"{self.action} {short_id(instance)} ({instance.name}): {verb}; "
             f"status {instance.status}"
         )
-        if options["wait"]:
-            self.follow(
-                instance_id=instance.id,
-                name=instance.name,
-                action=self.action,
-                after_id=before,
-                timeout=options["timeout"],
-            )
+        self.wait_if_asked(options, instance=instance, action=self.action, after_id=before)
