@@ -60,7 +60,14 @@ class ConsoleCommand(BaseCommand):
             root.setLevel(saved)
 
     @staticmethod
-    def add_wait_arguments(parser) -> None:
+    def add_request_arguments(parser) -> None:
+        """``--as`` (who asks), ``--wait`` and its ``--timeout``."""
+        parser.add_argument(
+            "--as",
+            dest="as_user",
+            metavar="USERNAME",
+            help="Who asks, recorded as user:<name> (default: your login name).",
+        )
         parser.add_argument(
             "--wait",
             action="store_true",
@@ -72,15 +79,6 @@ class ConsoleCommand(BaseCommand):
             default=300.0,
             metavar="SECONDS",
             help="With --wait: give up (exit 1) after this long (default 300).",
-        )
-
-    @staticmethod
-    def add_as_argument(parser) -> None:
-        parser.add_argument(
-            "--as",
-            dest="as_user",
-            metavar="USERNAME",
-            help="Who asks, recorded as user:<name> (default: your login name).",
         )
 
     @staticmethod
@@ -148,8 +146,7 @@ class RequestCommand(ConsoleCommand):
             "instance",
             help="The instance's uuid, a unique prefix of it (the admin's short id) or its name.",
         )
-        self.add_as_argument(parser)
-        self.add_wait_arguments(parser)
+        self.add_request_arguments(parser)
 
     def request(self, **kwargs):  # pragma: no cover - overridden
         raise NotImplementedError

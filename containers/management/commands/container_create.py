@@ -21,8 +21,7 @@ class Command(ConsoleCommand):
         parser.add_argument(
             "--env", action="append", default=[], metavar="NAME=VALUE", help="Env override."
         )
-        self.add_as_argument(parser)
-        self.add_wait_arguments(parser)
+        self.add_request_arguments(parser)
 
     def handle(self, *args, **options):
         user = get_user_model().objects.filter(username=options["user"]).first()
