@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import threading
@@ -28,7 +27,7 @@ from types import SimpleNamespace
 import _common as c
 import docker
 from admission import request, start_server, wait_ready
-from end_to_end import COMMAND, IMAGE, cleanup, fixtures
+from end_to_end import COMMAND, IMAGE, cleanup, cleanup_reported, docker_bench, fixtures
 
 TARGET_RATIO = 1.15
 
@@ -188,9 +187,7 @@ def main() -> int:
         "--set", action="append", default=[], help="section_key=value (e.g. outbox_prefetch=0)"
     )
     args = parser.parse_args()
-    bench_id = f"gbbench-{os.getpid()}-{int(time.time())}"
-    client = docker.from_env()
-    client.images.get(IMAGE)  # present, never pulled
+    bench_id, client = docker_bench()
 
     c.header("burst: N creates at once -> all running, real Docker Engine")
     try:
@@ -256,8 +253,7 @@ def main() -> int:
                 f"(target <= {TARGET_RATIO}: {c.verdict(ratio <= TARGET_RATIO)})"
             )
     finally:
-        removed, left = cleanup(bench_id)
-        print(f"   removed {removed} containers labelled {bench_id}; left: {left}")
+        cleanup_reported(bench_id)
     return 0
 
 

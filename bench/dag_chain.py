@@ -31,11 +31,9 @@ import sys
 import time
 
 import _common as c
-import docker
-from end_to_end import cleanup
+from end_to_end import IMAGE, cleanup_reported, docker_bench
 from relay_throughput import parse_config
 
-IMAGE = "gobrave-test-busybox:latest"
 NODES = 10
 TARGET_RATIO = 1.3
 CONFIGS = {"default": {}, "tuned": {"queue_poll": 0.02}}
@@ -214,9 +212,7 @@ def main() -> int:
     parser.add_argument("--keep-db", action="store_true")
     args = parser.parse_args()
     configs = dict(map(parse_config, args.config)) if args.config else CONFIGS
-    bench_id = f"gbbench-{os.getpid()}-{int(time.time())}"
-    client = docker.from_env()
-    client.images.get(IMAGE)  # present, never pulled
+    bench_id, client = docker_bench()
 
     c.header(f"DAG chain of {NODES} 'true' nodes vs {NODES} sequential bare docker runs")
     print(f"   docker {client.version()['Version']}, bench id {bench_id}, {args.samples} samples")
@@ -250,8 +246,7 @@ def main() -> int:
                 report(bare, ours, loads)
     finally:
         engine.close()
-        removed, left = cleanup(bench_id)
-        print(f"   removed {removed} containers labelled {bench_id}; left: {left}")
+        cleanup_reported(bench_id)
     return 0
 
 

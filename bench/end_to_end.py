@@ -166,6 +166,21 @@ def cleanup(bench_id: str, timeout: float = 120) -> tuple[int, int]:
             time.sleep(2)
 
 
+def docker_bench() -> tuple[str, docker.DockerClient]:
+    """A bench id to label this run's containers with, and a client of an engine that has
+    ``IMAGE`` (never pulled: the bench fails at once without it)."""
+    bench_id = f"gbbench-{os.getpid()}-{int(time.time())}"
+    client = docker.from_env()
+    client.images.get(IMAGE)  # present, never pulled
+    return bench_id, client
+
+
+def cleanup_reported(bench_id: str) -> None:
+    """``cleanup``, then say how many containers it removed and how many are left."""
+    removed, left = cleanup(bench_id)
+    print(f"   removed {removed} containers labelled {bench_id}; left: {left}")
+
+
 def run_config(name, overrides, url, token, bench_id, client, args) -> tuple[list, list]:
     env = c.app_env(
         url,
@@ -210,9 +225,7 @@ def main() -> int:
     parser.add_argument("--keep-db", action="store_true")
     args = parser.parse_args()
     configs = dict(map(parse_config, args.config)) if args.config else CONFIGS
-    bench_id = f"gbbench-{os.getpid()}-{int(time.time())}"
-    client = docker.from_env()
-    client.images.get(IMAGE)  # present, never pulled
+    bench_id, client = docker_bench()
 
     c.header("end to end: POST /api/containers/ -> running, real Docker Engine")
     print(f"   docker {client.version()['Version']}, bench id {bench_id}, {args.samples} samples")
@@ -261,8 +274,7 @@ def main() -> int:
                     f"{c.verdict(r95 <= TARGET_P95)})"
                 )
     finally:
-        removed, left = cleanup(bench_id)
-        print(f"   removed {removed} containers labelled {bench_id}; left: {left}")
+        cleanup_reported(bench_id)
     return 0
 
 

@@ -26,7 +26,6 @@ import datetime as dt
 import logging
 import os
 import select
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 
 from core.counters import counters_roll_up
+from core.loops import StopOnSignal
 from outbox import conf, listen, liveness, registry, relay
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def default_sender() -> Sender:
     return send_to_django_q
 
 
-class Dispatcher:
+class Dispatcher(StopOnSignal):
     """One dispatcher process. Any number may run against one database."""
 
     def __init__(self, *, send: Sender | None = None) -> None:
@@ -81,13 +81,6 @@ class Dispatcher:
         self.more = False
         self.name = liveness.beat_name()
         self.last_beat = 0.0
-
-    def stop(self, *_args) -> None:
-        self.stopping.set()
-
-    def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGTERM, self.stop)
-        signal.signal(signal.SIGINT, self.stop)
 
     def cycle(self) -> int:
         """Claim and hand off one batch per queue; return how many rows were handed off.

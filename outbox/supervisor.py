@@ -41,6 +41,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from core.counters import counter_bump
+from core.loops import StopOnSignal
 from outbox import relay, selectors
 from outbox.counters import RelayStat
 
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class Supervisor:
+class Supervisor(StopOnSignal):
     """One queue's cluster, kept alive. ``run()`` blocks until SIGTERM."""
 
     queue: str
@@ -67,13 +68,6 @@ class Supervisor:
         if not self.command:
             manage = Path(settings.BASE_DIR) / "manage.py"
             self.command = [sys.executable, str(manage), "qcluster"]
-
-    def stop(self, *_args) -> None:
-        self.stopping.set()
-
-    def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGTERM, self.stop)
-        signal.signal(signal.SIGINT, self.stop)
 
     # --- the cluster process ---------------------------------------------------------------
 

@@ -60,22 +60,13 @@ from containers.spec.resolve import (
     clean_template_fields,
     clean_volumes,
 )
+from containers.spec.template_services import JSON_FIELDS, WRITABLE
 from containers.states import NOTHING_TO_DO, OFFERED
 from core.admin_helpers import GREY, ActionsOnlyAdminMixin, ReadOnlyAdminMixin, badge
 from core.errors import DomainError
 from outbox import admin as outbox_admin
 
 IMAGE_COLOURS = {"present": "#198754", "missing": "#dc3545", "unknown": "#6c757d"}
-TEMPLATE_JSON_FIELDS = (
-    "command",
-    "env",
-    "user_env",
-    "secret_env",
-    "volumes",
-    "resources",
-    "security",
-    "constraints",
-)
 
 
 def _listed(items: list[str], limit: int = 10) -> str:
@@ -441,25 +432,11 @@ class ContainerTemplateForm(forms.ModelForm):
 
     class Meta:
         model = ContainerTemplate
-        fields = [
-            "name",
-            "image",
-            "pull_policy",
-            "command",
-            "env",
-            "user_env",
-            "secret_env",
-            "volumes",
-            "resources",
-            "security",
-            "constraints",
-            "enabled",
-            "allowed_groups",
-        ]
+        fields = list(WRITABLE)
 
     def clean(self):
         cleaned = super().clean()
-        for name in ("image", *TEMPLATE_JSON_FIELDS):
+        for name in ("image", *JSON_FIELDS):
             if name not in cleaned:  # already invalid JSON, or not on the form
                 continue
             try:

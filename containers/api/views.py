@@ -11,6 +11,7 @@ user's instance answers 404 exactly as a missing one does, unless the caller hol
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import docker.errors
 from django.http import StreamingHttpResponse
@@ -40,6 +41,7 @@ from containers.requests.services import (
 from containers.spec import template_services
 from core.api.defaults import JSONParser
 from core.api.errors import RETRY_AFTER, error_responses
+from core.api.schema import list_and_retrieve
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +70,11 @@ _ACTION_RESPONSES = {
 
 
 @extend_schema_view(
-    list=extend_schema(
-        summary="List container instances",
-        parameters=[s.InstanceQuerySerializer],
-        responses={200: s.InstanceOutputSerializer(many=True), **error_responses(400)},
-    ),
-    retrieve=extend_schema(
-        summary="Get a container instance",
-        responses={200: s.InstanceOutputSerializer, **error_responses(404)},
+    **list_and_retrieve(
+        s.InstanceOutputSerializer,
+        list_summary="List container instances",
+        retrieve_summary="Get a container instance",
+        query=s.InstanceQuerySerializer,
     ),
     create=extend_schema(
         summary="Request a new instance from a template",
@@ -161,9 +160,13 @@ class ContainerViewSet(viewsets.GenericViewSet):
         location = reverse("container-detail", kwargs={"pk": instance.id}, request=request)
         return _accepted(request, RequestResult(instance=instance, queued=True), Location=location)
 
-    def destroy(self, request, pk: str):
+    def _request(self, request, pk: str, service: Callable[..., RequestResult]) -> Response:
+        """Ask ``service`` (start, stop, delete) for an instance the caller may act on: 202."""
         instance = self._operable(pk)
-        return _accepted(request, container_delete(instance_id=instance.id, actor=_actor(request)))
+        return _accepted(request, service(instance_id=instance.id, actor=_actor(request)))
+
+    def destroy(self, request, pk: str):
+        return self._request(request, pk, container_delete)
 
     @extend_schema(
         summary="Request a start",
@@ -173,8 +176,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
     )
     @action(detail=True, methods=["post"])
     def start(self, request, pk: str):
-        instance = self._operable(pk)
-        return _accepted(request, container_start(instance_id=instance.id, actor=_actor(request)))
+        return self._request(request, pk, container_start)
 
     @extend_schema(
         summary="Request a stop",
@@ -184,8 +186,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
     )
     @action(detail=True, methods=["post"])
     def stop(self, request, pk: str):
-        instance = self._operable(pk)
-        return _accepted(request, container_stop(instance_id=instance.id, actor=_actor(request)))
+        return self._request(request, pk, container_stop)
 
     @extend_schema(
         summary="The instance's history, newest first",
@@ -237,13 +238,10 @@ class ContainerViewSet(viewsets.GenericViewSet):
 
 
 @extend_schema_view(
-    list=extend_schema(
-        summary="List templates",
-        responses={200: s.TemplateOutputSerializer(many=True), **error_responses(400)},
-    ),
-    retrieve=extend_schema(
-        summary="Get a template",
-        responses={200: s.TemplateOutputSerializer, **error_responses(404)},
+    **list_and_retrieve(
+        s.TemplateOutputSerializer,
+        list_summary="List templates",
+        retrieve_summary="Get a template",
     ),
     create=extend_schema(
         summary="Create a template (permission add_containertemplate)",
@@ -321,13 +319,10 @@ class TemplateViewSet(viewsets.GenericViewSet):
 
 
 @extend_schema_view(
-    list=extend_schema(
-        summary="List runtimes (permission view_runtime)",
-        responses={200: s.RuntimeOutputSerializer(many=True), **error_responses(400)},
-    ),
-    retrieve=extend_schema(
-        summary="Get a runtime (permission view_runtime)",
-        responses={200: s.RuntimeOutputSerializer, **error_responses(404)},
+    **list_and_retrieve(
+        s.RuntimeOutputSerializer,
+        list_summary="List runtimes (permission view_runtime)",
+        retrieve_summary="Get a runtime (permission view_runtime)",
     ),
 )
 class RuntimeViewSet(viewsets.GenericViewSet):

@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import signal
 import threading
 import time
 import uuid
@@ -61,6 +60,7 @@ from containers.installation import installation_id
 from containers.models import MonitorCursor, Runtime
 from containers.states import ACTIVE_SLOTS
 from core import prepared
+from core.loops import StopOnSignal
 from outbox import conf as outbox_conf
 from outbox import liveness
 
@@ -394,7 +394,7 @@ class Follower:
             log.warning("runtime %s: cursor not stored", self.name, exc_info=True)
 
 
-class Monitor:
+class Monitor(StopOnSignal):
     """The ``run_monitor`` process (see the module docstring). One per installation is
     enough; more are safe (every change is a compare under the instance's row lock)."""
 
@@ -414,13 +414,6 @@ class Monitor:
         self._rechecks: dict[str, tuple[float, float, float]] = {}  # id -> (due, end, gap)
         self._rechecks_lock = threading.Lock()
         self.beat_name = liveness.beat_name(liveness.MONITOR)
-
-    def stop(self, *_args: object) -> None:
-        self.stopping.set()
-
-    def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGTERM, self.stop)
-        signal.signal(signal.SIGINT, self.stop)
 
     def reconcile_soon(self) -> None:
         self.reconcile_wanted.set()

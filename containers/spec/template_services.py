@@ -20,10 +20,8 @@ from containers.errors import InvalidSpec, NotFound, TemplateInUse
 from containers.models import ContainerTemplate
 from containers.spec.resolve import check_volume_roots, clean_template_fields
 
-# The fields a caller may set; everything else (image status, timestamps) is gobrave's.
-WRITABLE = (
-    "name",
-    "image",
+# The template's JSON fields, each checked by ``clean_template_fields``.
+JSON_FIELDS = (
     "command",
     "env",
     "user_env",
@@ -32,10 +30,10 @@ WRITABLE = (
     "resources",
     "security",
     "constraints",
-    "pull_policy",
-    "enabled",
-    "allowed_groups",
 )
+# The fields a caller may set, in the admin form's order; everything else (image status,
+# timestamps) is gobrave's.
+WRITABLE = ("name", "image", "pull_policy", *JSON_FIELDS, "enabled", "allowed_groups")
 
 
 def _clean(fields: dict[str, Any], current: ContainerTemplate | None = None) -> dict[str, Any]:

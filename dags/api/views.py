@@ -20,6 +20,7 @@ from rest_framework.reverse import reverse
 from containers.actors import user_actor
 from core.api.defaults import JSONParser
 from core.api.errors import error_responses
+from core.api.schema import list_and_retrieve
 from dags import selectors, services
 from dags.api import serializers as s
 from dags.errors import NotFound
@@ -35,13 +36,10 @@ def _with_nodes(rows):
 
 
 @extend_schema_view(
-    list=extend_schema(
-        summary="List DAG templates you may run",
-        responses={200: s.DagTemplateOutputSerializer(many=True), **error_responses(400)},
-    ),
-    retrieve=extend_schema(
-        summary="Get a DAG template",
-        responses={200: s.DagTemplateOutputSerializer, **error_responses(404)},
+    **list_and_retrieve(
+        s.DagTemplateOutputSerializer,
+        list_summary="List DAG templates you may run",
+        retrieve_summary="Get a DAG template",
     ),
     create=extend_schema(
         summary="Create a DAG template (permission add_dagtemplate)",
@@ -119,14 +117,12 @@ _RUN_ACTION = {202: s.DagRunDetailSerializer, **error_responses(403, 404, 409)}
 
 
 @extend_schema_view(
-    list=extend_schema(
-        summary="List DAG runs",
-        parameters=[s.DagRunQuerySerializer],
-        responses={200: s.DagRunOutputSerializer(many=True), **error_responses(400)},
-    ),
-    retrieve=extend_schema(
-        summary="Get a DAG run with its nodes",
-        responses={200: s.DagRunDetailSerializer, **error_responses(404)},
+    **list_and_retrieve(
+        s.DagRunOutputSerializer,
+        list_summary="List DAG runs",
+        retrieve_summary="Get a DAG run with its nodes",
+        query=s.DagRunQuerySerializer,
+        detail=s.DagRunDetailSerializer,
     ),
     create=extend_schema(
         summary="Start a run of a DAG template",

@@ -10,6 +10,7 @@ from rest_framework.response import Response
 
 from core.api.defaults import JSONParser
 from core.api.errors import error_responses
+from core.api.schema import list_and_retrieve
 from core.ids import db_id
 from outbox import selectors
 from outbox.api import serializers as s
@@ -25,14 +26,11 @@ def _event_id(pk: str) -> int:
 
 
 @extend_schema_view(
-    list=extend_schema(
-        summary="List outbox rows (permission view_outboxevent)",
-        parameters=[s.OutboxQuerySerializer],
-        responses={200: s.OutboxEventOutputSerializer(many=True), **error_responses(400)},
-    ),
-    retrieve=extend_schema(
-        summary="Get an outbox row (permission view_outboxevent)",
-        responses={200: s.OutboxEventOutputSerializer, **error_responses(404)},
+    **list_and_retrieve(
+        s.OutboxEventOutputSerializer,
+        list_summary="List outbox rows (permission view_outboxevent)",
+        retrieve_summary="Get an outbox row (permission view_outboxevent)",
+        query=s.OutboxQuerySerializer,
     ),
 )
 class OutboxViewSet(viewsets.GenericViewSet):

@@ -60,7 +60,14 @@ class ConsoleCommand(BaseCommand):
             root.setLevel(saved)
 
     @staticmethod
-    def add_wait_arguments(parser) -> None:
+    def add_request_arguments(parser) -> None:
+        """``--as`` (who asks), ``--wait`` and its ``--timeout``."""
+        parser.add_argument(
+            "--as",
+            dest="as_user",
+            metavar="USERNAME",
+            help="Who asks, recorded as user:<name> (default: your login name).",
+        )
         parser.add_argument(
             "--wait",
             action="store_true",
@@ -73,6 +80,22 @@ class ConsoleCommand(BaseCommand):
             metavar="SECONDS",
             help="With --wait: give up (exit 1) after this long (default 300).",
         )
+
+    @staticmethod
+    def actor(options) -> str:
+        """Who asks, as ``user:<name>``: ``--as``, else the login name."""
+        return user_actor(options.get("as_user") or getpass.getuser())
+
+    def wait_if_asked(self, options, *, instance, action: str, after_id: int) -> None:
+        """With ``--wait``: ``follow`` the request on ``instance`` until it settles."""
+        if options["wait"]:
+            self.follow(
+                instance_id=instance.id,
+                name=instance.name,
+                action=action,
+                after_id=after_id,
+                timeout=options["timeout"],
+            )
 
     def follow(
         self, *, instance_id: uuid.UUID, name: str, action: str, after_id: int, timeout: float
@@ -123,19 +146,13 @@ class RequestCommand(ConsoleCommand):
             "instance",
             help="The instance's uuid, a unique prefix of it (the admin's short id) or its name.",
         )
-        parser.add_argument(
-            "--as",
-            dest="as_user",
-            metavar="USERNAME",
-            help="Who asks, recorded as user:<name> (default: your login name).",
-        )
-        self.add_wait_arguments(parser)
+        self.add_request_arguments(parser)
 
     def request(self, **kwargs):  # pragma: no cover - overridden
         raise NotImplementedError
 
     def handle(self, *args, **options):
-        actor = user_actor(options.get("as_user") or getpass.getuser())
+        actor = self.actor(options)
         try:
             instance = instance_resolve(ref=options["instance"])
             before = instance_history_last_id(instance_id=instance.id)
@@ -148,11 +165,4 @@ class RequestCommand(ConsoleCommand):
             f"{self.action} {short_id(instance)} ({instance.name}): {verb}; "
             f"status {instance.status}"
         )
-        if options["wait"]:
-            self.follow(
-                instance_id=instance.id,
-                name=instance.name,
-                action=self.action,
-                after_id=before,
-                timeout=options["timeout"],
-            )
+        self.wait_if_asked(options, instance=instance, action=self.action, after_id=before)

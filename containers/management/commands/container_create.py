@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import getpass
-
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
-from containers.actors import user_actor
 from containers.management.commands._request import ConsoleCommand, short_id
 from containers.requests.services import container_create_by_template
 from containers.selectors import template_get
@@ -24,13 +21,7 @@ class Command(ConsoleCommand):
         parser.add_argument(
             "--env", action="append", default=[], metavar="NAME=VALUE", help="Env override."
         )
-        parser.add_argument(
-            "--as",
-            dest="as_user",
-            metavar="USERNAME",
-            help="Who asks, recorded as user:<name> (default: your login name).",
-        )
-        self.add_wait_arguments(parser)
+        self.add_request_arguments(parser)
 
     def handle(self, *args, **options):
         user = get_user_model().objects.filter(username=options["user"]).first()
@@ -49,7 +40,7 @@ class Command(ConsoleCommand):
                 owner=user,
                 name=options.get("name"),
                 env=env or None,
-                actor=user_actor(options.get("as_user") or getpass.getuser()),
+                actor=self.actor(options),
             )
         except DomainError as exc:
             raise CommandError(f"refused: {exc.message}") from None
@@ -57,11 +48,4 @@ class Command(ConsoleCommand):
             f"accepted {instance.id} ({instance.name}, short id {short_id(instance)}): "
             f"status {instance.status}"
         )
-        if options["wait"]:
-            self.follow(
-                instance_id=instance.id,
-                name=instance.name,
-                action="create",
-                after_id=0,
-                timeout=options["timeout"],
-            )
+        self.wait_if_asked(options, instance=instance, action="create", after_id=0)
