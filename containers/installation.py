@@ -11,7 +11,6 @@ from __future__ import annotations
 import secrets
 
 from django.conf import settings
-from django.db import connection
 
 from containers.models import Installation
 from core import prepared
@@ -37,7 +36,7 @@ def installation_id() -> str:
     configured = settings.GOBRAVE["container"]["installation_id"]
     if configured:
         return configured
-    if connection.vendor == "postgresql":  # every create asks: a prepared statement
+    if prepared.active():  # every create asks: a prepared statement
         stored = prepared.execute(_STORED, {"pk": 1}).fetchone()
         if stored is not None:
             return stored[0]

@@ -22,10 +22,24 @@ import psycopg
 from django.db import connection, models
 from django.db.models.functions import Now
 
+# Off: every statement goes through the ORM (or, for literal SQL, Django's own cursor),
+# as on SQLite. ``bench/prepared_statements.py`` turns it off to measure the layer.
+enabled = True
+
+
+def active() -> bool:
+    """Whether the statements of this module run as prepared statements: on PostgreSQL,
+    unless ``enabled`` is off. Every caller that has an ORM form asks this."""
+    return enabled and connection.vendor == "postgresql"
+
 
 def execute(sql: str, params: dict | list | None = None) -> psycopg.Cursor:
     """Run one statement (``%(name)s`` placeholders with a dict, ``%s`` with a list); the
-    cursor holds its result."""
+    cursor holds its result. With the layer off (``active``), Django's own cursor."""
+    if not enabled:
+        cursor = connection.cursor()
+        cursor.execute(sql, params)
+        return cursor
     connection.ensure_connection()
     connection.validate_thread_sharing()
     raw = connection.connection
@@ -43,7 +57,7 @@ def execute(sql: str, params: dict | list | None = None) -> psycopg.Cursor:
 def fetchall(sql: str, params: list) -> list[tuple]:
     """The rows of one read (``%s`` placeholders): a prepared statement on PostgreSQL,
     Django's cursor elsewhere."""
-    if connection.vendor != "postgresql":
+    if not active():
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall()
@@ -82,7 +96,7 @@ def insert(obj: models.Model) -> None:
     auto-incremented primary key left unset is read back. Sends no ``pre_save`` or
     ``post_save`` signal: only for models that have no receivers.
     """
-    if connection.vendor != "postgresql":
+    if not active():
         obj.save(force_insert=True)
         return
     sql, values = _insert_statement(obj)
@@ -133,7 +147,7 @@ def update(obj: models.Model, fields: tuple[str, ...]) -> int:
     as in the ORM (``auto_now``). Returns the rows updated (0: the row is gone). Sends no
     ``pre_save`` or ``post_save`` signal: only for models that have no receivers.
     """
-    if connection.vendor != "postgresql":
+    if not active():
         obj.save(update_fields=list(fields))
         return 1
     return execute(*_update_statement(obj, fields)).rowcount
@@ -162,7 +176,7 @@ def update_and_insert(obj: models.Model, fields: tuple[str, ...], new: models.Mo
     """``update(obj, fields)`` and then ``insert(new)``: on PostgreSQL one prepared
     statement (the UPDATE in a CTE; one round trip for a state change and its history
     entry), the ORM's two saves elsewhere. The caller holds ``obj``'s row lock."""
-    if connection.vendor != "postgresql":
+    if not active():
         update(obj, fields)
         insert(new)
         return
@@ -214,7 +228,7 @@ def first(shape: object, build: Callable[..., models.QuerySet], **values: object
     model's own columns only (no ``select_related``, ``only`` or annotations). Elsewhere
     than on PostgreSQL, ``build(**values).first()``.
     """
-    if connection.vendor != "postgresql":
+    if not active():
         return build(**values).first()
     model, sql, params = _statement(shape, build, values, lambda rows: rows[:1])
     row = execute(sql, params).fetchone()
@@ -224,7 +238,7 @@ def first(shape: object, build: Callable[..., models.QuerySet], **values: object
 def count(shape: object, build: Callable[..., models.QuerySet], **values: object) -> int:
     """``build(**values).count()``, compiled once per ``shape`` as ``first`` is (one
     statement: a count over the queryset's rows)."""
-    if connection.vendor != "postgresql":
+    if not active():
         return build(**values).count()
     _, sql, params = _statement(shape, build, values, lambda rows: rows.order_by().values("pk"))
     (number,) = execute(f"SELECT count(*) FROM ({sql}) AS counted", params).fetchone()
@@ -233,7 +247,7 @@ def count(shape: object, build: Callable[..., models.QuerySet], **values: object
 
 def exists(shape: object, build: Callable[..., models.QuerySet], **values: object) -> bool:
     """``build(**values).exists()``, compiled once per ``shape`` as ``first`` is."""
-    if connection.vendor != "postgresql":
+    if not active():
         return build(**values).exists()
     _, sql, params = _statement(shape, build, values, lambda rows: rows.order_by().values("pk")[:1])
     return execute(f"SELECT EXISTS ({sql})", params).fetchone()[0]

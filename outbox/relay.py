@@ -283,7 +283,7 @@ def begin(event_id: int, token: uuid.UUID) -> OutboxEvent | None:
     however long the row waited in the worker queue. On PostgreSQL one prepared statement
     both sets and loads the row.
     """
-    if conf.is_postgres(connection):
+    if prepared.active():
         params = {"lease": conf.started_lease(), "id": event_id, "token": token}
         row = prepared.execute(_BEGIN, params).fetchone()
         return None if row is None else prepared.from_row(OutboxEvent, row)

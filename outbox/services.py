@@ -138,7 +138,7 @@ def outbox_release_deferred(*, queue: str) -> int:
     Runs on every exit from a slot (each create or start that settles): on PostgreSQL
     one prepared statement (``core.prepared``) that releases and notifies.
     """
-    if conf.is_postgres(connection):
+    if prepared.active():
         params = {
             "status": OutboxStatus.PENDING.value,
             "queue": queue,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import connection
 from django.db.models import Count
 
 from containers.errors import NoMatchingRuntime
@@ -25,7 +24,7 @@ _ENABLED_RUNTIMES = (
 
 def _enabled_runtimes() -> list[Runtime]:
     """The enabled runtimes by name (every create asks: on PostgreSQL a prepared statement)."""
-    if connection.vendor != "postgresql":
+    if not prepared.active():
         return list(Runtime.objects.filter(enabled=True).order_by("name"))
     return [prepared.from_row(Runtime, row) for row in prepared.execute(_ENABLED_RUNTIMES)]
 

@@ -49,7 +49,7 @@ def instance_lock(
     (``core.prepared``), the ORM's ``select_for_update()`` elsewhere.
     """
     key = uuid.UUID(str(instance_id))
-    if connection.vendor != "postgresql":
+    if not prepared.active():
         rows = ContainerInstance.objects.select_for_update().filter(id=key)
         return (rows.select_related("runtime") if with_runtime else rows).first()
     row = prepared.execute(_LOCK_WITH_RUNTIME if with_runtime else _LOCK, {"id": key}).fetchone()
@@ -83,7 +83,7 @@ def container_id_record(*, instance_id: uuid.UUID, runtime_id: str, node: str, s
     it is still in ``status``; one statement (its own row lock, and its own commit outside
     a transaction; prepared on PostgreSQL). False when the instance is gone or has moved
     on."""
-    if connection.vendor != "postgresql":
+    if not prepared.active():
         rows = ContainerInstance.objects.filter(id=instance_id, status=status)
         return rows.update(container_id=runtime_id, runtime_node_name=node) == 1
     params = {"runtime_id": runtime_id, "node": node, "pk": instance_id, "status": str(status)}
@@ -186,7 +186,7 @@ _LOCK_GATE = f"SELECT 1 FROM {Gate._meta.db_table} WHERE name = %(name)s FOR UPD
 def _gate_locked(name: str) -> bool:
     """Lock the gate's row if it exists (on PostgreSQL a prepared statement: every create
     takes the admission gate, every create and start the capacity gate)."""
-    if connection.vendor == "postgresql":
+    if prepared.active():
         return prepared.execute(_LOCK_GATE, {"name": name}).fetchone() is not None
     return Gate.objects.select_for_update().filter(name=name).exists()
 
@@ -256,7 +256,7 @@ def _in_slots(ids: list[str]) -> set[str]:
     the create queue: a prepared statement on PostgreSQL, ``core.prepared``)."""
     if not ids:
         return set()
-    if connection.vendor == "postgresql":
+    if prepared.active():
         found = prepared.execute(_IN_SLOTS, {"ids": ids})
         return {row_id for (row_id,) in found.fetchall()}
     rows = ContainerInstance.objects.filter(id__in=ids, status__in=ACTIVE_SLOTS)

@@ -68,7 +68,7 @@ def _config() -> dict[str, Any]:
 
 def _first_group_id(owner) -> int | None:
     """The id of the owner's first group (``$GROUPID``), or None."""
-    if connection.vendor != "postgresql":
+    if not prepared.active():
         return owner.groups.order_by("id").values_list("id", flat=True).first()
     membership = owner.groups.through._meta.db_table
     sql = f"SELECT min(group_id) FROM {membership} WHERE user_id = %(user)s"
