@@ -16,11 +16,16 @@ takes no more.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from typing import NamedTuple
 
 import psycopg
 from django.db import connection, models
 from django.db.models.functions import Now
+from django.db.models.query import get_related_populators
+from django.db.models.sql import Query, UpdateQuery
+from django.db.models.sql.compiler import SQLCompiler
+from django.db.transaction import TransactionManagementError
 
 # Off: every statement goes through the ORM (or, for literal SQL, Django's own cursor),
 # as on SQLite. ``bench/prepared_statements.py`` turns it off to measure the layer.
@@ -187,52 +192,125 @@ def update_and_insert(obj: models.Model, fields: tuple[str, ...], new: models.Mo
     _inserted(new, execute(f"WITH updated AS ({changed}) {added}", {**changes, **values}))
 
 
-_compiled: dict[object, tuple[type[models.Model], str, list, dict[int, str]]] = {}
+class _Compiled(NamedTuple):
+    """One queryset's statement, compiled once: its SQL, its parameters as compiled, which
+    of them are each call's values (position → name), and what reads its rows back."""
+
+    compiler: SQLCompiler
+    sql: str
+    params: list
+    places: dict[int, str]
+    converters: dict
+
+
+_compiled: dict[object, _Compiled] = {}
 
 
 def _sentinel(name: str, value: object, index: int) -> object:
     """A stand-in for ``value`` while a queryset is compiled: of its type, never a real
-    value (a string no client can send, an id no row can have, a uuid of version 0,
-    which ``uuid4`` never makes)."""
+    value (a string no client can send, an id no row can have but within an ``integer``
+    column's range, which Django checks a lookup against, a uuid of version 0, which
+    ``uuid4`` never makes)."""
     if isinstance(value, uuid.UUID):
         return uuid.UUID(int=index + 1)
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise TypeError(f"{name}: only str, int and uuid values can be compiled, not {value!r}")
-    return f"\x00{name}\x00" if isinstance(value, str) else -(10**15) - index
+    return f"\x00{name}\x00" if isinstance(value, str) else -(2**31) + 1 + index
 
 
-def _statement(shape: object, build: Callable[..., models.QuerySet], values: dict, wrap):
-    """The SQL of ``wrap(build(**values))`` and its parameters, compiled once per ``shape``
-    with stand-ins (``_sentinel``) that each call's ``values`` replace (see ``first``)."""
+def _statement(
+    shape: object, query: Callable[[dict], Query], values: dict
+) -> tuple[_Compiled, list]:
+    """The statement of ``query(values)`` and this call's parameters, compiled once per
+    ``shape`` with stand-ins (``_sentinel``) that each call's ``values`` replace."""
     if shape not in _compiled:
         stand_ins = {name: _sentinel(name, v, i) for i, (name, v) in enumerate(values.items())}
-        rows = wrap(build(**stand_ins))
-        sql, params = rows.query.sql_with_params()
+        compiler = query(stand_ins).get_compiler(connection=connection)
+        sql, params = compiler.as_sql()
         by_value = {v: name for name, v in stand_ins.items()}
-        places = {i: by_value[p] for i, p in enumerate(params) if p in by_value}
+        places = {
+            i: by_value[p]
+            for i, p in enumerate(params)
+            if isinstance(p, Hashable) and p in by_value
+        }
         if set(places.values()) != set(values):
             raise ValueError(f"{shape}: not every value reached the SQL ({sorted(values)})")
-        _compiled[shape] = (rows.model, sql, list(params), places)
-    model, sql, params, places = _compiled[shape]
-    return model, sql, [values[places[i]] if i in places else p for i, p in enumerate(params)]
+        select = getattr(compiler, "select", None) or []
+        converters = compiler.get_converters([column[0] for column in select]) if select else {}
+        _compiled[shape] = _Compiled(compiler, sql, list(params), places, converters)
+    done = _compiled[shape]
+    return done, [
+        values[done.places[i]] if i in done.places else p for i, p in enumerate(done.params)
+    ]
+
+
+def _read(shape: object, build: Callable[..., models.QuerySet], values: dict, wrap=None):
+    """The rows of ``wrap(build(**values))``, compiled once, each value converted as the
+    ORM converts it; and the compiled statement."""
+    wrap = wrap or (lambda rows: rows)
+    done, params = _statement(shape, lambda stand_ins: wrap(build(**stand_ins)).query, values)
+    if done.compiler.query.select_for_update and connection.get_autocommit():
+        # As the ORM refuses it on every call (only the first call here compiles).
+        raise TransactionManagementError(
+            "select_for_update cannot be used outside of a transaction."
+        )
+    found = execute(done.sql, params).fetchall()
+    if done.converters:
+        found = [tuple(row) for row in done.compiler.apply_converters(found, done.converters)]
+    return found, done
+
+
+def _objects(done: _Compiled, found: list) -> list[models.Model]:
+    """Model objects from the rows of a compiled queryset, as Django's ``ModelIterable``
+    builds them (``select_related`` objects and annotations included)."""
+    compiler = done.compiler
+    info, select = compiler.klass_info, compiler.select
+    start, end = info["select_fields"][0], info["select_fields"][-1] + 1
+    names = [column[0].target.attname for column in select[start:end]]
+    populators = get_related_populators(info, select, connection.alias)
+    made = []
+    for row in found:
+        obj = info["model"].from_db(connection.alias, names, row[start:end])
+        for populator in populators:
+            populator.populate(row, obj)
+        for name, place in compiler.annotation_col_map.items():
+            setattr(obj, name, row[place])
+        made.append(obj)
+    return made
 
 
 def first(shape: object, build: Callable[..., models.QuerySet], **values: object):
-    """``build(**values).first()``, with the queryset compiled once per ``shape``.
+    """``build(**values).first()`` (without its ordering by pk), with the queryset
+    compiled once per ``shape``.
 
     For reads that every request makes through a queryset that is costly to build (a
-    template open to its user): ``build`` is called once with stand-ins for ``values``
-    (``_sentinel``), its SQL kept, and each call runs it as a prepared statement with the
-    values put back. ``shape`` names everything else that changes the SQL (which
-    ``values`` are there, the branch ``build`` takes). The queryset must select its
-    model's own columns only (no ``select_related``, ``only`` or annotations). Elsewhere
-    than on PostgreSQL, ``build(**values).first()``.
+    template open to its user, an instance locked with its runtime): ``build`` is called
+    once with stand-ins for ``values`` (``_sentinel``), its SQL kept (locking clauses,
+    ``select_related`` joins and all), and each call runs it as a prepared statement with
+    the values put back and reads the row back as the ORM does. ``shape`` names
+    everything else that changes the SQL (which ``values`` are there, the branch
+    ``build`` takes). Elsewhere than on PostgreSQL, ``build(**values).first()``.
     """
     if not active():
         return build(**values).first()
-    model, sql, params = _statement(shape, build, values, lambda rows: rows[:1])
-    row = execute(sql, params).fetchone()
-    return None if row is None else from_row(model, row)
+    found, done = _read(shape, build, values, lambda rows: rows[:1])
+    return _objects(done, found)[0] if found else None
+
+
+def objects(shape: object, build: Callable[..., models.QuerySet], **values: object) -> list:
+    """``list(build(**values))``, compiled once per ``shape`` as ``first`` is."""
+    if not active():
+        return list(build(**values))
+    found, done = _read(shape, build, values)
+    return _objects(done, found)
+
+
+def rows(shape: object, build: Callable[..., models.QuerySet], **values: object) -> list[tuple]:
+    """``list(build(**values))`` for a ``values_list()`` queryset (not ``flat``): tuples,
+    compiled once per ``shape`` as ``first`` is."""
+    if not active():
+        return [tuple(row) for row in build(**values)]
+    return _read(shape, build, values)[0]
 
 
 def count(shape: object, build: Callable[..., models.QuerySet], **values: object) -> int:
@@ -240,8 +318,10 @@ def count(shape: object, build: Callable[..., models.QuerySet], **values: object
     statement: a count over the queryset's rows)."""
     if not active():
         return build(**values).count()
-    _, sql, params = _statement(shape, build, values, lambda rows: rows.order_by().values("pk"))
-    (number,) = execute(f"SELECT count(*) FROM ({sql}) AS counted", params).fetchone()
+    done, params = _statement(
+        shape, lambda stand_ins: build(**stand_ins).order_by().values("pk").query, values
+    )
+    (number,) = execute(f"SELECT count(*) FROM ({done.sql}) AS counted", params).fetchone()
     return number
 
 
@@ -249,5 +329,29 @@ def exists(shape: object, build: Callable[..., models.QuerySet], **values: objec
     """``build(**values).exists()``, compiled once per ``shape`` as ``first`` is."""
     if not active():
         return build(**values).exists()
-    _, sql, params = _statement(shape, build, values, lambda rows: rows.order_by().values("pk")[:1])
-    return execute(f"SELECT EXISTS ({sql})", params).fetchone()[0]
+    done, params = _statement(
+        shape, lambda stand_ins: build(**stand_ins).order_by().values("pk")[:1].query, values
+    )
+    return execute(f"SELECT EXISTS ({done.sql})", params).fetchone()[0]
+
+
+def update_rows(
+    shape: object,
+    build: Callable[..., models.QuerySet],
+    changes: dict[str, object],
+    **values: object,
+) -> int:
+    """``build(**values).update(**changes)``, compiled once per ``shape`` as ``first`` is
+    (``changes``: field → this call's value); the number of rows updated."""
+    if not active():
+        return build(**values).update(**changes)
+    every = {**values, **{f"={field}": value for field, value in changes.items()}}
+
+    def query(stand_ins: dict) -> Query:
+        update = build(**{name: stand_ins[name] for name in values}).query.chain(UpdateQuery)
+        update.add_update_values({field: stand_ins[f"={field}"] for field in changes})
+        update.clear_select_clause()
+        return update
+
+    done, params = _statement(shape, query, every)
+    return execute(done.sql, params).rowcount
