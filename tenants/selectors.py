@@ -54,24 +54,12 @@ def owner_quotas(*, owner) -> OwnerQuotas:
     return OwnerQuotas(**values)
 
 
-@functools.cache  # the tables never change in a process: built once, not per request
-def _token_sql() -> str:
-    user_model = get_user_model()
-    return (
-        f"SELECT {prepared.columns(Token, 't')}, {prepared.columns(user_model, 'u')}"
-        f" FROM {Token._meta.db_table} t JOIN {user_model._meta.db_table} u"
-        " ON u.id = t.user_id WHERE t.key = %(key)s"
-    )
-
-
 def token_with_user(key: str):
-    """The API token ``key`` and its user, or None (one prepared statement on
-    PostgreSQL: every API request authenticates; ``core.prepared``)."""
-    row = prepared.execute(_token_sql(), {"key": key}).fetchone()
-    if row is None:
-        return None
-    width = len(Token._meta.concrete_fields)
-    user = prepared.from_row(get_user_model(), row[width:])
-    token = prepared.from_row(Token, row[:width])
-    Token.user.field.set_cached_value(token, user)
-    return token, user
+    """The API token ``key`` and its user, or None (every API request authenticates: one
+    statement, compiled once, prepared on PostgreSQL; ``core.prepared``)."""
+    token = prepared.first(
+        "tenants.token_with_user",
+        lambda key: Token.objects.select_related("user").filter(key=key).order_by(),
+        key=key,
+    )
+    return None if token is None else (token, token.user)
