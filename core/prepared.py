@@ -15,6 +15,7 @@ takes no more.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Callable, Hashable
 from typing import NamedTuple
@@ -57,35 +58,6 @@ def execute(sql: str, params: dict | list | None = None) -> psycopg.Cursor:
         else:
             cursor.execute(sql, params, prepare=prepare)
     return cursor
-
-
-def fetchall(sql: str, params: list) -> list[tuple]:
-    """The rows of one read (``%s`` placeholders): a prepared statement on PostgreSQL,
-    Django's cursor elsewhere."""
-    if not active():
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchall()
-    return execute(sql, params).fetchall()
-
-
-def columns(model: type[models.Model], alias: str) -> str:
-    """Every concrete column of ``model`` under table alias ``alias``, in field order (what
-    ``from_row`` reads)."""
-    return ", ".join(
-        f"{alias}.{connection.ops.quote_name(f.column)}" for f in model._meta.concrete_fields
-    )
-
-
-def from_row(model: type[models.Model], values) -> models.Model:
-    """A ``model`` object from the values of ``columns(model, ...)``, as the ORM builds it
-    (each field's ``from_db_value`` applied)."""
-    fields = model._meta.concrete_fields
-    converted = [
-        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
-        for field, value in zip(fields, values, strict=True)
-    ]
-    return model.from_db(connection.alias, [field.attname for field in fields], converted)
 
 
 _inserts: dict[tuple, str] = {}
@@ -210,11 +182,15 @@ def _sentinel(name: str, value: object, index: int) -> object:
     """A stand-in for ``value`` while a queryset is compiled: of its type, never a real
     value (a string no client can send, an id no row can have but within an ``integer``
     column's range, which Django checks a lookup against, a uuid of version 0, which
-    ``uuid4`` never makes)."""
+    ``uuid4`` never makes, a negative duration of a few microseconds)."""
     if isinstance(value, uuid.UUID):
         return uuid.UUID(int=index + 1)
+    if isinstance(value, dt.timedelta):
+        return dt.timedelta(microseconds=-(index + 1))
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise TypeError(f"{name}: only str, int and uuid values can be compiled, not {value!r}")
+        raise TypeError(
+            f"{name}: only str, int, uuid and timedelta values can be compiled, not {value!r}"
+        )
     return f"\x00{name}\x00" if isinstance(value, str) else -(2**31) + 1 + index
 
 
@@ -337,21 +313,22 @@ def exists(shape: object, build: Callable[..., models.QuerySet], **values: objec
 
 def update_rows(
     shape: object,
-    build: Callable[..., models.QuerySet],
-    changes: dict[str, object],
+    build: Callable[..., tuple[models.QuerySet, dict[str, object]]],
     **values: object,
 ) -> int:
-    """``build(**values).update(**changes)``, compiled once per ``shape`` as ``first`` is
-    (``changes``: field → this call's value); the number of rows updated."""
+    """``rows.update(**changes)`` where ``build(**values)`` gives ``(rows, changes)``
+    (changes: field → value or expression), compiled once per ``shape`` as ``first`` is;
+    the number of rows updated."""
     if not active():
-        return build(**values).update(**changes)
-    every = {**values, **{f"={field}": value for field, value in changes.items()}}
+        rows, changes = build(**values)
+        return rows.update(**changes)
 
     def query(stand_ins: dict) -> Query:
-        update = build(**{name: stand_ins[name] for name in values}).query.chain(UpdateQuery)
-        update.add_update_values({field: stand_ins[f"={field}"] for field in changes})
+        rows, changes = build(**stand_ins)
+        update = rows.query.chain(UpdateQuery)
+        update.add_update_values(changes)
         update.clear_select_clause()
         return update
 
-    done, params = _statement(shape, query, every)
+    done, params = _statement(shape, query, values)
     return execute(done.sql, params).rowcount

@@ -72,10 +72,14 @@ def container_id_record(*, instance_id: uuid.UUID, runtime_id: str, node: str, s
     False when the instance is gone or has moved on."""
     changed = prepared.update_rows(
         "lifecycle.container_id_record",
-        lambda id, status: ContainerInstance.objects.filter(id=id, status=status),
-        {"container_id": runtime_id, "runtime_node_name": node},
+        lambda id, status, container, node: (
+            ContainerInstance.objects.filter(id=id, status=status),
+            {"container_id": container, "runtime_node_name": node},
+        ),
         id=uuid.UUID(str(instance_id)),
         status=str(status),
+        container=runtime_id,
+        node=node,
     )
     return changed == 1
 
