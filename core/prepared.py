@@ -322,24 +322,71 @@ def exists(shape: object, build: Callable[..., models.QuerySet], **values: objec
     return execute(f"SELECT EXISTS ({done.sql})", params).fetchone()[0]
 
 
+def _update_query(build: Callable[..., tuple[models.QuerySet, dict]], stand_ins: dict) -> Query:
+    """The UPDATE of ``rows.update(**changes)`` for ``build(**stand_ins)``'s pair."""
+    rows, changes = build(**stand_ins)
+    update = rows.query.chain(UpdateQuery)
+    update.add_update_values(changes)
+    update.clear_select_clause()
+    return update
+
+
 def update_rows(
     shape: object,
     build: Callable[..., tuple[models.QuerySet, dict[str, object]]],
+    *,
+    notify: tuple[str, str] | None = None,
     **values: object,
 ) -> int:
     """``rows.update(**changes)`` where ``build(**values)`` gives ``(rows, changes)``
     (changes: field → value or expression), compiled once per ``shape`` as ``first`` is;
-    the number of rows updated."""
+    the number of rows updated.
+
+    ``notify``: ``(channel, payload)`` of a ``NOTIFY`` sent in the same statement on
+    PostgreSQL (the UPDATE in a CTE: one round trip; delivered at commit), and through
+    ``pg_notify`` after the update when the layer is off; nowhere else.
+    """
     if not active():
         rows, changes = build(**values)
-        return rows.update(**changes)
+        count = rows.update(**changes)
+        if notify is not None and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", list(notify))
+        return count
+    done, params = _statement(shape, lambda stand_ins: _update_query(build, stand_ins), values)
+    if notify is None:
+        return execute(done.sql, params).rowcount
+    sql = (
+        f"WITH updated AS ({done.sql} RETURNING 1)"
+        " SELECT (SELECT count(*) FROM updated), pg_notify(%s, %s)"
+    )
+    return execute(sql, [*params, *notify]).fetchone()[0]
 
-    def query(stand_ins: dict) -> Query:
-        rows, changes = build(**stand_ins)
-        update = rows.query.chain(UpdateQuery)
-        update.add_update_values(changes)
-        update.clear_select_clause()
-        return update
 
-    done, params = _statement(shape, query, values)
-    return execute(done.sql, params).rowcount
+def update_returning(
+    shape: object,
+    build: Callable[..., tuple[models.QuerySet, dict[str, object]]],
+    **values: object,
+) -> models.Model | None:
+    """``update_rows`` for a queryset of at most one row, returning that row as it is after
+    the update (None: no row matched): on PostgreSQL one statement (``RETURNING`` every
+    column), the ORM's update and then its read elsewhere."""
+    if not active():
+        rows, changes = build(**values)
+        keys = list(rows.values_list("pk", flat=True)[:1])
+        if not keys or not rows.filter(pk__in=keys).update(**changes):
+            return None
+        return rows.model._default_manager.get(pk=keys[0])
+    done, params = _statement(shape, lambda stand_ins: _update_query(build, stand_ins), values)
+    model = done.compiler.query.model
+    fields = model._meta.concrete_fields
+    quote = connection.ops.quote_name
+    returning = ", ".join(quote(field.column) for field in fields)
+    row = execute(f"{done.sql} RETURNING {returning}", params).fetchone()
+    if row is None:
+        return None
+    converted = [
+        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
+        for field, value in zip(fields, row, strict=True)
+    ]
+    return model.from_db(connection.alias, [field.attname for field in fields], converted)

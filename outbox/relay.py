@@ -284,15 +284,11 @@ def begin(event_id: int, token: uuid.UUID) -> OutboxEvent | None:
 
     Also restarts the lease from now at ``liveness_timeout``, which the worker's
     heartbeat renews (``outbox.heartbeat``) up to a full ``delivery_timeout`` plus margin
-    however long the row waited in the worker queue. Two statements, each a queryset
-    compiled once and prepared on PostgreSQL (``core.prepared``): the set, then the read.
+    however long the row waited in the worker queue. On PostgreSQL one statement (a
+    queryset's update compiled once, returning the row: ``core.prepared.update_returning``).
     """
-    lease = conf.started_lease()
-    started = prepared.update_rows("relay.begin", _begun, id=event_id, token=token, lease=lease)
-    if not started:
-        return None
-    return prepared.first(
-        "relay.begun", lambda id: OutboxEvent.objects.filter(id=id).order_by(), id=event_id
+    return prepared.update_returning(
+        "relay.begin", _begun, id=event_id, token=token, lease=conf.started_lease()
     )
 
 

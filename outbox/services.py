@@ -134,10 +134,9 @@ def _deferred(*, queue: str):
 def outbox_release_deferred(*, queue: str) -> int:
     """A capacity slot freed: make the rows deferred on ``queue`` due now, and wake.
 
-    Runs on every exit from a slot (each create or start that settles): the release is
-    a queryset compiled once, prepared on PostgreSQL (``core.prepared``), then the
-    NOTIFY.
+    Runs on every exit from a slot (each create or start that settles): on PostgreSQL one
+    statement (the compiled release and its NOTIFY, ``core.prepared.update_rows``).
     """
-    count = prepared.update_rows("outbox.release_deferred", _deferred, queue=queue)
-    outbox_notify(queue)
-    return count
+    return prepared.update_rows(
+        "outbox.release_deferred", _deferred, queue=queue, notify=(conf.NOTIFY_CHANNEL, queue)
+    )

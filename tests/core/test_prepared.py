@@ -112,3 +112,46 @@ def test_with_the_layer_off_the_orm_runs_and_nothing_is_prepared(postgres, monke
     assert "test.off" not in prepared._compiled
     assert '"containers_runtime"' in seen.captured_queries[0]["sql"]
     assert prepared.execute("SELECT 1").fetchone() == (1,)  # Django's own cursor
+
+
+def _pushed(*, queue: str, pause: dt.timedelta):
+    rows = OutboxEvent.objects.filter(queue=queue, status="pending")
+    return rows, {"available_at": Now() + pause, "last_error": queue}
+
+
+def test_update_returning_is_one_statement_and_reads_the_row_as_updated(postgres):
+    made = OutboxEvent.objects.create(queue="mine", kind="TestProbe", available_at=Now())
+    pause = dt.timedelta(hours=1)
+    for _ in range(2):  # compiled once
+        with CaptureQueriesContext(connection) as seen:
+            row = prepared.update_returning(("test.pushed",), _pushed, queue="mine", pause=pause)
+        assert len(seen.captured_queries) == 1, seen.captured_queries
+        stored = OutboxEvent.objects.get(pk=made.pk)
+        assert (row.pk, row.last_error, row.available_at) == (
+            stored.pk, "mine", stored.available_at,
+        )  # fmt: skip
+        assert not row._state.adding
+    assert prepared.update_returning(("test.pushed",), _pushed, queue="none", pause=pause) is None
+
+
+def test_update_returning_with_the_layer_off_updates_and_reads_through_the_orm(
+    postgres, monkeypatch
+):
+    made = OutboxEvent.objects.create(queue="mine", kind="TestProbe", available_at=Now())
+    monkeypatch.setattr(prepared, "enabled", False)
+    pause = dt.timedelta(hours=1)
+    row = prepared.update_returning(("test.pushed.off",), _pushed, queue="mine", pause=pause)
+    assert (row.pk, row.last_error) == (made.pk, "mine")
+    assert prepared.update_returning(("test.pushed.off",), _pushed, queue="x", pause=pause) is None
+
+
+def test_update_rows_with_notify_sends_it_in_the_same_statement(postgres):
+    OutboxEvent.objects.create(queue="mine", kind="TestProbe", available_at=Now())
+    pause = dt.timedelta(seconds=1)
+    with CaptureQueriesContext(connection) as seen:
+        count = prepared.update_rows(
+            ("test.woken.notify",), _pushed, queue="mine", pause=pause, notify=("gb_test", "q")
+        )
+    assert count == 1
+    assert len(seen.captured_queries) == 1, seen.captured_queries
+    assert "pg_notify" in seen.captured_queries[0]["sql"], seen.captured_queries
