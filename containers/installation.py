@@ -11,7 +11,6 @@ from __future__ import annotations
 import secrets
 
 from django.conf import settings
-from django.db import connection
 
 from containers.models import Installation
 from core import prepared
@@ -25,9 +24,6 @@ def new_installation_id() -> str:
     return f"gb-{secrets.token_hex(6)}"
 
 
-_STORED = f"SELECT installation_id FROM {Installation._meta.db_table} WHERE id = %(pk)s"
-
-
 def installation_id() -> str:
     """The configured id, else the stored one (made now if the row is missing).
 
@@ -37,10 +33,12 @@ def installation_id() -> str:
     configured = settings.GOBRAVE["container"]["installation_id"]
     if configured:
         return configured
-    if connection.vendor == "postgresql":  # every create asks: a prepared statement
-        stored = prepared.execute(_STORED, {"pk": 1}).fetchone()
-        if stored is not None:
-            return stored[0]
+    stored = prepared.rows(  # every create asks: compiled once, prepared on PostgreSQL
+        "installation.stored",
+        lambda: Installation.objects.filter(pk=1).values_list("installation_id"),
+    )
+    if stored:
+        return stored[0][0]
     row, _ = Installation.objects.get_or_create(
         pk=1, defaults={"installation_id": new_installation_id()}
     )

@@ -266,12 +266,16 @@ def claims_release_unstarted(queue: str) -> int:
     return released
 
 
-_BEGIN = f"""
-UPDATE {OutboxEvent._meta.db_table} e SET started_at = now(), lease_expires_at = now() + %(lease)s
-WHERE id = %(id)s AND claim_token = %(token)s AND status = 'processing' AND started_at IS NULL
-  AND lease_expires_at > now()
-RETURNING {prepared.columns(OutboxEvent, "e")}
-"""
+def _begun(*, id: int, token: uuid.UUID, lease: dt.timedelta):
+    """``begin``'s compare-and-set: the row's claim, not begun, its lease still running."""
+    rows = OutboxEvent.objects.filter(
+        id=id,
+        claim_token=token,
+        status=OutboxStatus.PROCESSING,
+        started_at__isnull=True,
+        lease_expires_at__gt=Now(),
+    )
+    return rows, {"started_at": Now(), "lease_expires_at": Now() + lease}
 
 
 def begin(event_id: int, token: uuid.UUID) -> OutboxEvent | None:
@@ -280,21 +284,12 @@ def begin(event_id: int, token: uuid.UUID) -> OutboxEvent | None:
 
     Also restarts the lease from now at ``liveness_timeout``, which the worker's
     heartbeat renews (``outbox.heartbeat``) up to a full ``delivery_timeout`` plus margin
-    however long the row waited in the worker queue. On PostgreSQL one prepared statement
-    both sets and loads the row.
+    however long the row waited in the worker queue. On PostgreSQL one statement (a
+    queryset's update compiled once, returning the row: ``core.prepared.update_returning``).
     """
-    if conf.is_postgres(connection):
-        params = {"lease": conf.started_lease(), "id": event_id, "token": token}
-        row = prepared.execute(_BEGIN, params).fetchone()
-        return None if row is None else prepared.from_row(OutboxEvent, row)
-    started = OutboxEvent.objects.filter(
-        id=event_id,
-        claim_token=token,
-        status=OutboxStatus.PROCESSING,
-        started_at__isnull=True,
-        lease_expires_at__gt=Now(),
-    ).update(started_at=Now(), lease_expires_at=Now() + conf.started_lease())
-    return OutboxEvent.objects.get(id=event_id) if started else None
+    return prepared.update_returning(
+        "relay.begin", _begun, id=event_id, token=token, lease=conf.started_lease()
+    )
 
 
 WRITE_TRIES = 3

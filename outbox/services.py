@@ -120,38 +120,23 @@ def outbox_retry_now(*, event_id: int) -> OutboxEvent:
     return event
 
 
-# ``outbox_release_deferred`` on PostgreSQL: the release and the wake-up in one statement.
-_RELEASE = f"""
-WITH released AS (
-    UPDATE {OutboxEvent._meta.db_table} SET available_at = STATEMENT_TIMESTAMP()
-    WHERE status = %(status)s AND queue = %(queue)s AND outcome = %(outcome)s
-      AND available_at > STATEMENT_TIMESTAMP()
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM released), pg_notify(%(channel)s, %(queue)s)
-"""
+def _deferred(*, queue: str):
+    """The rows deferred on ``queue`` (waiting for a slot), made due now."""
+    rows = OutboxEvent.objects.filter(
+        status=OutboxStatus.PENDING,
+        queue=queue,
+        outcome=Outcome.DEFERRED,
+        available_at__gt=Now(),
+    )
+    return rows, {"available_at": Now()}
 
 
 def outbox_release_deferred(*, queue: str) -> int:
     """A capacity slot freed: make the rows deferred on ``queue`` due now, and wake.
 
-    Runs on every exit from a slot (each create or start that settles): on PostgreSQL
-    one prepared statement (``core.prepared``) that releases and notifies.
+    Runs on every exit from a slot (each create or start that settles): on PostgreSQL one
+    statement (the compiled release and its NOTIFY, ``core.prepared.update_rows``).
     """
-    if conf.is_postgres(connection):
-        params = {
-            "status": OutboxStatus.PENDING.value,
-            "queue": queue,
-            "outcome": Outcome.DEFERRED.value,
-            "channel": conf.NOTIFY_CHANNEL,
-        }
-        (count, _) = prepared.execute(_RELEASE, params).fetchone()
-        return count
-    count = OutboxEvent.objects.filter(
-        status=OutboxStatus.PENDING,
-        queue=queue,
-        outcome=Outcome.DEFERRED,
-        available_at__gt=Now(),
-    ).update(available_at=Now())
-    outbox_notify(queue)
-    return count
+    return prepared.update_rows(
+        "outbox.release_deferred", _deferred, queue=queue, notify=(conf.NOTIFY_CHANNEL, queue)
+    )

@@ -8,7 +8,6 @@ token and its user are read in one prepared statement (``tenants.selectors``).
 from __future__ import annotations
 
 from django.conf import settings
-from django.db import connection
 from drf_spectacular import authentication as spectacular_auth
 from rest_framework import authentication, exceptions
 
@@ -25,8 +24,6 @@ class TokenAuthentication(authentication.TokenAuthentication):
     def authenticate_credentials(self, key):
         if not (0 < len(key) <= 40 and key.isascii() and key.isalnum()):
             raise exceptions.AuthenticationFailed("Invalid token.")
-        if connection.vendor != "postgresql":
-            return super().authenticate_credentials(key)
         found = token_with_user(key)  # every API request: one prepared statement
         if found is None:
             raise exceptions.AuthenticationFailed("Invalid token.")

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
+from django.db.models import IntegerField, Value
 from rest_framework.authtoken.models import Token
 
 from core import prepared
@@ -23,26 +22,24 @@ class OwnerQuotas:
     max_instances_per_owner: int | None
 
 
-@functools.cache  # the tables never change in a process: built once, not per request
-def _overrides_sql() -> str:
+def _overrides(*, user: int):
     """The owner's own override (kind 0), then their groups' (kind 1): one statement."""
-    user_groups = get_user_model().groups.through._meta.db_table
-    keys = ", ".join(QUOTA_KEYS)
-    return (
-        f"SELECT 0, {keys} FROM {UserQuota._meta.db_table} WHERE user_id = %s "
-        f"UNION ALL SELECT 1, {', '.join(f'q.{key}' for key in QUOTA_KEYS)} "
-        f"FROM {GroupQuota._meta.db_table} q JOIN {user_groups} m ON m.group_id = q.group_id "
-        "WHERE m.user_id = %s"
+    kind = {"kind": Value(0, output_field=IntegerField())}
+    own = UserQuota.objects.filter(user_id=user).order_by().annotate(**kind)
+    kind = {"kind": Value(1, output_field=IntegerField())}
+    granted = GroupQuota.objects.filter(group__user=user).order_by().annotate(**kind)
+    return own.values_list(*QUOTA_KEYS, "kind").union(
+        granted.values_list(*QUOTA_KEYS, "kind"), all=True
     )
 
 
 def owner_quotas(*, owner) -> OwnerQuotas:
     """The owner's quotas, key by key: their own override, else the most generous of their
     groups' overrides, else ``config.yml`` (contract §8). One query (every create asks:
-    prepared on PostgreSQL); no lock."""
-    rows = prepared.fetchall(_overrides_sql(), [owner.pk, owner.pk])
-    own = [dict(zip(QUOTA_KEYS, row[1:], strict=True)) for row in rows if row[0] == 0]
-    groups = [dict(zip(QUOTA_KEYS, row[1:], strict=True)) for row in rows if row[0] == 1]
+    compiled once, prepared on PostgreSQL); no lock."""
+    rows = prepared.rows("tenants.owner_quotas", _overrides, user=owner.pk)
+    own = [dict(zip(QUOTA_KEYS, row[:-1], strict=True)) for row in rows if row[-1] == 0]
+    groups = [dict(zip(QUOTA_KEYS, row[:-1], strict=True)) for row in rows if row[-1] == 1]
     config = settings.GOBRAVE["container"]
     values = {}
     for key in QUOTA_KEYS:
@@ -54,24 +51,12 @@ def owner_quotas(*, owner) -> OwnerQuotas:
     return OwnerQuotas(**values)
 
 
-@functools.cache  # the tables never change in a process: built once, not per request
-def _token_sql() -> str:
-    user_model = get_user_model()
-    return (
-        f"SELECT {prepared.columns(Token, 't')}, {prepared.columns(user_model, 'u')}"
-        f" FROM {Token._meta.db_table} t JOIN {user_model._meta.db_table} u"
-        " ON u.id = t.user_id WHERE t.key = %(key)s"
-    )
-
-
 def token_with_user(key: str):
-    """The API token ``key`` and its user, or None (one prepared statement on
-    PostgreSQL: every API request authenticates; ``core.prepared``)."""
-    row = prepared.execute(_token_sql(), {"key": key}).fetchone()
-    if row is None:
-        return None
-    width = len(Token._meta.concrete_fields)
-    user = prepared.from_row(get_user_model(), row[width:])
-    token = prepared.from_row(Token, row[:width])
-    Token.user.field.set_cached_value(token, user)
-    return token, user
+    """The API token ``key`` and its user, or None (every API request authenticates: one
+    statement, compiled once, prepared on PostgreSQL; ``core.prepared``)."""
+    token = prepared.first(
+        "tenants.token_with_user",
+        lambda key: Token.objects.select_related("user").filter(key=key).order_by(),
+        key=key,
+    )
+    return None if token is None else (token, token.user)

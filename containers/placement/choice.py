@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import connection
 from django.db.models import Count
 
 from containers.errors import NoMatchingRuntime
@@ -17,17 +16,13 @@ from containers.spec.resolve import clean_constraints
 from containers.states import IN_FLIGHT, Status
 from core import prepared
 
-_ENABLED_RUNTIMES = (
-    f"SELECT {prepared.columns(Runtime, 'r')} FROM {Runtime._meta.db_table} r"
-    " WHERE r.enabled ORDER BY r.name"
-)
-
 
 def _enabled_runtimes() -> list[Runtime]:
-    """The enabled runtimes by name (every create asks: on PostgreSQL a prepared statement)."""
-    if connection.vendor != "postgresql":
-        return list(Runtime.objects.filter(enabled=True).order_by("name"))
-    return [prepared.from_row(Runtime, row) for row in prepared.execute(_ENABLED_RUNTIMES)]
+    """The enabled runtimes by name (every create asks: compiled once, a prepared
+    statement on PostgreSQL)."""
+    return prepared.objects(
+        "choice.enabled_runtimes", lambda: Runtime.objects.filter(enabled=True).order_by("name")
+    )
 
 
 def runtime_select(

@@ -17,7 +17,7 @@ from django.db import connection, transaction
 
 from containers.counters import RequestStat
 from containers.errors import InvalidTransition
-from containers.models import ContainerEvent, ContainerInstance, Gate, Runtime
+from containers.models import ContainerEvent, ContainerInstance, Gate
 from containers.queues import Queue
 from containers.requests.slots import slot_count
 from containers.signals import instance_moved
@@ -29,13 +29,15 @@ from outbox.services import outbox_release_deferred
 log = logging.getLogger(__name__)
 
 
-_INSTANCES = ContainerInstance._meta.db_table
-_INSTANCE_COLUMNS = prepared.columns(ContainerInstance, "i")
-_LOCK = f"SELECT {_INSTANCE_COLUMNS} FROM {_INSTANCES} i WHERE i.id = %(id)s FOR UPDATE"
-_LOCK_WITH_RUNTIME = (
-    f"SELECT {_INSTANCE_COLUMNS}, {prepared.columns(Runtime, 'r')} FROM {_INSTANCES} i"
-    f" JOIN {Runtime._meta.db_table} r ON r.id = i.runtime_id WHERE i.id = %(id)s FOR UPDATE OF i"
-)
+def _locked(*, id: uuid.UUID):
+    """The instance ``id``, locked ``FOR UPDATE``."""
+    return ContainerInstance.objects.select_for_update().filter(id=id).order_by()
+
+
+def _locked_with_runtime(*, id: uuid.UUID):
+    """The instance ``id`` with its runtime (one join), only the instance's row locked."""
+    rows = ContainerInstance.objects.select_for_update(of=("self",)).filter(id=id).order_by()
+    return rows.select_related("runtime")
 
 
 def instance_lock(
@@ -43,25 +45,16 @@ def instance_lock(
 ) -> ContainerInstance | None:
     """Lock the instance's row for the rest of the current transaction and read it; None
     when there is none. ``with_runtime``: its ``Runtime`` row is read in the same
-    statement (not locked). Raises ``ValueError`` for an id that is no uuid.
+    statement (not locked: ``FOR UPDATE OF`` the instance). Raises ``ValueError`` for an
+    id that is no uuid.
 
-    Every request and every handler step starts here: on PostgreSQL a prepared statement
-    (``core.prepared``), the ORM's ``select_for_update()`` elsewhere.
+    Every request and every handler step starts here: the queryset is compiled once and
+    run as a prepared statement on PostgreSQL (``core.prepared.first``).
     """
     key = uuid.UUID(str(instance_id))
-    if connection.vendor != "postgresql":
-        rows = ContainerInstance.objects.select_for_update().filter(id=key)
-        return (rows.select_related("runtime") if with_runtime else rows).first()
-    row = prepared.execute(_LOCK_WITH_RUNTIME if with_runtime else _LOCK, {"id": key}).fetchone()
-    if row is None:
-        return None
-    width = len(ContainerInstance._meta.concrete_fields)
-    instance = prepared.from_row(ContainerInstance, row[:width])
     if with_runtime:
-        ContainerInstance.runtime.field.set_cached_value(
-            instance, prepared.from_row(Runtime, row[width:])
-        )
-    return instance
+        return prepared.first("lifecycle.lock_with_runtime", _locked_with_runtime, id=key)
+    return prepared.first("lifecycle.lock", _locked, id=key)
 
 
 def instance_save(instance: ContainerInstance, fields: tuple[str, ...]) -> None:
@@ -72,22 +65,23 @@ def instance_save(instance: ContainerInstance, fields: tuple[str, ...]) -> None:
     prepared.update(instance, fields)
 
 
-_RECORD_ID = (
-    f"UPDATE {_INSTANCES} SET container_id = %(runtime_id)s, runtime_node_name = %(node)s"
-    " WHERE id = %(pk)s AND status = %(status)s"
-)
-
-
 def container_id_record(*, instance_id: uuid.UUID, runtime_id: str, node: str, status: str) -> bool:
     """Record the engine's container id and its host's name (``node``) on the instance if
     it is still in ``status``; one statement (its own row lock, and its own commit outside
-    a transaction; prepared on PostgreSQL). False when the instance is gone or has moved
-    on."""
-    if connection.vendor != "postgresql":
-        rows = ContainerInstance.objects.filter(id=instance_id, status=status)
-        return rows.update(container_id=runtime_id, runtime_node_name=node) == 1
-    params = {"runtime_id": runtime_id, "node": node, "pk": instance_id, "status": str(status)}
-    return prepared.execute(_RECORD_ID, params).rowcount == 1
+    a transaction; compiled once, prepared on PostgreSQL: ``core.prepared.update_rows``).
+    False when the instance is gone or has moved on."""
+    changed = prepared.update_rows(
+        "lifecycle.container_id_record",
+        lambda id, status, container, node: (
+            ContainerInstance.objects.filter(id=id, status=status),
+            {"container_id": container, "runtime_node_name": node},
+        ),
+        id=uuid.UUID(str(instance_id)),
+        status=str(status),
+        container=runtime_id,
+        node=node,
+    )
+    return changed == 1
 
 
 def record(
@@ -180,15 +174,16 @@ def move(
     return instance
 
 
-_LOCK_GATE = f"SELECT 1 FROM {Gate._meta.db_table} WHERE name = %(name)s FOR UPDATE"
-
-
 def _gate_locked(name: str) -> bool:
-    """Lock the gate's row if it exists (on PostgreSQL a prepared statement: every create
-    takes the admission gate, every create and start the capacity gate)."""
-    if connection.vendor == "postgresql":
-        return prepared.execute(_LOCK_GATE, {"name": name}).fetchone() is not None
-    return Gate.objects.select_for_update().filter(name=name).exists()
+    """Lock the gate's row if it exists (compiled once, a prepared statement on
+    PostgreSQL: every create takes the admission gate, every create and start the
+    capacity gate)."""
+    found = prepared.rows(
+        "lifecycle.gate_lock",
+        lambda name: Gate.objects.select_for_update().filter(name=name).values_list("pk"),
+        name=name,
+    )
+    return bool(found)
 
 
 def lock_gate(name: str) -> None:
@@ -246,21 +241,25 @@ def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
     return allowed
 
 
-_SLOTS_SQL = ", ".join(sorted(f"'{status.value}'" for status in ACTIVE_SLOTS))
-_IN_SLOTS = f"""SELECT id::text FROM {ContainerInstance._meta.db_table}
-WHERE id = ANY(%(ids)s::uuid[]) AND status IN ({_SLOTS_SQL})"""
-
-
 def _in_slots(ids: list[str]) -> set[str]:
     """Which of the instances ``ids`` are in ``creating``/``starting`` (on every claim of
-    the create queue: a prepared statement on PostgreSQL, ``core.prepared``)."""
-    if not ids:
+    the create queue). Compiled once per number of ids (a claim takes at most
+    ``batch_size``), a prepared statement on PostgreSQL (``core.prepared.rows``)."""
+    keys = sorted({uuid.UUID(each) for each in ids})
+    if not keys:
         return set()
-    if connection.vendor == "postgresql":
-        found = prepared.execute(_IN_SLOTS, {"ids": ids})
-        return {row_id for (row_id,) in found.fetchall()}
-    rows = ContainerInstance.objects.filter(id__in=ids, status__in=ACTIVE_SLOTS)
-    return {str(pk) for pk in rows.values_list("id", flat=True)}
+    found = prepared.rows(
+        ("lifecycle.in_slots", len(keys)),
+        lambda **each: (
+            ContainerInstance.objects.filter(
+                id__in=list(each.values()), status__in=sorted(ACTIVE_SLOTS)
+            )
+            .order_by()
+            .values_list("id")
+        ),
+        **{f"id{i}": key for i, key in enumerate(keys)},
+    )
+    return {str(pk) for (pk,) in found}
 
 
 def _is_uuid(value: str) -> bool:

@@ -147,3 +147,57 @@ def test_a_request_is_unfinished_while_a_row_of_it_is_pending_or_processing(post
         OutboxEvent.objects.filter(pk=row.pk).update(status=status)
         assert request_unfinished(instance.pk) is unfinished, status
         assert request_unfinished(str(other.pk)) is False, status
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_gate_is_locked_in_one_statement_until_the_transaction_ends(postgres):
+    from django.test.utils import CaptureQueriesContext
+
+    from containers.models import Gate
+    from containers.requests.lifecycle import _gate_locked
+
+    Gate.objects.get_or_create(name="capacity")
+    db = settings.DATABASES["default"]
+    other = psycopg.connect(
+        host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=connection.settings_dict["NAME"]
+    )
+    probe = f"SELECT 1 FROM {Gate._meta.db_table} WHERE name = %s FOR UPDATE NOWAIT"
+    try:
+        with transaction.atomic():
+            with CaptureQueriesContext(connection) as seen:
+                assert _gate_locked("capacity")
+            assert len(seen.captured_queries) == 1
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                other.execute(probe, ["capacity"])
+            other.rollback()
+            assert not _gate_locked("no-such-gate")
+        assert other.execute(probe, ["capacity"]).fetchone() == (1,)
+    finally:
+        other.close()
+
+
+@pytest.mark.django_db
+def test_the_instances_in_a_slot_are_read_in_one_statement(postgres):
+    from django.test.utils import CaptureQueriesContext
+
+    from containers.requests.lifecycle import _in_slots
+
+    creating, starting = InstanceFactory(status="creating"), InstanceFactory(status="starting")
+    pending, missing = InstanceFactory(status="pending"), "00000000-0000-4000-8000-000000000001"
+    asked = [str(creating.pk), str(pending.pk), missing, str(starting.pk)]
+    with CaptureQueriesContext(connection) as seen:
+        assert _in_slots(asked) == {str(creating.pk), str(starting.pk)}
+    assert len(seen.captured_queries) == 1
+    assert _in_slots([str(pending.pk)]) == set() and _in_slots([]) == set()
+    assert _in_slots([str(starting.pk), str(starting.pk)]) == {str(starting.pk)}
+
+
+@pytest.mark.django_db
+def test_the_lock_with_its_runtime_locks_only_the_instance(postgres):
+    from django.test.utils import CaptureQueriesContext
+
+    made = InstanceFactory()
+    with transaction.atomic(), CaptureQueriesContext(connection) as seen:
+        instance_lock(made.pk, with_runtime=True)
+    (statement,) = [q["sql"] for q in seen.captured_queries]
+    assert statement.endswith(f'FOR UPDATE OF "{ContainerInstance._meta.db_table}"'), statement
