@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: venv run test lint fmt services
+.PHONY: venv run test test-fast lint fmt services
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -25,8 +25,19 @@ run: $(STAMP)
 services:
 	bash scripts/test-services.sh
 
+# The suite runs in parallel (pytest-xdist; a database per worker). Most of a test's time
+# is spent waiting on engines and processes, so more workers than cores pay; --dist
+# worksteal lets an idle worker take tests queued behind a long one.
+TEST_WORKERS ?= 4
+FAST_MARKERS := not docker and not slow and not browser and not chaos
+
 test: $(STAMP) services
-	DATABASE_URL=$(TEST_DATABASE_URL) $(BIN)/pytest $(PYTEST_ARGS)
+	DATABASE_URL=$(TEST_DATABASE_URL) $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+
+# The quick loop: every test that needs no engine, browser or real process (PostgreSQL
+# only), in under a minute.
+test-fast: $(STAMP)
+	DATABASE_URL=$(TEST_DATABASE_URL) $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m "$(FAST_MARKERS)" $(PYTEST_ARGS)
 
 fmt: $(STAMP)
 	$(BIN)/ruff format .

@@ -15,9 +15,32 @@ from tests.factories import RuntimeFactory, TemplateFactory, UserFactory
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
+# The longest tests first: a parallel run (pytest-xdist, ``--dist load``) hands tests out
+# in this order, so the soak and the browser runs start at once and the short tests fill
+# the gaps, instead of one long test starting last and running alone.
+FIRST = ("chaos", "browser", "slow", "docker")
+
+
+def _rank(item) -> int:
+    for rank, marker in enumerate(FIRST):
+        if item.get_closest_marker(marker) is not None:
+            return rank
+    return len(FIRST)
+
+
+# A test that uses one of these fixtures talks to a real Docker engine (the machine's or
+# a private one): it is marked ``docker`` whether or not its module says so, so that
+# ``make test-fast`` (``-m "not docker and not slow ..."``) never waits on an engine.
+ENGINE_FIXTURES = {"docker_client", "dock", "private_dock", "gated_dock", "pipeline"}
+
+
 def pytest_collection_modifyitems(config, items):
     if IN_CI and "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
         raise pytest.UsageError("CI=true: the suite must run on PostgreSQL (set DATABASE_URL)")
+    for item in items:
+        if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.docker)
+    items.sort(key=_rank)  # stable: file order within a rank
 
 
 @pytest.fixture(autouse=True)

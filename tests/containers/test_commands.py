@@ -81,6 +81,7 @@ def test_list_command_filters_by_status():
         _call("container_list", "--status", "bogus")
 
 
+@pytest.mark.slow  # real manage.py processes
 def test_quick_start_on_sqlite_needs_nothing_installed(tmp_path):
     """The zero-setup default: migrate and queue a create on a SQLite file."""
     env = {

@@ -26,7 +26,7 @@ from tests.factories import UserFactory
 from tests.private_engine import PrivateDockerd, missing_tools
 from tests.processes import wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

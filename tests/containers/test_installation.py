@@ -50,6 +50,7 @@ def _fresh_installation_id(tmp_path: Path, name: str) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow  # real manage.py processes
 def test_two_fresh_installations_get_different_ids_at_their_first_migrate(tmp_path):
     runs = [_fresh_installation_id(tmp_path, name) for name in ("one", "two")]
     ids = []
