@@ -3,7 +3,9 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # Touched after a successful install: the venv is reinstalled only when pyproject.toml
-# is newer than it (a fresh clone has none, so its first `make run` installs).
+# is newer than it (a fresh clone has none, so its first `make run` installs). `make run`
+# needs the app's dependencies only; the tests, lint and benchmarks need the dev extras.
+RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 
@@ -13,13 +15,17 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $(RUN_STAMP)
+
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
-	touch $(STAMP)
+	touch $(RUN_STAMP) $(STAMP)
 
 venv: $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/python scripts/run_all.py
 
 services:
