@@ -35,15 +35,16 @@ services:
 # is spent waiting on engines and processes, so more workers than cores pay; --dist
 # worksteal lets an idle worker take tests queued behind a long one.
 TEST_WORKERS ?= 4
+FAST_WORKERS ?= 2
 FAST_MARKERS := not docker and not slow and not browser and not chaos
 
 test: $(STAMP) services
 	DATABASE_URL=$(TEST_DATABASE_URL) $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # The quick loop: every test that needs no engine, browser or real process (PostgreSQL
-# only), in under a minute.
+# only), in under a minute. It is bound by the CPU, so one worker per core.
 test-fast: $(STAMP)
-	DATABASE_URL=$(TEST_DATABASE_URL) $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m "$(FAST_MARKERS)" $(PYTEST_ARGS)
+	DATABASE_URL=$(TEST_DATABASE_URL) $(BIN)/pytest -n $(FAST_WORKERS) --dist worksteal -m "$(FAST_MARKERS)" $(PYTEST_ARGS)
 
 fmt: $(STAMP)
 	$(BIN)/ruff format .
