@@ -58,6 +58,15 @@ def descendants(pid: int) -> list[int]:
     return found[::-1]
 
 
+def alive(pid: int) -> bool:
+    """True unless the process is gone or a zombie (dead, not yet reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 @dataclass
 class App:
     logdir: Path
@@ -118,6 +127,11 @@ class App:
         process.log.close()  # type: ignore[attr-defined]
         return process.returncode
 
+    def wait_logged(self, name: str, text: str, *, timeout: float, message: str = "") -> None:
+        """Wait until ``text`` stands in the log of the process ``name``."""
+        log = self.logdir / f"{name}.log"
+        wait_for(lambda: text in log.read_text(), timeout=timeout, message=message or text)
+
     def stop_all(self) -> None:
         for name in list(self.processes):
             self.stop(name)
@@ -177,6 +191,18 @@ def wait_for(
         time.sleep(interval)
     detail = f"\n{describe()}" if describe is not None else ""
     raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}{detail}")
+
+
+def wait_running(instance, *, timeout: float, message: str) -> None:
+    """Wait until the container instance is ``running``; a timeout shows the outbox rows."""
+    from containers.models import ContainerInstance
+
+    wait_for(
+        lambda: ContainerInstance.objects.get(pk=instance.pk).status == "running",
+        timeout=timeout,
+        message=message,
+        describe=outbox_rows,
+    )
 
 
 def outbox_rows(queryset=None) -> str:
