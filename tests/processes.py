@@ -20,8 +20,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from django.db import connection
+
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -241,6 +244,28 @@ def sampling(measure: Callable[[], int], interval: float = 0.003) -> Iterator[li
     finally:
         done.set()
         thread.join(60)
+
+
+def released_at_once(call: Callable[[int], T], count: int, *, timeout: float = 120) -> list[T]:
+    """Run ``call(0)`` ... ``call(count - 1)`` in as many threads, released together (a
+    barrier), and return what they returned, in the order they finished. ``call`` turns
+    its own errors into answers and closes any database connection it opened."""
+    barrier = threading.Barrier(count)
+    answers: list[T] = []
+    lock = threading.Lock()
+
+    def run(index: int) -> None:
+        barrier.wait(timeout=60)
+        answer = call(index)
+        with lock:
+            answers.append(answer)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+    return answers
 
 
 def relay_drain(rounds: int = 20) -> list[str]:
