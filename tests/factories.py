@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import factory
 from django.contrib.auth import get_user_model
 from django.utils import timezone
@@ -10,6 +12,24 @@ from containers.installation import installation_id
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
 from containers.queues import RequestKind
 from outbox.models import OutboxEvent
+
+
+def spec_template(**fields) -> SimpleNamespace:
+    """A template as ``resolve_spec`` reads it, with no database row: every field it
+    reads, empty unless given."""
+    base = dict(
+        name="t",
+        image="img",
+        command=[],
+        env={},
+        user_env=[],
+        secret_env=[],
+        volumes=[],
+        resources={},
+        security={},
+        pull_policy="never",
+    )
+    return SimpleNamespace(**{**base, **fields})
 
 
 class UserFactory(factory.django.DjangoModelFactory):
