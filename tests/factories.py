@@ -2,11 +2,34 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import factory
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from containers.installation import installation_id
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
+from containers.queues import RequestKind
+from outbox.models import OutboxEvent
+
+
+def spec_template(**fields) -> SimpleNamespace:
+    """A template as ``resolve_spec`` reads it, with no database row: every field it
+    reads, empty unless given."""
+    base = dict(
+        name="t",
+        image="img",
+        command=[],
+        env={},
+        user_env=[],
+        secret_env=[],
+        volumes=[],
+        resources={},
+        security={},
+        pull_policy="never",
+    )
+    return SimpleNamespace(**{**base, **fields})
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -77,3 +100,19 @@ class InstanceFactory(factory.django.DjangoModelFactory):
                 },
             }
             obj.save(update_fields=["spec"])
+
+
+class RequestFactory(factory.django.DjangoModelFactory):
+    """A request row of ``instance`` in the outbox, on its kind's queue, placed directly
+    in any state (bypassing the services): ``RequestFactory(instance=i, status=...)``."""
+
+    class Meta:
+        model = OutboxEvent
+
+    class Params:
+        instance = None
+
+    kind = RequestKind.CREATE
+    queue = factory.LazyAttribute(lambda o: RequestKind(o.kind).queue)
+    aggregate_id = factory.LazyAttribute(lambda o: str(o.instance.pk))
+    available_at = factory.LazyFunction(timezone.now)

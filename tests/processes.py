@@ -20,8 +20,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from django.db import connection
+
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,6 +59,15 @@ def descendants(pid: int) -> list[int]:
             found.append(child)
             stack.append(child)
     return found[::-1]
+
+
+def alive(pid: int) -> bool:
+    """True unless the process is gone or a zombie (dead, not yet reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 @dataclass
@@ -118,6 +130,11 @@ class App:
         process.log.close()  # type: ignore[attr-defined]
         return process.returncode
 
+    def wait_logged(self, name: str, text: str, *, timeout: float, message: str = "") -> None:
+        """Wait until ``text`` stands in the log of the process ``name``."""
+        log = self.logdir / f"{name}.log"
+        wait_for(lambda: text in log.read_text(), timeout=timeout, message=message or text)
+
     def stop_all(self) -> None:
         for name in list(self.processes):
             self.stop(name)
@@ -179,6 +196,18 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}{detail}")
 
 
+def wait_running(instance, *, timeout: float, message: str) -> None:
+    """Wait until the container instance is ``running``; a timeout shows the outbox rows."""
+    from containers.models import ContainerInstance
+
+    wait_for(
+        lambda: ContainerInstance.objects.get(pk=instance.pk).status == "running",
+        timeout=timeout,
+        message=message,
+        describe=outbox_rows,
+    )
+
+
 def outbox_rows(queryset=None) -> str:
     """What the outbox rows say, for assertion messages: id, kind, instance, status and
     outcome, attempts, reclaims, lease, start and the end of the last error."""
@@ -215,6 +244,28 @@ def sampling(measure: Callable[[], int], interval: float = 0.003) -> Iterator[li
     finally:
         done.set()
         thread.join(60)
+
+
+def released_at_once(call: Callable[[int], T], count: int, *, timeout: float = 120) -> list[T]:
+    """Run ``call(0)`` ... ``call(count - 1)`` in as many threads, released together (a
+    barrier), and return what they returned, in the order they finished. ``call`` turns
+    its own errors into answers and closes any database connection it opened."""
+    barrier = threading.Barrier(count)
+    answers: list[T] = []
+    lock = threading.Lock()
+
+    def run(index: int) -> None:
+        barrier.wait(timeout=60)
+        answer = call(index)
+        with lock:
+            answers.append(answer)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+    return answers
 
 
 def relay_drain(rounds: int = 20) -> list[str]:

@@ -93,24 +93,12 @@ def record(
     from_status: str = "",
     to_status: str = "",
     data: dict[str, Any] | None = None,
+    insert: bool = True,
 ) -> ContainerEvent:
     """Append one entry to the instance's history (on PostgreSQL a prepared INSERT,
-    ``core.prepared.insert``)."""
-    event = _entry(instance, kind, actor, message, from_status, to_status, data)
-    prepared.insert(event)
-    return event
-
-
-def _entry(
-    instance: ContainerInstance,
-    kind: str,
-    actor: str,
-    message: str,
-    from_status: str,
-    to_status: str,
-    data: dict[str, Any] | None,
-) -> ContainerEvent:
-    return ContainerEvent(
+    ``core.prepared.insert``). With ``insert=False`` the entry is only built, for a
+    caller that writes it in a statement of its own (``move``)."""
+    event = ContainerEvent(
         instance_id=instance.id,
         instance_name=instance.name,
         kind=kind,
@@ -120,6 +108,9 @@ def _entry(
         actor=actor,
         data=data or {},
     )
+    if insert:
+        prepared.insert(event)
+    return event
 
 
 # What a transition method may set (``ContainerInstance.mark_*``), saved by every move.
@@ -161,7 +152,16 @@ def move(
             target=target,
         )
     instance.transition_method(target)(**fields)
-    entry = _entry(instance, kind, actor, message or instance.status_reason, source, target, data)
+    entry = record(
+        instance,
+        kind=kind,
+        actor=actor,
+        message=message or instance.status_reason,
+        from_status=source,
+        to_status=target,
+        data=data,
+        insert=False,
+    )
     prepared.update_and_insert(instance, MOVED_FIELDS, entry)  # one statement on PostgreSQL
     log.info("instance %s %s -> %s by %s %s", instance.id, source, target, actor, message)
     if source in ACTIVE_SLOTS and target not in ACTIVE_SLOTS:

@@ -327,16 +327,29 @@ def container_create_by_template(
     return instance
 
 
-def _request(
-    *,
-    instance_id: uuid.UUID | str,
-    action: str,
-    target: str,
-    noop: frozenset[str],
-    kind: RequestKind,
-    actor: str,
-) -> RequestResult:
+# What each request moves an instance to, and where a repeat of it is a no-op.
+_REQUESTS: dict[str, tuple[RequestKind, str, frozenset[str]]] = {
+    "start": (
+        RequestKind.START,
+        Status.START_PENDING,
+        frozenset({Status.START_PENDING, Status.STARTING}),
+    ),
+    "stop": (
+        RequestKind.STOP,
+        Status.STOP_PENDING,
+        frozenset({Status.STOP_PENDING, Status.STOPPING, Status.STOPPED, Status.FAILED}),
+    ),
+    "delete": (
+        RequestKind.DELETE,
+        Status.DELETE_PENDING,
+        frozenset({Status.DELETE_PENDING, Status.DELETING}),
+    ),
+}
+
+
+def _request(action: str, *, instance_id: uuid.UUID | str, actor: str) -> RequestResult:
     """The shared shape of start, stop and delete (see the module docstring)."""
+    kind, target, noop = _REQUESTS[action]
     with transaction.atomic():
         try:
             instance = instance_lock(instance_id)
@@ -364,35 +377,14 @@ def _request(
 
 def container_start(*, instance_id: uuid.UUID | str, actor: str) -> RequestResult:
     """running/paused/stopped → start_pending; a no-op while start_pending or starting."""
-    return _request(
-        instance_id=instance_id,
-        action="start",
-        target=Status.START_PENDING,
-        noop=frozenset({Status.START_PENDING, Status.STARTING}),
-        kind=RequestKind.START,
-        actor=actor,
-    )
+    return _request("start", instance_id=instance_id, actor=actor)
 
 
 def container_stop(*, instance_id: uuid.UUID | str, actor: str) -> RequestResult:
     """running/paused → stop_pending; a no-op while stop_pending, stopping, stopped or failed."""
-    return _request(
-        instance_id=instance_id,
-        action="stop",
-        target=Status.STOP_PENDING,
-        noop=frozenset({Status.STOP_PENDING, Status.STOPPING, Status.STOPPED, Status.FAILED}),
-        kind=RequestKind.STOP,
-        actor=actor,
-    )
+    return _request("stop", instance_id=instance_id, actor=actor)
 
 
 def container_delete(*, instance_id: uuid.UUID | str, actor: str) -> RequestResult:
     """Any state but start_pending/starting → delete_pending; a no-op while deleting."""
-    return _request(
-        instance_id=instance_id,
-        action="delete",
-        target=Status.DELETE_PENDING,
-        noop=frozenset({Status.DELETE_PENDING, Status.DELETING}),
-        kind=RequestKind.DELETE,
-        actor=actor,
-    )
+    return _request("delete", instance_id=instance_id, actor=actor)

@@ -49,6 +49,15 @@ def total(page, series: str) -> str:
     return page.locator(f"#gb-total-{series} strong").get_attribute("data-value")
 
 
+def dashboard_settled(page, dashboard: str, *, accepted: int) -> None:
+    """The dashboard counts ``accepted`` creates, none failed, nothing pending or active."""
+    page.goto(dashboard)
+    assert int(total(page, "accepted")) == accepted
+    assert number(page, "gb-pending") == "0"
+    assert number(page, "gb-active") == "0"
+    assert total(page, "failed") == "0"
+
+
 def shows_without_reload(page, status: str, *, timeout: float) -> None:
     """Wait until the page shows ``status`` by itself (live updates), never reloading it."""
     page.evaluate("window.gbNotReloaded = true")
@@ -310,11 +319,7 @@ def _run_the_flow(page, live_server, admin_login, root, template, created) -> No
     page.shots("running")
 
     # 4. The dashboard followed: one more accepted, nothing pending or active.
-    page.goto(dashboard)
-    assert int(total(page, "accepted")) == accepted_before + 1
-    assert number(page, "gb-pending") == "0"
-    assert number(page, "gb-active") == "0"
-    assert total(page, "failed") == "0"
+    dashboard_settled(page, dashboard, accepted=accepted_before + 1)
     page.shots("dashboard-running")
 
     # 5. Stop it from its page.
@@ -348,11 +353,7 @@ def _run_the_flow(page, live_server, admin_login, root, template, created) -> No
     page.shots("history")
 
     # 7. The dashboard after: the create counted once, nothing left in flight.
-    page.goto(dashboard)
-    assert int(total(page, "accepted")) == accepted_before + 1
-    assert number(page, "gb-pending") == "0"
-    assert number(page, "gb-active") == "0"
-    assert total(page, "failed") == "0"
+    dashboard_settled(page, dashboard, accepted=accepted_before + 1)
     page.shots("dashboard-after")
 
 

@@ -91,28 +91,25 @@ def test_dashboard_numbers_follow_requests(as_user, operator, template, owner):
 
 
 def test_latest_failures_list_their_reasons(as_user, viewer):
-    ContainerEvent.objects.create(
-        instance_id="00000000-0000-0000-0000-000000000001",
-        instance_name="web-1",
-        kind="runtime",
-        from_status="running",
-        to_status="failed",
-        message="OOMKilled",
-    )
-    ContainerEvent.objects.create(
-        instance_id="00000000-0000-0000-0000-000000000002",
-        instance_name="web-2",
-        kind="dead_letter",
-        from_status="stopped",
-        to_status="stopped",
-        message="ContainerStartRequest #4 dead: container missing",
-    )
-    ContainerEvent.objects.create(
-        instance_id="00000000-0000-0000-0000-000000000003",
-        instance_name="web-3",
-        kind="transition",
-        to_status="running",
-    )
+    for n, kind, from_status, to_status, message in [
+        (1, "runtime", "running", "failed", "OOMKilled"),
+        (
+            2,
+            "dead_letter",
+            "stopped",
+            "stopped",
+            "ContainerStartRequest #4 dead: container missing",
+        ),
+        (3, "transition", "", "running", ""),
+    ]:
+        ContainerEvent.objects.create(
+            instance_id=f"00000000-0000-0000-0000-00000000000{n}",
+            instance_name=f"web-{n}",
+            kind=kind,
+            from_status=from_status,
+            to_status=to_status,
+            message=message,
+        )
     response = as_user(viewer).get(reverse(URL))
     failures = response.context["stats"]["failures"]
     assert [e.instance_name for e in failures] == ["web-2", "web-1"]

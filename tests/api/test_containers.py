@@ -10,25 +10,10 @@ import pytest
 from containers.models import ContainerEvent, ContainerInstance, Runtime
 from outbox.models import OutboxEvent
 from tests.api.helpers import assert_error
+from tests.containers.test_requests import ACCEPT, NOOP, STATES
 from tests.factories import TemplateFactory
 
 pytestmark = pytest.mark.django_db
-
-STATES = [
-    "pending", "creating", "running", "paused", "stop_pending", "stopping", "stopped",
-    "start_pending", "starting", "delete_pending", "deleting", "failed",
-]  # fmt: skip
-ACCEPT = {
-    "start": {"running", "paused", "stopped"},
-    "stop": {"running", "paused"},
-    "delete": {"pending", "creating", "running", "paused", "stop_pending", "stopping", "stopped",
-               "failed"},
-}  # fmt: skip
-NOOP = {
-    "start": {"start_pending", "starting"},
-    "stop": {"stop_pending", "stopping", "stopped", "failed"},
-    "delete": {"delete_pending", "deleting"},
-}
 
 
 def _request(client, action, instance_id):

@@ -10,7 +10,6 @@ outbox rows.
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 
 import pytest
@@ -20,6 +19,7 @@ from rest_framework.authtoken.models import Token
 from containers.models import ContainerEvent, ContainerInstance
 from outbox.models import OutboxEvent
 from tests.factories import UserFactory
+from tests.processes import released_at_once
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -45,30 +45,20 @@ def test_200_simultaneous_posts_admit_exactly_50(
         Token.objects.create(user=UserFactory(username=f"client{i}")).key for i in range(USERS)
     ]
     url = f"{live_server.url}/api/containers/"
-    barrier = threading.Barrier(CALLERS)
-    lock = threading.Lock()
-    answers: list[tuple[int, str | None, str]] = []
 
-    def call(index: int) -> None:
+    def call(index: int) -> tuple[int, str | None, str]:
         headers = {"Authorization": f"Token {tokens[index % USERS]}"}
         try:
-            barrier.wait(timeout=60)
             response = requests.post(
                 url, json={"template": "sleeper"}, headers=headers, timeout=(60, 120)
             )
             body = response.json()
             code = body["error"]["code"] if "error" in body else body["status"]
-            answer = (response.status_code, response.headers.get("Retry-After"), code)
+            return (response.status_code, response.headers.get("Retry-After"), code)
         except Exception as exc:  # noqa: BLE001 - reported by the assertions below
-            answer = (0, None, repr(exc))
-        with lock:
-            answers.append(answer)
+            return (0, None, repr(exc))
 
-    threads = [threading.Thread(target=call, args=(i,)) for i in range(CALLERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=180)
+    answers = released_at_once(call, CALLERS, timeout=180)
 
     statuses = Counter(status for status, _, _ in answers)
     assert len(answers) == CALLERS

@@ -20,6 +20,7 @@ import docker
 import docker.errors
 import pytest
 
+from containers.engines import engine_for
 from containers.engines.labels import LABEL_INSTALLATION
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
 from tests.factories import TemplateFactory
@@ -168,3 +169,17 @@ def pipeline(dock) -> Iterator[App]:
     """Dispatcher, create and control clusters and the monitor, all running."""
     with dock.pipeline() as app:
         yield app
+
+
+@pytest.fixture
+def engine(fake_runtime):
+    """The fake engine behind ``fake_runtime`` (a directory every process shares)."""
+    return engine_for(fake_runtime)
+
+
+@pytest.fixture
+def only_test_runtimes(request):
+    """The migration's ``local`` row points at the real engine: keep fake-engine tests
+    off it (a module asks for it with ``pytest.mark.usefixtures``; docker tests keep it)."""
+    if request.node.get_closest_marker("django_db") and "docker" not in request.keywords:
+        Runtime.objects.filter(name="local").delete()

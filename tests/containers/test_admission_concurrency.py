@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from django.db import connection
 
@@ -12,6 +10,7 @@ from containers.models import ContainerEvent, ContainerInstance
 from containers.requests.services import container_create_by_template
 from outbox.models import OutboxEvent
 from tests.factories import RuntimeFactory, TemplateFactory, UserFactory
+from tests.processes import released_at_once
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -19,36 +18,23 @@ CALLERS = 200
 LIMIT = 50
 
 
-def _round(templates, owners):
-    barrier = threading.Barrier(CALLERS)
-    outcomes: list[str] = []
-    lock = threading.Lock()
-
-    def call(index: int) -> None:
+def _round(templates, owners) -> list[str]:
+    def call(index: int) -> str:
         try:
-            barrier.wait()
-            try:
-                container_create_by_template(
-                    template=templates[index % len(templates)],
-                    owner=owners[index % len(owners)],
-                    actor="test",
-                )
-                result = "accepted"
-            except QueueFull:
-                result = "refused"
-            except Exception as exc:  # noqa: BLE001 - any other error fails the test below
-                result = f"error: {exc!r}"
-            with lock:
-                outcomes.append(result)
+            container_create_by_template(
+                template=templates[index % len(templates)],
+                owner=owners[index % len(owners)],
+                actor="test",
+            )
+            return "accepted"
+        except QueueFull:
+            return "refused"
+        except Exception as exc:  # noqa: BLE001 - any other error fails the test below
+            return f"error: {exc!r}"
         finally:
             connection.close()  # back to the pool
 
-    threads = [threading.Thread(target=call, args=(i,)) for i in range(CALLERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    return outcomes
+    return released_at_once(call, CALLERS)
 
 
 def test_200_simultaneous_creates_admit_exactly_50(postgres, gobrave_config):

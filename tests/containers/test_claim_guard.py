@@ -10,17 +10,11 @@ from django.utils import timezone
 from containers.models import ContainerInstance
 from containers.requests.lifecycle import claims_within_capacity
 from outbox.models import OutboxEvent
-from tests.factories import InstanceFactory
+from tests.factories import InstanceFactory, RequestFactory
 
 
 def _row(instance, **fields) -> OutboxEvent:
-    return OutboxEvent.objects.create(
-        kind="ContainerCreateRequest",
-        queue="create",
-        aggregate_id=str(instance.id),
-        available_at=timezone.now(),
-        **fields,
-    )
+    return RequestFactory(instance=instance, **fields)
 
 
 @pytest.mark.django_db

@@ -10,31 +10,34 @@ import datetime as dt
 import os
 import signal
 import time
-from pathlib import Path
+from contextlib import contextmanager
 
 import pytest
 
-from containers.engines import engine_for
 from containers.models import ContainerInstance
 from containers.requests.services import container_create_by_template
 from outbox.models import OutboxEvent
-from tests.factories import TemplateFactory
+from tests.processes import alive, running_app, wait_for, wait_running
 from tests.processes import outbox_rows as rows
-from tests.processes import running_app, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 BASE = {"outbox_poll_interval": "0.2", "queue_poll": "0.05"}
 
 
-@pytest.fixture
-def engine(fake_runtime):
-    return engine_for(fake_runtime)
-
-
-@pytest.fixture
-def template(fake_runtime):
-    return TemplateFactory(name="sleeper")
+@contextmanager
+def create_held_in_start(tmp_path, template, owner, engine, **config):
+    """A dispatcher and the create cluster (``BASE`` and ``config``) with one create held
+    in its runtime's start call: yields the app, the instance and the worker's pid."""
+    (engine.root / "block-start").write_text("")
+    with running_app(tmp_path, **BASE, **config) as app:
+        app.dispatcher()
+        app.cluster("create")
+        instance = container_create_by_template(template=template, owner=owner, actor="t")
+        [(_, _, pid, _)] = wait_for(
+            lambda: engine.call_records("start"), timeout=60, message="start call", describe=rows
+        )
+        yield app, instance, pid
 
 
 def test_a_busy_worker_killed_mid_create_is_replaced_within_the_liveness_timeout(
@@ -42,24 +45,12 @@ def test_a_busy_worker_killed_mid_create_is_replaced_within_the_liveness_timeout
 ):
     """Default delivery_timeout (300 s, a 330 s lease): the row is due again after the
     20 s liveness timeout, not the lease, and another worker finishes the create."""
-    (engine.root / "block-start").write_text("")
-    with running_app(tmp_path, **BASE) as app:
-        app.dispatcher()
-        app.cluster("create")
-        instance = container_create_by_template(template=template, owner=owner, actor="t")
-        [(_, _, pid, _)] = wait_for(
-            lambda: engine.call_records("start"), timeout=60, message="start call", describe=rows
-        )
+    with create_held_in_start(tmp_path, template, owner, engine) as (app, instance, pid):
         os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
         (engine.root / "block-start").unlink()
         # Well under the 330 s lease a dead worker used to pin its row and slot for.
-        wait_for(
-            lambda: ContainerInstance.objects.get(pk=instance.pk).status == "running",
-            timeout=120,
-            message="running on another worker",
-            describe=rows,
-        )
+        wait_running(instance, timeout=120, message="running on another worker")
         print(f"recovered {time.monotonic() - killed:.1f}s after the kill")
         wait_for(lambda: OutboxEvent.objects.get().status == "sent", timeout=30, describe=rows)
         row = OutboxEvent.objects.get()
@@ -73,12 +64,11 @@ def test_a_slow_but_alive_handler_keeps_its_claim_past_the_liveness_timeout(
 ):
     """An 8 s liveness timeout; the handler blocks until its lease was renewed well past
     three liveness timeouts: never reclaimed, one run, no attempt counted."""
-    (engine.root / "block-start").write_text("")
-    with running_app(tmp_path, **BASE, outbox_liveness_timeout=8) as app:
-        app.dispatcher()
-        app.cluster("create")
-        instance = container_create_by_template(template=template, owner=owner, actor="t")
-        wait_for(lambda: engine.call_records("start"), timeout=60, message="start call")
+    with create_held_in_start(tmp_path, template, owner, engine, outbox_liveness_timeout=8) as (
+        _,
+        instance,
+        _,
+    ):
         first = OutboxEvent.objects.get()
 
         def renewed_past_three_timeouts() -> bool:
@@ -100,28 +90,18 @@ def test_a_slow_but_alive_handler_keeps_its_claim_past_the_liveness_timeout(
         assert len(engine.calls("create")) == 1 and len(engine.calls("start")) == 1
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def test_a_worker_sent_sigterm_mid_create_finishes_it_and_records_the_outcome(
     postgres, tmp_path, template, owner, engine
 ):
-    (engine.root / "block-start").write_text("")
-    with running_app(tmp_path, **BASE, outbox_stop_grace=60) as app:
-        app.dispatcher()
-        app.cluster("create")
-        instance = container_create_by_template(template=template, owner=owner, actor="t")
-        [(_, _, pid, _)] = wait_for(
-            lambda: engine.call_records("start"), timeout=60, message="start call", describe=rows
-        )
+    with create_held_in_start(tmp_path, template, owner, engine, outbox_stop_grace=60) as (
+        app,
+        instance,
+        pid,
+    ):
         os.kill(pid, signal.SIGTERM)
-        wait_for(
-            lambda: "SIGTERM mid-handler" in (app.logdir / "create-cluster.log").read_text(),
+        app.wait_logged(
+            "create-cluster",
+            "SIGTERM mid-handler",
             timeout=30,
             message="the worker noted the SIGTERM",
         )
@@ -137,25 +117,15 @@ def test_a_worker_sent_sigterm_mid_create_finishes_it_and_records_the_outcome(
 def test_a_worker_past_its_stop_grace_exits_without_an_outcome_and_the_lease_recovers_it(
     postgres, tmp_path, template, owner, engine
 ):
-    (engine.root / "block-start").write_text("")
-    with running_app(tmp_path, **BASE, outbox_stop_grace=1, outbox_liveness_timeout=5) as app:
-        app.dispatcher()
-        app.cluster("create")
-        instance = container_create_by_template(template=template, owner=owner, actor="t")
-        [(_, _, pid, _)] = wait_for(
-            lambda: engine.call_records("start"), timeout=60, message="start call", describe=rows
-        )
+    with create_held_in_start(
+        tmp_path, template, owner, engine, outbox_stop_grace=1, outbox_liveness_timeout=5
+    ) as (_, instance, pid):
         os.kill(pid, signal.SIGTERM)
         wait_for(lambda: not alive(pid), timeout=60, message="the worker gave up", describe=rows)
         row = OutboxEvent.objects.get()
         assert (row.status, row.outcome) == ("processing", ""), rows()  # nothing recorded
         (engine.root / "block-start").unlink()
-        wait_for(
-            lambda: ContainerInstance.objects.get(pk=instance.pk).status == "running",
-            timeout=120,
-            message="running after the lease",
-            describe=rows,
-        )
+        wait_running(instance, timeout=120, message="running after the lease")
         wait_for(lambda: OutboxEvent.objects.get().status == "sent", timeout=30, describe=rows)
         assert OutboxEvent.objects.get().attempts == 1, rows()
         assert engine.created() == [f"gb-{instance.pk}"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from containers.errors import InvalidSpec
@@ -18,6 +16,7 @@ from containers.spec.env_policy import (
     redacted,
 )
 from containers.spec.resolve import clean_template_fields, env_policy, resolve_spec
+from tests.factories import spec_template
 
 TEMPLATE_ENV = {"APP_MODE": "prod", "PORT": "8080", "DB_PASSWORD": "hunter2"}
 
@@ -86,16 +85,8 @@ def test_a_template_key_is_replaced_when_a_rule_names_it_exactly():
 
 
 def test_resolve_spec_lets_the_allowed_user_value_win_and_keeps_the_rest():
-    template = SimpleNamespace(
-        name="t",
-        image="img",
-        command=[],
-        env=TEMPLATE_ENV,
-        user_env=["APP_MODE", "EXTRA_*"],
-        secret_env=["DB_PASSWORD"],
-        volumes=[],
-        resources={},
-        pull_policy="never",
+    template = spec_template(
+        env=TEMPLATE_ENV, user_env=["APP_MODE", "EXTRA_*"], secret_env=["DB_PASSWORD"]
     )
     spec = resolve_spec(
         template=template,

@@ -131,6 +131,18 @@ def throwaway_pg(postgres):
     server.destroy()
 
 
+def unsent(server: ThrowawayPostgres) -> int:
+    """How many outbox rows on ``server`` are not ``sent`` yet."""
+    [(count,)] = server.query("SELECT count(*) FROM outbox_outboxevent WHERE status <> 'sent'")
+    return count
+
+
+def wait_all_sent(server: ThrowawayPostgres, *, timeout: float, describe) -> None:
+    wait_for(
+        lambda: unsent(server) == 0, timeout=timeout, message="every row sent", describe=describe
+    )
+
+
 def _app_on(server: ThrowawayPostgres, tmp_path, **env_extra: str):
     """The app on the test's own PostgreSQL ``server`` and the fake engine in
     ``tmp_path/engine``, migrated and seeded, its processes not started yet; with
@@ -200,20 +212,14 @@ def test_postgres_restart_under_dispatcher_clusters_and_monitor(throwaway_pg, tm
         assert monitor_recovered < 10 + 3 + 2
         # The last creates' instances run when their handlers commit; their rows are
         # marked sent by each outcome's own, later transaction: wait for that too.
-        wait_for(
-            lambda: (
-                throwaway_pg.query("SELECT count(*) FROM outbox_outboxevent WHERE status <> 'sent'")
-                == [(0,)]
-            ),
+        wait_all_sent(
+            throwaway_pg,
             timeout=15,
-            message="every row sent",
             describe=lambda: str(
                 throwaway_pg.query("SELECT id, kind, status, attempts FROM outbox_outboxevent")
             ),
         )
-        assert throwaway_pg.query(
-            "SELECT count(*) FROM outbox_outboxevent WHERE status <> 'sent'"
-        ) == [(0,)]
+        assert unsent(throwaway_pg) == 0
     except BaseException:
         print(app.logs())
         raise
@@ -270,15 +276,7 @@ def test_a_database_crash_under_creates_loses_no_accepted_request(throwaway_pg, 
             message="12 running",
             describe=lambda: f"{counts()}\n{rows()}",
         )
-        wait_for(
-            lambda: (
-                throwaway_pg.query("SELECT count(*) FROM outbox_outboxevent WHERE status <> 'sent'")
-                == [(0,)]
-            ),
-            timeout=30,
-            message="every row sent",
-            describe=rows,
-        )
+        wait_all_sent(throwaway_pg, timeout=30, describe=rows)
         # One container per instance, each made once (the engine logs every new one).
         made = sorted((engine / "created.log").read_text().split())
         ids = throwaway_pg.query("SELECT id FROM containers_containerinstance")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from containers.engines import engine_for
 from containers.models import ContainerEvent, ContainerInstance
 from containers.requests.services import (
     container_create_by_template,
@@ -23,11 +22,6 @@ pytestmark = pytest.mark.django_db
 
 
 drain = relay_drain
-
-
-@pytest.fixture
-def engine(fake_runtime):
-    return engine_for(fake_runtime)
 
 
 @pytest.fixture
@@ -291,14 +285,20 @@ def test_start_of_a_container_removed_outside_gobrave_fails_with_that_reason(cre
     assert "removed outside gobrave" in stored.status_reason
 
 
-def test_worker_that_finds_its_instance_failed_removes_what_it_created(create, engine):
+def apply_finding_it_failed(instance, engine, source: str, **fields) -> None:
+    """Fail the instance behind its worker's back (``fields`` set on the row too), then
+    let the worker apply its ``source`` step to it."""
     from containers.execution.handlers import _apply
 
+    ContainerInstance.objects.filter(pk=instance.pk).update(status="failed", **fields)
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    _apply(stored, engine, f"gb-{instance.pk}", source)
+
+
+def test_worker_that_finds_its_instance_failed_removes_what_it_created(create, engine):
     instance = create()
     drain()
-    ContainerInstance.objects.filter(pk=instance.pk).update(status="failed")
-    stored = ContainerInstance.objects.get(pk=instance.pk)
-    _apply(stored, engine, f"gb-{instance.pk}", "creating")
+    apply_finding_it_failed(instance, engine, "creating")
     assert engine.inspect(f"gb-{instance.pk}") is None
     assert status(instance) == "failed"
     assert ContainerEvent.objects.filter(instance_id=instance.pk, kind="cleanup").exists()
@@ -308,14 +308,10 @@ def test_a_create_finding_its_instance_failed_by_its_own_exit_keeps_the_containe
     """A stale worker (its lease lapsed while another finished the create; the container
     ran and exited 3, and the monitor failed the instance) never removes the user's exit
     and logs."""
-    from containers.execution.handlers import _apply
-
     instance = create()
     drain()
     engine.set_state(f"gb-{instance.pk}", status="exited", exit_code=3)
-    ContainerInstance.objects.filter(pk=instance.pk).update(status="failed", exit_code=3)
-    stored = ContainerInstance.objects.get(pk=instance.pk)
-    _apply(stored, engine, f"gb-{instance.pk}", "creating")
+    apply_finding_it_failed(instance, engine, "creating", exit_code=3)
     state = engine.inspect(f"gb-{instance.pk}")
     assert state is not None and state.exit_code == 3, state
     assert status(instance) == "failed"
@@ -323,13 +319,9 @@ def test_a_create_finding_its_instance_failed_by_its_own_exit_keeps_the_containe
 
 
 def test_a_start_finding_its_instance_failed_stops_but_keeps_the_container(create, engine):
-    from containers.execution.handlers import _apply
-
     instance = create()
     drain()
-    ContainerInstance.objects.filter(pk=instance.pk).update(status="failed")
-    stored = ContainerInstance.objects.get(pk=instance.pk)
-    _apply(stored, engine, f"gb-{instance.pk}", "starting")
+    apply_finding_it_failed(instance, engine, "starting")
     state = engine.inspect(f"gb-{instance.pk}")
     assert state is not None and state.status == "exited"  # the user's container stays
     assert status(instance) == "failed"

@@ -39,25 +39,16 @@ from containers.models import (
     OrphanContainer,
     Runtime,
 )
+from containers.queues import RequestKind
 from containers.requests.services import container_start
 from containers.states import Status
 from outbox.models import OutboxEvent
 from tests.containers.conftest import EXIT_ON_TERM, IMAGE
 from tests.containers.test_docker_lifecycle import create, reaches, status, transitions
-from tests.factories import InstanceFactory, RuntimeFactory
+from tests.factories import InstanceFactory, RequestFactory, RuntimeFactory
 from tests.processes import running_app, wait_for
 
-
-@pytest.fixture(autouse=True)
-def only_test_runtimes(request):
-    """The migration's ``local`` row points at the real engine: keep unit tests off it."""
-    if request.node.get_closest_marker("django_db") and "docker" not in request.keywords:
-        Runtime.objects.filter(name="local").delete()
-
-
-@pytest.fixture
-def engine(fake_runtime):
-    return engine_for(fake_runtime)
+pytestmark = pytest.mark.usefixtures("only_test_runtimes")
 
 
 @pytest.fixture
@@ -161,18 +152,20 @@ def test_a_destroy_while_deleting_is_our_own_delete(place, engine, fake_runtime,
     assert history(instance) == []
 
 
+def _held(instance, kind: str = RequestKind.CREATE) -> OutboxEvent:
+    """The instance's request of ``kind``, still held by its worker (``instance_sync``:
+    BUSY)."""
+    return RequestFactory(
+        instance=instance, kind=kind, status="processing", available_at=instance.created_at
+    )
+
+
 @pytest.mark.django_db
 def test_an_event_while_a_worker_holds_the_request_is_left_to_the_worker(
     place, engine, fake_runtime
 ):
     instance = place(Status.STOPPING)
-    OutboxEvent.objects.create(
-        kind="ContainerStopRequest",
-        queue="control",
-        aggregate_id=str(instance.pk),
-        status="processing",
-        available_at=instance.created_at,
-    )
+    _held(instance, RequestKind.STOP)
     event = engine.set_state(instance.container_id, "exited", exit_code=137)
     assert apply(fake_runtime, event) == Sync.BUSY
     assert stored(instance).status == "stopping"
@@ -195,13 +188,7 @@ def test_which_busy_events_are_looked_at_again(
     place, engine, fake_runtime, status, kind, action, again
 ):
     instance = place(status)
-    OutboxEvent.objects.create(
-        kind=kind,
-        queue="create" if kind != "ContainerStopRequest" else "control",
-        aggregate_id=str(instance.pk),
-        status="processing",
-        available_at=instance.created_at,
-    )
+    _held(instance, kind)
     labels = {"io.gobrave.instance": str(instance.pk)}
     event = EngineEvent(action, instance.container_id, instance.container_name, labels, 7)
     outcome = apply(fake_runtime, event)
@@ -323,13 +310,7 @@ def test_an_event_that_found_its_worker_busy_is_looked_at_again_once_it_is_done(
 ):
     """The worker inspected just before the container died: the monitor catches up."""
     instance = place(Status.CREATING)
-    row = OutboxEvent.objects.create(
-        kind="ContainerCreateRequest",
-        queue="create",
-        aggregate_id=str(instance.pk),
-        status="processing",
-        available_at=instance.created_at,
-    )
+    row = _held(instance)
     event = engine.set_state(instance.container_id, "exited", exit_code=3)
     assert apply(fake_runtime, event) == Sync.BUSY
     monitor = Monitor()
@@ -353,17 +334,6 @@ def test_an_event_that_found_its_worker_busy_is_looked_at_again_once_it_is_done(
 
 
 # -- clean exits applied from the stream ---------------------------------------------------------
-
-
-def _create_held(instance) -> OutboxEvent:
-    """The instance's create request, still held by its worker (``instance_sync``: BUSY)."""
-    return OutboxEvent.objects.create(
-        kind="ContainerCreateRequest",
-        queue="create",
-        aggregate_id=str(instance.pk),
-        status="processing",
-        available_at=instance.created_at,
-    )
 
 
 def _follow(fake_runtime, engine, seen, *, since: int = 0) -> list[str]:
@@ -395,7 +365,7 @@ def test_a_clean_exit_seen_from_the_create_is_applied_while_the_worker_holds_the
     """A container created, started once and exited 0, all in one session: the exit is
     applied from the die event, without waiting for the create's worker."""
     instance = place(Status.CREATING, engine_status="created")
-    _create_held(instance)
+    _held(instance)
     engine.set_state(instance.container_id, "running")
     engine.set_state(instance.container_id, "exited", exit_code=0)
     outcomes = _follow(fake_runtime, engine, StreamSeen())
@@ -426,7 +396,7 @@ def test_an_exit_the_stream_cannot_vouch_for_is_left_to_the_worker(
 ):
     """Only a whole life seen in the session counts: else the usual look (BUSY here)."""
     instance = place(Status.CREATING, engine_status="created")
-    _create_held(instance)
+    _held(instance)
     since = len(engine.event_log()) if case == "no create seen" else 0
     engine.set_state(instance.container_id, "running")
     if case == "started twice":
@@ -618,11 +588,7 @@ def test_run_monitor_exits_zero_on_sigterm_while_following(postgres, tmp_path, f
     """SIGTERM between reconnects: the process finishes its step and exits 0."""
     with running_app(tmp_path) as app:
         process = app.monitor()
-        wait_for(
-            lambda: "following runtime" in (app.logdir / "monitor.log").read_text(),
-            timeout=30,
-            message="monitor following",
-        )
+        app.wait_logged("monitor", "following runtime", timeout=30, message="monitor following")
         time.sleep(0.5)
         assert app.stop("monitor", timeout=15) == 0
         assert process.returncode == 0

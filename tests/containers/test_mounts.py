@@ -4,7 +4,6 @@ worker's check on its own host right before the engine mounts anything."""
 from __future__ import annotations
 
 import socket
-from types import SimpleNamespace
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -13,26 +12,15 @@ from containers.errors import InvalidSpec, MountRefused
 from containers.models import Runtime
 from containers.spec.mounts import check_bind_source
 from containers.spec.resolve import clean_template_fields, resolve_spec
+from tests.factories import spec_template
 
 VARS = {"OWNER_ID": "7", "INSTANCE_ID": "abc", "CONTAINER_NAME": "gb-abc", "INSTANCE_NAME": "x"}
 WORKSPACE = {"kind": "volume", "source": "gb-ws-i-7", "uid": 1007, "gid": 1007}
 
 
 def resolve(volumes, *, roots=("/",), local=True, workspace_root="/srv/ws"):
-    template = SimpleNamespace(
-        name="t",
-        image="busybox",
-        command=[],
-        env={},
-        user_env=[],
-        secret_env=[],
-        volumes=volumes,
-        resources={},
-        security={},
-        pull_policy="never",
-    )
     return resolve_spec(
-        template=template,
+        template=spec_template(image="busybox", volumes=volumes),
         variables=VARS,
         env_overrides=None,
         roots=list(roots),

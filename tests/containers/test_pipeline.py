@@ -12,11 +12,11 @@ import signal
 import time
 import zlib
 from collections import defaultdict
+from contextlib import contextmanager
 
 import pytest
 from django.db import close_old_connections, connection
 
-from containers.engines import engine_for
 from containers.models import ContainerEvent, ContainerInstance
 from containers.queues import RequestKind
 from containers.requests.services import (
@@ -27,8 +27,7 @@ from containers.requests.services import (
 from containers.requests.slots import slot_count
 from outbox.models import OutboxEvent
 from outbox.services import outbox_retry_now
-from tests.factories import TemplateFactory
-from tests.processes import descendants, running_app, sampling, wait_for
+from tests.processes import descendants, running_app, sampling, wait_for, wait_running
 from tests.processes import outbox_rows as rows
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -41,16 +40,6 @@ BASE = {
 }
 
 
-@pytest.fixture
-def engine(fake_runtime):
-    return engine_for(fake_runtime)
-
-
-@pytest.fixture
-def template(fake_runtime):
-    return TemplateFactory(name="sleeper")
-
-
 def app_with(tmp_path, **overrides):
     return running_app(tmp_path, **{**BASE, **overrides})
 
@@ -60,6 +49,26 @@ def statuses() -> dict[str, int]:
     for status in ContainerInstance.objects.values_list("status", flat=True):
         counts[status] += 1
     return dict(counts)
+
+
+@contextmanager
+def one_create(tmp_path, template, owner, **overrides):
+    """A dispatcher and the create cluster (``BASE`` and ``overrides``), and one create
+    request made: yields the instance."""
+    with app_with(tmp_path, **overrides) as app:
+        app.dispatcher()
+        app.cluster("create")
+        yield container_create_by_template(template=template, owner=owner, actor="t")
+
+
+def wait_statuses(status: str, count: int, *, timeout: float) -> None:
+    """Wait until exactly ``count`` instances are in ``status``."""
+    wait_for(
+        lambda: statuses().get(status) == count,
+        timeout=timeout,
+        message=f"{count} {status}",
+        describe=rows,
+    )
 
 
 def all_sent() -> bool:
@@ -123,20 +132,10 @@ def test_two_dispatchers_and_both_clusters_drain_100_instances(
         # 20 of them are deleted while their create may be queued, at work or done.
         for instance in instances[:20]:
             container_delete(instance_id=instance.pk, actor="t")
-        wait_for(
-            lambda: statuses().get("running") == 80,
-            timeout=120,
-            message="80 running",
-            describe=rows,
-        )
+        wait_statuses("running", 80, timeout=120)
         for instance in instances[20:60]:
             container_stop(instance_id=instance.pk, actor="t")
-        wait_for(
-            lambda: statuses().get("stopped") == 40,
-            timeout=120,
-            message="40 stopped",
-            describe=rows,
-        )
+        wait_statuses("stopped", 40, timeout=120)
         for instance in instances[20:60]:
             container_delete(instance_id=instance.pk, actor="t")
         wait_for(all_sent, timeout=120, message="every row sent", describe=rows)
@@ -195,21 +194,16 @@ def test_worker_killed_mid_handler_is_retried_after_its_lease_without_a_duplicat
     postgres, tmp_path, template, owner, engine
 ):
     (engine.root / "block-start").write_text("")
-    with app_with(tmp_path, outbox_delivery_timeout=3, outbox_lease_margin=1) as app:
-        app.dispatcher()
-        app.cluster("create")
-        instance = container_create_by_template(template=template, owner=owner, actor="t")
+    with one_create(
+        tmp_path, template, owner, outbox_delivery_timeout=3, outbox_lease_margin=1
+    ) as instance:
         # The worker made the container and is stuck starting it: kill it there.
         [(_, _, pid, _)] = wait_for(
             lambda: engine.call_records("start"), timeout=30, message="start call"
         )
         os.kill(pid, signal.SIGKILL)
         (engine.root / "block-start").unlink()
-        wait_for(
-            lambda: ContainerInstance.objects.get(pk=instance.pk).status == "running",
-            timeout=60,
-            message="running after the lease expired",
-        )
+        wait_running(instance, timeout=60, message="running after the lease expired")
         row = OutboxEvent.objects.get()
         wait_for(lambda: OutboxEvent.objects.get().status == "sent", timeout=10)
         row.refresh_from_db()
@@ -270,16 +264,8 @@ def test_a_cluster_whose_connections_were_cut_runs_the_next_request_at_once(
     """Workers skip the per-task health check: a connection cut under them (as by a
     PostgreSQL restart) fails one statement, which is retried on a fresh connection,
     and the broker reconnects; nothing waits for a lease."""
-    with app_with(tmp_path, outbox_delivery_timeout=120) as app:
-        app.dispatcher()
-        app.cluster("create")
-        first = container_create_by_template(template=template, owner=owner, actor="t")
-        wait_for(
-            lambda: ContainerInstance.objects.get(pk=first.pk).status == "running",
-            timeout=60,
-            message="the first create running",
-            describe=rows,
-        )
+    with one_create(tmp_path, template, owner, outbox_delivery_timeout=120) as first:
+        wait_running(first, timeout=60, message="the first create running")
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
@@ -288,12 +274,8 @@ def test_a_cluster_whose_connections_were_cut_runs_the_next_request_at_once(
             )
             assert cursor.fetchone()[0] >= 2  # the cluster's connections and its LISTEN
         second = container_create_by_template(template=template, owner=owner, actor="t")
-        wait_for(
-            lambda: ContainerInstance.objects.get(pk=second.pk).status == "running",
-            timeout=60,  # its claim lease runs 150 s: only a working reconnect explains this
-            message="the second create running after the cut",
-            describe=rows,
-        )
+        # Its claim lease runs 150 s: only a working reconnect explains this.
+        wait_running(second, timeout=60, message="the second create running after the cut")
         row = OutboxEvent.objects.get(aggregate_id=str(second.pk))
         assert (row.attempts, row.reclaims) == (0, 0), rows()
 
@@ -323,10 +305,7 @@ def test_failing_twice_then_succeeding_ends_sent_after_backoff(
     postgres, tmp_path, template, owner, engine
 ):
     (engine.root / "fail-create").write_text("2")
-    with app_with(tmp_path, outbox_backoff_base=0.5) as app:
-        app.dispatcher()
-        app.cluster("create")
-        instance = container_create_by_template(template=template, owner=owner, actor="t")
+    with one_create(tmp_path, template, owner, outbox_backoff_base=0.5) as instance:
         wait_for(all_sent, timeout=60, message="sent", describe=rows)
         row = OutboxEvent.objects.get()
         assert (row.status, row.attempts) == ("sent", 2), rows()
@@ -341,10 +320,9 @@ def test_always_failing_ends_dead_and_fails_the_instance(
     postgres, tmp_path, template, owner, engine
 ):
     (engine.root / "fail-create").write_text("99")
-    with app_with(tmp_path, outbox_max_attempts=3, outbox_backoff_base=0.1) as app:
-        app.dispatcher()
-        app.cluster("create")
-        instance = container_create_by_template(template=template, owner=owner, actor="t")
+    with one_create(
+        tmp_path, template, owner, outbox_max_attempts=3, outbox_backoff_base=0.1
+    ) as instance:
         wait_for(
             lambda: OutboxEvent.objects.get().status == "dead", timeout=60, message="dead letter"
         )
@@ -363,12 +341,9 @@ def test_a_create_waiting_for_its_retry_never_holds_back_a_healthy_one(
     next create runs meanwhile (contract §4), then the failing one's retry still succeeds."""
     gobrave_config(container={"create_queue_max_concurrency": 1})
     (engine.root / "fail-create").write_text("1")
-    with app_with(
-        tmp_path, container_create_queue_max_concurrency=1, outbox_backoff_base=60
-    ) as app:
-        app.dispatcher()
-        app.cluster("create")
-        failing = container_create_by_template(template=template, owner=owner, actor="t")
+    with one_create(
+        tmp_path, template, owner, container_create_queue_max_concurrency=1, outbox_backoff_base=60
+    ) as failing:
         failing_row = OutboxEvent.objects.get(aggregate_id=str(failing.pk))
         wait_for(
             lambda: OutboxEvent.objects.get(pk=failing_row.pk).attempts == 1,
@@ -377,12 +352,7 @@ def test_a_create_waiting_for_its_retry_never_holds_back_a_healthy_one(
             describe=rows,
         )
         healthy = container_create_by_template(template=template, owner=owner, actor="t")
-        wait_for(
-            lambda: ContainerInstance.objects.get(pk=healthy.pk).status == "running",
-            timeout=60,
-            message="the healthy create running",
-            describe=rows,
-        )
+        wait_running(healthy, timeout=60, message="the healthy create running")
         # Still waiting on its backoff: the healthy one did not wait for the retry.
         failing_row.refresh_from_db()
         assert (failing_row.status, failing_row.attempts) == ("pending", 1), rows()
@@ -472,7 +442,7 @@ def test_the_redis_broker_carries_the_same_pipeline(postgres, tmp_path, template
             container_create_by_template(template=template, owner=owner, actor="t")
             for _ in range(5)
         ]
-        wait_for(lambda: statuses().get("running") == 5, timeout=60, message="5 running")
+        wait_statuses("running", 5, timeout=60)
         for instance in instances:
             container_stop(instance_id=instance.pk, actor="t")
         wait_for(all_sent, timeout=60, message="every row sent", describe=rows)
@@ -484,10 +454,8 @@ def test_dispatcher_exits_zero_on_sigterm(postgres, tmp_path):
     with app_with(tmp_path) as app:
         process = app.dispatcher()
         # SIGTERM before Django has loaded would find no handler yet (and kill it).
-        wait_for(
-            lambda: "started (queues" in (app.logdir / "dispatcher.log").read_text(),
-            timeout=120,
-            message="the dispatcher started",
+        app.wait_logged(
+            "dispatcher", "started (queues", timeout=120, message="the dispatcher started"
         )
         assert app.stop("dispatcher", timeout=30) == 0
         assert process.returncode == 0
@@ -516,12 +484,7 @@ def test_a_cluster_told_to_stop_mid_backlog_stops_chaining_and_loses_nothing(
         left = OutboxEvent.objects.filter(status="pending")
         assert left.exists(), rows()  # 60 x 0.2 s over 3 workers: no chain went on so long
         app.cluster("create", name="create-cluster-2")
-        wait_for(
-            lambda: statuses().get("running") == 60,
-            timeout=120,
-            message="60 running",
-            describe=rows,
-        )
+        wait_statuses("running", 60, timeout=120)
         wait_for(all_sent, timeout=30, message="every row sent", describe=rows)
         failed = OutboxEvent.objects.exclude(attempts=0)
         assert not failed.exists(), rows(failed)

@@ -15,7 +15,6 @@ from django.core.management.base import CommandError
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from containers.engines import engine_for
 from containers.engines.base import ContainerSpec, ContainerState
 from containers.execution.images import template_images_refresh
 from containers.execution.observe import OOM_KILLED, REMOVED_OUTSIDE, target_for
@@ -26,24 +25,12 @@ from containers.models import (
     ContainerInstance,
     ContainerTemplate,
     OrphanContainer,
-    Runtime,
 )
 from containers.states import Status
 from outbox.models import OutboxEvent
-from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory
+from tests.factories import InstanceFactory, RequestFactory, RuntimeFactory, TemplateFactory
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def only_test_runtimes():
-    """The migration's ``local`` row points at the real engine: keep this suite off it."""
-    Runtime.objects.filter(name="local").delete()
-
-
-@pytest.fixture
-def engine(fake_runtime):
-    return engine_for(fake_runtime)
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("only_test_runtimes")]
 
 
 @pytest.fixture
@@ -85,10 +72,8 @@ def outbox_row(
 ) -> OutboxEvent:
     """The instance's request row, its times on the database's clock (as the relay sets
     them): a lease running out in ``lease_in`` seconds, an attempt begun ``held`` ago."""
-    row = OutboxEvent.objects.create(
-        kind="ContainerCreateRequest",
-        queue="create",
-        aggregate_id=str(instance.pk),
+    row = RequestFactory(
+        instance=instance,
         status=status,
         available_at=Now(),
         claim_token=uuid.uuid4() if status == "processing" else None,
@@ -313,33 +298,41 @@ def test_creating_past_start_timeout_is_failed_when_no_worker_holds_it(place, go
     assert history(instance)[-1] == ("creating", "failed", "reconciler")
 
 
-def test_start_timeout_never_fails_an_instance_waiting_for_a_retry(place, gobrave_config):
-    """Backoff holds no slot (contract §4), so it is not slot-holding time."""
+@pytest.mark.parametrize(
+    ("status", "engine_status", "fields", "row_status", "times"),
+    [
+        # Attempt 1 failed; waiting on its backoff, which holds no slot (contract §4), so
+        # it is not slot-holding time.
+        pytest.param(Status.CREATING, "created", {}, "pending", {}, id="waiting_for_a_retry"),
+        pytest.param(
+            Status.STARTING,
+            "exited",
+            {"exit_code": 0},
+            "processing",
+            {"lease_in": 30, "held": 600},
+            id="while_its_request_is_leased",
+        ),
+        # The worker was killed: its row is due again and holds no slot, and is left to
+        # its reclaim (which counts an attempt).
+        pytest.param(
+            Status.STARTING,
+            "created",
+            {},
+            "processing",
+            {"lease_in": -1, "held": 600},
+            id="a_dead_workers_expired_lease",
+        ),
+    ],
+)
+def test_start_timeout_never_fails_an_instance_whose_request_is_under_way(
+    place, gobrave_config, status, engine_status, fields, row_status, times
+):
     gobrave_config(container={"start_timeout": 5})
-    instance = place(Status.CREATING, "created")
-    outbox_row(instance, "pending")  # attempt 1 failed; waiting on its backoff
+    instance = place(status, engine_status, **fields)
+    outbox_row(instance, row_status, **times)
     age(instance, 600)
     assert reconcile().timed_out == 0
-    assert stored(instance).status == "creating"
-
-
-def test_start_timeout_never_fails_an_instance_while_its_request_is_leased(place, gobrave_config):
-    gobrave_config(container={"start_timeout": 5})
-    instance = place(Status.STARTING, "exited", exit_code=0)
-    outbox_row(instance, "processing", lease_in=30, held=600)
-    age(instance, 600)
-    assert reconcile().timed_out == 0
-    assert stored(instance).status == "starting"
-
-
-def test_a_dead_workers_expired_lease_is_left_to_its_reclaim(place, gobrave_config):
-    """Its row is due again and holds no slot; the reclaim counts an attempt."""
-    gobrave_config(container={"start_timeout": 5})
-    instance = place(Status.STARTING, "created")
-    outbox_row(instance, "processing", lease_in=-1, held=600)  # the worker was killed
-    age(instance, 600)
-    assert reconcile().timed_out == 0
-    assert stored(instance).status == "starting"
+    assert stored(instance).status == status
 
 
 def test_within_start_timeout_nothing_happens(place, gobrave_config):

@@ -9,18 +9,15 @@ from django.db import connection
 from django.utils import timezone
 
 from containers.requests.slots import slot_count
-from outbox.models import OutboxEvent
-from tests.factories import InstanceFactory
+from tests.factories import InstanceFactory, RequestFactory
 
 pytestmark = pytest.mark.django_db
 
 
 def _request(instance, *, status, lease_seconds=None):
     now = timezone.now()
-    return OutboxEvent.objects.create(
-        kind="ContainerCreateRequest",
-        queue="create",
-        aggregate_id=str(instance.pk),
+    return RequestFactory(
+        instance=instance,
         status=status,
         available_at=now,
         lease_expires_at=None

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from containers.errors import InvalidSpec, MountRefused
 from containers.spec.resolve import clean_template_fields, expand, parse_memory, resolve_spec
+from tests.factories import spec_template
 
 VARS = {
     "USERID": "7",
@@ -16,21 +15,6 @@ VARS = {
     "CONTAINER_NAME": "gb-abc",
     "WORKSPACE_PATH": "/srv/ws/7",
 }
-
-
-def _template(**fields):
-    base = dict(
-        name="t",
-        image="img",
-        command=[],
-        env={},
-        user_env=[],
-        secret_env=[],
-        volumes=[],
-        resources={},
-        pull_policy="never",
-    )
-    return SimpleNamespace(**{**base, **fields})
 
 
 @pytest.mark.parametrize(
@@ -56,7 +40,7 @@ def test_expand_in_volume_refuses_unknown_variable_by_name():
 
 def test_resolve_spec_expands_env_command_and_mounts():
     spec = resolve_spec(
-        template=_template(
+        template=spec_template(
             command="echo $CONTAINER_NAME $$HOME",
             env={"OWNER": "$OWNER_ID", "RAW": "$SHELL_VAR", "N": 5},
             volumes=[
@@ -102,7 +86,7 @@ def test_resolve_spec_expands_env_command_and_mounts():
 def test_volume_outside_allowed_roots_is_refused_naming_the_volume(source):
     with pytest.raises(InvalidSpec, match="volumes\\[0\\]"):
         resolve_spec(
-            template=_template(volumes=[{"source": source, "target": "/x"}]),
+            template=spec_template(volumes=[{"source": source, "target": "/x"}]),
             variables=VARS,
             env_overrides=None,
             roots=["/srv/ws"],
@@ -150,7 +134,7 @@ def test_memory_below_six_megabytes_is_refused():
 def test_a_variable_that_would_add_path_segments_is_refused_in_volumes(value):
     with pytest.raises(MountRefused) as refused:
         resolve_spec(
-            template=_template(volumes=["/srv/shared/$OWNER_ID:/data"]),
+            template=spec_template(volumes=["/srv/shared/$OWNER_ID:/data"]),
             variables={**VARS, "OWNER_ID": value},
             env_overrides=None,
             roots=["/srv/shared"],

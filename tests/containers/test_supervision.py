@@ -16,38 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from containers.engines import engine_for
 from containers.models import ContainerInstance
 from containers.requests.services import container_create_by_template
 from core.models import Counter
 from outbox.models import OutboxEvent
-from tests.factories import TemplateFactory
-from tests.processes import descendants, running_app, wait_for
+from tests.processes import alive, descendants, running_app, wait_for
 from tests.processes import outbox_rows as rows
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 BASE = {"outbox_poll_interval": "0.2", "queue_poll": "0.05", "outbox_handoff_timeout": "4"}
 WORKER = re.compile(r"ready for work at (\d+)")
-
-
-@pytest.fixture
-def engine(fake_runtime):
-    return engine_for(fake_runtime)
-
-
-@pytest.fixture
-def template(fake_runtime):
-    return TemplateFactory(name="sleeper")
-
-
-def alive(pid: int) -> bool:
-    """True unless the process is gone or a zombie (dead, not yet reaped)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
 
 
 def workers(log: Path) -> list[int]:

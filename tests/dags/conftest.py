@@ -44,6 +44,20 @@ class Dags:
     def nodes(self, run: DagRun) -> dict[str, DagNodeRun]:
         return {n.key: n for n in DagNodeRun.objects.filter(run=run)}
 
+    def instance(self, run: DagRun, key: str) -> ContainerInstance | None:
+        """The instance of the node's attempt (None before it has one, or once it is gone)."""
+        node = self.nodes(run)[key]
+        return ContainerInstance.objects.filter(id=node.instance_id).first()
+
+    def instances_reach(self, run: DagRun, status: str, *keys: str, timeout: float = 60) -> None:
+        """Wait until the instances of the nodes ``keys`` are all in ``status``."""
+        wait_for(
+            lambda: all(getattr(self.instance(run, k), "status", "") == status for k in keys),
+            timeout=timeout,
+            message=f"{' and '.join(keys)} {status}",
+            describe=lambda: self.describe(run),
+        )
+
     def describe(self, run: DagRun) -> str:
         row = self.run(run)
         nodes = "; ".join(

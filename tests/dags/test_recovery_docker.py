@@ -52,11 +52,6 @@ def wait_until_cold() -> None:
     )
 
 
-def node_instance(dags, run, key):
-    node = dags.nodes(run)[key]
-    return ContainerInstance.objects.filter(id=node.instance_id).first()
-
-
 def test_a_crash_of_every_process_is_recovered_and_a_stale_container_removed_first(dags):
     """b runs when everything is killed; meanwhile b's instance row is lost (as after a
     restore from a backup older than its create): the one way a crash leaves a node
@@ -71,12 +66,7 @@ def test_a_crash_of_every_process_is_recovered_and_a_stale_container_removed_fir
                 {"key": "c", "command": "true", "depends_on": ["b"]},
             ]
         )
-        wait_for(
-            lambda: getattr(node_instance(dags, run, "b"), "status", "") == "running",
-            timeout=60,
-            message="b running",
-            describe=lambda: dags.describe(run),
-        )
+        dags.instances_reach(run, "running", "b")
         kill_everything(app)
         stale = dags.containers(run)["b"][0]["Id"]
         ContainerInstance.objects.filter(id=dags.nodes(run)["b"].instance_id).delete()
@@ -110,12 +100,7 @@ def test_without_recovery_a_crash_fails_the_run_with_the_reason_and_cleans_up(da
                 {"key": "b", "command": "true", "depends_on": ["a"]},
             ]
         )
-        wait_for(
-            lambda: getattr(node_instance(dags, run, "a"), "status", "") == "running",
-            timeout=60,
-            message="a running",
-            describe=lambda: dags.describe(run),
-        )
+        dags.instances_reach(run, "running", "a")
         kill_everything(app)
         wait_until_cold()
         start_everything(app)

@@ -187,28 +187,10 @@ def test_cancel_deletes_a_queued_create_stops_a_running_node_and_cancels_the_res
                 {"key": "late", "command": "true", "depends_on": ["quick"]},
             ]
         )
-
-        def node_instance(key):
-            node = dags.nodes(run)[key]
-            return ContainerInstance.objects.filter(id=node.instance_id).first()
-
-        wait_for(
-            lambda: (
-                getattr(node_instance("long"), "status", "") == "running"
-                and getattr(node_instance("quick"), "status", "") == "running"
-            ),
-            timeout=60,
-            message="long and quick running",
-            describe=lambda: dags.describe(run),
-        )
+        dags.instances_reach(run, "running", "long", "quick")
         app.stop("create-cluster")  # late's create will stay queued
-        wait_for(
-            lambda: getattr(node_instance("late"), "status", "") == "pending",
-            timeout=60,
-            message="late queued",
-            describe=lambda: dags.describe(run),
-        )
-        late = node_instance("late")
+        dags.instances_reach(run, "pending", "late")
+        late = dags.instance(run, "late")
         dag_run_cancel(run_id=run.pk, actor="test")
         app.cluster("create")  # the queued create is now superseded by its delete
         dags.ends(run, "cancelled")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 
 import pytest
 from django.db import connection, transaction
@@ -26,6 +27,7 @@ from outbox.services import (
     outbox_release_deferred,
     outbox_retry_now,
 )
+from tests.outbox.conftest import enqueue_row, kind_registered
 from tests.processes import outbox_rows
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
@@ -34,12 +36,9 @@ KIND = "TestBroker"
 
 @pytest.fixture(autouse=True)
 def probe_queue(postgres, gobrave_config, monkeypatch):
-    registry.register_queue("probe", 2)
-    registry.register(KIND, queue="probe", handler=lambda event: Outcome.SENT)
     monkeypatch.setattr(broker_module, "WAIT", 0.2)  # an idle read returns quickly here
-    yield
-    registry._routes.pop(KIND, None)
-    registry._queues.pop("probe", None)
+    with kind_registered(KIND, queue="probe", workers=2):
+        yield
 
 
 @pytest.fixture
@@ -49,9 +48,7 @@ def broker():
     made._close()
 
 
-def enqueue(aggregate: str = "a") -> OutboxEvent:
-    with transaction.atomic():
-        return outbox_enqueue(kind=KIND, aggregate_id=aggregate, payload={})
+enqueue = partial(enqueue_row, KIND)
 
 
 def tasks(found) -> list[dict]:
@@ -190,15 +187,13 @@ def test_the_pusher_wakes_on_a_commit_long_before_its_safety_net(broker, monkeyp
 def test_the_pusher_sleeps_through_a_commit_for_another_queue(broker, monkeypatch):
     """A row of another queue wakes that queue's pushers only: a read here would take the
     claimers' lock for nothing. Its own queue's row still wakes it at once."""
-    registry.register_queue("probe2", 2)
-    registry.register("TestBroker2", queue="probe2", handler=lambda event: Outcome.SENT)
     monkeypatch.setattr(broker_module, "WAIT", 30)
     claims: list[str] = []
     real_claim = relay.claim
     monkeypatch.setattr(
         relay, "claim", lambda queue, limit: (claims.append(queue), real_claim(queue, limit))[1]
     )
-    try:
+    with kind_registered("TestBroker2", queue="probe2", workers=2):
         assert broker.dequeue() is None  # connected and listening; nothing due yet
         claims.clear()
         got: list = []
@@ -217,9 +212,6 @@ def test_the_pusher_sleeps_through_a_commit_for_another_queue(broker, monkeypatc
         other.refresh_from_db()
         assert tasks(got[0])[0]["args"] == (row.id, str(row.claim_token)), outbox_rows()
         assert other.status == "pending", outbox_rows()
-    finally:
-        registry._routes.pop("TestBroker2", None)
-        registry._queues.pop("probe2", None)
 
 
 def test_every_wake_up_for_a_row_names_the_row_s_queue():

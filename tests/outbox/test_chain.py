@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import uuid
+from functools import partial
 
 import pytest
 from django.db import connection, transaction
@@ -17,6 +18,7 @@ from outbox.models import OutboxEvent
 from outbox.outcomes import Outcome
 from outbox.registry import Defer
 from outbox.services import outbox_enqueue
+from tests.outbox.conftest import enqueue_row, kind_registered
 
 pytestmark = [pytest.mark.django_db]
 KIND = "TestChain"
@@ -45,22 +47,16 @@ def handler(event):
 
 @pytest.fixture(autouse=True)
 def chained_kind(postgres, gobrave_config):
-    registry.register_queue(QUEUE, 2)
-    registry.register(KIND, queue=QUEUE, handler=handler)
-    gobrave_config(outbox={"prefetch": 0, "max_in_flight": None, "max_attempts": 3})
-    ran.clear()
-    behaviour.clear()
-    in_flight.clear()
-    threads_seen.clear()
-    yield
-    registry._routes.pop(KIND, None)
-    registry._queues.pop(QUEUE, None)
-    registry._claim_guards.pop(QUEUE, None)
+    with kind_registered(KIND, queue=QUEUE, workers=2, handler=handler):
+        gobrave_config(outbox={"prefetch": 0, "max_in_flight": None, "max_attempts": 3})
+        ran.clear()
+        behaviour.clear()
+        in_flight.clear()
+        threads_seen.clear()
+        yield
 
 
-def enqueue(aggregate: str, key: str = "") -> OutboxEvent:
-    with transaction.atomic():
-        return outbox_enqueue(kind=KIND, aggregate_id=aggregate, payload={}, fairness_key=key)
+enqueue = partial(enqueue_row, KIND)
 
 
 def claim_one() -> tuple[int, uuid.UUID]:
@@ -419,9 +415,7 @@ def test_a_chaining_outcome_wakes_the_pushers_of_the_row_it_held_back_on_another
     pusher takes the stop now, not at its next poll."""
     from outbox import conf, listen
 
-    registry.register_queue("other", 1)
-    registry.register("TestChainOther", queue="other", handler=lambda event: Outcome.SENT)
-    try:
+    with kind_registered("TestChainOther", queue="other", workers=1):
         first = enqueue("I")
         with transaction.atomic():
             held = outbox_enqueue(kind="TestChainOther", aggregate_id="I", payload={})
@@ -441,6 +435,3 @@ def test_a_chaining_outcome_wakes_the_pushers_of_the_row_it_held_back_on_another
             conn.close()
         assert heard, f"nobody woken for #{held.id}:\n{shown()}"
         assert [event_id for event_id, _ in relay.claim("other", 1)] == [held.id], shown()
-    finally:
-        registry._routes.pop("TestChainOther", None)
-        registry._queues.pop("other", None)

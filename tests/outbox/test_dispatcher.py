@@ -5,19 +5,19 @@ from __future__ import annotations
 import os
 import threading
 import time
+from functools import partial
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db import connection, transaction
+from django.db import connection
 from django_q.signing import SignedPackage
 
 from outbox import hooks, registry, relay
 from outbox.broker import OutboxBroker
 from outbox.dispatcher import Dispatcher
 from outbox.models import OutboxEvent
-from outbox.outcomes import Outcome
-from outbox.services import outbox_enqueue
+from tests.outbox.conftest import enqueue_row, kind_registered
 from tests.processes import wait_for
 
 KIND = "TestDispatch"
@@ -29,16 +29,11 @@ def boom(event):
 
 @pytest.fixture(autouse=True)
 def dispatch_kind(gobrave_config):
-    registry.register_queue("probe", 2)
-    registry.register(KIND, queue="probe", handler=lambda event: Outcome.SENT)
-    yield
-    registry._routes.pop(KIND, None)
-    registry._queues.pop("probe", None)
+    with kind_registered(KIND, queue="probe", workers=2):
+        yield
 
 
-def enqueue(aggregate: str = "a") -> OutboxEvent:
-    with transaction.atomic():
-        return outbox_enqueue(kind=KIND, aggregate_id=aggregate, payload={})
+enqueue = partial(enqueue_row, KIND)
 
 
 # cycle() starts with close_old_connections(), as a long-running loop must: real commits.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from functools import partial
 
 import pytest
 from django.db import transaction
@@ -16,7 +17,8 @@ from outbox.errors import NotRetriable
 from outbox.models import OutboxEvent
 from outbox.outcomes import Outcome
 from outbox.registry import Defer, PermanentFailure, RetryLater
-from outbox.services import outbox_enqueue, outbox_release_deferred, outbox_retry_now
+from outbox.services import outbox_release_deferred, outbox_retry_now
+from tests.outbox.conftest import enqueue_row, kind_registered
 
 pytestmark = pytest.mark.django_db
 KIND = "TestProbe"
@@ -42,26 +44,25 @@ def probe(event):
     return Outcome.SUPERSEDED if action == "superseded" else Outcome.SENT
 
 
+def died(event, reason: str) -> None:
+    dead.append((event.id, reason))
+
+
 @pytest.fixture(autouse=True)
 def probe_kind(gobrave_config):
-    registry.register_queue("probe", 4)
-    registry.register(
-        KIND, queue="probe", handler=probe, on_dead=lambda e, r: dead.append((e.id, r))
-    )
-    calls.clear()
-    behaviour.clear()
-    dead.clear()
-    # Rows in flight = the workers (prefetch 0): the tests count them exactly;
-    # test_prefetch_adds_to_in_flight_and_lengthens_the_claim_lease covers prefetch.
-    gobrave_config(outbox={"backoff_base": 1, "backoff_cap": 600, "max_attempts": 3, "prefetch": 0})
-    yield
-    registry._routes.pop(KIND, None)
-    registry._queues.pop("probe", None)
+    with kind_registered(KIND, queue="probe", workers=4, handler=probe, on_dead=died):
+        calls.clear()
+        behaviour.clear()
+        dead.clear()
+        # Rows in flight = the workers (prefetch 0): the tests count them exactly;
+        # test_prefetch_adds_to_in_flight_and_lengthens_the_claim_lease covers prefetch.
+        gobrave_config(
+            outbox={"backoff_base": 1, "backoff_cap": 600, "max_attempts": 3, "prefetch": 0}
+        )
+        yield
 
 
-def enqueue(aggregate: str = "a") -> OutboxEvent:
-    with transaction.atomic():
-        return outbox_enqueue(kind=KIND, aggregate_id=aggregate, payload={})
+enqueue = partial(enqueue_row, KIND)
 
 
 def run_once(limit: int = 16) -> list[str]:

@@ -4,7 +4,6 @@ maxPending of 50 and a per-owner pending quota of 8, several rounds (PostgreSQL,
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 
 import pytest
@@ -15,6 +14,7 @@ from containers.models import ContainerEvent, ContainerInstance
 from containers.requests.services import container_create_by_template
 from outbox.models import OutboxEvent
 from tests.factories import TemplateFactory, UserFactory
+from tests.processes import released_at_once
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -25,32 +25,21 @@ QUOTA = 8
 
 def _round(template, owners) -> list[tuple[str, str, int | None]]:
     """``(owner, outcome, retry_after)`` for each of 200 creates released at once."""
-    barrier = threading.Barrier(CALLERS)
-    outcomes: list[tuple[str, str, int | None]] = []
-    lock = threading.Lock()
 
-    def call(index: int) -> None:
+    def call(index: int) -> tuple[str, str, int | None]:
         owner = owners[index % len(owners)]
         try:
-            barrier.wait(timeout=60)
-            try:
-                container_create_by_template(template=template, owner=owner, actor="test")
-                result = ("accepted", None)
-            except (QueueFull, OwnerQuotaExceeded) as exc:
-                result = (exc.code, exc.retry_after)
-            except Exception as exc:  # noqa: BLE001 - any other error fails the test below
-                result = (f"error: {exc!r}", None)
-            with lock:
-                outcomes.append((owner.username, *result))
+            container_create_by_template(template=template, owner=owner, actor="test")
+            result = ("accepted", None)
+        except (QueueFull, OwnerQuotaExceeded) as exc:
+            result = (exc.code, exc.retry_after)
+        except Exception as exc:  # noqa: BLE001 - any other error fails the test below
+            result = (f"error: {exc!r}", None)
         finally:
             connection.close()
+        return (owner.username, *result)
 
-    threads = [threading.Thread(target=call, args=(i,)) for i in range(CALLERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    return outcomes
+    return released_at_once(call, CALLERS)
 
 
 def _assert_round(outcomes, owners, *, accepted_each: int | None) -> None:
