@@ -1,7 +1,7 @@
 """The file-backed test engine honours the runtime contract under concurrent use.
 
 Every pipeline test runs on it, so a race in it reads as a product failure (it once
-made a create handler raise in ``test_two_dispatchers_and_both_clusters_drain_100_instances``).
+made a create handler raise in ``test_two_dispatchers_and_both_clusters_drain_50_instances``).
 """
 
 from __future__ import annotations

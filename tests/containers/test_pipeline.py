@@ -114,7 +114,7 @@ def assert_each_create_made_one_container_or_was_superseded(engine, instances, e
     )
 
 
-def test_two_dispatchers_and_both_clusters_drain_100_instances(
+def test_two_dispatchers_and_both_clusters_drain_50_instances(
     postgres, tmp_path, template, owner, engine, gobrave_config
 ):
     gobrave_config(container={"create_queue_max_pending": 500})
@@ -127,28 +127,28 @@ def test_two_dispatchers_and_both_clusters_drain_100_instances(
         app.cluster("control")
         instances = [
             container_create_by_template(template=template, owner=owner, actor="t")
-            for _ in range(100)
+            for _ in range(50)
         ]
-        # 20 of them are deleted while their create may be queued, at work or done.
-        for instance in instances[:20]:
+        # 10 of them are deleted while their create may be queued, at work or done.
+        for instance in instances[:10]:
             container_delete(instance_id=instance.pk, actor="t")
-        wait_statuses("running", 80, timeout=120)
-        for instance in instances[20:60]:
+        wait_statuses("running", 40, timeout=120)
+        for instance in instances[10:30]:
             container_stop(instance_id=instance.pk, actor="t")
-        wait_statuses("stopped", 40, timeout=120)
-        for instance in instances[20:60]:
+        wait_statuses("stopped", 20, timeout=120)
+        for instance in instances[10:30]:
             container_delete(instance_id=instance.pk, actor="t")
         wait_for(all_sent, timeout=120, message="every row sent", describe=rows)
-        assert statuses() == {"running": 40}, statuses()
-        assert OutboxEvent.objects.count() == 100 + 20 + 40 + 40
+        assert statuses() == {"running": 20}, statuses()
+        assert OutboxEvent.objects.count() == 50 + 10 + 20 + 20
         retried = OutboxEvent.objects.filter(attempts__gt=0)
         assert not retried.exists(), f"rows that failed at least once:\n{rows(retried)}"
-        assert_each_create_made_one_container_or_was_superseded(engine, instances, early=20)
-        assert len(engine.calls("stop")) == 40
+        assert_each_create_made_one_container_or_was_superseded(engine, instances, early=10)
+        assert len(engine.calls("stop")) == 20
         assert_each_aggregate_ran_in_order()
         deleted = ContainerEvent.objects.filter(kind="ContainerDeleted").count()
-        assert deleted == 60
-        assert ContainerInstance.objects.count() == 40
+        assert deleted == 30
+        assert ContainerInstance.objects.count() == 20
 
 
 def test_capacity_holds_globally_with_more_workers_than_slots(

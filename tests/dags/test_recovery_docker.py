@@ -121,35 +121,35 @@ def test_without_recovery_a_crash_fails_the_run_with_the_reason_and_cleans_up(da
     assert not ContainerInstance.objects.filter(id=nodes["a"].instance_id).exists()
 
 
-def test_a_30_node_fan_out_never_holds_more_than_3_slots_and_all_succeed(dags):
+def test_a_12_node_fan_out_never_holds_more_than_3_slots_and_all_succeed(dags):
     with (
         dags.dock.pipeline(container_create_queue_max_concurrency="3"),
         sampling(slot_count, interval=0.005) as samples,
     ):
-        run = dags.start([{"key": f"n{i:02}", "command": "true"} for i in range(30)])
+        run = dags.start([{"key": f"n{i:02}", "command": "true"} for i in range(12)])
         run = dags.ends(run, "succeeded", timeout=180)
     assert {n.status for n in dags.nodes(run).values()} == {"succeeded"}, dags.describe(run)
     assert max(samples) <= 3, max(samples)
     assert max(samples) >= 1  # the sampler did see creates under way
 
 
-def test_a_50_node_run_against_max_pending_10_waits_and_no_node_fails(dags):
-    with dags.dock.app(container_create_queue_max_pending="10") as app:
+def test_a_20_node_run_against_max_pending_5_waits_and_no_node_fails(dags):
+    with dags.dock.app(container_create_queue_max_pending="5") as app:
         app.dispatcher()
         app.cluster("control")
         app.monitor()
-        run = dags.start([{"key": f"n{i:02}", "command": "true"} for i in range(50)])
+        run = dags.start([{"key": f"n{i:02}", "command": "true"} for i in range(20)])
         # No create worker yet: the queue fills to maxPending and the rest wait, ready.
         wait_for(
             lambda: (
                 sorted(n.status for n in dags.nodes(run).values())
-                == ["ready"] * 40 + ["running"] * 10
+                == ["ready"] * 15 + ["running"] * 5
             ),
             timeout=60,
-            message="10 queued, 40 ready",
+            message="5 queued, 15 ready",
             describe=lambda: dags.describe(run),
         )
-        assert ContainerInstance.objects.filter(status="pending").count() == 10
+        assert ContainerInstance.objects.filter(status="pending").count() == 5
         app.cluster("create")
         run = dags.ends(run, "succeeded", timeout=240)
     nodes = dags.nodes(run)
