@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -60,6 +61,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_q",
+    "axes",
     "core",
     "outbox",
     "containers",
@@ -78,6 +80,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Turns a login refused by the lockout into its page (tenants.login.lockout_response).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "gobrave.urls"
@@ -144,11 +148,33 @@ def _database(url: str | None) -> dict:
 DATABASES = {"default": _database(os.environ.get("DATABASE_URL"))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# ModelBackend's rules, with a user's permissions read in one statement.
-AUTHENTICATION_BACKENDS = ["tenants.backends.PermissionsBackend"]
-AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+# First the login lockout (django-axes): it refuses a locked-out user or address before
+# any password is hashed. Then ModelBackend's rules, with a user's permissions read in
+# one statement.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "tenants.backends.PermissionsBackend",
 ]
+_VALIDATION = "django.contrib.auth.password_validation"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": f"{_VALIDATION}.UserAttributeSimilarityValidator"},
+    {"NAME": f"{_VALIDATION}.MinimumLengthValidator"},
+    {"NAME": f"{_VALIDATION}.CommonPasswordValidator"},
+    {"NAME": f"{_VALIDATION}.NumericPasswordValidator"},
+]
+
+# Login lockout (docs/security.md): AXES_FAILURE_LIMIT failed logins for a user name, or
+# from an address, lock that name, or that address, out for AXES_COOLOFF_TIME after the
+# last failure; a success forgets the failures. Counted in the database (every process).
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "tenants.login.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "tenants.login.client_address"
+# Behind a reverse proxy: the request header (as in request.META, HTTP_X_REAL_IP) in
+# which the proxy puts the client's address; unset, the peer's address counts.
+GOBRAVE_CLIENT_IP_HEADER = os.environ.get("GOBRAVE_CLIENT_IP_HEADER", "")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -268,7 +294,8 @@ LOGGING = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("GOBRAVE_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # axes: lockouts and failures are warnings; its start-up banner in every command is not.
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }
 
 # The outbox relay reads its own section only (it is reusable outside gobrave).
