@@ -229,6 +229,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "InstanceStatusEnum": "containers.states.Status",
         "OutboxStatusEnum": "outbox.models.OutboxStatus",
+        "DagRunStatusEnum": "dags.states.RunStatus",
     },
 }
 
