@@ -40,14 +40,47 @@ def _secret_key() -> str:
     return path.read_text().strip()
 
 
+def _flag(name: str) -> bool:
+    """An on/off environment variable: ``1``, ``true`` or ``yes`` is on, anything else off."""
+    return os.environ.get(name, "false").lower() in {"1", "true", "yes"}
+
+
+def _proxy_ssl_header(value: str) -> tuple[str, str] | None:
+    """``X-Forwarded-Proto: https`` as Django's ``SECURE_PROXY_SSL_HEADER``."""
+    if not value:
+        return None
+    name, sep, expected = value.partition(":")
+    if not (sep and name.strip() and expected.strip()):
+        raise SystemExit(
+            f"gobrave: DJANGO_SECURE_PROXY_SSL_HEADER must be 'Header-Name: value', got {value!r}"
+        )
+    return "HTTP_" + name.strip().upper().replace("-", "_"), expected.strip()
+
+
+def _seconds(name: str) -> int:
+    raw = os.environ.get(name, "0")
+    if not raw.isdigit():
+        raise SystemExit(f"gobrave: {name} must be a whole number of seconds, got {raw!r}")
+    return int(raw)
+
+
 SECRET_KEY = _secret_key()
-DEBUG = os.environ.get("DJANGO_DEBUG", "false").lower() in {"1", "true", "yes"}
+DEBUG = _flag("DJANGO_DEBUG")
 ALLOWED_HOSTS = [
     h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h
 ]
 CSRF_TRUSTED_ORIGINS = [
     o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o
 ]
+
+# HTTPS (docs/operations.md, "Behind a TLS-terminating proxy"): all off by default, so
+# that ``make run`` serves plain http on 127.0.0.1.
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(os.environ.get("DJANGO_SECURE_PROXY_SSL_HEADER", ""))
+SECURE_SSL_REDIRECT = _flag("DJANGO_SECURE_SSL_REDIRECT")
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _flag("DJANGO_SECURE_COOKIES")
+SECURE_HSTS_SECONDS = _seconds("DJANGO_SECURE_HSTS_SECONDS")
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _flag("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS")
+SECURE_HSTS_PRELOAD = _flag("DJANGO_SECURE_HSTS_PRELOAD")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
