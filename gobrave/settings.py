@@ -205,6 +205,7 @@ AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "tenants.login.lockout_response"
 AXES_CLIENT_IP_CALLABLE = "tenants.login.client_address"
+AXES_HANDLER = "tenants.login.LockoutHandler"
 # Behind a reverse proxy: the request header (as in request.META, HTTP_X_REAL_IP) in
 # which the proxy puts the client's address; unset, the peer's address counts.
 GOBRAVE_CLIENT_IP_HEADER = os.environ.get("GOBRAVE_CLIENT_IP_HEADER", "")

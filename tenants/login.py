@@ -9,8 +9,10 @@ overwrite on every request so that clients cannot choose it.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 
+from axes.handlers.database import AxesDatabaseHandler
 from django.conf import settings
 from django.contrib import admin
 from django.http import HttpRequest
@@ -18,11 +20,39 @@ from django.shortcuts import render
 
 
 def client_address(request: HttpRequest) -> str:
-    """The client's address: the proxy's header when one is configured, else the peer's."""
+    """The client's address: the proxy's header when one is configured and holds an
+    address, else the peer's."""
     header = settings.GOBRAVE_CLIENT_IP_HEADER
     if header and (forwarded := request.META.get(header, "").strip()):
-        return forwarded[:64]  # a header holds what the proxy put there; bound it anyway
+        try:
+            return str(ipaddress.ip_address(forwarded[:64]))
+        except ValueError:
+            pass  # not an address (the proxy did not set it): count the peer
     return request.META.get("REMOTE_ADDR", "")
+
+
+class LockoutHandler(AxesDatabaseHandler):
+    """axes' database handler (``AXES_HANDLER``), minus the NUL bytes a client may send in
+    the headers it records (User-Agent, Accept): PostgreSQL refuses them in text, which
+    was a 500 on a login."""
+
+    @staticmethod
+    def _clean(request) -> None:
+        for name in ("axes_user_agent", "axes_http_accept", "axes_path_info"):
+            if isinstance(value := getattr(request, name, None), str):
+                setattr(request, name, value.replace("\x00", ""))
+
+    def user_login_failed(self, sender, credentials, request=None, **kwargs):
+        self._clean(request)
+        return super().user_login_failed(sender, credentials, request, **kwargs)
+
+    def user_logged_in(self, sender, request, user, **kwargs):
+        self._clean(request)
+        return super().user_logged_in(sender, request, user, **kwargs)
+
+    def user_logged_out(self, sender, request, user, **kwargs):
+        self._clean(request)
+        return super().user_logged_out(sender, request, user, **kwargs)
 
 
 def lockout_response(request: HttpRequest, original_response=None, credentials=None):

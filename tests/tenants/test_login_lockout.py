@@ -132,3 +132,16 @@ def test_passwords_must_pass_the_common_numeric_and_similarity_validators(passwo
     user = UserFactory.build(username="alice.liddell")
     with pytest.raises(ValidationError, match=says):
         password_validation.validate_password(password, user)
+
+
+@pytest.mark.parametrize("header", ["HTTP_USER_AGENT", "HTTP_ACCEPT", "HTTP_X_REAL_IP"])
+def test_nul_bytes_in_the_headers_a_login_records_are_no_500(settings, header):
+    settings.GOBRAVE_CLIENT_IP_HEADER = "HTTP_X_REAL_IP"
+    _user("alice"), _user("bob")
+    sent = {header: "a\x00b"}
+    _fail("alice", address="192.0.2.1")
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        response, _client = _login("alice", "wrong-password", address="192.0.2.1", **sent)
+        assert response.status_code == 429
+    response, client = _login("bob", PASSWORD, address="192.0.2.2", **sent)
+    assert response.status_code == 302 and _logged_in(client)
