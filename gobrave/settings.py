@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -39,14 +40,47 @@ def _secret_key() -> str:
     return path.read_text().strip()
 
 
+def _flag(name: str) -> bool:
+    """An on/off environment variable: ``1``, ``true`` or ``yes`` is on, anything else off."""
+    return os.environ.get(name, "false").lower() in {"1", "true", "yes"}
+
+
+def _proxy_ssl_header(value: str) -> tuple[str, str] | None:
+    """``X-Forwarded-Proto: https`` as Django's ``SECURE_PROXY_SSL_HEADER``."""
+    if not value:
+        return None
+    name, sep, expected = value.partition(":")
+    if not (sep and name.strip() and expected.strip()):
+        raise SystemExit(
+            f"gobrave: DJANGO_SECURE_PROXY_SSL_HEADER must be 'Header-Name: value', got {value!r}"
+        )
+    return "HTTP_" + name.strip().upper().replace("-", "_"), expected.strip()
+
+
+def _seconds(name: str) -> int:
+    raw = os.environ.get(name, "0")
+    if not raw.isdigit():
+        raise SystemExit(f"gobrave: {name} must be a whole number of seconds, got {raw!r}")
+    return int(raw)
+
+
 SECRET_KEY = _secret_key()
-DEBUG = os.environ.get("DJANGO_DEBUG", "false").lower() in {"1", "true", "yes"}
+DEBUG = _flag("DJANGO_DEBUG")
 ALLOWED_HOSTS = [
     h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h
 ]
 CSRF_TRUSTED_ORIGINS = [
     o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o
 ]
+
+# HTTPS (docs/operations.md, "Behind a TLS-terminating proxy"): all off by default, so
+# that ``make run`` serves plain http on 127.0.0.1.
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(os.environ.get("DJANGO_SECURE_PROXY_SSL_HEADER", ""))
+SECURE_SSL_REDIRECT = _flag("DJANGO_SECURE_SSL_REDIRECT")
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _flag("DJANGO_SECURE_COOKIES")
+SECURE_HSTS_SECONDS = _seconds("DJANGO_SECURE_HSTS_SECONDS")
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _flag("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS")
+SECURE_HSTS_PRELOAD = _flag("DJANGO_SECURE_HSTS_PRELOAD")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -60,6 +94,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_q",
+    "axes",
     "core",
     "outbox",
     "containers",
@@ -78,6 +113,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Turns a login refused by the lockout into its page (tenants.login.lockout_response).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "gobrave.urls"
@@ -144,11 +181,34 @@ def _database(url: str | None) -> dict:
 DATABASES = {"default": _database(os.environ.get("DATABASE_URL"))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# ModelBackend's rules, with a user's permissions read in one statement.
-AUTHENTICATION_BACKENDS = ["tenants.backends.PermissionsBackend"]
-AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+# First the login lockout (django-axes): it refuses a locked-out user or address before
+# any password is hashed. Then ModelBackend's rules, with a user's permissions read in
+# one statement.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "tenants.backends.PermissionsBackend",
 ]
+_VALIDATION = "django.contrib.auth.password_validation"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": f"{_VALIDATION}.UserAttributeSimilarityValidator"},
+    {"NAME": f"{_VALIDATION}.MinimumLengthValidator"},
+    {"NAME": f"{_VALIDATION}.CommonPasswordValidator"},
+    {"NAME": f"{_VALIDATION}.NumericPasswordValidator"},
+]
+
+# Login lockout (docs/security.md): AXES_FAILURE_LIMIT failed logins for a user name, or
+# from an address, lock that name, or that address, out for AXES_COOLOFF_TIME after the
+# last failure; a success forgets the failures. Counted in the database (every process).
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "tenants.login.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "tenants.login.client_address"
+AXES_HANDLER = "tenants.login.LockoutHandler"
+# Behind a reverse proxy: the request header (as in request.META, HTTP_X_REAL_IP) in
+# which the proxy puts the client's address; unset, the peer's address counts.
+GOBRAVE_CLIENT_IP_HEADER = os.environ.get("GOBRAVE_CLIENT_IP_HEADER", "")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -203,6 +263,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "InstanceStatusEnum": "containers.states.Status",
         "OutboxStatusEnum": "outbox.models.OutboxStatus",
+        "DagRunStatusEnum": "dags.states.RunStatus",
     },
 }
 
@@ -268,7 +329,8 @@ LOGGING = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("GOBRAVE_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # axes: lockouts and failures are warnings; its start-up banner in every command is not.
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }
 
 # The outbox relay reads its own section only (it is reusable outside gobrave).

@@ -1,0 +1,65 @@
+"""Who is logging in, as the login lockout (django-axes) counts them.
+
+django-axes locks out a user name, and an address, after ``AXES_FAILURE_LIMIT`` failed
+logins (``gobrave.settings``). Behind a reverse proxy every client has the proxy's
+address, so one client's failures would lock out all of them: the proxy then passes the
+client's address in a header of its own (``GOBRAVE_CLIENT_IP_HEADER``), which it must
+overwrite on every request so that clients cannot choose it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+
+from axes.handlers.database import AxesDatabaseHandler
+from django.conf import settings
+from django.contrib import admin
+from django.http import HttpRequest
+from django.shortcuts import render
+
+
+def client_address(request: HttpRequest) -> str:
+    """The client's address: the proxy's header when one is configured and holds an
+    address, else the peer's."""
+    header = settings.GOBRAVE_CLIENT_IP_HEADER
+    if header and (forwarded := request.META.get(header, "").strip()):
+        try:
+            return str(ipaddress.ip_address(forwarded[:64]))
+        except ValueError:
+            pass  # not an address (the proxy did not set it): count the peer
+    return request.META.get("REMOTE_ADDR", "")
+
+
+class LockoutHandler(AxesDatabaseHandler):
+    """axes' database handler (``AXES_HANDLER``), minus the NUL bytes a client may send in
+    the headers it records (User-Agent, Accept): PostgreSQL refuses them in text, which
+    was a 500 on a login."""
+
+    @staticmethod
+    def _clean(request) -> None:
+        for name in ("axes_user_agent", "axes_http_accept", "axes_path_info"):
+            if isinstance(value := getattr(request, name, None), str):
+                setattr(request, name, value.replace("\x00", ""))
+
+    def user_login_failed(self, sender, credentials, request=None, **kwargs):
+        self._clean(request)
+        return super().user_login_failed(sender, credentials, request, **kwargs)
+
+    def user_logged_in(self, sender, request, user, **kwargs):
+        self._clean(request)
+        return super().user_logged_in(sender, request, user, **kwargs)
+
+    def user_logged_out(self, sender, request, user, **kwargs):
+        self._clean(request)
+        return super().user_logged_out(sender, request, user, **kwargs)
+
+
+def lockout_response(request: HttpRequest, original_response=None, credentials=None):
+    """The page a locked-out login gets (``AXES_LOCKOUT_CALLABLE``): 429, in the admin's
+    frame, saying for how long. Only the admin's login takes passwords (the API takes
+    tokens), so this is the only form a lockout ever needs."""
+    minutes = math.ceil(settings.AXES_COOLOFF_TIME.total_seconds() / 60)
+    context = {**admin.site.each_context(request), "title": "Too many failed logins"}
+    context["minutes"] = minutes
+    return render(request, "registration/locked_out.html", context, status=429)
