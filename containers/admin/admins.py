@@ -303,6 +303,7 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
         instance = self.get_object(request, object_id)
         if instance is not None:
             logs, logs_problem = calls.container_logs_for_console(instance=instance)
+            logs = redaction.logs_for(request.user, instance.spec, logs)
             extra_context.update(
                 events=list(selectors.instance_events(instance=instance)[:50]),
                 history_url=history_url(instance.id),

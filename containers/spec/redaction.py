@@ -130,13 +130,14 @@ def dag_nodes_for(
 ) -> list[dict[str, Any]]:
     """A DAG template's nodes as ``user`` may see them: each node's env goes through
     ``env_for`` with the ``secret_env`` of the node's container template (``secret_env``
-    maps template ids to it; an unknown template hides nothing it does not know)."""
+    maps template ids to it; a node whose template is not in it hides every value)."""
     shown = []
     for node in nodes or []:
         node = dict(node)
         if "env" in node:
-            secret = secret_env.get(_int_or_none(node.get("template")), ())
-            node["env"] = env_for(user, node["env"] or {}, secret)
+            env = node["env"] or {}
+            secret = secret_env.get(_int_or_none(node.get("template")), env.keys())  # type: ignore[arg-type]
+            node["env"] = env_for(user, env, secret)
         shown.append(node)
     return shown
 
@@ -205,9 +206,10 @@ def logs_for(user, spec: dict[str, Any], text: str) -> str:
 
 def log_stream_for(user, spec: dict[str, Any], stream: Iterable[str]) -> Iterable[str]:
     """A followed output as ``user`` may see it; closing it closes ``stream``."""
-    if sees_secrets(user):
+    values = secret_values(spec)
+    if sees_secrets(user) or not values:
         return stream
-    scrubber = LogScrubber(secret_values(spec))
+    scrubber = LogScrubber(values)
 
     def scrubbed() -> Iterator[str]:
         try:
@@ -215,7 +217,9 @@ def log_stream_for(user, spec: dict[str, Any], stream: Iterable[str]) -> Iterabl
                 shown = scrubber.feed(chunk)
                 if shown:
                     yield shown
-            yield scrubber.flush()
+            rest = scrubber.flush()
+            if rest:
+                yield rest
         finally:
             close = getattr(stream, "close", None)
             if close is not None:
