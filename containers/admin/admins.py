@@ -134,6 +134,11 @@ class RedactedFieldsMixin:
     def get_readonly_fields(self, request, obj=None):
         return (*super().get_readonly_fields(request, obj), *self.redacted_fields.values())
 
+    @staticmethod
+    def page_user():
+        """The user the change page is being drawn for (``None`` outside one)."""
+        return getattr(_page, "user", None)
+
     def change_view(self, request, object_id, form_url="", extra_context=None):
         _page.user = request.user
         try:
