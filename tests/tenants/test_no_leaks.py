@@ -190,3 +190,24 @@ def test_the_admin_instance_page_hides_secret_values_in_logs_from_a_viewer(
     page = callers["viewer"].web.get(url).content.decode()
     assert "TOKEN=********" in page and SECRET not in page, page[page.find("TOKEN=") - 200 :]
     assert f"TOKEN={SECRET}" in callers["operator"].web.get(url).content.decode()
+
+
+def test_a_dag_template_shows_a_node_s_secret_env_as_its_container_template_marks_it(
+    callers, secret_template
+):
+    from django.urls import reverse
+
+    from dags.services import dag_template_save
+
+    node = {"key": "a", "template": "vault", "env": {"TOKEN": SECRET, "MODE": "fast"}}
+    dag = dag_template_save(name="with-secret", nodes=[node])
+    for role in ("user", "viewer"):
+        for path in ("/api/dag-templates/", f"/api/dag-templates/{dag.pk}/"):
+            body = callers[role].api.get(path).content.decode()
+            assert SECRET not in body and '"TOKEN":"********"' in body, (role, path, body)
+            assert '"MODE":"fast"' in body, (role, path, body)
+    shown = callers["operator"].api.get(f"/api/dag-templates/{dag.pk}/").json()
+    assert shown["nodes"][0]["env"]["TOKEN"] == SECRET, shown
+    url = reverse("admin:dags_dagtemplate_change", args=[dag.pk])
+    page = callers["viewer"].web.get(url).content.decode()
+    assert SECRET not in page and "********" in page, page[page.find("TOKEN") - 200 :]
