@@ -18,6 +18,8 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from containers.actors import user_actor
+from containers.admin.admins import RedactedFieldsMixin
+from containers.spec import redaction
 from core.admin_helpers import ReadOnlyAdminMixin, badge
 from core.errors import DomainError
 from dags import selectors
@@ -67,8 +69,10 @@ class DagTemplateForm(forms.ModelForm):
 
 
 @admin.register(DagTemplate)
-class DagTemplateAdmin(admin.ModelAdmin):
+class DagTemplateAdmin(RedactedFieldsMixin, admin.ModelAdmin):
     form = DagTemplateForm
+    fields = ("name", "description", "nodes")
+    redacted_fields = {"nodes": "nodes_shown"}
     list_display = ("name", "node_count", "updated_at")
     search_fields = ("name",)
     actions = ["start_runs"]
@@ -76,6 +80,19 @@ class DagTemplateAdmin(admin.ModelAdmin):
     @admin.display(description="nodes")
     def node_count(self, obj: DagTemplate) -> int:
         return len(obj.nodes)
+
+    def redacts(self, request, obj) -> bool:
+        # Who may change the DAG edits it as written; who may only look sees it as the API
+        # shows it to them.
+        return not self.has_change_permission(request, obj) and super().redacts(request, obj)
+
+    @admin.display(description="nodes")
+    def nodes_shown(self, obj: DagTemplate):
+        secret_env = selectors.dag_secret_env([obj])
+        nodes = redaction.dag_nodes_for(self.page_user(), obj.nodes, secret_env)
+        return format_html(
+            '<pre style="white-space:pre-wrap">{}</pre>', json.dumps(nodes, indent=2)
+        )
 
     def save_model(self, request, obj, form, change) -> None:
         saved = dag_template_save(

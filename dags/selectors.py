@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import Exists, OuterRef, QuerySet
@@ -40,6 +41,14 @@ def dag_template_list(*, user=None) -> QuerySet[DagTemplate]:
         return rows
     allowed = [dag.pk for dag in rows if dag.template_ids() <= usable]
     return rows.filter(pk__in=allowed)
+
+
+def dag_secret_env(dags: Iterable[DagTemplate]) -> dict[int, list[str]]:
+    """The ``secret_env`` of every container template the nodes of ``dags`` use, by id
+    (one query): what ``containers.spec.redaction.dag_nodes_for`` hides."""
+    ids = set().union(*(dag.template_ids() for dag in dags))
+    rows = ContainerTemplate.objects.filter(pk__in=ids).values_list("pk", "secret_env")
+    return {pk: list(secret or ()) for pk, secret in rows}
 
 
 def dag_template_get(*, ref: Any, user=None) -> DagTemplate:

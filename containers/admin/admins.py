@@ -134,6 +134,11 @@ class RedactedFieldsMixin:
     def get_readonly_fields(self, request, obj=None):
         return (*super().get_readonly_fields(request, obj), *self.redacted_fields.values())
 
+    @staticmethod
+    def page_user():
+        """The user the change page is being drawn for (``None`` outside one)."""
+        return getattr(_page, "user", None)
+
     def change_view(self, request, object_id, form_url="", extra_context=None):
         _page.user = request.user
         try:
@@ -303,6 +308,7 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
         instance = self.get_object(request, object_id)
         if instance is not None:
             logs, logs_problem = calls.container_logs_for_console(instance=instance)
+            logs = redaction.logs_for(request.user, instance.spec, logs)
             extra_context.update(
                 events=list(selectors.instance_events(instance=instance)[:50]),
                 history_url=history_url(instance.id),

@@ -229,6 +229,15 @@ class LogsOutputSerializer(serializers.Serializer):
 # --- templates --------------------------------------------------------------------------
 
 
+class GroupNamesField(serializers.ListField):
+    """Group names; drawn from a template's groups too (the browsable API's edit form)."""
+
+    def to_representation(self, data):
+        if hasattr(data, "all"):
+            data = [group.name for group in data.all()]
+        return super().to_representation(data)
+
+
 class TemplateInputSerializer(serializers.Serializer):
     """A template to create or replace (PUT: omitted fields take their defaults) or to
     change (PATCH: only the fields given)."""
@@ -260,7 +269,7 @@ class TemplateInputSerializer(serializers.Serializer):
         choices=PullPolicy.choices, default=PullPolicy.IF_NOT_PRESENT
     )
     enabled = serializers.BooleanField(default=True, help_text="Off: no user sees or uses it.")
-    allowed_groups = serializers.ListField(
+    allowed_groups = GroupNamesField(
         child=serializers.CharField(max_length=150),
         default=list,
         max_length=1000,

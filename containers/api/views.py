@@ -38,7 +38,7 @@ from containers.requests.services import (
     container_start,
     container_stop,
 )
-from containers.spec import template_services
+from containers.spec import redaction, template_services
 from core.api.defaults import JSONParser
 from core.api.errors import RETRY_AFTER, error_responses
 from core.api.schema import list_and_retrieve
@@ -220,11 +220,13 @@ class ContainerViewSet(viewsets.GenericViewSet):
                 stream = calls.container_logs_follow(
                     instance=instance, tail=tail, seconds=query.validated_data["seconds"]
                 )
+                stream = redaction.log_stream_for(request.user, instance.spec, stream)
                 response = StreamingHttpResponse(stream, content_type="text/plain; charset=utf-8")
                 response["Cache-Control"] = "no-cache"
                 response["X-Accel-Buffering"] = "no"  # a proxy in front must not buffer it
                 return response
             text = calls.container_logs(instance=instance, tail=tail)
+            text = redaction.logs_for(request.user, instance.spec, text)
         except (EngineError, docker.errors.DockerException, OSError) as exc:
             # requests' errors are OSErrors; the engine may be down or unreachable.
             log.warning("logs of instance %s: runtime %s: %s", instance.id, instance.runtime, exc)

@@ -10,6 +10,10 @@ append-only ``calls.log`` of every call, and control files the test writes:
 - ``exit-on-start``: holds an exit code; ``start`` leaves the container exited with it;
 - ``down``: ``ping()`` answers False (an engine that stopped answering).
 
+Its output is one line, ``fake log line``; a container whose command is ``["env"]``
+prints its env after it (``KEY=value`` lines), as the real program would, and a follow
+yields that in pieces of ``ENV_PIECE`` characters (values split across chunks).
+
 Every change is also appended to ``events.log`` (one JSON ``EngineEvent`` a line), which
 ``events()`` replays from ``since_nano`` (inclusive, whole seconds, like Docker) and then
 ends, as a dropped stream does; ``fail-events``/``permanent-events`` make it unreachable.
@@ -40,6 +44,8 @@ from containers.engines.base import (
     PermanentEngineError,
     Workspace,
 )
+
+ENV_PIECE = 5
 
 
 class FakeEngine:
@@ -235,16 +241,28 @@ class FakeEngine:
             node_name="fake-node",
         )
 
+    def _output(self, data: dict) -> str:
+        spec = data.get("spec") or {}
+        if spec.get("command") != ["env"]:
+            return "fake log line\n"
+        return "fake log line\n" + "".join(f"{k}={v}\n" for k, v in (spec.get("env") or {}).items())
+
     def logs(self, ref: str, tail: int = 100) -> str:
-        return "" if self._load(ref) is None else "fake log line\n"
+        data = self._load(ref)
+        return "" if data is None else self._output(data)
 
     def follow_logs(self, ref: str, *, tail: int, until: float) -> Iterator[str]:
         """The fake's one line, then nothing new until the container stops or ``until``."""
-        if self._load(ref) is None:
+        data = self._load(ref)
+        if data is None:
             return iter(())
+        output = self._output(data)
 
         def lines() -> Iterator[str]:
             yield "fake log line\n"
+            rest = output.removeprefix("fake log line\n")
+            for at in range(0, len(rest), ENV_PIECE):
+                yield rest[at : at + ENV_PIECE]
             while time.time() < until:
                 state = self.inspect(ref)
                 if state is None or state.status not in ("running", "paused"):

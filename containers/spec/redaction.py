@@ -10,12 +10,17 @@ and the admin:
   and a refused volume names only which volume of the template it was.
 Pure functions over plain data; nothing here reads or writes rows, except for the list of
 engine addresses to hide.
+
+Logs are the one place a secret can reach a user through the program itself (an
+operator's command that prints its env): ``LogScrubber`` replaces the instance's secret
+values in its output for everyone without ``SEE_SECRETS``. A safety net, not a guarantee:
+a program can print a value transformed (encoded, split by other output, reversed).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.conf import settings
@@ -120,6 +125,109 @@ def template_for(user, data: dict[str, Any]) -> dict[str, Any]:
     return shown
 
 
+def dag_nodes_for(
+    user, nodes: list[dict[str, Any]], secret_env: dict[int, Iterable[str]]
+) -> list[dict[str, Any]]:
+    """A DAG template's nodes as ``user`` may see them: each node's env goes through
+    ``env_for`` with the ``secret_env`` of the node's container template (``secret_env``
+    maps template ids to it; a node whose template is not in it hides every value)."""
+    shown = []
+    for node in nodes or []:
+        node = dict(node)
+        if "env" in node:
+            env = node["env"] or {}
+            secret = secret_env.get(_int_or_none(node.get("template")), env.keys())  # type: ignore[arg-type]
+            node["env"] = env_for(user, env, secret)
+        shown.append(node)
+    return shown
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+MIN_SCRUBBED = 3  # shorter values would hide ordinary output (``on``, ``1``) and little else
+
+
+class LogScrubber:
+    """Replaces secret values in a text that arrives in chunks (a container's output).
+
+    ``feed(chunk)`` returns what is safe to emit now; ``flush()`` what is left at the end.
+    Between chunks it holds back as many characters as the longest value less one, so a
+    value split across chunks is still caught. Values shorter than ``MIN_SCRUBBED`` are
+    left alone. Pure; one scrubber per stream.
+    """
+
+    def __init__(self, values: Iterable[str]) -> None:
+        wanted = sorted({v for v in values if len(v) >= MIN_SCRUBBED}, key=len, reverse=True)
+        self._pattern = re.compile("|".join(map(re.escape, wanted))) if wanted else None
+        self._hold = len(wanted[0]) - 1 if wanted else 0
+        self._pending = ""
+
+    def feed(self, chunk: str) -> str:
+        if self._pattern is None:
+            return chunk
+        text = self._pending + chunk
+        # A value starting before ``safe`` lies wholly inside ``text``: what is scanned
+        # there is final. Anything from ``safe`` on may be the start of a value.
+        safe = len(text) - self._hold
+        out, at = [], 0
+        for match in self._pattern.finditer(text):
+            if match.start() >= safe:
+                break
+            out += [text[at : match.start()], SECRET_PLACEHOLDER]
+            at = match.end()
+        cut = max(at, safe)
+        out.append(text[at:cut])
+        self._pending = text[cut:]
+        return "".join(out)
+
+    def flush(self) -> str:
+        text, self._pending = self._pending, ""
+        return self._pattern.sub(SECRET_PLACEHOLDER, text) if self._pattern else text
+
+
+def secret_values(spec: dict[str, Any]) -> list[str]:
+    """The values of an instance's secret env keys, from its stored spec."""
+    env = (spec or {}).get("env") or {}
+    return [str(env[k]) for k in (spec or {}).get("secret_env") or () if env.get(k)]
+
+
+def logs_for(user, spec: dict[str, Any], text: str) -> str:
+    """An instance's output as ``user`` may see it (``LogScrubber``)."""
+    if sees_secrets(user):
+        return text
+    scrubber = LogScrubber(secret_values(spec))
+    return scrubber.feed(text) + scrubber.flush()
+
+
+def log_stream_for(user, spec: dict[str, Any], stream: Iterable[str]) -> Iterable[str]:
+    """A followed output as ``user`` may see it; closing it closes ``stream``."""
+    values = secret_values(spec)
+    if sees_secrets(user) or not values:
+        return stream
+    scrubber = LogScrubber(values)
+
+    def scrubbed() -> Iterator[str]:
+        try:
+            for chunk in stream:
+                shown = scrubber.feed(chunk)
+                if shown:
+                    yield shown
+            rest = scrubber.flush()
+            if rest:
+                yield rest
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+
+    return scrubbed()
+
+
 def error_for(user, message: str, details: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """A domain error's message and details as ``user`` may see them.
 
@@ -143,9 +251,14 @@ def error_for(user, message: str, details: dict[str, Any]) -> tuple[str, dict[st
 
 __all__ = [
     "SECRET_PLACEHOLDER",
+    "LogScrubber",
+    "dag_nodes_for",
     "env_for",
     "error_for",
+    "log_stream_for",
+    "logs_for",
     "scrub",
+    "secret_values",
     "sees_hosts",
     "sees_secrets",
     "spec_for",

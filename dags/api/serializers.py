@@ -32,11 +32,20 @@ class DagTemplateInputSerializer(serializers.Serializer):
     )
 
 
-class DagTemplateOutputSerializer(serializers.ModelSerializer):
+class DagTemplateOutputSerializer(ForViewer, serializers.ModelSerializer):
+    """Each node's env as the viewer may see it: ``context["secret_env"]`` maps container
+    template ids to their ``secret_env`` (``dags.selectors.dag_secret_env``)."""
+
     class Meta:
         model = DagTemplate
         fields = ["id", "name", "description", "nodes", "created_at", "updated_at"]
         read_only_fields = fields
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        secret_env = self.context.get("secret_env") or {}
+        data["nodes"] = redaction.dag_nodes_for(self.viewer(), data["nodes"], secret_env)
+        return data
 
 
 class DagRunCreateInputSerializer(serializers.Serializer):

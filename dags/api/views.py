@@ -88,25 +88,34 @@ class DagTemplateViewSet(viewsets.GenericViewSet):
             raise NotFound(f"no DAG template {text!r}", dag_template=text)
         return found
 
+    def _shown(self, dags, **kwargs):
+        """The output serializer of ``dags``, drawn for the caller (secret env hidden)."""
+        many = isinstance(dags, list)
+        context = {
+            "viewer": self.request.user,
+            "secret_env": selectors.dag_secret_env(dags if many else [dags]),
+        }
+        return s.DagTemplateOutputSerializer(dags, many=many, context=context, **kwargs)
+
     def list(self, request):
         page = self.paginate_queryset(self._visible())
-        return self.get_paginated_response(s.DagTemplateOutputSerializer(page, many=True).data)
+        return self.get_paginated_response(self._shown(list(page)).data)
 
     def retrieve(self, request, pk: str):
-        return Response(s.DagTemplateOutputSerializer(self._get(pk)).data)
+        return Response(self._shown(self._get(pk)).data)
 
     def create(self, request):
         data = s.DagTemplateInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         dag = services.dag_template_save(**data.validated_data)
-        return Response(s.DagTemplateOutputSerializer(dag).data, status=status.HTTP_201_CREATED)
+        return Response(self._shown(dag).data, status=status.HTTP_201_CREATED)
 
     def update(self, request, pk: str):
         dag = self._get(pk)
         data = s.DagTemplateInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         dag = services.dag_template_save(dag=dag, **data.validated_data)
-        return Response(s.DagTemplateOutputSerializer(dag).data)
+        return Response(self._shown(dag).data)
 
     def destroy(self, request, pk: str):
         services.dag_template_delete(dag=self._get(pk))

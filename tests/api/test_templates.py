@@ -228,3 +228,14 @@ def test_a_volume_no_request_could_mount_is_refused_when_saved_and_changes_nothi
         format="json",
     )
     assert accepted.status_code == 200, accepted.content
+
+
+def test_the_browsable_api_draws_a_template_s_edit_form_for_an_operator(staff, template):
+    from django.contrib.auth.models import Group
+
+    template.allowed_groups.add(Group.objects.create(name="lab"))
+    response = staff.get(f"/api/templates/{template.pk}/?format=api")
+    assert response.status_code == 200, response.content[-2000:]
+    assert "&quot;lab&quot;" in response.content.decode(), (
+        "the edit form names the template's groups"
+    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 
-from containers.models import ContainerInstance
+from containers.models import ContainerInstance, ContainerTemplate
 from containers.requests.lifecycle import record
 from containers.spec.redaction import error_for, scrub
 from tests.factories import TemplateFactory
@@ -143,3 +143,71 @@ def test_in_the_admin_a_viewer_sees_neither_secret_values_nor_an_instances_secre
         operator = callers["operator"].web.get(url)
         assert operator.status_code == 200
         assert SECRET in operator.content.decode(), url
+
+
+def _printing_its_env(callers, secret_template) -> ContainerInstance:
+    """alice's instance of ``vault``, whose command prints its env (the fake engine)."""
+    from containers.engines import engine_for
+    from tests.processes import relay_drain
+
+    ContainerTemplate.objects.filter(pk=secret_template.pk).update(command=["env"])
+    created = callers["user"].api.post("/api/containers/", {"template": "vault"}, format="json")
+    assert created.status_code == 202, created.content
+    relay_drain()
+    instance = ContainerInstance.objects.get()
+    assert instance.container_id, instance.status
+    engine_for(instance.runtime).stop(instance.container_id, 0)  # it printed; a follow ends
+    return instance
+
+
+def _logs(caller, instance: ContainerInstance, *, follow: bool) -> str:
+    if not follow:
+        return caller.api.get(f"/api/containers/{instance.pk}/logs/").json()["logs"]
+    response = caller.api.get(f"/api/containers/{instance.pk}/logs/?follow=1&seconds=1")
+    return b"".join(response.streaming_content).decode()
+
+
+@pytest.mark.parametrize("follow", [False, True], ids=["tail", "follow"])
+def test_logs_hide_secret_values_from_the_owner_and_viewers_but_not_operators(
+    callers, secret_template, follow
+):
+    instance = _printing_its_env(callers, secret_template)
+    for role in ("user", "viewer"):
+        shown = _logs(callers[role], instance, follow=follow)
+        assert SECRET not in shown and "TOKEN=********\n" in shown, (role, shown)
+        assert "MODE=debug\n" in shown, (role, shown)
+    shown = _logs(callers["operator"], instance, follow=follow)
+    assert f"TOKEN={SECRET}\n" in shown, shown
+
+
+def test_the_admin_instance_page_hides_secret_values_in_logs_from_a_viewer(
+    callers, secret_template
+):
+    from django.urls import reverse
+
+    instance = _printing_its_env(callers, secret_template)
+    url = reverse("admin:containers_containerinstance_change", args=[instance.pk])
+    page = callers["viewer"].web.get(url).content.decode()
+    assert "TOKEN=********" in page and SECRET not in page, page[page.find("TOKEN=") - 200 :]
+    assert f"TOKEN={SECRET}" in callers["operator"].web.get(url).content.decode()
+
+
+def test_a_dag_template_shows_a_node_s_secret_env_as_its_container_template_marks_it(
+    callers, secret_template
+):
+    from django.urls import reverse
+
+    from dags.services import dag_template_save
+
+    node = {"key": "a", "template": "vault", "env": {"TOKEN": SECRET, "MODE": "fast"}}
+    dag = dag_template_save(name="with-secret", nodes=[node])
+    for role in ("user", "viewer"):
+        for path in ("/api/dag-templates/", f"/api/dag-templates/{dag.pk}/"):
+            body = callers[role].api.get(path).content.decode()
+            assert SECRET not in body and '"TOKEN":"********"' in body, (role, path, body)
+            assert '"MODE":"fast"' in body, (role, path, body)
+    shown = callers["operator"].api.get(f"/api/dag-templates/{dag.pk}/").json()
+    assert shown["nodes"][0]["env"]["TOKEN"] == SECRET, shown
+    url = reverse("admin:dags_dagtemplate_change", args=[dag.pk])
+    page = callers["viewer"].web.get(url).content.decode()
+    assert SECRET not in page and "********" in page, page[page.find("TOKEN") - 200 :]
