@@ -31,6 +31,7 @@ Everything here is pure (no I/O, no database).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -280,6 +281,23 @@ def split_rules(user_env: Any) -> SplitRules:
     too_many = f"user_env: at most {MAX_RULES} rules"
     refused += [{"rule": raw, "reason": too_many} for raw in user_env[MAX_RULES:]]
     return SplitRules(kept=kept, refused=refused, usable=usable)
+
+
+def removed_rules_note(removed: list[dict[str, Any]]) -> str:
+    """What an operator reads about the rules an upgrade took out of ``user_env``
+    (``SplitRules.refused`` as migration 0012 stored them)."""
+    parts = [
+        f"{note['rule']!r} ({note['reason']})"
+        if isinstance(note.get("rule"), str)
+        else f"{json.dumps(note.get('rule'))} ({note.get('reason')})"
+        for note in removed
+    ]
+    return (
+        "An upgrade removed from user_env the rules the env policy no longer allows: "
+        f"{'; '.join(parts)}. Users can no longer set the keys they opened; name the keys "
+        "users may set, or use a prefix of your own such as APP_*. Saving the template "
+        "clears this note."
+    )
 
 
 def clean_secret_env(secret_env: Any, *, env: Mapping[str, Any] | None = None) -> list[str]:

@@ -423,7 +423,9 @@ def resolve_mounts(
 
 
 # Template fields that say nothing about what a container is.
-_NOT_SNAPSHOT = frozenset({"created_at", "updated_at", "image_status", "image_checked_at"})
+_NOT_SNAPSHOT = frozenset(
+    {"created_at", "updated_at", "image_status", "image_checked_at", "user_env_removed"}
+)
 
 
 def template_snapshot(template: Any) -> dict[str, Any]:

@@ -213,6 +213,19 @@ def test_a_user_env_rule_outside_the_allow_list_is_400_with_the_reason_and_chang
     assert template.user_env == ["MODE"], template.user_env
 
 
+def test_writing_user_env_clears_the_note_of_rules_an_upgrade_removed(staff, template):
+    note = [{"rule": "*", "reason": "user_env[0].name: '*' would let users set any key"}]
+    template.user_env_removed = note
+    template.save(update_fields=["user_env_removed"])
+    url = f"/api/templates/{template.pk}/"
+    assert staff.patch(url, {"enabled": False}, format="json").status_code == 200
+    template.refresh_from_db()
+    assert template.user_env_removed == note, template.user_env_removed
+    assert staff.patch(url, {"user_env": ["APP_*"]}, format="json").status_code == 200
+    template.refresh_from_db()
+    assert (template.user_env, template.user_env_removed) == (["APP_*"], []), template.__dict__
+
+
 def test_patching_secret_env_checks_it_against_the_stored_env(staff, template):
     template.env = {"TOKEN": "t"}
     template.save(update_fields=["env"])
