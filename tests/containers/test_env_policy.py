@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from containers.errors import InvalidSpec
@@ -10,9 +13,11 @@ from containers.spec.env_policy import (
     DENIED_PREFIXES,
     MAX_USER_KEYS,
     MAX_USER_VALUE,
+    STARTUP_KEYS,
     check_user_env,
     clean_secret_env,
     clean_user_env,
+    is_denied,
     redacted,
 )
 from containers.spec.resolve import clean_template_fields, env_policy, resolve_spec
@@ -328,3 +333,14 @@ def test_secret_env_must_be_a_list_of_keys(secret_env):
 def test_redacted_hides_exactly_the_secret_values():
     shown = redacted(TEMPLATE_ENV, ["DB_PASSWORD"])
     assert shown == {**TEMPLATE_ENV, "DB_PASSWORD": env_policy.SECRET_PLACEHOLDER}
+
+
+def test_the_keys_docs_security_names_as_the_second_wall_are_the_codes():
+    text = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    wall = text[text.index("- The second wall") : text.index("- Rules stored before")]
+    named = [t for t in re.findall(r"`([^`]+)`", wall) if re.fullmatch(r"\w+\*?", t)]
+    families = {key.upper() for keys in STARTUP_KEYS.values() for key in keys}
+    wrong = [
+        t for t in named if (t.upper() not in families if t.endswith("*") else not is_denied(t))
+    ]
+    assert len(named) > 60 and not wrong, (len(named), wrong)
