@@ -96,7 +96,9 @@ class ContainerTemplate(models.Model):
     names to required values. Users see and use a template only while it is ``enabled``
     and, when ``allowed_groups`` is not empty, only if they belong to one of those groups
     (``containers.access``). ``user_env`` says which env keys users may set and
-    ``secret_env`` which ``env`` values they never see (``containers.spec.env_policy``).
+    ``secret_env`` which ``env`` values they never see (``containers.spec.env_policy``);
+    ``user_env_removed`` notes the rules an upgrade took out of ``user_env`` (migration
+    0012), until the template is saved again.
     """
 
     class ImageStatus(models.TextChoices):
@@ -113,9 +115,17 @@ class ContainerTemplate(models.Model):
     user_env = models.JSONField(
         default=list,
         blank=True,
-        help_text="The env keys users may set: KEY, PREFIX_*, or "
-        '{"name": ..., "pattern": regex for the value, "max_length": n}. '
-        "A key the template sets is replaced only when named exactly.",
+        help_text="The env keys users may set: KEY, APP_* (a prefix of your own ending in "
+        '_*), or {"name": ..., "pattern": regex for the value, "max_length": n}. Never *, '
+        "nor a key some runtime reads at start-up. A key the template sets is replaced "
+        "only when named exactly.",
+    )
+    user_env_removed = models.JSONField(
+        default=list,
+        blank=True,
+        editable=False,
+        help_text='user_env rules an upgrade removed because they are refused now ({"rule", '
+        '"reason"}); shown in the admin until the template is saved again.',
     )
     secret_env = models.JSONField(
         default=list,

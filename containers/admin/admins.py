@@ -54,7 +54,7 @@ from containers.requests.services import (
     container_start,
     container_stop,
 )
-from containers.spec import redaction
+from containers.spec import env_policy, redaction
 from containers.spec.resolve import (
     check_volume_roots,
     clean_template_fields,
@@ -544,8 +544,19 @@ class ContainerTemplateAdmin(RedactedFieldsMixin, admin.ModelAdmin):
         level = messages.WARNING if "missing" in found else messages.SUCCESS
         self.message_user(request, f"Image status — {'; '.join(parts)}.", level)
 
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None and obj.user_env_removed:
+            self.message_user(
+                request, env_policy.removed_rules_note(obj.user_env_removed), messages.WARNING
+            )
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
     def save_model(self, request, obj, form, change) -> None:
-        """Saves, then checks the image at once when nothing would pull a missing one."""
+        """Saves, then checks the image at once when nothing would pull a missing one.
+
+        Saving clears the note of rules an upgrade removed: the page that was saved showed it.
+        """
+        obj.user_env_removed = []
         super().save_model(request, obj, form, change)
         if obj.pull_policy != "never":
             return

@@ -82,7 +82,7 @@ class InstanceCreateInputSerializer(serializers.Serializer):
         ),
         required=False,
         help_text="Env for this instance (NAME: value): only the keys the template's "
-        "user_env allows.",
+        "user_env allows. Values are literal: $VARIABLES are not expanded.",
     )
 
     def validate_env(self, value: dict[str, str]) -> dict[str, str]:
@@ -250,7 +250,8 @@ class TemplateInputSerializer(serializers.Serializer):
     env = StoredJSONField(default=dict, help_text="NAME: value; values may use $VARIABLES.")
     user_env = StoredJSONField(
         default=list,
-        help_text='Env keys users may set: "KEY", "PREFIX_*" or {"name", "pattern", "max_length"}.',
+        help_text='Env keys users may set: "KEY", "APP_*" (a prefix ending in _*) or '
+        '{"name", "pattern", "max_length"}; never "*" nor a key runtimes read at start-up.',
     )
     secret_env = StoredJSONField(default=list, help_text="Keys of env users never see.")
     volumes = StoredJSONField(

@@ -423,7 +423,9 @@ def resolve_mounts(
 
 
 # Template fields that say nothing about what a container is.
-_NOT_SNAPSHOT = frozenset({"created_at", "updated_at", "image_status", "image_checked_at"})
+_NOT_SNAPSHOT = frozenset(
+    {"created_at", "updated_at", "image_status", "image_checked_at", "user_env_removed"}
+)
 
 
 def template_snapshot(template: Any) -> dict[str, Any]:
@@ -455,14 +457,25 @@ def resolve_spec(
 ) -> dict[str, Any]:
     """The stored spec: what the worker hands the engine, fully resolved.
 
-    The user's ``env_overrides`` pass the template's env policy (``containers.spec.env_policy``);
+    The user's ``env_overrides`` pass the template's env policy (``containers.spec.env_policy``)
+    and are kept literally: variables expand only in the template's own values.
     ``secret_env`` names the env keys whose values users must not see. ``workspace``
     (``kind``, ``source``, ``uid``, ``gid``) is the owner's workspace on the chosen
     engine, kept in the spec when a volume mounts it so the worker provisions it;
     ``security`` is ``container.security`` (its defaults when None).
     """
-    env = clean_env(template.env)
-    env.update(env_policy.check_user_env(env_overrides, rules=template.user_env, template_env=env))
+    operator_env = clean_env(template.env)
+    user_env = env_policy.check_user_env(
+        env_overrides, rules=template.user_env, template_env=operator_env
+    )
+    # gobrave's variables expand in the operator's values only: a user's value is literal
+    # (their "$WORKSPACE_ROOT" must not become the host path the API hides).
+    env = {
+        **{
+            k: expand(v, variables, strict=False, where=f"env.{k}") for k, v in operator_env.items()
+        },
+        **user_env,
+    }
     secret = [k for k in env_policy.clean_secret_env(template.secret_env) if k in env]
     command = clean_command(template.command)
     resources = clean_resources(template.resources)
@@ -493,7 +506,7 @@ def resolve_spec(
             if command
             else None
         ),
-        "env": {k: expand(v, variables, strict=False, where=f"env.{k}") for k, v in env.items()},
+        "env": env,
         "mounts": resolved_mounts,
         **hardening,
         "secret_env": secret,

@@ -93,7 +93,8 @@ def template_update(*, template_id: int, **fields: Any) -> ContainerTemplate:
     """Validate and apply ``fields`` to the template, under its row lock.
 
     Running and queued instances are not affected: each carries the spec resolved when
-    it was requested.
+    it was requested. Writing ``user_env`` clears ``user_env_removed`` (the note of rules
+    an upgrade removed).
     """
     with transaction.atomic():
         template = ContainerTemplate.objects.select_for_update().filter(pk=template_id).first()
@@ -101,6 +102,8 @@ def template_update(*, template_id: int, **fields: Any) -> ContainerTemplate:
             raise NotFound(f"no template {template_id}", template=str(template_id))
         cleaned = _clean(fields, template)
         groups = cleaned.pop("allowed_groups", None)
+        if "user_env" in cleaned and template.user_env_removed:
+            cleaned["user_env_removed"] = []  # the operator has written user_env anew
         for name, value in cleaned.items():
             setattr(template, name, value)
         if cleaned:

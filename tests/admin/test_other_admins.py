@@ -196,6 +196,27 @@ def test_a_bad_row_is_refused_on_its_field_and_changes_nothing(
     assert all(f'value="{cell}"' in html for cell in typed)
 
 
+def test_the_change_page_says_which_user_env_rules_an_upgrade_removed_until_saved(
+    as_user, operator
+):
+    template = TemplateFactory(
+        name="kept",
+        user_env=["MODE"],
+        user_env_removed=[{"rule": "*", "reason": "user_env[0].name: '*' would let users..."}],
+    )
+    url = reverse("admin:containers_containertemplate_change", args=[template.pk])
+    shown = _messages(as_user(operator).get(url))
+    assert any("removed from user_env" in m and "'*'" in m for m in shown), shown
+    response = as_user(operator).post(
+        url, {**_rows([], []), "name": "kept", "user_env": '["MODE"]'}
+    )
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    template.refresh_from_db()
+    assert (template.user_env, template.user_env_removed) == (["MODE"], []), template.__dict__
+    shown = _messages(as_user(operator).get(url))
+    assert not any("removed from user_env" in m for m in shown), shown
+
+
 def test_saving_a_never_pull_template_whose_image_is_missing_warns(as_user, operator, fake_runtime):
     _missing_on(fake_runtime, "not-here:1")
     response = as_user(operator).post(

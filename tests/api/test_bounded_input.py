@@ -135,7 +135,7 @@ def test_template_writes_answer_no_500(staff, body):
     name=st.none() | st.text(max_size=140),
 )
 def test_create_requests_answer_no_500(alice, template, env, name):
-    template.user_env = ["*", {"name": "LEVEL", "pattern": "[0-9]{1,3}"}]
+    template.user_env = ["APP_*", {"name": "LEVEL", "pattern": "[0-9]{1,3}"}]
     template.save(update_fields=["user_env"])
     body = {"template": "sleeper", "env": env}
     if name is not None:

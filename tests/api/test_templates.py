@@ -189,6 +189,43 @@ def test_an_invalid_env_policy_is_400_naming_the_field(staff, field, value):
     assert not ContainerTemplate.objects.filter(name="web").exists()
 
 
+@pytest.mark.parametrize(
+    "rule, says",
+    [
+        ("*", "user_env[0].name: '*' would let users set any key"),
+        ("PYTHON*", "user_env[0].name: PYTHON* would let users set"),
+        ("https_proxy", "user_env[0].name: users may never set https_proxy"),
+        ("APP*", "user_env[0].name: 'APP*': a prefix must end in '_*'"),
+    ],
+)
+def test_a_user_env_rule_outside_the_allow_list_is_400_with_the_reason_and_changes_nothing(
+    staff, template, rule, says
+):
+    template.user_env = ["MODE"]
+    template.save(update_fields=["user_env"])
+    response = staff.patch(
+        f"/api/templates/{template.pk}/", {"user_env": ["APP_*", rule]}, format="json"
+    )
+    error = assert_error(response, 400, "invalid_spec")
+    assert error["details"]["field"] == "user_env", error
+    assert error["message"].replace("[1]", "[0]").startswith(says), error
+    template.refresh_from_db()
+    assert template.user_env == ["MODE"], template.user_env
+
+
+def test_writing_user_env_clears_the_note_of_rules_an_upgrade_removed(staff, template):
+    note = [{"rule": "*", "reason": "user_env[0].name: '*' would let users set any key"}]
+    template.user_env_removed = note
+    template.save(update_fields=["user_env_removed"])
+    url = f"/api/templates/{template.pk}/"
+    assert staff.patch(url, {"enabled": False}, format="json").status_code == 200
+    template.refresh_from_db()
+    assert template.user_env_removed == note, template.user_env_removed
+    assert staff.patch(url, {"user_env": ["APP_*"]}, format="json").status_code == 200
+    template.refresh_from_db()
+    assert (template.user_env, template.user_env_removed) == (["APP_*"], []), template.__dict__
+
+
 def test_patching_secret_env_checks_it_against_the_stored_env(staff, template):
     template.env = {"TOKEN": "t"}
     template.save(update_fields=["env"])

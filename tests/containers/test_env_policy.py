@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from containers.errors import InvalidSpec
@@ -10,9 +13,11 @@ from containers.spec.env_policy import (
     DENIED_PREFIXES,
     MAX_USER_KEYS,
     MAX_USER_VALUE,
+    STARTUP_KEYS,
     check_user_env,
     clean_secret_env,
     clean_user_env,
+    is_denied,
     redacted,
 )
 from containers.spec.resolve import clean_template_fields, env_policy, resolve_spec
@@ -43,28 +48,144 @@ def test_a_key_that_changes_how_programs_load_is_refused_by_name_even_under_star
     assert key in error.message and "load or start" in error.message
 
 
-@pytest.mark.parametrize("key", ["ld_preload", "Bash_Env", "path"])
+@pytest.mark.parametrize("key", ["ld_preload", "Bash_Env", "path", "Path", "https_proxy", "Tmpdir"])
 def test_denied_keys_are_refused_in_any_case(key):
-    assert refused({key: "x"}, ["*"]).details["key"] == key
+    error = refused({key: "x"}, [key])
+    assert error.details == {"field": "env", "key": key}, error.message
 
 
 @pytest.mark.parametrize("rule", ["LD_PRELOAD", "BASH_ENV", "PATH", "LD_*", "DYLD_*", "LD_A*"])
 def test_a_template_rule_that_opens_a_denied_key_is_refused_when_saved(rule):
-    with pytest.raises(InvalidSpec, match="users may never set") as caught:
+    with pytest.raises(InvalidSpec) as caught:
         clean_template_fields(user_env=[rule])
+    assert caught.value.details["field"] == "user_env"
+    assert "users may never set" in caught.value.message, caught.value.message
+
+
+# The keys a user set through a template whose user_env was "*" (issue 26, finding 1), and
+# a few more of each runtime the deny-list must know.
+FINDING_KEYS = [
+    "PYTHONWARNINGS",
+    "BROWSER",
+    "OPENSSL_CONF",
+    "OPENSSL_MODULES",
+    "GIT_DIR",
+    "GIT_PROXY_COMMAND",
+    "GIT_ASKPASS",
+    "LESSOPEN",
+    "PAGER",
+    "EDITOR",
+    "DOTNET_STARTUP_HOOKS",
+    "CORECLR_PROFILER_PATH",
+    "PHPRC",
+    "PHP_INI_SCAN_DIR",
+    "GEM_PATH",
+    "R_PROFILE_USER",
+    "MAVEN_OPTS",
+    "NODE_REPL_EXTERNAL_MODULE",
+    "SSL_CERT_FILE",
+    "https_proxy",
+    "SSLKEYLOGFILE",
+    "TMPDIR",
+]
+RUNTIME_KEYS = [
+    "BASH_XTRACEFD",
+    "PS1",
+    "MALLOC_TRACE",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "PYTHON_HISTORY",
+    "COVERAGE_PROCESS_START",
+    "NODE_EXTRA_CA_CERTS",
+    "NPM_CONFIG_PREFIX",
+    "JAVA_OPTS",
+    "GRADLE_OPTS",
+    "COMPlus_ReadyToRun",
+    "COR_PROFILER_PATH",
+    "RUBY_GC_HEAP_INIT_SLOTS",
+    "BUNDLE_GEMFILE",
+    "PERL_UNICODE",
+    "R_ENVIRON_USER",
+    "GOFLAGS",
+    "GODEBUG",
+    "CGO_CFLAGS",
+    "OPENSSL_ENGINES",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "ALL_PROXY",
+    "no_proxy",
+    "TMP",
+    "TEMP",
+]
+
+
+def _covering_prefix(key: str) -> str | None:
+    """The ``_*`` prefix an operator might have opened that covers ``key`` (``GIT_*``)."""
+    return key[: key.index("_") + 1] + "*" if "_" in key.strip("_") else None
+
+
+@pytest.mark.parametrize("key", FINDING_KEYS + RUNTIME_KEYS)
+def test_a_runtime_start_up_key_is_refused_as_a_user_key_even_when_a_rule_opens_it(key):
+    rules = [key] + ([_covering_prefix(key)] if _covering_prefix(key) else []) + ["*"]
+    error = refused({key: "x"}, rules, template_env={})
+    assert error.details == {"field": "env", "key": key}, error.message
+    assert "start-up" in error.message, error.message
+
+
+@pytest.mark.parametrize("key", FINDING_KEYS + RUNTIME_KEYS)
+def test_a_rule_naming_a_runtime_start_up_key_is_refused_when_saved(key):
+    with pytest.raises(InvalidSpec, match="users may never set") as caught:
+        clean_template_fields(user_env=[key])
+    assert caught.value.details["field"] == "user_env"
+
+
+@pytest.mark.parametrize("key", [k for k in FINDING_KEYS + RUNTIME_KEYS if _covering_prefix(k)])
+def test_a_prefix_rule_covering_a_runtime_start_up_key_is_refused_when_saved(key):
+    rule = _covering_prefix(key)
+    with pytest.raises(InvalidSpec) as caught:
+        clean_template_fields(user_env=[rule])
+    assert caught.value.details["field"] == "user_env"
+    assert "start-up" in caught.value.message, caught.value.message
+
+
+@pytest.mark.parametrize(
+    "rule, says",
+    [
+        ("*", "would let users set any key"),
+        ("PYTHON*", "start-up"),
+        ("LD_*", "start-up"),
+        ("LD_A*", "start-up"),
+        ("BASH_*", "start-up"),
+        ("git_*", "start-up"),
+        ("_*", "start-up"),
+        ("L*", "would let users set"),
+        ("MYAPP*", "must end in '_*'"),
+        ("APP*", "must end in '_*'"),
+    ],
+)
+def test_a_wildcard_or_a_prefix_reaching_runtime_keys_is_refused_with_the_reason(rule, says):
+    with pytest.raises(InvalidSpec) as caught:
+        clean_template_fields(user_env=["MODE", rule])
+    assert caught.value.message.startswith("user_env[1].name"), caught.value.message
+    assert says in caught.value.message, caught.value.message
     assert caught.value.details["field"] == "user_env"
 
 
 @pytest.mark.parametrize(
-    "rule", ["L*", "*", "APP_*", "LDAP_URL", {"name": "MODE", "pattern": "a|b"}]
+    "rule",
+    ["APP_*", "MY_APP_*", "MODE", "LDAP_URL", {"name": "MODE", "pattern": "a|b"}],
 )
-def test_rules_that_open_no_denied_key_by_themselves_are_accepted(rule):
+def test_names_and_prefixes_in_the_operators_namespace_are_accepted(rule):
     assert clean_template_fields(user_env=[rule]) == {"user_env": [rule]}
 
 
-def test_a_wide_prefix_still_refuses_the_denied_keys_it_covers():
-    assert allowed({"LDAP_URL": "ldap://x"}, ["L*"]) == {"LDAP_URL": "ldap://x"}
-    assert refused({"LD_PRELOAD": "x"}, ["L*"]).details["key"] == "LD_PRELOAD"
+def test_stored_rules_that_are_refused_now_open_nothing():
+    """A template saved before the allow-list (or before the deny-list grew): its refused
+    rules open no key at all, they do not fail the user's request for another reason."""
+    error = refused({"ANYTHING": "x"}, ["*", "L*"])
+    assert error.details["key"] == "ANYTHING" and "does not let users set" in error.message
+    assert allowed({"APP_LEVEL": "3"}, ["*", "APP_*"]) == {"APP_LEVEL": "3"}
 
 
 # -- the template's own keys -----------------------------------------------------------------
@@ -118,7 +239,6 @@ def test_without_rules_no_user_key_is_accepted_and_none_is_fine():
     [
         (["FOO"], {"FOO": "1"}),
         (["APP_*"], {"APP_LEVEL": "3"}),
-        (["*"], {"ANYTHING": "x"}),
         ([{"name": "LEVEL", "pattern": "[0-9]{1,3}"}], {"LEVEL": "42"}),
         ([{"name": "NOTE", "max_length": 5}], {"NOTE": "abcde"}),
         (["N"], {"N": 5}),
@@ -213,3 +333,14 @@ def test_secret_env_must_be_a_list_of_keys(secret_env):
 def test_redacted_hides_exactly_the_secret_values():
     shown = redacted(TEMPLATE_ENV, ["DB_PASSWORD"])
     assert shown == {**TEMPLATE_ENV, "DB_PASSWORD": env_policy.SECRET_PLACEHOLDER}
+
+
+def test_the_keys_docs_security_names_as_the_second_wall_are_the_codes():
+    text = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    wall = text[text.index("- The second wall") : text.index("- Rules stored before")]
+    named = [t for t in re.findall(r"`([^`]+)`", wall) if re.fullmatch(r"\w+\*?", t)]
+    families = {key.upper() for keys in STARTUP_KEYS.values() for key in keys}
+    wrong = [
+        t for t in named if (t.upper() not in families if t.endswith("*") else not is_denied(t))
+    ]
+    assert len(named) > 60 and not wrong, (len(named), wrong)

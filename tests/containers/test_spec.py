@@ -48,16 +48,15 @@ def test_resolve_spec_expands_env_command_and_mounts():
                 {"source": "/srv/shared/$OWNER_ID", "target": "/c", "read_only": True},
             ],
             resources={"cpu": 0.5, "memory": "64m"},
-            user_env=["EXTRA"],
         ),
         variables=VARS,
-        env_overrides={"EXTRA": "${INSTANCE_ID}"},
+        env_overrides=None,
         roots=["/srv/shared"],
         installation="inst",
         workspace={"kind": "volume", "source": "gb-ws-inst-7", "uid": 1007, "gid": 1007},
     )
     assert spec["command"] == ["sh", "-c", "echo gb-abc $HOME"]
-    assert spec["env"] == {"OWNER": "7", "RAW": "$SHELL_VAR", "N": "5", "EXTRA": "abc"}
+    assert spec["env"] == {"OWNER": "7", "RAW": "$SHELL_VAR", "N": "5"}
     assert spec["mounts"] == [
         {
             "source": "gb-ws-inst-7",
@@ -92,6 +91,28 @@ def test_volume_outside_allowed_roots_is_refused_naming_the_volume(source):
             roots=["/srv/ws"],
             installation="i",
         )
+
+
+def test_user_env_values_are_literal_while_the_operators_values_expand():
+    """gobrave's variables (the host path the API hides, among them) expand only in the
+    operator's values: a user's ``$WORKSPACE_ROOT`` reaches the container as written."""
+    user = {
+        "APP_ROOT": "$WORKSPACE_ROOT",
+        "APP_OWNER": "${OWNER_ID}",
+        "APP_PAIR": "$$INSTANCE_ID",
+        "MODE": "$CONTAINER_NAME",
+    }
+    spec = resolve_spec(
+        template=spec_template(
+            env={"OWNER": "$OWNER_ID", "ROOT": "${WORKSPACE_ROOT}/x", "MODE": "m"},
+            user_env=["APP_*", "MODE"],
+        ),
+        variables={**VARS, "WORKSPACE_ROOT": "/srv/hidden/workspaces"},
+        env_overrides=user,
+        roots=[],
+        installation="inst",
+    )
+    assert spec["env"] == {"OWNER": "7", "ROOT": "/srv/hidden/workspaces/x", **user}, spec["env"]
 
 
 @pytest.mark.parametrize(
