@@ -109,7 +109,13 @@ class InstanceQuerySerializer(serializers.Serializer):
 
 
 class LogsQuerySerializer(serializers.Serializer):
-    tail = serializers.IntegerField(min_value=1, max_value=10_000, default=100)
+    tail = serializers.IntegerField(
+        min_value=1,
+        max_value=10_000,
+        default=100,
+        help_text="Lines from the end. An answer holds at most 1 MiB of them: past it, it is "
+        "cut, ends with a note saying so and carries `X-Gobrave-Truncated: <bytes shown>`.",
+    )
     follow = serializers.BooleanField(
         default=False,
         help_text="Stream the output as it comes (text/plain) instead of one JSON answer; "

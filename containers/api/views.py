@@ -229,7 +229,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
                 response["Cache-Control"] = "no-cache"
                 response["X-Accel-Buffering"] = "no"  # a proxy in front must not buffer it
                 return response
-            text = calls.container_logs(instance=instance, tail=tail)
+            logs = calls.container_logs(instance=instance, tail=tail)
         except (EngineError, docker.errors.DockerException, OSError) as exc:
             # requests' errors are OSErrors; the engine may be down or unreachable.
             log.warning("logs of instance %s: runtime %s: %s", instance.id, instance.runtime, exc)
@@ -237,9 +237,12 @@ class ContainerViewSet(viewsets.GenericViewSet):
                 f"the runtime {instance.runtime.name} did not answer: {exc}",
                 runtime=instance.runtime.name,
             ) from None
-        return Response(
-            s.LogsOutputSerializer({"id": instance.id, "tail": tail, "logs": text}).data
+        response = Response(
+            s.LogsOutputSerializer({"id": instance.id, "tail": tail, "logs": logs.text}).data
         )
+        if logs.cut_at is not None:  # cut at calls.LOG_MAX_BYTES: say where
+            response[calls.LOG_CUT_HEADER] = str(logs.cut_at)
+        return response
 
 
 @extend_schema_view(

@@ -8,7 +8,8 @@ append-only ``calls.log`` of every call, and control files the test writes:
 - ``fail-<op>``: holds a count; each call fails (retriably) and decrements it;
 - ``permanent-<op>``: the op fails permanently with the file's text;
 - ``exit-on-start``: holds an exit code; ``start`` leaves the container exited with it;
-- ``down``: ``ping()`` answers False (an engine that stopped answering).
+- ``down``: ``ping()`` answers False (an engine that stopped answering);
+- ``output``: what every container printed (``logs``; without it, one line).
 
 Every change is also appended to ``events.log`` (one JSON ``EngineEvent`` a line), which
 ``events()`` replays from ``since_nano`` (inclusive, whole seconds, like Docker) and then
@@ -235,8 +236,25 @@ class FakeEngine:
             node_name="fake-node",
         )
 
-    def logs(self, ref: str, tail: int = 100) -> str:
-        return "" if self._load(ref) is None else "fake log line\n"
+    def logs(self, ref: str, tail: int = 100) -> Iterator[bytes]:
+        """The last ``tail`` lines of the ``output`` file, 64 KiB at a time (no file: one
+        line), read as the caller iterates."""
+        if self._load(ref) is None:
+            return iter(())
+        output = self.root / "output"
+        if not output.exists():
+            return iter([b"fake log line\n"])
+
+        def chunks() -> Iterator[bytes]:
+            with open(output, "rb") as handle:
+                lines = sum(1 for _ in handle)
+                handle.seek(0)
+                for _ in range(max(0, lines - tail)):
+                    handle.readline()
+                while chunk := handle.read(64 * 1024):
+                    yield chunk
+
+        return chunks()
 
     def follow_logs(self, ref: str, *, tail: int, until: float) -> Iterator[str]:
         """The fake's one line, then nothing new until the container stops or ``until``."""
