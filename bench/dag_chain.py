@@ -1,7 +1,8 @@
 """DAG runs: a chain of 10 nodes, each ``true``, against 10 sequential bare docker runs.
 
 The whole app runs as in ``end_to_end.py`` (PostgreSQL in its own bench database,
-config.yml as shipped unless ``--config`` changes keys): one dispatcher, the ``create``
+config.yml as shipped unless ``--config`` changes keys; a chain keeps one or two nodes'
+instances alive, within the shipped per-owner quotas): one dispatcher, the ``create``
 and ``control`` clusters and the monitor. Each sample starts a run of a 10-node chain
 (``n0 → n1 → ... → n9``, gobrave-test-busybox, ``true``) and times it from the start
 request to the run's ``succeeded``; interleaved with it, the docker SDK runs the same

@@ -165,6 +165,7 @@ def main() -> int:
             url,
             container_create_queue_max_pending=10 * args.creates + 100,
             container_create_queue_max_concurrency=args.batch,
+            **c.NO_OWNER_QUOTAS,  # one user makes every create
         )
         c.django_setup(env)
         from django.db import connection

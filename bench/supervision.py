@@ -110,6 +110,7 @@ def main() -> int:
                 outbox_handoff_timeout=args.handoff_timeout,
                 outbox_liveness_timeout=args.liveness_timeout,
                 container_create_queue_max_pending=1000,
+                **c.NO_OWNER_QUOTAS,  # one user makes every create
             )
             env["GOBRAVE_LOG_LEVEL"] = "INFO"  # the clusters' logs name their workers' pids
             c.django_setup(env)

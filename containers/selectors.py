@@ -25,13 +25,14 @@ from containers.models import (
     Runtime,
 )
 from containers.requests.slots import slot_count
-from containers.states import Status
+from containers.states import ACTIVE_SLOTS, BEING_DELETED, Status
 from core import prepared
 from core.counters import counter_rows, counters_since
 from core.ids import db_id
 from outbox.counters import RelayStat
 from outbox.models import OutboxEvent, OutboxStatus
 from outbox.selectors import outbox_counts
+from tenants.selectors import owner_quotas
 
 # --- Shared helpers ------------------------------------------------------------------------------
 
@@ -283,38 +284,62 @@ def orphan_list(*, include_removed: bool = False) -> QuerySet:
 RELAY_WINDOW_SECONDS = 3600
 
 
-def queue_stats() -> dict[str, object]:
+def queue_stats(*, owner=None) -> dict[str, object]:
     """The create queue and the relay at a glance (API ``/api/queue/``, dashboard, metrics).
 
-    Counts come from the database, so every process answers the same. ``relay`` sums
-    the per-minute counters over the last hour (``window_seconds``); ``in_flight`` is the
-    number of outbox rows in ``processing`` right now.
+    Counts come from the database, so every process answers the same. Without ``owner``:
+    the whole installation; ``relay`` sums the per-minute counters over the last hour
+    (``window_seconds``), ``in_flight`` is the number of outbox rows in ``processing`` right
+    now. With ``owner``: that owner's own counts and the quotas that apply to them, nothing
+    about anyone else (no relay counters, no dead letters: those are every tenant's).
     """
+    if owner is not None:
+        return _owner_queue_stats(owner=owner)
     config = settings.GOBRAVE["container"]
     now = timezone.now()
     counts = count_by_status(ContainerInstance.objects.filter(status=Status.PENDING))
-    oldest = (
-        ContainerInstance.objects.filter(status=Status.PENDING)
-        .order_by("created_at")
-        .values_list("created_at", flat=True)
-        .first()
-    )
+    oldest = _oldest_pending(ContainerInstance.objects.all())
     outbox = outbox_counts([OutboxStatus.DEAD, OutboxStatus.PROCESSING])
     counters = counters_since(now - dt.timedelta(seconds=RELAY_WINDOW_SECONDS))
     return {
+        "scope": "installation",
         "pending_count": counts.get(Status.PENDING, 0),
         "active_count": slot_count(),
         "max_pending": config["create_queue_max_pending"],
         "max_concurrency": config["create_queue_max_concurrency"],
         "dead_count": outbox.get(OutboxStatus.DEAD, 0),
-        "oldest_pending_age_seconds": (
-            max(0.0, round((now - oldest).total_seconds(), 3)) if oldest else None
-        ),
+        "oldest_pending_age_seconds": _age(oldest, now),
         "relay": {
             "window_seconds": RELAY_WINDOW_SECONDS,
             **{name: counters.get(name, 0) for name in RelayStat},
             "in_flight": outbox.get(OutboxStatus.PROCESSING, 0),
         },
+    }
+
+
+def _oldest_pending(rows: QuerySet[ContainerInstance]):
+    rows = rows.filter(status=Status.PENDING).order_by("created_at")
+    return rows.values_list("created_at", flat=True).first()
+
+
+def _age(since, now) -> float | None:
+    return max(0.0, round((now - since).total_seconds(), 3)) if since else None
+
+
+def _owner_queue_stats(*, owner) -> dict[str, object]:
+    """One owner's side of the queue: what waits, what is being made, what they hold (as
+    ``max_instances_per_owner`` counts it), and their quotas (``tenants.selectors``)."""
+    mine = ContainerInstance.objects.filter(owner=owner)
+    counts = count_by_status(mine)
+    quotas = owner_quotas(owner=owner)
+    return {
+        "scope": "owner",
+        "pending_count": counts.get(Status.PENDING, 0),
+        "active_count": sum(counts.get(status, 0) for status in ACTIVE_SLOTS),
+        "instance_count": sum(n for status, n in counts.items() if status not in BEING_DELETED),
+        "max_pending_per_owner": quotas.max_pending_per_owner,
+        "max_instances_per_owner": quotas.max_instances_per_owner,
+        "oldest_pending_age_seconds": _age(_oldest_pending(mine), timezone.now()),
     }
 
 

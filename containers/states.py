@@ -47,6 +47,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 
 # States that hold a create/start slot (maxConcurrency counts these).
 ACTIVE_SLOTS = frozenset({S.CREATING, S.STARTING})
+# States whose instance is on its way out (max_instances_per_owner does not count them).
+BEING_DELETED = frozenset({S.DELETE_PENDING, S.DELETING})
 # States in which nothing happens until someone asks for something.
 RESTING = frozenset({S.RUNNING, S.PAUSED, S.STOPPED, S.FAILED})
 # States with a request queued or in flight.

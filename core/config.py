@@ -287,10 +287,11 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "allowed_volume_roots": (_absolute_paths, []),
         "installation_id": (_optional(_label), None),
         "security": (_security, SECURITY_DEFAULTS),
-        # Tenants (contract §8): per-owner quotas; None is no limit. Overridable per user and
-        # per group in the admin (tenants.models).
-        "max_pending_per_owner": (_optional(_integer(1, 1_000_000)), None),
-        "max_instances_per_owner": (_optional(_integer(1, 1_000_000)), None),
+        # Tenants (contract §8): per-owner quotas; None (the key left empty) is no limit.
+        # Set by default, as in the shipped config.yml, so that one user cannot fill the
+        # queue. Overridable per user and per group in the admin (tenants.models).
+        "max_pending_per_owner": (_optional(_integer(1, 1_000_000)), 10),
+        "max_instances_per_owner": (_optional(_integer(1, 1_000_000)), 20),
     },
     "outbox": {
         "poll_interval": (_duration(0.01, 60), 1.0),

@@ -109,7 +109,13 @@ class InstanceQuerySerializer(serializers.Serializer):
 
 
 class LogsQuerySerializer(serializers.Serializer):
-    tail = serializers.IntegerField(min_value=1, max_value=10_000, default=100)
+    tail = serializers.IntegerField(
+        min_value=1,
+        max_value=10_000,
+        default=100,
+        help_text="Lines from the end. An answer holds at most 1 MiB of them: past it, it is "
+        "cut, ends with a note saying so and carries `X-Gobrave-Truncated: <bytes shown>`.",
+    )
     follow = serializers.BooleanField(
         default=False,
         help_text="Stream the output as it comes (text/plain) instead of one JSON answer; "
@@ -351,6 +357,9 @@ class RelayStatsSerializer(serializers.Serializer):
 
 
 class QueueOutputSerializer(serializers.Serializer):
+    """The installation's queue (callers with ``view_containerinstance``)."""
+
+    scope = serializers.ChoiceField(choices=["installation"])
     pending_count = serializers.IntegerField()
     active_count = serializers.IntegerField(
         help_text="Create/start slots held (creating or starting, not waiting for a retry)."
@@ -360,3 +369,17 @@ class QueueOutputSerializer(serializers.Serializer):
     dead_count = serializers.IntegerField(help_text="Outbox rows that went dead.")
     oldest_pending_age_seconds = serializers.FloatField(allow_null=True)
     relay = RelayStatsSerializer()
+
+
+class OwnerQueueOutputSerializer(serializers.Serializer):
+    """The caller's own side of the queue (callers without ``view_containerinstance``)."""
+
+    scope = serializers.ChoiceField(choices=["owner"])
+    pending_count = serializers.IntegerField(help_text="Your create requests waiting.")
+    active_count = serializers.IntegerField(help_text="Your instances creating or starting.")
+    instance_count = serializers.IntegerField(
+        help_text="Your instances not deleted and not being deleted."
+    )
+    max_pending_per_owner = serializers.IntegerField(allow_null=True, help_text="null: no limit")
+    max_instances_per_owner = serializers.IntegerField(allow_null=True, help_text="null: no limit")
+    oldest_pending_age_seconds = serializers.FloatField(allow_null=True)

@@ -16,7 +16,12 @@ from collections.abc import Callable
 import docker.errors
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiExample,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
@@ -225,8 +230,8 @@ class ContainerViewSet(viewsets.GenericViewSet):
                 response["Cache-Control"] = "no-cache"
                 response["X-Accel-Buffering"] = "no"  # a proxy in front must not buffer it
                 return response
-            text = calls.container_logs(instance=instance, tail=tail)
-            text = redaction.logs_for(request.user, instance.spec, text)
+            logs = calls.container_logs(instance=instance, tail=tail)
+            text = redaction.logs_for(request.user, instance.spec, logs.text)
         except (EngineError, docker.errors.DockerException, OSError) as exc:
             # requests' errors are OSErrors; the engine may be down or unreachable.
             log.warning("logs of instance %s: runtime %s: %s", instance.id, instance.runtime, exc)
@@ -234,9 +239,12 @@ class ContainerViewSet(viewsets.GenericViewSet):
                 f"the runtime {instance.runtime.name} did not answer: {exc}",
                 runtime=instance.runtime.name,
             ) from None
-        return Response(
+        response = Response(
             s.LogsOutputSerializer({"id": instance.id, "tail": tail, "logs": text}).data
         )
+        if logs.cut_at is not None:  # cut at calls.LOG_MAX_BYTES: say where
+            response[calls.LOG_CUT_HEADER] = str(logs.cut_at)
+        return response
 
 
 @extend_schema_view(
@@ -346,11 +354,25 @@ class RuntimeViewSet(viewsets.GenericViewSet):
 
 
 class QueueView(APIView):
-    """The create queue and the relay (counters over the last hour, see ``queue_stats``)."""
+    """The create queue and the relay (counters over the last hour, see ``queue_stats``):
+    the installation's for callers who see every instance, else the caller's own."""
 
     @extend_schema(
-        summary="Queue and relay statistics",
-        responses={200: s.QueueOutputSerializer, **error_responses()},
+        summary="Queue statistics: yours, or the installation's (view_containerinstance)",
+        responses={
+            200: PolymorphicProxySerializer(
+                component_name="Queue",
+                serializers={
+                    "installation": s.QueueOutputSerializer,
+                    "owner": s.OwnerQueueOutputSerializer,
+                },
+                resource_type_field_name="scope",
+            ),
+            **error_responses(),
+        },
     )
     def get(self, request):
-        return Response(s.QueueOutputSerializer(selectors.queue_stats()).data)
+        if access.sees_all_instances(request.user):
+            return Response(s.QueueOutputSerializer(selectors.queue_stats()).data)
+        stats = selectors.queue_stats(owner=request.user)
+        return Response(s.OwnerQueueOutputSerializer(stats).data)

@@ -174,8 +174,15 @@ class Engine(Protocol):
     def inspect(self, ref: str) -> ContainerState | None:
         """The container's state, or None when it does not exist."""
 
-    def logs(self, ref: str, tail: int = 100) -> str:
-        """The last ``tail`` lines of output (stdout and stderr), '' when missing."""
+    def logs(self, ref: str, tail: int = 100) -> Iterator[bytes]:
+        """The last ``tail`` lines of output (stdout and stderr), as the engine sends them:
+        chunks of bounded size, none when the container is missing.
+
+        Opens at once (an engine that does not answer raises here); the caller reads only
+        as much as it wants and then closes the iterator, which closes the engine stream
+        (``calls.container_logs`` caps an answer's bytes this way). Reading is bounded in
+        time by the driver.
+        """
 
     def follow_logs(self, ref: str, *, tail: int, until: float) -> Iterator[str]:
         """The last ``tail`` lines, then new output as it comes.

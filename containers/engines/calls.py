@@ -8,9 +8,11 @@ an engine's health is the cached record on its ``Runtime`` row (``containers.exe
 
 from __future__ import annotations
 
+import codecs
 import concurrent.futures
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from containers.engines import engine_for
@@ -42,27 +44,60 @@ def bounded_call(call: Callable[[], T], *, seconds: float = ENGINE_CALL_SECONDS)
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def container_logs(*, instance: ContainerInstance, tail: int = 100) -> str:
-    """The last ``tail`` lines of the container's output, from its engine.
+LOG_MAX_BYTES = 1024 * 1024
+LOG_FOLLOW_MAX_SECONDS = 120
+# Bytes of output shown, when an answer was cut at LOG_MAX_BYTES (the API's header).
+LOG_CUT_HEADER = "X-Gobrave-Truncated"
 
-    Raises the engine's errors (``EngineError``, or the engine client's) unchanged;
-    '' when the container does not exist (yet, or any more). Bounded by the engine
-    client's own timeout.
+
+@dataclass(frozen=True)
+class Logs:
+    """A container's output as read for one answer. ``cut_at``: the bytes of output
+    shown when there was more (the text then ends with a note saying so); None: all."""
+
+    text: str
+    cut_at: int | None
+
+
+def container_logs(*, instance: ContainerInstance, tail: int = 100) -> Logs:
+    """The last ``tail`` lines of the container's output, from its engine, at most
+    ``LOG_MAX_BYTES`` of them.
+
+    1. Open the engine's output (``Engine.logs``: chunks as they come).
+    2. Read until the output ends or passes ``LOG_MAX_BYTES``; then stop reading and close
+       it, so a request holds at most the cap plus one chunk, whatever the container printed.
+    3. Cut at the cap (never inside a character) and end the text with a note.
+
+    Raises the engine's errors (``EngineError``, or the engine client's) unchanged, also
+    those met while reading; empty when the container does not exist (yet, or any
+    more). Bounded in time by the driver.
     """
-    return engine_for(instance.runtime).logs(
+    chunks = engine_for(instance.runtime).logs(
         instance.container_id or instance.container_name, tail=tail
     )
-
-
-LOG_FOLLOW_MAX_SECONDS = 120
-LOG_FOLLOW_MAX_BYTES = 1024 * 1024
+    data = bytearray()
+    try:
+        for chunk in chunks:
+            data += chunk
+            if len(data) > LOG_MAX_BYTES:
+                break
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    if len(data) <= LOG_MAX_BYTES:
+        return Logs(text=bytes(data).decode("utf-8", errors="replace"), cut_at=None)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    shown = decoder.decode(bytes(data[:LOG_MAX_BYTES]), final=False)  # holds back a cut char
+    note = "\n[gobrave: output cut at 1 MiB; ask with a smaller tail for the newest lines]\n"
+    return Logs(text=shown + note, cut_at=LOG_MAX_BYTES)
 
 
 def container_logs_follow(
     *, instance: ContainerInstance, tail: int = 100, seconds: float = 60
 ) -> Iterator[str]:
     """The container's output as it comes, for at most ``seconds`` (capped at
-    ``LOG_FOLLOW_MAX_SECONDS``) and ``LOG_FOLLOW_MAX_BYTES``; then it ends.
+    ``LOG_FOLLOW_MAX_SECONDS``) and ``LOG_MAX_BYTES``; then it ends.
 
     Opens the engine stream now, raising the engine's errors like ``container_logs``;
     the reading happens as the caller iterates (outside any transaction).
@@ -76,7 +111,7 @@ def container_logs_follow(
         sent = 0
         try:
             for chunk in stream:
-                room = LOG_FOLLOW_MAX_BYTES - sent
+                room = LOG_MAX_BYTES - sent
                 data = chunk.encode("utf-8")
                 if len(data) >= room:
                     yield data[:room].decode("utf-8", errors="ignore")
@@ -100,7 +135,7 @@ def container_logs_for_console(*, instance: ContainerInstance, tail: int = 100) 
     if not instance.container_id and instance.status in ("pending", "creating"):
         return "", "no container yet: the create request has not reached the engine"
     runtime = instance.runtime  # read here: the helper thread must not touch the database
-    logs, problem = bounded_call(lambda: container_logs(instance=instance, tail=tail))
+    logs, problem = bounded_call(lambda: container_logs(instance=instance, tail=tail).text)
     if problem:
         return "", f"logs unavailable from runtime {runtime.name}: {problem}"
     if not logs:

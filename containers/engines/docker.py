@@ -534,33 +534,45 @@ class DockerEngine:
             finished_at=_parse_time(state.get("FinishedAt")),
         )
 
-    def logs(self, ref: str, tail: int = 100) -> str:
-        """The last ``tail`` lines of stdout and stderr (interleaved), '' when missing."""
-        with _translated(f"logs {ref}"):
-            try:
-                raw = self._api().logs(ref, stdout=True, stderr=True, tail=tail)
-            except docker.errors.NotFound:
-                return ""
-        return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+    def logs(self, ref: str, tail: int = 100) -> Iterator[bytes]:
+        """See ``ContainerEngine.logs``: the engine's frames as they come (the json-file
+        log driver's are at most 16 KiB); a timer closes the stream after ``timeout``."""
+        return self._log_frames(ref, tail=tail, follow=False, until=time.time() + self.timeout)
 
     def follow_logs(self, ref: str, *, tail: int, until: float) -> Iterator[str]:
         """See ``ContainerEngine.follow_logs``. A timer closes the stream at ``until``,
         which unblocks a read waiting on a quiet container."""
+        frames = self._log_frames(ref, tail=tail, follow=True, until=until)
+
+        def chunks() -> Iterator[str]:
+            try:
+                for frame in frames:
+                    yield frame.decode("utf-8", errors="replace")
+            finally:
+                frames.close()
+
+        return chunks()
+
+    def _log_frames(self, ref: str, *, tail: int, follow: bool, until: float) -> Iterator[bytes]:
+        """Open the output stream now (errors raise here); the frames as the caller reads,
+        until the output ends, the stream drops or ``until`` passes. Closing the iterator
+        closes the stream."""
         with _translated(f"logs {ref}"):
             try:
                 stream = self._api().logs(
-                    ref, stdout=True, stderr=True, stream=True, follow=True, tail=tail
+                    ref, stdout=True, stderr=True, stream=True, follow=follow, tail=tail
                 )
             except docker.errors.NotFound:
-                return iter(())
+                stream = None
 
-        def chunks() -> Iterator[str]:
+        def frames() -> Iterator[bytes]:
+            if stream is None:
+                return
             timer = threading.Timer(max(0.0, until - time.time()), stream.close)
             timer.daemon = True
             timer.start()
             try:
-                for chunk in stream:
-                    yield chunk.decode("utf-8", errors="replace")
+                yield from stream
             except (OSError, urllib3.exceptions.HTTPError, requests.exceptions.RequestException):
                 return  # closed at the deadline, or the engine dropped the stream
             finally:
@@ -568,7 +580,7 @@ class DockerEngine:
                 with contextlib.suppress(Exception):
                     stream.close()
 
-        return chunks()
+        return frames()
 
     def list_ours(
         self, installation: str, labels: dict[str, str] | None = None

@@ -8,7 +8,8 @@ append-only ``calls.log`` of every call, and control files the test writes:
 - ``fail-<op>``: holds a count; each call fails (retriably) and decrements it;
 - ``permanent-<op>``: the op fails permanently with the file's text;
 - ``exit-on-start``: holds an exit code; ``start`` leaves the container exited with it;
-- ``down``: ``ping()`` answers False (an engine that stopped answering).
+- ``down``: ``ping()`` answers False (an engine that stopped answering);
+- ``output``: what every container printed (``logs``; without it, one line).
 
 Its output is one line, ``fake log line``; a container whose command is ``["env"]``
 prints its env after it (``KEY=value`` lines), as the real program would, and a follow
@@ -247,9 +248,26 @@ class FakeEngine:
             return "fake log line\n"
         return "fake log line\n" + "".join(f"{k}={v}\n" for k, v in (spec.get("env") or {}).items())
 
-    def logs(self, ref: str, tail: int = 100) -> str:
+    def logs(self, ref: str, tail: int = 100) -> Iterator[bytes]:
+        """The last ``tail`` lines of the ``output`` file, 64 KiB at a time (no file: the
+        container's one line, and its env for ``["env"]``), read as the caller iterates."""
         data = self._load(ref)
-        return "" if data is None else self._output(data)
+        if data is None:
+            return iter(())
+        output = self.root / "output"
+        if not output.exists():
+            return iter([self._output(data).encode()])
+
+        def chunks() -> Iterator[bytes]:
+            with open(output, "rb") as handle:
+                lines = sum(1 for _ in handle)
+                handle.seek(0)
+                for _ in range(max(0, lines - tail)):
+                    handle.readline()
+                while chunk := handle.read(64 * 1024):
+                    yield chunk
+
+        return chunks()
 
     def follow_logs(self, ref: str, *, tail: int, until: float) -> Iterator[str]:
         """The fake's one line, then nothing new until the container stops or ``until``."""

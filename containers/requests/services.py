@@ -39,7 +39,7 @@ from containers.requests.lifecycle import instance_lock, lock_gate, move, record
 from containers.spec.hardening import owner_ids
 from containers.spec.mounts import workspace_for
 from containers.spec.resolve import resolve_spec
-from containers.states import Status, sources_of
+from containers.states import BEING_DELETED, Status, sources_of
 from core import prepared
 from core.counters import counter_add
 from outbox.services import outbox_enqueue
@@ -113,7 +113,6 @@ def _retry_after(pending: int) -> int:
 
 # Waiting frees no instance (only a delete does); a client retrying anyway waits this long.
 INSTANCE_QUOTA_RETRY_AFTER = 60
-BEING_DELETED = (Status.DELETE_PENDING, Status.DELETING)
 
 
 def _check_owner_quotas(*, owner, quotas: OwnerQuotas) -> None:
@@ -140,7 +139,7 @@ def _check_owner_quotas(*, owner, quotas: OwnerQuotas) -> None:
             )
     limit = quotas.max_instances_per_owner
     if limit is not None:
-        alive = mine.exclude(status__in=BEING_DELETED).count() - 1
+        alive = mine.exclude(status__in=list(BEING_DELETED)).count() - 1
         if alive >= limit:
             raise OwnerQuotaExceeded(
                 f"max_instances_per_owner: {owner.get_username()} already has {alive} "

@@ -97,7 +97,7 @@ def test_retry_of_unknown_row_is_404(staff):
 # --- queue ----------------------------------------------------------------------------------
 
 
-def test_queue_reports_counts_limits_and_relay_stats(alice, make_instance, gobrave_config):
+def test_queue_reports_counts_limits_and_relay_stats(staff, make_instance, gobrave_config):
     gobrave_config(container={"create_queue_max_pending": 7, "create_queue_max_concurrency": 2})
     oldest = make_instance("pending")
     make_instance("pending")
@@ -116,10 +116,11 @@ def test_queue_reports_counts_limits_and_relay_stats(alice, make_instance, gobra
         created_at=timezone.now() - dt.timedelta(seconds=90)
     )
 
-    body = alice.get("/api/queue/").json()
+    body = staff.get("/api/queue/").json()
     age = body.pop("oldest_pending_age_seconds")
     assert 89 <= age < 120
     assert body == {
+        "scope": "installation",
         "pending_count": 2,
         "active_count": 2,
         "max_pending": 7,

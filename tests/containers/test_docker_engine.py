@@ -116,6 +116,11 @@ def wait_for(
         time.sleep(0.05)
 
 
+def _text(chunks: Iterator[bytes]) -> str:
+    """``Engine.logs`` read to the end."""
+    return b"".join(chunks).decode()
+
+
 def run(runtime: DockerEngine, spec: ContainerSpec) -> str:
     ref = runtime.create(spec)
     runtime.start(ref)
@@ -156,7 +161,7 @@ def test_create_passes_env_mounts_and_limits(
     ref = run(runtime, spec)
     state = wait_for(runtime, ref, {"exited"})
     assert state.exit_code != 0  # the mount is read-only
-    logs = runtime.logs(ref)  # stdout and stderr lines may interleave either way
+    logs = _text(runtime.logs(ref))  # stdout and stderr lines may interleave either way
     assert {"hi env", "from host", "touch: /data/new: Read-only file system"} == set(
         logs.splitlines()
     )
@@ -252,7 +257,7 @@ def test_oom_killed(runtime: DockerEngine, raw: docker.APIClient, make_spec: Mak
         ref = run(runtime, make_spec(["sh", "-c", HOG], memory=6 * 1024 * 1024))
         states.append(wait_for(runtime, ref, {"exited"}, timeout=20))
         assert states[-1].exit_code == 137
-        assert "survived" not in runtime.logs(ref)
+        assert "survived" not in _text(runtime.logs(ref))
         if states[-1].oom_killed:
             break
     assert states[-1].oom_killed, states
@@ -281,7 +286,7 @@ def test_stop_and_remove_are_idempotent_on_missing(
     runtime.stop(missing, timeout=1)
     runtime.remove(missing)
     assert runtime.inspect(missing) is None
-    assert runtime.logs(missing) == ""
+    assert _text(runtime.logs(missing)) == ""
     with pytest.raises(PermanentEngineError):
         runtime.start(missing)
 
@@ -311,9 +316,9 @@ def test_logs_tail(runtime: DockerEngine, make_spec: MakeSpec) -> None:
     err = run(runtime, make_spec(["sh", "-c", "echo boom >&2"]))
     wait_for(runtime, out, {"exited"})
     wait_for(runtime, err, {"exited"})
-    assert runtime.logs(out, tail=2) == "line4\nline5\n"
-    assert runtime.logs(out).splitlines() == [f"line{i}" for i in range(1, 6)]
-    assert runtime.logs(err) == "boom\n"
+    assert _text(runtime.logs(out, tail=2)) == "line4\nline5\n"
+    assert _text(runtime.logs(out)).splitlines() == [f"line{i}" for i in range(1, 6)]
+    assert _text(runtime.logs(err)) == "boom\n"
 
 
 def test_follow_logs_streams_new_output_and_ends_at_its_deadline(

@@ -279,7 +279,7 @@ def test_following_the_logs_stops_at_one_mebibyte_while_the_container_runs_on(do
     """``GET logs/?follow=1`` is bounded in size: a container that wrote 1.5 MB and runs on
     gives 1 MiB and a note saying the output was cut, and the stream ends there (long
     before its 60 seconds)."""
-    from containers.engines.calls import LOG_FOLLOW_MAX_BYTES
+    from containers.engines.calls import LOG_MAX_BYTES
     from outbox import relay
     from tests.api.helpers import token_client
 
@@ -298,7 +298,7 @@ def test_following_the_logs_stops_at_one_mebibyte_while_the_container_runs_on(do
     body = b"".join(response.streaming_content)  # ends by itself: the container runs on
     text, _, note = body.decode().rpartition("\n[gobrave: ")
     assert note == "output cut at 1 MiB; ask again to go on]\n", body[-200:]
-    assert len(text.encode()) == LOG_FOLLOW_MAX_BYTES  # cut mid-line, before the note
+    assert len(text.encode()) == LOG_MAX_BYTES  # cut mid-line, before the note
     assert set(text.replace("\n", "")) == {"a"}
     assert dock.engine_state(instance)["Status"] == "running"
 
