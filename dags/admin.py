@@ -226,6 +226,12 @@ class DagRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         run = get_object_or_404(DagRun, pk=object_id)
         return TemplateResponse(request, "admin/dags/dagrun/graph.html", self._graph_context(run))
 
+    @staticmethod
+    def _output_shown(request, run: DagRun, node) -> str:
+        """A node's kept output, its secret values hidden unless the viewer may see them."""
+        spec = selectors.node_output_spec(run, node.key)
+        return redaction.logs_for(request.user, spec, node.output)
+
     def change_view(self, request, object_id, form_url="", extra_context=None):
         run = self.get_object(request, object_id)
         extra_context = extra_context or {}
@@ -239,6 +245,11 @@ class DagRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 run.owner_id == request.user.pk
             )
             extra_context["graph_json"] = json.dumps(run.graph)
+            extra_context["outputs"] = [
+                (node.key, node.output_attempt, self._output_shown(request, run, node))
+                for node in extra_context["node_rows"]
+                if node.output_attempt is not None
+            ]
         return super().change_view(request, object_id, form_url, extra_context)
 
 

@@ -131,7 +131,8 @@ class DagNodeRun(FSMModelMixin, models.Model):
     key and the attempt, so a create repeated after a crash finds the instance it
     made); ``tries`` counts those of the current pass, against ``retries``. The
     instance is referenced by id only (no foreign key), so deleting an instance never
-    touches this row. Changed only under the run's row lock.
+    touches this row. ``output`` keeps a failed attempt's last output (``output_attempt``)
+    once its container is to be removed. Changed only under the run's row lock.
     """
 
     run = models.ForeignKey(DagRun, on_delete=models.CASCADE, related_name="nodes")
@@ -148,6 +149,10 @@ class DagNodeRun(FSMModelMixin, models.Model):
     status_changed_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The last output of a failed attempt, kept before the runner has its container
+    # removed (``dags.runner``): at most ``OUTPUT_KEPT_BYTES``, or a note saying why not.
+    output = models.TextField(blank=True)
+    output_attempt = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["run", "id"]

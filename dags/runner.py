@@ -21,7 +21,9 @@ or removes a node's instance asks for an advance (``dags.receivers``). Steps:
 3. **Clean up** (no run lock; each request its own transaction through the container
    services): the stop or delete requests that the config and the node states call for
    (cancel, ``delete_container_on_node_success``, ``dag_node_cleanup_on_failed``,
-   ``dag_node_cleanup_on_dag_finished``), and the run's workspace once a finished run's
+   ``dag_node_cleanup_on_dag_finished``), each failed attempt's output first kept on its
+   node (its last 64 KiB, one bounded engine call, or a note why not) before the delete
+   of its container is asked for, and the run's workspace once a finished run's
    instances are all gone under ``delete``. After the creates, so the next node waits
    on nothing else; a crash between them only delays the cleanup to the next advance.
 Container code never locks a run; the runner locks a run, then (in the create) the
@@ -41,6 +43,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from containers.engines.calls import container_output_tail
 from containers.errors import OwnerQuotaExceeded, QueueFull
 from containers.execution.housekeeping import containers_remove_unowned, volume_remove
 from containers.models import ContainerInstance
@@ -65,6 +68,7 @@ from dags.history import (
 )
 from dags.models import DagNodeRun, DagRun
 from dags.selectors import attempt_ids, instances_by_id, live_template, requests_by_others
+from dags.services import dag_node_output_keep
 from dags.states import NODE_OPEN, NodeStatus, RunStatus
 from outbox import conf as outbox_conf
 from outbox.liveness import COLD_AFTER
@@ -87,6 +91,7 @@ DELETABLE = frozenset(
         Status.FAILED,
     }
 )
+SETTLED_WELL = frozenset({N.RUNNING, N.SUCCEEDED, N.CANCELLED})  # of a current attempt
 POLICY_RANK = {"none": 0, "stop": 1, "delete": 2}
 NOT_RECOVERED = "not recovered at start"
 MAX_ROUNDS = 5
@@ -103,6 +108,8 @@ class Pass:
     run: DagRun | None = None
     ready: list[str] = field(default_factory=list)
     requests: list[tuple[uuid.UUID, str]] = field(default_factory=list)  # (instance, stop|delete)
+    # (instance, key, attempt): failed attempts whose output is kept before their delete
+    keep: list[tuple[ContainerInstance, str, int]] = field(default_factory=list)
     remove_workspace: bool = False
     again: bool = False  # a ready node had an instance before (a retry, a lost row)
     first: str = ""  # what creating the first ready node in step 1 gave (``_create_one``)
@@ -272,6 +279,27 @@ def _cleanup_requests(
     return requests, remove
 
 
+def _outputs_to_keep(
+    nodes: dict[str, DagNodeRun],
+    ids: dict[uuid.UUID, tuple[str, int]],
+    instances: dict[uuid.UUID, ContainerInstance],
+    requests: list[tuple[uuid.UUID, str]],
+) -> list[tuple[ContainerInstance, str, int]]:
+    """The failed attempts whose container is about to be deleted and whose output the
+    node does not hold yet: (instance, key, attempt), the latest such attempt of a node.
+    An attempt that is not the node's current one failed (only a failure makes another)."""
+    latest: dict[str, tuple[ContainerInstance, str, int]] = {}
+    for instance_id, action in requests:
+        key, attempt = ids[instance_id]
+        node = nodes[key]
+        settled_well = attempt == node.attempt and node.status in SETTLED_WELL
+        if action != "delete" or settled_well or (node.output_attempt or 0) >= attempt:
+            continue
+        if key not in latest or latest[key][2] < attempt:
+            latest[key] = (instances[instance_id], key, attempt)
+    return list(latest.values())
+
+
 def _step_settle(run_id: str) -> Pass:
     """Step 1, in one transaction under the run's row lock.
 
@@ -314,6 +342,7 @@ def _step_settle(run_id: str) -> Pass:
             run=run,
             ready=[] if first == "full" else ready,
             requests=requests,
+            keep=_outputs_to_keep(nodes, ids, instances, requests),
             remove_workspace=remove,
             again=again,
             first=first,
@@ -326,6 +355,9 @@ def _step_settle(run_id: str) -> Pass:
 def _step_cleanup(work: Pass) -> None:
     run = work.run
     actor = runner_actor(run.id)
+    for instance, key, attempt in work.keep:  # before its delete is asked for
+        output = container_output_tail(instance=instance)
+        dag_node_output_keep(run_id=run.id, key=key, attempt=attempt, output=output, actor=actor)
     for instance_id, action in work.requests:
         request = container_delete if action == "delete" else container_stop
         try:

@@ -92,6 +92,15 @@ def run_nodes(run: DagRun) -> list[DagNodeRun]:
     return list(run.nodes.order_by("id"))
 
 
+def node_output_spec(run: DagRun, key: str) -> dict[str, Any]:
+    """The env and ``secret_env`` node ``key`` of ``run`` ran with, from the run's
+    snapshot: what ``redaction.logs_for`` needs to scrub its kept output."""
+    spec = next((s for s in run.graph if s["key"] == key), {})
+    snapshot = run.templates.get(str(spec.get("template"))) or {}
+    env = {**(snapshot.get("env") or {}), **(spec.get("env") or {})}
+    return {"env": env, "secret_env": snapshot.get("secret_env") or []}
+
+
 def run_events(run: DagRun, *, limit: int = 500) -> list[DagEvent]:
     return list(DagEvent.objects.filter(run_id=run.id).order_by("-created_at", "-id")[:limit])
 

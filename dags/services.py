@@ -199,3 +199,22 @@ def dag_run_fail(*, run_id, reason: str, actor: str) -> DagRun | None:
         run_move(run, RunStatus.FAILED, actor=actor, reason=reason)
         advance_soon(run.id, why="clean up after a dead advance")
         return run
+
+
+def dag_node_output_keep(*, run_id, key: str, attempt: int, output: str, actor: str) -> None:
+    """Keep a failed attempt's last output on its node (the runner, before it asks for
+    that attempt's container to be removed).
+
+    One short transaction under the run's row lock; the output was read from the engine
+    before it, outside any transaction. Idempotent: an attempt older than the one kept
+    changes nothing, so a node keeps the output of its latest failed attempt.
+    """
+    with transaction.atomic():
+        run = DagRun.objects.select_for_update().filter(id=run_id).first()
+        node = run.nodes.filter(key=key).first() if run is not None else None
+        if node is None or (node.output_attempt or 0) > attempt:
+            return
+        node.output = output
+        node.output_attempt = attempt
+        node.save(update_fields=["output", "output_attempt"])
+        record(run_id, kind="output_kept", actor=actor, node=key, message=f"attempt {attempt}")

@@ -158,3 +158,52 @@ def engine_ping(*, runtime: Runtime, seconds: float = ENGINE_CALL_SECONDS) -> tu
     if problem:
         return False, problem
     return bool(answered), "" if answered else "the engine did not answer a ping"
+
+
+OUTPUT_KEPT_BYTES = 64 * 1024
+OUTPUT_KEPT_LINES = 10_000
+
+
+def _last_bytes(chunks, limit: int) -> tuple[bytes, bool]:
+    """The last ``limit`` bytes of ``chunks`` (never more held than that plus one chunk),
+    and whether anything before them was dropped."""
+    data, cut = bytearray(), False
+    for chunk in chunks:
+        data += chunk
+        if len(data) > limit:
+            del data[: len(data) - limit]
+            cut = True
+    return bytes(data), cut
+
+
+def container_output_tail(*, instance: ContainerInstance, limit: int = OUTPUT_KEPT_BYTES) -> str:
+    """The last ``limit`` bytes of the container's output, to keep once it is removed.
+
+    Never raises and never waits on the engine longer than ``ENGINE_CALL_SECONDS``: when
+    the engine cannot give the output, the text is a note saying why (``[gobrave: ...]``),
+    and so it is when there is none. Must run outside any transaction (an engine call).
+    """
+    runtime = instance.runtime  # read here: the helper thread must not touch the database
+    ref = instance.container_id or instance.container_name
+
+    def read() -> tuple[bytes, bool]:
+        chunks = engine_for(runtime).logs(ref, tail=OUTPUT_KEPT_LINES)
+        try:
+            return _last_bytes(chunks, limit)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+    answer, problem = bounded_call(read)
+    if problem:
+        return f"[gobrave: output unavailable from runtime {runtime.name}: {problem}]\n"
+    data, cut = answer
+    if not data:
+        return "[gobrave: no output: the container wrote nothing, or the engine no longer has it]\n"
+    while cut and data and data[0] & 0xC0 == 0x80:  # begin on a whole character
+        data = data[1:]
+    text = data.decode("utf-8", errors="replace")
+    if cut:
+        return f"[gobrave: earlier output cut; the last {limit // 1024} KiB kept]\n" + text
+    return text

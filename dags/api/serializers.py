@@ -7,6 +7,7 @@ from rest_framework import serializers
 from containers.api.serializers import ForViewer, StoredJSONField, TemplateRefField
 from containers.spec import redaction
 from dags.models import DagEvent, DagNodeRun, DagRun, DagTemplate
+from dags.selectors import node_output_spec
 from dags.states import RunStatus
 
 
@@ -73,8 +74,19 @@ class DagNodeOutputSerializer(ScrubbedForViewer, serializers.ModelSerializer):
             "reason",
             "started_at",
             "finished_at",
+            "output",
+            "output_attempt",
         ]
         read_only_fields = fields
+
+    def to_representation(self, instance):
+        """``output``: a failed attempt's kept output, its secret values hidden from a
+        viewer who may not see them (``node.run`` comes with the prefetched nodes)."""
+        data = super().to_representation(instance)
+        if data["output"]:
+            spec = node_output_spec(instance.run, instance.key)
+            data["output"] = redaction.logs_for(self.viewer(), spec, data["output"])
+        return data
 
 
 class DagRunOutputSerializer(ScrubbedForViewer, serializers.ModelSerializer):
