@@ -64,9 +64,23 @@ def plant_dag_node_env(canary: str) -> None:
     )
 
 
+def plant_dag_node_output(canary: str) -> None:
+    """A failed node's output kept by the runner (``dags.runner``) that printed a secret."""
+    from django.contrib.auth import get_user_model
+
+    from dags.services import dag_node_output_keep, dag_run_start
+
+    TemplateFactory(name="dag-out", env={"TOKEN": canary}, secret_env=["TOKEN"])
+    dag = dag_template_save(name="dag-out", nodes=[{"key": "a", "template": "dag-out"}])
+    alice = get_user_model().objects.get(username="alice")
+    run = dag_run_start(dag=dag, owner=alice, actor="test")
+    dag_node_output_keep(run_id=run.pk, key="a", attempt=1, output=f"TOKEN={canary}\n", actor="t")
+
+
 PLACES = [
     Place("template env", plant_template_env),
     Place("DAG node env", plant_dag_node_env),
+    Place("stored DAG node output", plant_dag_node_output),
 ]
 
 
