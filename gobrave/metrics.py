@@ -59,16 +59,17 @@ class DatabaseCollector:
             outbox.add_metric([state.value], rows.get(state, 0))
         yield outbox
 
-        for name, help_text in (
-            ("pending_count", "Create requests waiting (instances in pending)."),
+        for name, key, help_text in (
+            ("pending", "pending_count", "Create requests waiting (instances in pending)."),
             (
+                "active",
                 "active_count",
                 "Instances holding a create/start slot (creating/starting, not waiting to retry).",
             ),
-            ("max_pending", "create_queue_max_pending."),
-            ("max_concurrency", "create_queue_max_concurrency."),
+            ("max_pending", "max_pending", "create_queue_max_pending."),
+            ("max_concurrency", "max_concurrency", "create_queue_max_concurrency."),
         ):
-            yield GaugeMetricFamily(f"gobrave_queue_{name}", help_text, value=stats[name])
+            yield GaugeMetricFamily(f"gobrave_queue_{name}", help_text, value=stats[key])
         yield GaugeMetricFamily(
             "gobrave_queue_oldest_pending_age_seconds",
             "Age of the oldest pending instance (0 when none).",
