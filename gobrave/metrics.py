@@ -8,8 +8,10 @@ rows, the many, are counted by ``gobrave_relay_events_total{event="sent"}``).
 
 Nothing is kept in process memory: every scrape builds a fresh ``CollectorRegistry``
 whose collector reads the database (instance counts by status, outbox rows by status,
-the queue numbers of ``containers.selectors.queue_stats`` and the relay counters summed
-over all time), so every web process answers the same. Counters are totals of the
+the queue numbers of ``containers.selectors.queue_stats``, each runtime's cached health,
+instances and slots from ``containers.selectors.runtime_loads`` and the relay counters
+summed over all time), so every web process answers the same. Engine health is what the
+last check stored on the runtime row: a scrape never calls an engine. Counters are totals of the
 per-minute ``core.Counter`` rows; Prometheus treats a drop (old rows purged) as a reset.
 """
 
@@ -25,8 +27,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from containers.counters import RequestStat
-from containers.models import ContainerInstance
-from containers.selectors import count_by_status, queue_stats
+from containers.models import ContainerInstance, Runtime
+from containers.selectors import count_by_status, queue_stats, runtime_loads
 from containers.states import Status
 from core.counters import counter_totals
 from outbox.counters import RelayStat
@@ -36,7 +38,8 @@ COUNTED_OUTBOX = INDEXED_STATUSES
 
 
 class DatabaseCollector:
-    """Reads every number at collect time (one scrape: six small queries)."""
+    """Reads every number at collect time (one scrape: a fixed handful of grouped queries,
+    however many rows)."""
 
     def collect(self):
         stats = queue_stats()
@@ -81,6 +84,8 @@ class DatabaseCollector:
             value=stats["relay"]["in_flight"],
         )
 
+        yield from _engine_metrics(runtime_loads())
+
         totals = counter_totals([*RelayStat, *RequestStat])
         relay = CounterMetricFamily(
             "gobrave_relay_events", "Relay outcomes since the counters began.", labels=["event"]
@@ -94,6 +99,37 @@ class DatabaseCollector:
         for name in RequestStat:
             requests.add_metric([name], totals.get(name) or 0)
         yield requests
+
+
+def _engine_metrics(loads):
+    """Per runtime: its cached health as a state set, whether it takes new instances, its
+    instances by status and the create/start slots held on it."""
+    health = GaugeMetricFamily(
+        "gobrave_engine_health",
+        "The engine's health as the last check found it (1 for the current state).",
+        labels=["runtime", "state"],
+    )
+    enabled = GaugeMetricFamily(
+        "gobrave_engine_enabled", "1 when the runtime takes new instances.", labels=["runtime"]
+    )
+    instances = GaugeMetricFamily(
+        "gobrave_engine_instances",
+        "Instances on the runtime by status.",
+        labels=["runtime", "status"],
+    )
+    slots = GaugeMetricFamily(
+        "gobrave_engine_slots",
+        "Instances on the runtime holding a create/start slot.",
+        labels=["runtime"],
+    )
+    for load in loads:
+        for state in Runtime.Health:
+            health.add_metric([load.name, state.value], int(load.health == state))
+        enabled.add_metric([load.name], int(load.enabled))
+        for state in Status:
+            instances.add_metric([load.name, state.value], load.instances.get(state, 0))
+        slots.add_metric([load.name], load.slots)
+    yield from (health, enabled, instances, slots)
 
 
 def _may_scrape(request) -> bool:

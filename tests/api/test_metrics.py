@@ -127,3 +127,38 @@ def test_promtool_accepts_the_live_metrics(anon, make_instance):
     text = anon.get("/metrics").content.decode()
     done = _promtool("check", "metrics", stdin=text)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_engine_health_is_the_cached_check_per_runtime(anon, fake_runtime):
+    from containers.models import Runtime
+    from tests.factories import RuntimeFactory
+
+    Runtime.objects.filter(pk=fake_runtime.pk).update(health=Runtime.Health.REACHABLE)
+    RuntimeFactory(name="far", health=Runtime.Health.UNREACHABLE, enabled=False)
+    samples = _samples(anon.get("/metrics").content.decode())
+    health = "gobrave_engine_health"
+    assert samples[(health, (("runtime", "fake"), ("state", "reachable")))] == 1
+    assert samples[(health, (("runtime", "fake"), ("state", "unreachable")))] == 0
+    assert samples[(health, (("runtime", "far"), ("state", "unreachable")))] == 1
+    assert samples[(health, (("runtime", "far"), ("state", "unknown")))] == 0
+    assert samples[("gobrave_engine_enabled", (("runtime", "fake"),))] == 1
+    assert samples[("gobrave_engine_enabled", (("runtime", "far"),))] == 0
+
+
+def test_instances_and_slots_are_counted_per_engine(anon, make_instance):
+    from containers.models import ContainerInstance
+    from tests.factories import RuntimeFactory
+
+    far = RuntimeFactory(name="far")
+    for status in ("running", "running", "creating", "creating", "stopped"):
+        make_instance(status)
+    moved = [ContainerInstance.objects.filter(status=s).first().pk for s in ("creating", "stopped")]
+    ContainerInstance.objects.filter(pk__in=moved).update(runtime=far)
+    samples = _samples(anon.get("/metrics").content.decode())
+    instances = "gobrave_engine_instances"
+    assert samples[(instances, (("runtime", "fake"), ("status", "running")))] == 2
+    assert samples[(instances, (("runtime", "far"), ("status", "running")))] == 0
+    assert samples[(instances, (("runtime", "far"), ("status", "stopped")))] == 1
+    assert samples[("gobrave_engine_slots", (("runtime", "fake"),))] == 1
+    assert samples[("gobrave_engine_slots", (("runtime", "far"),))] == 1
+    assert samples[("gobrave_queue_active", ())] == 2
