@@ -24,17 +24,20 @@ from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from containers.counters import RequestStat
 from containers.models import ContainerInstance, Runtime
 from containers.selectors import count_by_status, queue_stats, runtime_loads
 from containers.states import Status
 from core.counters import counter_totals
+from dags.selectors import node_durations, run_counts
 from outbox.counters import RelayStat
 from outbox.selectors import INDEXED_STATUSES, outbox_counts
 
 COUNTED_OUTBOX = INDEXED_STATUSES
+# Node durations, from a quick step to a long job (seconds).
+NODE_DURATION_BOUNDS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 
 
 class DatabaseCollector:
@@ -85,6 +88,7 @@ class DatabaseCollector:
         )
 
         yield from _engine_metrics(runtime_loads())
+        yield from _dag_metrics()
 
         totals = counter_totals([*RelayStat, *RequestStat])
         relay = CounterMetricFamily(
@@ -130,6 +134,27 @@ def _engine_metrics(loads):
             instances.add_metric([load.name, state.value], load.instances.get(state, 0))
         slots.add_metric([load.name], load.slots)
     yield from (health, enabled, instances, slots)
+
+
+def _dag_metrics():
+    """DAG runs by status and the durations of the node runs that finished, by status."""
+    runs = GaugeMetricFamily("gobrave_dag_runs", "DAG runs by status.", labels=["status"])
+    for status, n in run_counts().items():
+        runs.add_metric([status], n)
+    yield runs
+    durations = HistogramMetricFamily(
+        "gobrave_dag_node_duration_seconds",
+        "How long DAG nodes ran (started to finished), by the status they ended in.",
+        labels=["status"],
+    )
+    for status, histogram in sorted(node_durations(NODE_DURATION_BOUNDS).items()):
+        buckets = [
+            (str(float(b)), n) for b, n in zip(NODE_DURATION_BOUNDS, histogram.buckets, strict=True)
+        ]
+        durations.add_metric(
+            [status], [*buckets, ("+Inf", histogram.count)], sum_value=histogram.seconds
+        )
+    yield durations
 
 
 def _may_scrape(request) -> bool:

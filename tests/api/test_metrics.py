@@ -122,8 +122,9 @@ def _promtool(*args: str, stdin: str | None = None) -> subprocess.CompletedProce
     )
 
 
-def test_promtool_accepts_the_live_metrics(anon, make_instance):
+def test_promtool_accepts_the_live_metrics(anon, make_instance, owner):
     _seed(make_instance)
+    _dag_run(owner, "running", [("succeeded", 3)])  # a histogram with samples
     text = anon.get("/metrics").content.decode()
     done = _promtool("check", "metrics", stdin=text)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -162,3 +163,42 @@ def test_instances_and_slots_are_counted_per_engine(anon, make_instance):
     assert samples[("gobrave_engine_slots", (("runtime", "fake"),))] == 1
     assert samples[("gobrave_engine_slots", (("runtime", "far"),))] == 1
     assert samples[("gobrave_queue_active", ())] == 2
+
+
+def _dag_run(owner, status: str, nodes=()):
+    from dags.models import DagNodeRun, DagRun
+
+    run = DagRun.objects.create(owner=owner, template_name="chain")
+    DagRun.objects.filter(pk=run.pk).update(status=status)
+    start = timezone.now() - dt.timedelta(hours=1)
+    for n, (node_status, seconds) in enumerate(nodes):
+        node = DagNodeRun.objects.create(run=run, key=f"n{n}")
+        DagNodeRun.objects.filter(pk=node.pk).update(
+            status=node_status,
+            started_at=start if seconds is not None else None,
+            finished_at=start + dt.timedelta(seconds=seconds) if seconds is not None else None,
+        )
+    return run
+
+
+def test_dag_runs_are_counted_by_status(anon, owner):
+    for status in ("running", "running", "succeeded", "failed"):
+        _dag_run(owner, status)
+    samples = _samples(anon.get("/metrics").content.decode())
+    assert samples[("gobrave_dag_runs", (("status", "running"),))] == 2
+    assert samples[("gobrave_dag_runs", (("status", "failed"),))] == 1
+    assert samples[("gobrave_dag_runs", (("status", "cancelled"),))] == 0
+
+
+def test_finished_node_durations_are_a_histogram(anon, owner):
+    nodes = [("succeeded", 3), ("succeeded", 90), ("failed", 0.5), ("running", None)]
+    _dag_run(owner, "running", nodes)
+    samples = _samples(anon.get("/metrics").content.decode())
+    name = "gobrave_dag_node_duration_seconds"
+    ok = (("status", "succeeded"),)
+    assert samples[(f"{name}_bucket", (("le", "1.0"), *ok))] == 0
+    assert samples[(f"{name}_bucket", (("le", "5.0"), *ok))] == 1
+    assert samples[(f"{name}_bucket", (("le", "+Inf"), *ok))] == 2
+    assert samples[(f"{name}_count", ok)] == 2
+    assert samples[(f"{name}_sum", ok)] == 93
+    assert samples[(f"{name}_bucket", (("le", "1.0"), ("status", "failed")))] == 1
