@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import shutil
 import subprocess
 import sys
 from urllib.parse import quote
@@ -18,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from core.models import Counter
 from outbox.models import OutboxEvent
+from tests.promtool import promtool
 
 pytestmark = pytest.mark.django_db
 
@@ -111,22 +111,11 @@ def test_another_process_serves_the_same_numbers(make_instance):
     assert here == there
 
 
-def _promtool(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    """``promtool`` (Debian's ``prometheus`` package); skipped where missing, never in CI."""
-    if shutil.which("promtool") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("promtool is missing (scripts/test-services.sh installs it)")
-        pytest.skip("promtool is not installed (apt-get install prometheus)")
-    return subprocess.run(
-        ["promtool", *args], input=stdin, capture_output=True, text=True, timeout=60
-    )
-
-
 def test_promtool_accepts_the_live_metrics(anon, make_instance, owner):
     _seed(make_instance)
     _dag_run(owner, "running", [("succeeded", 3)])  # a histogram with samples
     text = anon.get("/metrics").content.decode()
-    done = _promtool("check", "metrics", stdin=text)
+    done = promtool("check", "metrics", stdin=text)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
