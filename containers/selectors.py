@@ -24,7 +24,7 @@ from containers.models import (
     OrphanContainer,
     Runtime,
 )
-from containers.requests.slots import slot_count
+from containers.requests.slots import slot_count, slots_by_runtime
 from containers.states import ACTIVE_SLOTS, BEING_DELETED, Status
 from core import prepared
 from core.counters import counter_rows, counters_since
@@ -261,6 +261,41 @@ def template_by_id(*, template_id: object, user=None) -> ContainerTemplate:
 
 def runtime_list() -> QuerySet:
     return Runtime.objects.order_by("name")
+
+
+@dataclass(frozen=True)
+class RuntimeLoad:
+    """One runtime's cached health and what it carries (``runtime_loads``)."""
+
+    name: str
+    enabled: bool
+    health: str  # Runtime.Health, as the last check left it
+    instances: dict[str, int]  # by status; statuses with none are absent
+    slots: int  # instances holding a create/start slot on it
+
+
+def runtime_loads() -> list[RuntimeLoad]:
+    """Every runtime by name with its cached health, instances by status and slots held.
+
+    Three grouped queries whatever the number of runtimes or instances; no engine call
+    (health is what ``containers.execution.health`` last stored on the row).
+    """
+    runtimes = runtime_list().values_list("id", "name", "enabled", "health")
+    counts: dict[int, dict[str, int]] = {}
+    grouped = ContainerInstance.objects.order_by().values_list("runtime_id", "status")
+    for runtime_id, status, n in grouped.annotate(n=Count("id")):
+        counts.setdefault(runtime_id, {})[status] = n
+    slots = slots_by_runtime()
+    return [
+        RuntimeLoad(
+            name=name,
+            enabled=enabled,
+            health=health,
+            instances=counts.get(pk, {}),
+            slots=slots.get(pk, 0),
+        )
+        for pk, name, enabled, health in runtimes
+    ]
 
 
 def runtime_by_id(*, runtime_id: object):

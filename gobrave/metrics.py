@@ -8,8 +8,10 @@ rows, the many, are counted by ``gobrave_relay_events_total{event="sent"}``).
 
 Nothing is kept in process memory: every scrape builds a fresh ``CollectorRegistry``
 whose collector reads the database (instance counts by status, outbox rows by status,
-the queue numbers of ``containers.selectors.queue_stats`` and the relay counters summed
-over all time), so every web process answers the same. Counters are totals of the
+the queue numbers of ``containers.selectors.queue_stats``, each runtime's cached health,
+instances and slots from ``containers.selectors.runtime_loads`` and the relay counters
+summed over all time), so every web process answers the same. Engine health is what the
+last check stored on the runtime row: a scrape never calls an engine. Counters are totals of the
 per-minute ``core.Counter`` rows; Prometheus treats a drop (old rows purged) as a reset.
 """
 
@@ -22,21 +24,25 @@ from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from containers.counters import RequestStat
-from containers.models import ContainerInstance
-from containers.selectors import count_by_status, queue_stats
+from containers.models import ContainerInstance, Runtime
+from containers.selectors import count_by_status, queue_stats, runtime_loads
 from containers.states import Status
 from core.counters import counter_totals
+from dags.selectors import node_durations, run_counts
 from outbox.counters import RelayStat
 from outbox.selectors import INDEXED_STATUSES, outbox_counts
 
 COUNTED_OUTBOX = INDEXED_STATUSES
+# Node durations, from a quick step to a long job (seconds).
+NODE_DURATION_BOUNDS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 
 
 class DatabaseCollector:
-    """Reads every number at collect time (one scrape: six small queries)."""
+    """Reads every number at collect time (one scrape: a fixed handful of grouped queries,
+    however many rows)."""
 
     def collect(self):
         stats = queue_stats()
@@ -59,16 +65,17 @@ class DatabaseCollector:
             outbox.add_metric([state.value], rows.get(state, 0))
         yield outbox
 
-        for name, help_text in (
-            ("pending_count", "Create requests waiting (instances in pending)."),
+        for name, key, help_text in (
+            ("pending", "pending_count", "Create requests waiting (instances in pending)."),
             (
+                "active",
                 "active_count",
                 "Instances holding a create/start slot (creating/starting, not waiting to retry).",
             ),
-            ("max_pending", "create_queue_max_pending."),
-            ("max_concurrency", "create_queue_max_concurrency."),
+            ("max_pending", "max_pending", "create_queue_max_pending."),
+            ("max_concurrency", "max_concurrency", "create_queue_max_concurrency."),
         ):
-            yield GaugeMetricFamily(f"gobrave_queue_{name}", help_text, value=stats[name])
+            yield GaugeMetricFamily(f"gobrave_queue_{name}", help_text, value=stats[key])
         yield GaugeMetricFamily(
             "gobrave_queue_oldest_pending_age_seconds",
             "Age of the oldest pending instance (0 when none).",
@@ -79,6 +86,9 @@ class DatabaseCollector:
             "Outbox rows in processing.",
             value=stats["relay"]["in_flight"],
         )
+
+        yield from _engine_metrics(runtime_loads())
+        yield from _dag_metrics()
 
         totals = counter_totals([*RelayStat, *RequestStat])
         relay = CounterMetricFamily(
@@ -93,6 +103,58 @@ class DatabaseCollector:
         for name in RequestStat:
             requests.add_metric([name], totals.get(name) or 0)
         yield requests
+
+
+def _engine_metrics(loads):
+    """Per runtime: its cached health as a state set, whether it takes new instances, its
+    instances by status and the create/start slots held on it."""
+    health = GaugeMetricFamily(
+        "gobrave_engine_health",
+        "The engine's health as the last check found it (1 for the current state).",
+        labels=["runtime", "state"],
+    )
+    enabled = GaugeMetricFamily(
+        "gobrave_engine_enabled", "1 when the runtime takes new instances.", labels=["runtime"]
+    )
+    instances = GaugeMetricFamily(
+        "gobrave_engine_instances",
+        "Instances on the runtime by status.",
+        labels=["runtime", "status"],
+    )
+    slots = GaugeMetricFamily(
+        "gobrave_engine_slots",
+        "Instances on the runtime holding a create/start slot.",
+        labels=["runtime"],
+    )
+    for load in loads:
+        for state in Runtime.Health:
+            health.add_metric([load.name, state.value], int(load.health == state))
+        enabled.add_metric([load.name], int(load.enabled))
+        for state in Status:
+            instances.add_metric([load.name, state.value], load.instances.get(state, 0))
+        slots.add_metric([load.name], load.slots)
+    yield from (health, enabled, instances, slots)
+
+
+def _dag_metrics():
+    """DAG runs by status and the durations of the node runs that finished, by status."""
+    runs = GaugeMetricFamily("gobrave_dag_runs", "DAG runs by status.", labels=["status"])
+    for status, n in run_counts().items():
+        runs.add_metric([status], n)
+    yield runs
+    durations = HistogramMetricFamily(
+        "gobrave_dag_node_duration_seconds",
+        "How long DAG nodes ran (started to finished), by the status they ended in.",
+        labels=["status"],
+    )
+    for status, histogram in sorted(node_durations(NODE_DURATION_BOUNDS).items()):
+        buckets = [
+            (str(float(b)), n) for b, n in zip(NODE_DURATION_BOUNDS, histogram.buckets, strict=True)
+        ]
+        durations.add_metric(
+            [status], [*buckets, ("+Inf", histogram.count)], sum_value=histogram.seconds
+        )
+    yield durations
 
 
 def _may_scrape(request) -> bool:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make sure every service the test suite talks to answers: PostgreSQL, Redis, the Docker
-# Engine (with its FROM-scratch test image) and headless Chromium. Idempotent; used by
+# Engine (with its FROM-scratch test image), promtool and headless Chromium. Idempotent; used by
 # `make test` and therefore by .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +33,15 @@ if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
     sleep 1
 fi
 say "Redis answers"
+
+# promtool (Debian's prometheus package), for the /metrics and alert-rule checks.
+if ! command -v promtool >/dev/null 2>&1; then
+    say "installing promtool"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    apt-get install -y -q --no-install-recommends prometheus >/dev/null
+fi
+say "promtool $(promtool --version 2>&1 | head -n 1 | awk '{print $3}')"
 
 bash scripts/test-engine.sh
 if [ -f scripts/browser-setup.sh ]; then

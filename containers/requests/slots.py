@@ -33,6 +33,7 @@ from django.db import connection
 from django.db.models import (
     BooleanField,
     CharField,
+    Count,
     DurationField,
     Exists,
     ExpressionWrapper,
@@ -139,3 +140,10 @@ def slot_hold(*, instance_id: uuid.UUID | str) -> SlotHold:
 
 def _secs(value: dt.timedelta | None) -> float | None:
     return None if value is None else value.total_seconds()
+
+
+def slots_by_runtime() -> dict[int, int]:
+    """``{runtime_id: slots held}`` in one grouped statement (runtimes holding none are
+    absent). Reads only; the same definition as ``slot_count``."""
+    rows = _holding().order_by().values_list("runtime_id").annotate(n=Count("id"))
+    return dict(rows)

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from core.models import Counter
 from outbox.models import OutboxEvent
+from tests.promtool import promtool
 
 pytestmark = pytest.mark.django_db
 
@@ -54,8 +55,8 @@ def test_metrics_in_prometheus_text_format(anon, make_instance, gobrave_config):
     assert samples[("gobrave_instances", (("status", "pending"),))] == 2
     assert samples[("gobrave_instances", (("status", "stopped"),))] == 0
     assert samples[("gobrave_outbox_rows", (("status", "dead"),))] == 1
-    assert samples[("gobrave_queue_pending_count", ())] == 2
-    assert samples[("gobrave_queue_active_count", ())] == 1
+    assert samples[("gobrave_queue_pending", ())] == 2
+    assert samples[("gobrave_queue_active", ())] == 1
     assert samples[("gobrave_queue_max_pending", ())] == 9
     assert samples[("gobrave_relay_in_flight", ())] == 1
     assert samples[("gobrave_relay_events_total", (("event", "sent"),))] == 7
@@ -108,3 +109,85 @@ def test_another_process_serves_the_same_numbers(make_instance):
     age = ("gobrave_queue_oldest_pending_age_seconds", ())
     assert abs(here.pop(age) - there.pop(age)) < 30
     assert here == there
+
+
+def test_promtool_accepts_the_live_metrics(anon, make_instance, owner):
+    _seed(make_instance)
+    _dag_run(owner, "running", [("succeeded", 3)])  # a histogram with samples
+    text = anon.get("/metrics").content.decode()
+    done = promtool("check", "metrics", stdin=text)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_engine_health_is_the_cached_check_per_runtime(anon, fake_runtime):
+    from containers.models import Runtime
+    from tests.factories import RuntimeFactory
+
+    Runtime.objects.filter(pk=fake_runtime.pk).update(health=Runtime.Health.REACHABLE)
+    RuntimeFactory(name="far", health=Runtime.Health.UNREACHABLE, enabled=False)
+    samples = _samples(anon.get("/metrics").content.decode())
+    health = "gobrave_engine_health"
+    assert samples[(health, (("runtime", "fake"), ("state", "reachable")))] == 1
+    assert samples[(health, (("runtime", "fake"), ("state", "unreachable")))] == 0
+    assert samples[(health, (("runtime", "far"), ("state", "unreachable")))] == 1
+    assert samples[(health, (("runtime", "far"), ("state", "unknown")))] == 0
+    assert samples[("gobrave_engine_enabled", (("runtime", "fake"),))] == 1
+    assert samples[("gobrave_engine_enabled", (("runtime", "far"),))] == 0
+
+
+def test_instances_and_slots_are_counted_per_engine(anon, make_instance):
+    from containers.models import ContainerInstance
+    from tests.factories import RuntimeFactory
+
+    far = RuntimeFactory(name="far")
+    for status in ("running", "running", "creating", "creating", "stopped"):
+        make_instance(status)
+    moved = [ContainerInstance.objects.filter(status=s).first().pk for s in ("creating", "stopped")]
+    ContainerInstance.objects.filter(pk__in=moved).update(runtime=far)
+    samples = _samples(anon.get("/metrics").content.decode())
+    instances = "gobrave_engine_instances"
+    assert samples[(instances, (("runtime", "fake"), ("status", "running")))] == 2
+    assert samples[(instances, (("runtime", "far"), ("status", "running")))] == 0
+    assert samples[(instances, (("runtime", "far"), ("status", "stopped")))] == 1
+    assert samples[("gobrave_engine_slots", (("runtime", "fake"),))] == 1
+    assert samples[("gobrave_engine_slots", (("runtime", "far"),))] == 1
+    assert samples[("gobrave_queue_active", ())] == 2
+
+
+def _dag_run(owner, status: str, nodes=()):
+    from dags.models import DagNodeRun, DagRun
+
+    run = DagRun.objects.create(owner=owner, template_name="chain")
+    DagRun.objects.filter(pk=run.pk).update(status=status)
+    start = timezone.now() - dt.timedelta(hours=1)
+    for n, (node_status, seconds) in enumerate(nodes):
+        node = DagNodeRun.objects.create(run=run, key=f"n{n}")
+        DagNodeRun.objects.filter(pk=node.pk).update(
+            status=node_status,
+            started_at=start if seconds is not None else None,
+            finished_at=start + dt.timedelta(seconds=seconds) if seconds is not None else None,
+        )
+    return run
+
+
+def test_dag_runs_are_counted_by_status(anon, owner):
+    for status in ("running", "running", "succeeded", "failed"):
+        _dag_run(owner, status)
+    samples = _samples(anon.get("/metrics").content.decode())
+    assert samples[("gobrave_dag_runs", (("status", "running"),))] == 2
+    assert samples[("gobrave_dag_runs", (("status", "failed"),))] == 1
+    assert samples[("gobrave_dag_runs", (("status", "cancelled"),))] == 0
+
+
+def test_finished_node_durations_are_a_histogram(anon, owner):
+    nodes = [("succeeded", 3), ("succeeded", 90), ("failed", 0.5), ("running", None)]
+    _dag_run(owner, "running", nodes)
+    samples = _samples(anon.get("/metrics").content.decode())
+    name = "gobrave_dag_node_duration_seconds"
+    ok = (("status", "succeeded"),)
+    assert samples[(f"{name}_bucket", (("le", "1.0"), *ok))] == 0
+    assert samples[(f"{name}_bucket", (("le", "5.0"), *ok))] == 1
+    assert samples[(f"{name}_bucket", (("le", "+Inf"), *ok))] == 2
+    assert samples[(f"{name}_count", ok)] == 2
+    assert samples[(f"{name}_sum", ok)] == 93
+    assert samples[(f"{name}_bucket", (("le", "1.0"), ("status", "failed")))] == 1

@@ -50,7 +50,7 @@ def test_metrics_need_the_bearer_token_when_one_is_set(gobrave_config):
         assert response["WWW-Authenticate"].startswith("Bearer")
     granted = remote.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
     assert granted.status_code == 200
-    assert b"gobrave_queue_pending_count" in granted.content
+    assert b"gobrave_queue_pending" in granted.content
 
 
 def test_the_schema_needs_a_login(callers):
