@@ -428,6 +428,40 @@ def dead_letters_open_count() -> int:
     return dead.filter(aggregate_id__in=alive).count() if alive else 0
 
 
+def operator_home_counts(
+    *, instances: bool, dead_letters: bool, engines: bool, now=None
+) -> dict[str, int]:
+    """The admin index's at-a-glance counts, only those asked for (the caller knows what
+    its user may see): one query for the instances (``running``, ``pending``,
+    ``failed_last_hour``: failed with a status change in the last hour), one for the dead
+    outbox rows (from their partial index), one for the enabled runtimes
+    (``engines_enabled``, and ``engines_reachable`` by their cached health; no engine call).
+    """
+    counts: dict[str, int] = {}
+    if instances:
+        since = (now or timezone.now()) - dt.timedelta(hours=1)
+        failed_recently = Q(status=Status.FAILED, status_changed_at__gte=since)
+        counts.update(
+            ContainerInstance.objects.filter(
+                status__in=[Status.RUNNING, Status.PENDING, Status.FAILED]
+            ).aggregate(
+                running=Count("id", filter=Q(status=Status.RUNNING)),
+                pending=Count("id", filter=Q(status=Status.PENDING)),
+                failed_last_hour=Count("id", filter=failed_recently),
+            )
+        )
+    if dead_letters:
+        counts["dead_letters"] = outbox_counts([OutboxStatus.DEAD])[OutboxStatus.DEAD]
+    if engines:
+        counts.update(
+            Runtime.objects.filter(enabled=True).aggregate(
+                engines_enabled=Count("id"),
+                engines_reachable=Count("id", filter=Q(health=Runtime.Health.REACHABLE)),
+            )
+        )
+    return counts
+
+
 def dashboard_stats(*, now=None) -> dict[str, object]:
     """Everything the queue dashboard shows: ``queue_stats()`` plus what only it needs."""
     return {

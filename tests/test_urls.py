@@ -1,6 +1,9 @@
-"""The front doors: ``/`` leads to the admin, ``/api/`` lists the API's endpoints."""
+"""The front doors: ``/`` leads to the admin, ``/api/`` lists the API's endpoints,
+and ``/favicon.ico`` answers."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -32,3 +35,15 @@ def test_api_docs_load_swagger_ui_from_local_static_files(client):
     html = client.get("/api/docs/").content.decode()
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in html
     assert "cdn" not in html.lower()
+
+
+def test_favicon_answers_with_an_image(client):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("image/")
+    assert b"<svg" in response.content
+
+
+def test_admin_pages_link_the_favicon(admin_client):
+    html = admin_client.get("/admin/").content.decode()
+    assert re.search(r'<link rel="icon"[^>]+href="[^"]*favicon[^"]*"', html)

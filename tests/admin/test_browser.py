@@ -199,6 +199,21 @@ def test_every_list_fits_at_1366_px(live_server, page, admin_login, fake_runtime
     assert wide == {}, widths
 
 
+def test_the_index_is_an_operators_home(live_server, page, admin_login, fake_runtime, template):
+    """The console box reads in lines, not one letter per line; a count leads to its list."""
+    root = make_user("root", superuser=True)
+    InstanceFactory(status=Status.FAILED, template=template, runtime=fake_runtime)
+    admin_login(page, root)
+    link = page.locator("#gobrave-dashboard-link").bounding_box()
+    assert link["width"] > link["height"] * 3, f"the console box is squeezed: {link}"
+    assert page.locator("#gb-home-failed .gb-num").text_content().strip() == "1"
+    assert page.locator("link[rel=icon]").count() == 1
+    page.shots("index")
+    page.click("#gb-home-failed")
+    page.wait_for_url(re.compile(r"changed=1h"))
+    assert page.locator("#result_list tbody tr").count() == 1
+
+
 # --- the whole product -----------------------------------------------------------------------
 
 
