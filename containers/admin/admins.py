@@ -31,12 +31,14 @@ from containers.actors import user_actor
 from containers.admin import views as admin_views
 from containers.admin.display import (
     container_line,
+    history_url,
     instance_status_cell,
     presence_line,
     status_badge,
     time_ago,
 )
 from containers.admin.fields import CommandField, EnvRowsField, VolumeRowsField
+from containers.admin.views import EVENTS_SHOWN
 from containers.engines import calls, fake_driver_allowed
 from containers.errors import InvalidSpec
 from containers.execution.health import runtime_health_check
@@ -78,11 +80,6 @@ def _listed(items: list[str], limit: int = 10) -> str:
 
 def actor_of(request) -> str:
     return user_actor(request.user)
-
-
-def history_url(instance_id) -> str:
-    changelist = reverse("admin:containers_containerevent_changelist")
-    return f"{changelist}?{urlencode({'instance_id': str(instance_id)})}"
 
 
 @outbox_admin.register_history_link
@@ -310,7 +307,7 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
             logs, logs_problem = calls.container_logs_for_console(instance=instance)
             logs = redaction.logs_for(request.user, instance.spec, logs)
             extra_context.update(
-                events=list(selectors.instance_events(instance=instance)[:50]),
+                events=list(selectors.instance_events(instance=instance)[:EVENTS_SHOWN]),
                 history_url=history_url(instance.id),
                 logs=logs,
                 logs_problem=logs_problem,
