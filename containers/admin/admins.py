@@ -50,6 +50,7 @@ from containers.models import (
     OrphanContainer,
     Runtime,
 )
+from containers.queues import event_kind_display
 from containers.requests.services import (
     container_create_by_template,
     container_delete,
@@ -657,6 +658,20 @@ CSV_COLUMNS = (
 )
 
 
+class EventKindFilter(admin.SimpleListFilter):
+    """The kinds present in the history, each in words (``?kind=`` takes the kind)."""
+
+    title = "kind"
+    parameter_name = "kind"
+
+    def lookups(self, request, model_admin):
+        kinds = ContainerEvent.objects.order_by("kind").values_list("kind", flat=True).distinct()
+        return [(kind, event_kind_display(kind)) for kind in kinds]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(kind=self.value()) if self.value() else queryset
+
+
 @admin.register(ContainerEvent)
 class ContainerEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The audit log: every request, transition and runtime event, never edited."""
@@ -664,16 +679,20 @@ class ContainerEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "created_at",
         "instance_name",
-        "kind",
+        "kind_display",
         "from_display",
         "to_display",
         "actor",
         "message",
     )
-    list_filter = ("kind", ("actor", admin.AllValuesFieldListFilter), "created_at")
+    list_filter = (EventKindFilter, ("actor", admin.AllValuesFieldListFilter), "created_at")
     search_fields = ("instance_name", "=instance_id", "message")
     date_hierarchy = "created_at"
     actions = ("export_csv",)
+
+    @admin.display(description="kind", ordering="kind")
+    def kind_display(self, obj: ContainerEvent):
+        return format_html('<span title="{}">{}</span>', obj.kind, event_kind_display(obj.kind))
 
     @admin.display(description="from", ordering="from_status")
     def from_display(self, obj: ContainerEvent):
