@@ -25,3 +25,25 @@ class RequestKind(enum.StrEnum):
     def queue(self) -> Queue:
         """The queue whose workers run this kind."""
         return Queue.CREATE if self in (RequestKind.CREATE, RequestKind.START) else Queue.CONTROL
+
+
+# What each kind of an instance's history entry (``ContainerEvent.kind``) is called on
+# pages, in the API's ``kind_display`` and in the commands' output; programs keep ``kind``.
+EVENT_KIND_WORDS: dict[str, str] = {
+    RequestKind.CREATE: "create requested",
+    RequestKind.START: "start requested",
+    RequestKind.STOP: "stop requested",
+    RequestKind.DELETE: "delete requested",
+    "ContainerDeleted": "deleted",
+    "transition": "state changed",
+    "runtime": "seen on the engine",
+    "cleanup": "cleaned up",
+    "dead_letter": "request given up",
+    "start_timeout": "start timed out",
+    "orphan": "orphan found",
+}
+
+
+def event_kind_display(kind: str) -> str:
+    """``kind`` in words (a kind without an entry: its underscores as spaces)."""
+    return EVENT_KIND_WORDS.get(kind, kind.replace("_", " "))

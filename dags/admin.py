@@ -34,7 +34,7 @@ from dags.services import (
     dag_template_delete,
     dag_template_save,
 )
-from dags.states import RUN_ACTIVE, RunStatus
+from dags.states import RUN_ACTIVE, RUN_CANCELLABLE, RUN_RETRYABLE, RunStatus
 
 RUN_COLOURS = {
     RunStatus.PENDING: "#6c757d",
@@ -241,7 +241,7 @@ class DagRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 DagEvent.objects.filter(run_id=run.pk).order_by("-created_at", "-id")[:100]
             )
             extra_context["graph_url"] = reverse("admin:dags_dagrun_graph", args=[run.pk])
-            extra_context["can_act"] = request.user.has_perm("dags.change_dagrun") or (
+            can_act = request.user.has_perm("dags.change_dagrun") or (
                 run.owner_id == request.user.pk
             )
             extra_context["graph_json"] = json.dumps(run.graph)
@@ -250,6 +250,9 @@ class DagRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 for node in extra_context["node_rows"]
                 if node.output_attempt is not None
             ]
+            # Offer only what the run's state allows: cancel on a finished run is refused.
+            extra_context["can_cancel"] = can_act and run.status in RUN_CANCELLABLE
+            extra_context["can_retry"] = can_act and run.status in RUN_RETRYABLE
         return super().change_view(request, object_id, form_url, extra_context)
 
 

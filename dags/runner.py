@@ -94,6 +94,7 @@ DELETABLE = frozenset(
 SETTLED_WELL = frozenset({N.RUNNING, N.SUCCEEDED, N.CANCELLED})  # of a current attempt
 POLICY_RANK = {"none": 0, "stop": 1, "delete": 2}
 NOT_RECOVERED = "not recovered at start"
+RECOVERED_AT_START = "advanced again from its stored state: the whole installation had been down"
 MAX_ROUNDS = 5
 
 
@@ -530,7 +531,7 @@ def dag_runs_at_cold_start() -> None:
     )
     for run in runs:
         if recover or run.status == R.PENDING:
-            record(run.id, kind="recover", actor=RECOVERY, message="advanced again at a cold start")
+            record(run.id, kind="recover", actor=RECOVERY, message=RECOVERED_AT_START)
         else:
             for node in run.nodes.all():
                 if node.status in (N.RUNNING, N.READY):
@@ -538,4 +539,4 @@ def dag_runs_at_cold_start() -> None:
                 elif node.status == N.WAITING:
                     node_move(node, N.SKIPPED, actor=RECOVERY, reason=NOT_RECOVERED)
             run_move(run, R.FAILED, actor=RECOVERY, reason=NOT_RECOVERED)
-        advance_soon(run.id, why="cold start")
+        advance_soon(run.id, why="installation restarted")

@@ -118,6 +118,16 @@ def run_events(run: DagRun, *, limit: int = 500) -> list[DagEvent]:
     return list(DagEvent.objects.filter(run_id=run.id).order_by("-created_at", "-id")[:limit])
 
 
+def run_history_after(*, run_id: uuid.UUID | str, after_id: int = 0) -> QuerySet[DagEvent]:
+    """History rows of a run and its nodes newer than ``after_id``, oldest first."""
+    return DagEvent.objects.filter(run_id=run_id, id__gt=after_id).order_by("id")
+
+
+def run_state(*, run_id: uuid.UUID | str) -> DagRun | None:
+    """The run's status and reason only (None once the row is gone)."""
+    return DagRun.objects.filter(pk=run_id).only("id", "status", "reason").first()
+
+
 def attempt_ids(run_id: uuid.UUID | str, nodes: list[DagNodeRun]) -> dict[uuid.UUID, tuple]:
     """Every instance id the run's nodes ever had: id → (node key, attempt)."""
     return {

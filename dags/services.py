@@ -20,7 +20,7 @@ from dags.graph import clean_nodes, topological
 from dags.history import advance_soon, node_move, record, run_move
 from dags.models import DagNodeRun, DagRun, DagTemplate
 from dags.selectors import dag_template_list
-from dags.states import NodeStatus, RunStatus
+from dags.states import RUN_CANCELLABLE, RUN_RETRYABLE, NodeStatus, RunStatus
 
 
 def dag_nodes_clean(nodes: Any) -> list[dict[str, Any]]:
@@ -133,7 +133,7 @@ def dag_run_cancel(*, run_id, actor: str) -> DagRun:
         run = _locked(run_id)
         if run.status in (RunStatus.CANCELLING, RunStatus.CANCELLED):
             return run
-        if run.status not in (RunStatus.PENDING, RunStatus.RUNNING):
+        if run.status not in RUN_CANCELLABLE:
             raise InvalidTransition(
                 f"cannot cancel run {run}: it is {run.status}", status=run.status, action="cancel"
             )
@@ -155,7 +155,7 @@ def dag_run_retry_failed(*, run_id, actor: str) -> DagRun:
     """
     with transaction.atomic():
         run = _locked(run_id)
-        if run.status != RunStatus.FAILED:
+        if run.status not in RUN_RETRYABLE:
             raise InvalidTransition(
                 f"cannot retry run {run}: it is {run.status}, not failed",
                 status=run.status,

@@ -53,6 +53,10 @@ NODE_TRANSITIONS: dict[str, frozenset[str]] = {
 # Runs that the runner still moves; runs that have ended.
 RUN_ACTIVE = frozenset({R.PENDING, R.RUNNING, R.CANCELLING})
 RUN_FINISHED = frozenset({R.SUCCEEDED, R.FAILED, R.CANCELLED})
+# Runs that "cancel" moves (a cancelling or cancelled run is a no-op, a finished one is
+# refused); runs that "retry failed" moves. The admin offers each button only on these.
+RUN_CANCELLABLE = frozenset({R.PENDING, R.RUNNING})
+RUN_RETRYABLE = frozenset({R.FAILED})
 # Nodes that can still move within the current pass; nodes that are done.
 NODE_OPEN = frozenset({N.WAITING, N.READY, N.RUNNING})
 NODE_DONE = frozenset({N.SUCCEEDED, N.FAILED, N.SKIPPED, N.CANCELLED})

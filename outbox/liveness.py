@@ -86,7 +86,15 @@ def dispatcher_start(*, name: str) -> bool:
             name=name, defaults={"kind": DISPATCHER, "started_at": Now(), "beat_at": Now()}
         )
         if cold:
-            log.warning("cold start: no process lived through the dispatchers' absence")
+            log.warning(
+                "installation restarted after being down: no gobrave process was alive for "
+                "%d s before dispatcher %s started (last dispatcher seen %s); recovering what "
+                "the stopped processes left (%d recovery step(s) the apps registered)",
+                window.total_seconds(),
+                name,
+                last[1].isoformat() if last else "never",
+                len(_callbacks),
+            )
             for callback in _callbacks:
                 callback()
     return cold

@@ -7,8 +7,9 @@ cluster runs under its own watchdog (``manage.py run_cluster``), which restarts 
 it dies or wedges. Every part dies with this script, however it dies (Linux
 ``PR_SET_PDEATHSIG``), so a second ``make run`` never finds the first one's processes.
 The web part is gunicorn (threaded workers) with WhiteNoise serving the static files, as
-in production. Ctrl-C or SIGTERM stops them all: each process gets SIGTERM on its main
-pid (the cluster supervisors and gunicorn stop cleanly that way).
+in production; its control socket is this checkout's own (``gunicornc -s var/gunicorn.ctl``).
+Ctrl-C or SIGTERM stops them all: each process gets SIGTERM on its main pid (the cluster
+supervisors and gunicorn stop cleanly that way).
 
 Environment: GOBRAVE_WEB_ADDR (default 127.0.0.1:8000), plus everything in README.
 """
@@ -33,6 +34,9 @@ def parts() -> dict[str, tuple[list[str], dict[str, str]]]:
     manage = [PY, "manage.py"]
     web = [PY, "-m", "gunicorn", "gobrave.wsgi:application", "--bind", addr]
     web += ["--workers", "2", "--threads", "4", "--graceful-timeout", "5"]
+    # gunicorn's control socket defaults to one per user ($HOME/.gunicorn/gunicorn.ctl),
+    # so two installations on one host would share it: each keeps its own in var/.
+    web += ["--control-socket", str(ROOT / "var" / "gunicorn.ctl")]
     result = {
         "web": (web, {"GOBRAVE_APP_NAME": "gobrave-web"}),
         "dispatcher": ([*manage, "run_dispatcher"], {"GOBRAVE_APP_NAME": "gobrave-dispatcher"}),

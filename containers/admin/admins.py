@@ -32,12 +32,14 @@ from containers.actors import user_actor
 from containers.admin import views as admin_views
 from containers.admin.display import (
     container_line,
+    history_url,
     instance_status_cell,
     presence_line,
     status_badge,
     time_ago,
 )
 from containers.admin.fields import CommandField, EnvRowsField, VolumeRowsField
+from containers.admin.views import EVENTS_SHOWN
 from containers.engines import calls, fake_driver_allowed
 from containers.errors import InvalidSpec
 from containers.execution.health import runtime_health_check
@@ -49,6 +51,7 @@ from containers.models import (
     OrphanContainer,
     Runtime,
 )
+from containers.queues import event_kind_display
 from containers.requests.services import (
     container_create_by_template,
     container_delete,
@@ -79,11 +82,6 @@ def _listed(items: list[str], limit: int = 10) -> str:
 
 def actor_of(request) -> str:
     return user_actor(request.user)
-
-
-def history_url(instance_id) -> str:
-    changelist = reverse("admin:containers_containerevent_changelist")
-    return f"{changelist}?{urlencode({'instance_id': str(instance_id)})}"
 
 
 @outbox_admin.register_history_link
@@ -329,7 +327,7 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
             logs, logs_problem = calls.container_logs_for_console(instance=instance)
             logs = redaction.logs_for(request.user, instance.spec, logs)
             extra_context.update(
-                events=list(selectors.instance_events(instance=instance)[:50]),
+                events=list(selectors.instance_events(instance=instance)[:EVENTS_SHOWN]),
                 history_url=history_url(instance.id),
                 logs=logs,
                 logs_problem=logs_problem,
@@ -679,6 +677,20 @@ CSV_COLUMNS = (
 )
 
 
+class EventKindFilter(admin.SimpleListFilter):
+    """The kinds present in the history, each in words (``?kind=`` takes the kind)."""
+
+    title = "kind"
+    parameter_name = "kind"
+
+    def lookups(self, request, model_admin):
+        kinds = ContainerEvent.objects.order_by("kind").values_list("kind", flat=True).distinct()
+        return [(kind, event_kind_display(kind)) for kind in kinds]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(kind=self.value()) if self.value() else queryset
+
+
 @admin.register(ContainerEvent)
 class ContainerEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The audit log: every request, transition and runtime event, never edited."""
@@ -686,16 +698,20 @@ class ContainerEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "created_at",
         "instance_name",
-        "kind",
+        "kind_display",
         "from_display",
         "to_display",
         "actor",
         "message",
     )
-    list_filter = ("kind", ("actor", admin.AllValuesFieldListFilter), "created_at")
+    list_filter = (EventKindFilter, ("actor", admin.AllValuesFieldListFilter), "created_at")
     search_fields = ("instance_name", "=instance_id", "message")
     date_hierarchy = "created_at"
     actions = ("export_csv",)
+
+    @admin.display(description="kind", ordering="kind")
+    def kind_display(self, obj: ContainerEvent):
+        return format_html('<span title="{}">{}</span>', obj.kind, event_kind_display(obj.kind))
 
     @admin.display(description="from", ordering="from_status")
     def from_display(self, obj: ContainerEvent):

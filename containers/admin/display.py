@@ -6,6 +6,9 @@ Shared by the admin pages and the live endpoint that refreshes them in place
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html
@@ -15,6 +18,13 @@ from django.utils.timesince import timesince
 from containers.models import ContainerInstance
 from containers.states import Status
 from core.admin_helpers import GREY, badge
+
+
+def history_url(instance_id) -> str:
+    """The instance's full event history (the event changelist filtered to it)."""
+    changelist = reverse("admin:containers_containerevent_changelist")
+    return f"{changelist}?{urlencode({'instance_id': str(instance_id)})}"
+
 
 STATUS_COLOURS = {
     Status.PENDING: "#6c757d",

@@ -106,7 +106,7 @@ def queue_dashboard(request, *, admin):
 # --- live updates of the instance list and page -------------------------------------------
 
 LIVE_MAX_IDS = 200
-LIVE_EVENTS = 50
+EVENTS_SHOWN = 50  # an instance's page shows its latest events, and live/ refreshes as many
 
 
 def _offered(instance) -> dict[str, bool]:
@@ -147,7 +147,7 @@ def instance_live(request, *, admin):
             "changed_html": str(display.time_ago(row.status_changed_at)),
         }
         if detail:
-            events = selectors.instance_events(instance=row)[:LIVE_EVENTS]
+            events = selectors.instance_events(instance=row)[:EVENTS_SHOWN]
             item.update(
                 fields={
                     "status_reason": row.status_reason or "-",
@@ -162,8 +162,10 @@ def instance_live(request, *, admin):
                     "missing_display": str(display.presence_line(row)),
                 },
                 offered=_offered(row),
+                # The title and the rows together, so its count is the rows it shows.
                 events_html=render_to_string(
-                    "admin/containers/containerinstance/event_rows.html", {"events": events}
+                    "admin/containers/containerinstance/event_history.html",
+                    {"events": list(events), "history_url": display.history_url(row.id)},
                 ),
             )
         answer[str(key)] = item

@@ -17,6 +17,7 @@ from containers.models import (
     PullPolicy,
     Runtime,
 )
+from containers.queues import event_kind_display
 from containers.selectors import INSTANCE_ORDERINGS
 from containers.spec import redaction
 from containers.spec.env_policy import MAX_USER_KEYS, MAX_USER_VALUE
@@ -204,11 +205,15 @@ class InstanceAcceptedSerializer(InstanceOutputSerializer):
 
 
 class EventOutputSerializer(ForViewer, serializers.ModelSerializer):
+    # ``kind`` is for programs; ``kind_display`` says it in words (queues.EVENT_KIND_WORDS).
+    kind_display = serializers.SerializerMethodField()
+
     class Meta:
         model = ContainerEvent
         fields = [
             "id",
             "kind",
+            "kind_display",
             "from_status",
             "to_status",
             "message",
@@ -217,6 +222,9 @@ class EventOutputSerializer(ForViewer, serializers.ModelSerializer):
             "created_at",
         ]
         read_only_fields = fields
+
+    def get_kind_display(self, event: ContainerEvent) -> str:
+        return event_kind_display(event.kind)
 
     def to_representation(self, instance):
         data = super().to_representation(instance)

@@ -10,6 +10,7 @@ from django.urls import reverse
 from containers import selectors
 from containers.engines.labels import LABEL_INSTALLATION
 from containers.installation import installation_id, installation_source
+from containers.queues import event_kind_display
 
 register = template.Library()
 
@@ -110,3 +111,9 @@ def installation_line() -> dict[str, str]:
         "label": LABEL_INSTALLATION,
         "source": installation_source(),
     }
+
+
+@register.filter
+def kind_words(kind: str) -> str:
+    """An instance history entry's kind in words (``queues.event_kind_display``)."""
+    return event_kind_display(kind)

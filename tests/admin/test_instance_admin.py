@@ -348,3 +348,39 @@ def test_the_container_line_says_what_the_engine_holds(
     instance = InstanceFactory(status=status, container_id=container_id)
     url = reverse("admin:containers_containerinstance_change", args=[instance.pk])
     assert says in as_user(operator).get(url).content.decode()
+
+
+def test_the_history_title_counts_the_rows_the_live_refresh_draws(as_user, viewer):
+    instance = InstanceFactory(name="h")
+
+    def add(n: int) -> None:
+        for i in range(n):
+            ContainerEvent.objects.create(
+                instance_id=instance.id, instance_name="h", kind="note", message=f"e{i}"
+            )
+
+    add(4)
+    client = as_user(viewer)
+    page = client.get(
+        reverse("admin:containers_containerinstance_change", args=[instance.pk])
+    ).content.decode()
+    assert "latest 4" in page
+    add(2)
+    live = client.get(reverse(LIVE), {"id": str(instance.id), "detail": "1"}).json()
+    fragment = live["instances"][str(instance.id)]["events_html"]
+    assert "latest 6" in fragment and fragment.count(">note</td>") == 6
+
+
+def test_the_instance_page_and_the_event_log_show_event_kinds_in_words(as_user, viewer):
+    instance = InstanceFactory(name="w")
+    ContainerEvent.objects.create(
+        instance_id=instance.id, instance_name="w", kind="ContainerCreateRequest"
+    )
+    client = as_user(viewer)
+    page = client.get(
+        reverse("admin:containers_containerinstance_change", args=[instance.pk])
+    ).content.decode()
+    log = client.get(reverse("admin:containers_containerevent_changelist")).content.decode()
+    for html in (page, log):
+        assert "create requested" in html
+        assert ">ContainerCreateRequest<" not in html

@@ -276,6 +276,13 @@ def test_events_list_history_newest_first(alice, template):
     assert body["results"][0]["actor"] == "user:alice"
 
 
+def test_events_say_their_kind_in_words_beside_the_kind_for_programs(alice, template):
+    created = alice.post("/api/containers/", {"template": "sleeper"}, format="json").json()
+    (row,) = alice.get(f"/api/containers/{created['id']}/events/").json()["results"]
+    assert row["kind"] == "ContainerCreateRequest"
+    assert row["kind_display"] == "create requested"
+
+
 def test_events_of_unknown_instance_is_404(alice):
     assert_error(alice.get(f"/api/containers/{uuid.uuid4()}/events/"), 404, "not_found")
 

@@ -195,7 +195,7 @@ def test_wait_follows_each_request_until_it_settles(template, owner, tmp_path):
 
         deleted = app.manage("container_delete", short, "--wait")
         assert deleted.returncode == 0, deleted.stdout + deleted.stderr
-        assert "ContainerDeleted" in deleted.stdout, deleted.stdout
+        assert "  deleted  " in deleted.stdout, deleted.stdout
         assert not ContainerInstance.objects.exists()
 
 
@@ -211,3 +211,14 @@ def test_wait_gives_up_after_its_timeout_with_the_state_named(template, owner):
             "--timeout",
             "0.3",
         )
+
+
+def test_a_history_line_without_a_move_says_its_kind_in_words():
+    from django.utils import timezone
+
+    from containers.management.commands._request import _history_line
+
+    line = _history_line(
+        ContainerEvent(kind="ContainerDeleted", actor="user:a", created_at=timezone.now())
+    )
+    assert "deleted" in line and "ContainerDeleted" not in line

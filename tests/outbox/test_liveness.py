@@ -84,3 +84,13 @@ def test_a_cluster_s_pusher_and_the_monitor_keep_marks_of_their_own():
     Monitor()._liveness_beat()
     kinds = sorted(DispatcherBeat.objects.values_list("kind", flat=True))
     assert kinds == [liveness.MONITOR, liveness.PUSHER], list(DispatcherBeat.objects.values())
+
+
+def test_the_cold_start_log_line_says_what_happened_in_an_operators_words(colds, caplog):
+    mark("old-dispatcher", liveness.DISPATCHER, started_ago=LONG_AGO, beat_ago=LONG_AGO)
+    with caplog.at_level("WARNING", logger="outbox.liveness"):
+        assert liveness.dispatcher_start(name="d-new") is True
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "outbox.liveness"]
+    assert "cold start" not in line
+    assert "d-new" in line and "no gobrave process was alive" in line
+    assert "recovering what the stopped processes left" in line

@@ -21,6 +21,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from containers.actors import user_actor
+from containers.queues import event_kind_display
 from containers.selectors import (
     SHORT_ID_LENGTH,
     instance_history_after,
@@ -127,7 +128,8 @@ class ConsoleCommand(BaseCommand):
 
 def _history_line(event) -> str:
     when = timezone.localtime(event.created_at).strftime("%H:%M:%S")
-    what = f"{event.from_status or '-'} → {event.to_status}" if event.to_status else event.kind
+    moved = f"{event.from_status or '-'} → {event.to_status}"
+    what = moved if event.to_status else event_kind_display(event.kind)
     message = f"  {event.message}" if event.message else ""
     return f"{when}  {what:28}  {event.actor}{message}"
 

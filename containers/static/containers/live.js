@@ -52,7 +52,7 @@
       var button = document.getElementById("gb-" + verb);
       if (button) { button.hidden = !item.offered[verb]; }
     });
-    setHtml(document.querySelector("#gb-events tbody"), item.events_html);
+    setHtml(document.getElementById("gb-events"), item.events_html);
   }
 
   // --- the page follows the container's output while it runs -------------------------
