@@ -18,6 +18,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from containers.models import ContainerEvent, ContainerInstance, Runtime
+from containers.queues import event_kind_display
 from containers.requests.services import container_create_by_template
 from containers.states import Status
 from core.models import Counter
@@ -364,7 +365,7 @@ def _run_the_flow(page, live_server, admin_login, root, template, created) -> No
     )
     assert ContainerEvent.objects.filter(instance_id=instance_id, kind="ContainerDeleted")
     page.goto(f"{base}/containers/containerevent/?instance_id={instance_id}")
-    assert "ContainerDeleted" in page.locator("#result_list").inner_text()
+    assert event_kind_display("ContainerDeleted") in page.locator("#result_list").inner_text()
     page.shots("history")
 
     # 7. The dashboard after: the create counted once, nothing left in flight.
