@@ -7,5 +7,5 @@ import enum
 
 class RequestStat(enum.StrEnum):
     CREATE_ACCEPTED = "create_accepted"
-    CREATE_REFUSED = "create_refused"  # queue_full or owner_quota
+    CREATE_REFUSED = "create_refused"  # queue_full, owner_quota or quota_exceeded
     INSTANCE_FAILED = "instance_failed"

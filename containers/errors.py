@@ -30,10 +30,10 @@ class QueueFull(DomainError):
 
 
 class OwnerQuotaExceeded(DomainError):
-    """One of the owner's quotas is reached (HTTP 429, code ``owner_quota``).
+    """The owner's ``max_pending_per_owner`` is reached (HTTP 429, code ``owner_quota``).
 
-    ``details`` names the quota (``max_pending_per_owner`` or ``max_instances_per_owner``),
-    its ``limit`` and the owner's ``current`` count.
+    Waiting cures it (their pending creates leave the queue), hence ``retry_after``.
+    ``details`` names the ``quota``, its ``limit`` and the owner's ``current`` count.
     """
 
     code = "owner_quota"
@@ -42,6 +42,17 @@ class OwnerQuotaExceeded(DomainError):
     def __init__(self, message: str, *, retry_after: int, **details: Any) -> None:
         super().__init__(message, retry_after=retry_after, **details)
         self.retry_after = retry_after
+
+
+class InstanceQuotaExceeded(DomainError):
+    """The owner's ``max_instances_per_owner`` is reached (HTTP 409, ``quota_exceeded``).
+
+    Only a delete cures it, so there is no ``retry_after``. ``details`` as for
+    ``OwnerQuotaExceeded``.
+    """
+
+    code = "quota_exceeded"
+    http_status = 409
 
 
 class InvalidSpec(DomainError):

@@ -15,9 +15,10 @@ or removes a node's instance asks for an advance (``dags.receivers``). Steps:
 2. **Create** ready nodes, one node per short transaction (run locked, then the normal
    create service, which takes the admission gate last; the first ready node's in step
    1's own transaction, unless leftovers must be removed first): the instance id is derived
-   from (run, node, attempt). ``queue_full`` (or ``owner_quota`` while the owner has
-   something in flight) leaves the node ready and defers the advance; a refusal that
-   waiting cannot cure fails the node, and step 1 runs again.
+   from (run, node, attempt). ``queue_full`` (or a quota refusal, ``owner_quota`` or
+   ``quota_exceeded``, while the owner has something in flight that may free room)
+   leaves the node ready and defers the advance; a refusal that waiting cannot cure
+   fails the node, and step 1 runs again.
 3. **Clean up** (no run lock; each request its own transaction through the container
    services): the stop or delete requests that the config and the node states call for
    (cancel, ``delete_container_on_node_success``, ``dag_node_cleanup_on_failed``,
@@ -44,7 +45,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from containers.engines.calls import container_output_tail
-from containers.errors import OwnerQuotaExceeded, QueueFull
+from containers.errors import InstanceQuotaExceeded, OwnerQuotaExceeded, QueueFull
 from containers.execution.housekeeping import containers_remove_unowned, volume_remove
 from containers.models import ContainerInstance
 from containers.placement.choice import runtime_select
@@ -410,7 +411,7 @@ def _create_one(run_id: uuid.UUID, key: str, *, deletes_coming: bool = False) ->
 
     Returns ``created``, ``skipped`` (no longer ready), ``full`` (wait and ask again) or
     ``failed`` (refused for good: the node failed). ``deletes_coming``: this advance
-    will delete instances after its creates (room for an ``owner_quota`` refusal).
+    will delete instances after its creates (room for a quota refusal).
     """
     with transaction.atomic():
         run = DagRun.objects.select_for_update().filter(id=run_id).first()
@@ -451,9 +452,10 @@ def _create_locked(run: DagRun, node: DagNodeRun, *, deletes_coming: bool) -> st
         log.info("dag run %s node %s waits: %s", run.id, key, exc.message)
         return "full"
     except DomainError as exc:
-        if isinstance(exc, OwnerQuotaExceeded) and _owner_has_work_in_flight(
-            run, deletes_coming=deletes_coming
-        ):
+        # A quota refusal waits while a pending create or a delete (ours or the owner's)
+        # may free room; with nothing in flight it is final for this node.
+        quota = isinstance(exc, (OwnerQuotaExceeded, InstanceQuotaExceeded))
+        if quota and _owner_has_work_in_flight(run, deletes_coming=deletes_coming):
             log.info("dag run %s node %s waits: %s", run.id, key, exc.message)
             return "full"
         node.attempt = attempt

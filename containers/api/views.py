@@ -84,11 +84,12 @@ _ACTION_RESPONSES = {
     create=extend_schema(
         summary="Request a new instance from a template",
         description="Accepted requests are queued (status `pending`); a full queue "
-        "(`queue_full`) or a reached owner quota (`owner_quota`) answers 429 with "
-        "`Retry-After`.",
+        "(`queue_full`) or the owner's pending quota (`owner_quota`) answers 429 with "
+        "`Retry-After`; the owner's instance quota (`quota_exceeded`, only a delete makes "
+        "room) answers 409 without.",
         request=s.InstanceCreateInputSerializer,
         parameters=[RETRY_AFTER],
-        responses={202: s.InstanceAcceptedSerializer, **error_responses(400, 429)},
+        responses={202: s.InstanceAcceptedSerializer, **error_responses(400, 409, 429)},
         examples=[
             OpenApiExample("by name", value={"template": "sleeper"}, request_only=True),
             OpenApiExample(

@@ -23,6 +23,7 @@ from django.db import IntegrityError, connection, transaction
 from containers import access
 from containers.counters import RequestStat
 from containers.errors import (
+    InstanceQuotaExceeded,
     InvalidSpec,
     InvalidTransition,
     MountRefused,
@@ -111,12 +112,9 @@ def _retry_after(pending: int) -> int:
     return max(1, math.ceil(pending / _config()["create_queue_max_concurrency"]))
 
 
-# Waiting frees no instance (only a delete does); a client retrying anyway waits this long.
-INSTANCE_QUOTA_RETRY_AFTER = 60
-
-
 def _check_owner_quotas(*, owner, quotas: OwnerQuotas) -> None:
-    """Refuse with ``OwnerQuotaExceeded`` if the owner's new instance is over a quota.
+    """Refuse the owner's new instance if it is over a quota: ``OwnerQuotaExceeded``
+    (pending, 429) or ``InstanceQuotaExceeded`` (instances, 409).
 
     Runs under the admission gate, with the new instance already inserted (so each
     count includes it): every earlier holder of the gate has committed, so the counts
@@ -141,10 +139,9 @@ def _check_owner_quotas(*, owner, quotas: OwnerQuotas) -> None:
     if limit is not None:
         alive = mine.exclude(status__in=list(BEING_DELETED)).count() - 1
         if alive >= limit:
-            raise OwnerQuotaExceeded(
+            raise InstanceQuotaExceeded(
                 f"max_instances_per_owner: {owner.get_username()} already has {alive} "
                 f"instances (limit {limit}); delete one first",
-                retry_after=INSTANCE_QUOTA_RETRY_AFTER,
                 quota="max_instances_per_owner",
                 limit=limit,
                 current=alive,
@@ -187,8 +184,8 @@ def container_create_by_template(
     extra_labels: Mapping[str, str] | None = None,
     extra_mounts: list[dict[str, Any]] | None = None,
 ) -> ContainerInstance:
-    """Accept a create request, or refuse it (``OwnerQuotaExceeded``, ``QueueFull``,
-    ``InvalidSpec``).
+    """Accept a create request, or refuse it (``OwnerQuotaExceeded``,
+    ``InstanceQuotaExceeded``, ``QueueFull``, ``InvalidSpec``).
 
     0. The template must be enabled and open to ``owner`` (``TemplateUnavailable``).
     1. Choose the runtime and resolve the spec (no lock held; a bad spec stops here).
@@ -311,7 +308,7 @@ def container_create_by_template(
                     pending=ahead,
                     limit=limit,
                 )
-    except (QueueFull, OwnerQuotaExceeded):
+    except (QueueFull, OwnerQuotaExceeded, InstanceQuotaExceeded):
         # Buffered where the process buffers (a web worker): a storm of refusals must not
         # queue up on one counter row.
         counter_add(RequestStat.CREATE_REFUSED)

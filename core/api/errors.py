@@ -155,11 +155,13 @@ _DESCRIPTIONS = {
     405: "Method not allowed (`method_not_allowed`).",
     406: "The requested representation is not available (`not_acceptable`).",
     409: "Conflicts with the current state (`invalid_transition`, `template_in_use`, "
-    "`not_retriable`); `details` has the current status and the requested action.",
+    "`not_retriable`; `details` has the current status and the requested action), or the "
+    "owner's `max_instances_per_owner` is reached (`quota_exceeded`, `details.quota` names "
+    "it; only a delete makes room, so no `Retry-After`).",
     415: "Unsupported media type (`unsupported_media_type`).",
-    429: "The create queue is full (`queue_full`), one of the owner's quotas is reached "
-    "(`owner_quota`, `details.quota` names it) or too many requests (`throttled`); retry "
-    "after `Retry-After` seconds.",
+    429: "The create queue is full (`queue_full`), the owner's `max_pending_per_owner` is "
+    "reached (`owner_quota`, `details.quota` names it) or too many requests (`throttled`); "
+    "retry after `Retry-After` seconds.",
     503: "The container runtime is unreachable (`runtime_unavailable`).",
 }
 
