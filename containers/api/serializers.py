@@ -22,6 +22,7 @@ from containers.selectors import INSTANCE_ORDERINGS
 from containers.spec import redaction
 from containers.spec.env_policy import MAX_USER_KEYS, MAX_USER_VALUE
 from containers.states import Status
+from core.api.input import InputSerializer
 
 # --- shared -----------------------------------------------------------------------------
 
@@ -74,7 +75,7 @@ class TemplateRefField(serializers.Field):
 # --- instances --------------------------------------------------------------------------
 
 
-class InstanceCreateInputSerializer(serializers.Serializer):
+class InstanceCreateInputSerializer(InputSerializer):
     template = TemplateRefField()
     name = serializers.CharField(required=False, max_length=128)
     env = serializers.DictField(
@@ -252,7 +253,7 @@ class GroupNamesField(serializers.ListField):
         return super().to_representation(data)
 
 
-class TemplateInputSerializer(serializers.Serializer):
+class TemplateInputSerializer(InputSerializer):
     """A template to create or replace (PUT: omitted fields take their defaults) or to
     change (PATCH: only the fields given)."""
 

@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from containers.api.serializers import ForViewer, StoredJSONField, TemplateRefField
 from containers.spec import redaction
+from core.api.input import InputSerializer
 from dags.models import DagEvent, DagNodeRun, DagRun, DagTemplate
 from dags.selectors import node_output_spec
 from dags.states import RunStatus
@@ -25,7 +26,7 @@ class ScrubbedForViewer(ForViewer):
         return data
 
 
-class DagTemplateInputSerializer(serializers.Serializer):
+class DagTemplateInputSerializer(InputSerializer):
     name = serializers.CharField(max_length=128)
     description = serializers.CharField(required=False, allow_blank=True, default="")
     nodes = StoredJSONField(
@@ -49,7 +50,7 @@ class DagTemplateOutputSerializer(ForViewer, serializers.ModelSerializer):
         return data
 
 
-class DagRunCreateInputSerializer(serializers.Serializer):
+class DagRunCreateInputSerializer(InputSerializer):
     template = TemplateRefField(help_text="The DAG template's id or name.")
 
 
