@@ -95,13 +95,26 @@ def instance_search(
 def instance_get(*, instance_id: object, user) -> ContainerInstance:
     """One instance the ``user`` may see (staff: any); ``NotFound`` otherwise.
 
-    Another user's instance is answered exactly like a missing one.
+    ``instance_id`` is a uuid or a prefix of one (at least ``SHORT_ID_LENGTH`` hex
+    digits, dashes optional) that names exactly one of the instances the user may see;
+    a prefix naming several is ``NotFound`` too. Another user's instance is answered
+    exactly like a missing one and never makes a prefix ambiguous.
     """
+    ref = str(instance_id).strip()
+    visible = instance_list(user=user)
     try:
-        key = uuid.UUID(str(instance_id))
+        key = uuid.UUID(ref)
     except ValueError:
-        raise NotFound(f"no container instance {instance_id}", id=str(instance_id)) from None
-    instance = instance_list(user=user).filter(id=key).first()
+        prefix = _uuid_prefix(ref)
+        matches = [] if prefix is None else list(visible.filter(id__startswith=prefix)[:2])
+        if len(matches) != 1:
+            if matches:
+                message = f"{ref!r} matches several container instances; give more of the id"
+            else:
+                message = f"no container instance {ref}"
+            raise NotFound(message, id=ref) from None
+        return matches[0]
+    instance = visible.filter(id=key).first()
     if instance is None:
         raise NotFound(f"no container instance {key}", id=str(key))
     return instance
@@ -109,7 +122,7 @@ def instance_get(*, instance_id: object, user) -> ContainerInstance:
 
 SHORT_ID_LENGTH = 8  # the admin's and the CLI's short id: the uuid's first 8 hex digits
 
-_HEX_PREFIX = re.compile(r"[0-9a-f]{4,32}")
+_HEX_PREFIX = re.compile(r"[0-9a-f]{8,32}")  # one id form: API, CLI and admin alike
 
 
 def _uuid_prefix(text: str) -> str | None:
@@ -128,8 +141,8 @@ def _uuid_prefix(text: str) -> str | None:
 def instance_resolve(*, ref: str) -> ContainerInstance:
     """The one instance ``ref`` names, for operators' commands; ``NotFound`` otherwise.
 
-    ``ref`` is a uuid, a prefix of one (at least 4 hex digits, such as the 8-digit short
-    id the admin shows), or an instance name. A prefix or name that matches several
+    ``ref`` is a uuid, a prefix of one (at least 8 hex digits, the short id the admin
+    shows), or an instance name. A prefix or name that matches several
     instances is refused with the candidates named.
     """
     ref = str(ref).strip()
