@@ -456,6 +456,17 @@ class ContainerTemplateForm(forms.ModelForm):
     class Meta:
         model = ContainerTemplate
         fields = list(WRITABLE)
+        help_texts = {
+            "resources": "A JSON object with cpu (cores), memory (bytes or a size such as "
+            '256m) and pids (processes), each optional; e.g. <code>{"cpu": 0.5, '
+            '"memory": "256m"}</code>. Empty: no limits.',
+            "constraints": "A JSON object of runtime label names to the values a runtime "
+            'must have; e.g. <code>{"zone": "eu-1"}</code>. Empty: any runtime.',
+            "security": "Overrides of config.yml's container.security: user (owner, image, a "
+            'uid or "uid:gid"), cap_add (from capabilities_allowed), read_only_rootfs, network '
+            '(bridge, none, owner), runtime (from runtimes_allowed); e.g. <code>{"user": '
+            '"owner", "network": "none"}</code>. Empty: the configuration applies.',
+        }
 
     def clean(self):
         cleaned = super().clean()
