@@ -52,8 +52,11 @@ def _actor(request) -> str:
 
 class DagTemplateForm(forms.ModelForm):
     nodes = forms.JSONField(
+        # A new template starts from an empty list, not the ``null`` an unset JSONField shows.
+        initial=list,
         help_text='A JSON list of nodes: {"key", "template" (name or id), "command", "env", '
-        '"depends_on", "retries"}.',
+        '"depends_on", "retries"}. For example: [{"key": "build", "template": "builder"}, '
+        '{"key": "test", "template": "tester", "depends_on": ["build"], "retries": 1}]',
         widget=forms.Textarea(attrs={"rows": 16, "cols": 90, "style": "font-family:monospace"}),
     )
 

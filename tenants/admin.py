@@ -3,7 +3,9 @@ lock-down: django-q2's pages unregistered, API tokens for superusers only."""
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin
+from django.contrib.auth import get_user_model
 from django_q.models import Failure, OrmQ, Schedule, Success
 from rest_framework.authtoken.admin import TokenAdmin as DRFTokenAdmin
 from rest_framework.authtoken.models import TokenProxy
@@ -11,12 +13,42 @@ from rest_framework.authtoken.models import TokenProxy
 from tenants.models import GroupQuota, UserQuota
 
 
+class UsernameField(forms.ModelChoiceField):
+    """A user typed by username; an unknown name is a form error that repeats it.
+
+    A text box rather than autocomplete: operators edit quotas without the right to browse
+    the users' admin, which autocomplete would need."""
+
+    widget = forms.TextInput
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(
+            queryset=get_user_model().objects.all(),
+            to_field_name="username",
+            error_messages={"invalid_choice": "No user is named \u201c%(value)s\u201d."},
+            **kwargs,
+        )
+
+
+class UserQuotaForm(forms.ModelForm):
+    user = UsernameField(help_text="The user's username, e.g. alice.")
+
+    class Meta:
+        model = UserQuota
+        fields = ["user", "max_pending_per_owner", "max_instances_per_owner"]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.initial["user"] = self.instance.user.username
+
+
 @admin.register(UserQuota)
 class UserQuotaAdmin(admin.ModelAdmin):
+    form = UserQuotaForm
     list_display = ("user", "max_pending_per_owner", "max_instances_per_owner", "updated_at")
     search_fields = ("user__username",)
     list_select_related = ("user",)
-    raw_id_fields = ("user",)
 
 
 @admin.register(GroupQuota)

@@ -43,6 +43,7 @@ from containers.admin.views import EVENTS_SHOWN
 from containers.engines import calls, fake_driver_allowed
 from containers.errors import InvalidSpec
 from containers.execution.health import runtime_health_check
+from containers.execution.housekeeping import orphan_remove
 from containers.execution.images import template_images_refresh
 from containers.models import (
     ContainerEvent,
@@ -456,6 +457,17 @@ class ContainerTemplateForm(forms.ModelForm):
     class Meta:
         model = ContainerTemplate
         fields = list(WRITABLE)
+        help_texts = {
+            "resources": "A JSON object with cpu (cores), memory (bytes or a size such as "
+            '256m) and pids (processes), each optional; e.g. <code>{"cpu": 0.5, '
+            '"memory": "256m"}</code>. Empty: no limits.',
+            "constraints": "A JSON object of runtime label names to the values a runtime "
+            'must have; e.g. <code>{"zone": "eu-1"}</code>. Empty: any runtime.',
+            "security": "Overrides of config.yml's container.security: user (owner, image, a "
+            'uid or "uid:gid"), cap_add (from capabilities_allowed), read_only_rootfs, network '
+            '(bridge, none, owner), runtime (from runtimes_allowed); e.g. <code>{"user": '
+            '"owner", "network": "none"}</code>. Empty: the configuration applies.',
+        }
 
     def clean(self):
         cleaned = super().clean()
@@ -755,3 +767,26 @@ class OrphanContainerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ("runtime", ("removed_at", admin.EmptyFieldListFilter))
     list_select_related = ("runtime",)
     search_fields = ("name", "container_id")
+    actions = ["remove_orphans"]
+
+    def has_remove_permission(self, request) -> bool:
+        return request.user.has_perm("containers.delete_orphancontainer")
+
+    @admin.action(
+        description="Remove the selected orphan containers from their engines",
+        permissions=["remove"],
+    )
+    def remove_orphans(self, request, queryset):
+        # Each removal calls an engine, bounded in time, outside any transaction.
+        removed = 0
+        for orphan in queryset.filter(removed_at__isnull=True).select_related("runtime"):
+            try:
+                orphan_remove(orphan=orphan, actor=user_actor(request.user))
+            except DomainError as exc:
+                self.message_user(
+                    request, f"{orphan.name}: not removed: {exc.message}", messages.ERROR
+                )
+                continue
+            removed += 1
+        if removed:
+            self.message_user(request, f"Removed {removed} orphan container(s).", messages.SUCCESS)

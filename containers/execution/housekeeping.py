@@ -9,10 +9,14 @@ import logging
 import uuid
 from collections.abc import Mapping
 
+from django.utils import timezone
+
 from containers.engines import engine_for
+from containers.engines.calls import bounded_call
 from containers.engines.labels import LABEL_INSTANCE
+from containers.errors import EngineUnavailable
 from containers.installation import installation_id
-from containers.models import ContainerEvent, ContainerInstance, Runtime, Workspace
+from containers.models import ContainerEvent, ContainerInstance, OrphanContainer, Runtime, Workspace
 
 log = logging.getLogger(__name__)
 
@@ -66,3 +70,37 @@ def volume_remove(*, runtime: Runtime, name: str) -> None:
     """
     Workspace.objects.filter(runtime=runtime, source=name).delete()
     engine_for(runtime).remove_volume(name)
+
+
+def orphan_remove(*, orphan: OrphanContainer, actor: str) -> OrphanContainer:
+    """Remove an orphan container from its engine at an operator's request.
+
+    1. An orphan already marked removed is returned as it is (idempotent).
+    2. Ask the engine to force-remove it, bounded in time (``bounded_call``); a refusal
+       or a silent engine raises ``EngineUnavailable`` and changes nothing.
+    3. Set ``removed_at`` and record a ``cleanup`` event under the label's instance id.
+    Must run outside a transaction (engine call); takes no lock: a reconciler that marks
+    the same row removed meanwhile only moves ``removed_at``.
+    """
+    if orphan.removed_at is not None:
+        return orphan
+    runtime, container_id = orphan.runtime, orphan.container_id
+    _, reason = bounded_call(lambda: engine_for(runtime).remove(container_id))
+    if reason:
+        raise EngineUnavailable(f"{orphan.name} on {runtime.name}: {reason}")
+    orphan.removed_at = timezone.now()
+    OrphanContainer.objects.filter(pk=orphan.pk).update(removed_at=orphan.removed_at)
+    try:
+        instance_id = uuid.UUID(orphan.labels.get(LABEL_INSTANCE, ""))
+    except ValueError:
+        instance_id = uuid.UUID(int=0)
+    ContainerEvent.objects.create(
+        instance_id=instance_id,
+        instance_name=orphan.name[:128],
+        kind="cleanup",
+        actor=actor,
+        message=f"removed orphan container {orphan.name} ({container_id[:12]}) on {runtime.name}",
+        data={"labels": orphan.labels, "runtime": runtime.name},
+    )
+    log.warning("orphan container %s removed by %s", orphan.name, actor)
+    return orphan

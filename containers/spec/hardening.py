@@ -39,8 +39,17 @@ def clean_security(value: Any, *, config: Mapping[str, Any] | None = None) -> di
     ``runtimes_allowed``). Raises ``InvalidSpec`` naming the key."""
     if value in (None, ""):
         return {}
-    if not isinstance(value, dict) or set(value) - set(TEMPLATE_KEYS):
-        raise InvalidSpec(f"security: keys are {', '.join(TEMPLATE_KEYS)}", field="security")
+    if not isinstance(value, dict):
+        raise InvalidSpec(
+            'security: must be an object such as {"user": "owner", "network": "none"}',
+            field="security",
+        )
+    for key in value:
+        if key not in TEMPLATE_KEYS:
+            raise InvalidSpec(
+                f"security.{str(key)[:64]}: not a key (keys are {', '.join(TEMPLATE_KEYS)})",
+                field="security",
+            )
     cleaned: dict[str, Any] = {}
     if "user" in value:
         try:

@@ -184,8 +184,17 @@ def clean_resources(resources: Any) -> dict[str, Any]:
     """``cpu`` (cores), ``memory`` (bytes or a size) and ``pids`` (processes), each bounded."""
     if resources in (None, ""):
         return {}
-    if not isinstance(resources, dict) or set(resources) - {"cpu", "memory", "pids"}:
-        raise InvalidSpec("resources: keys are cpu, memory and pids", field="resources")
+    if not isinstance(resources, dict):
+        raise InvalidSpec(
+            'resources: must be an object such as {"cpu": 0.5, "memory": "256m"}',
+            field="resources",
+        )
+    for key in resources:
+        if key not in ("cpu", "memory", "pids"):
+            raise InvalidSpec(
+                f"resources.{str(key)[:64]}: not a key (keys are cpu, memory and pids)",
+                field="resources",
+            )
     cleaned: dict[str, Any] = {}
     cpu = resources.get("cpu")
     if cpu is not None:
@@ -211,11 +220,18 @@ def clean_resources(resources: Any) -> dict[str, Any]:
 def clean_constraints(constraints: Any) -> dict[str, str]:
     if constraints in (None, ""):
         return {}
-    if not isinstance(constraints, dict) or not all(
-        isinstance(k, str) and k and isinstance(v, str | int) and not isinstance(v, bool)
-        for k, v in constraints.items()
-    ):
-        raise InvalidSpec("constraints: must map label names to values", field="constraints")
+    if not isinstance(constraints, dict):
+        raise InvalidSpec(
+            'constraints: must map label names to values such as {"zone": "eu-1"}',
+            field="constraints",
+        )
+    for key, value in constraints.items():
+        if not key:
+            raise InvalidSpec("constraints: a label name is empty", field="constraints")
+        if not isinstance(value, str | int) or isinstance(value, bool):
+            raise InvalidSpec(
+                f"constraints.{key[:64]}: must be a text or number value", field="constraints"
+            )
     return {k: str(v) for k, v in constraints.items()}
 
 

@@ -51,6 +51,20 @@ def test_a_valid_template_is_saved(as_user, operator):
     assert ContainerTemplate.objects.get(name="web").resources == {"cpu": 0.5, "memory": "64m"}
 
 
+def test_template_form_help_shows_an_example_for_resources_constraints_and_security(
+    as_user, operator
+):
+    form = (
+        as_user(operator)
+        .get(reverse("admin:containers_containertemplate_add"))
+        .context["adminform"]
+        .form
+    )
+    assert '{"cpu": 0.5, "memory": "256m"}' in str(form.fields["resources"].help_text)
+    assert '{"zone": "eu-1"}' in str(form.fields["constraints"].help_text)
+    assert '{"user": "owner", "network": "none"}' in str(form.fields["security"].help_text)
+
+
 @pytest.mark.parametrize(
     "field, value, says",
     [
@@ -66,12 +80,15 @@ def test_a_valid_template_is_saved(as_user, operator):
             "volumes[0].source: /etc is outside the allowed volume roots",
         ),
         ("resources", '{"memory": "1k"}', "resources.memory: must be bytes or a size"),
-        ("resources", '{"gpus": 1}', "resources: keys are cpu, memory and pids"),
+        ("resources", '{"gpus": 1}', "resources.gpus: not a key (keys are cpu, memory and pids)"),
+        ("resources", "[1]", 'resources: must be an object such as {"cpu": 0.5'),
         ("volumes", '["$WORKSPACE_PATH/sub:/w"]', "never a path below it"),
         ("volumes", '["/proc:/p"]', "/proc is never mounted"),
         ("image", "bad image!", "image: 'bad image!' is not an image reference"),
         ("security", '{"cap_add": ["SYS_ADMIN"]}', "security.cap_add: SYS_ADMIN is never"),
-        ("constraints", '{"engine": ["a"]}', "constraints: must map label names"),
+        ("constraints", '{"engine": ["a"]}', "constraints.engine: must be a text or number"),
+        ("constraints", '["a"]', 'constraints: must map label names to values such as {"zone"'),
+        ("security", '{"usr": "x"}', "security.usr: not a key (keys are user, cap_add,"),
         ("command", '["sleep", 6]', "command: must be a list of at most 256 strings"),
     ],
 )

@@ -122,3 +122,11 @@ def test_the_run_page_offers_only_the_buttons_its_state_allows(run, status, canc
     page = staff_in(OPERATORS).get(f"/admin/dags/dagrun/{run.pk}/change/").content.decode()
     assert ('id="gb-cancel"' in page) is cancel
     assert ('id="gb-retry"' in page) is retry
+
+
+def test_a_new_dag_templates_nodes_field_starts_as_an_example_list_not_null():
+    client = staff_in(OPERATORS)
+    page = client.get("/admin/dags/dagtemplate/add/").content.decode()
+    field = page.split('name="nodes"', 1)[1].split("</textarea>", 1)[0]
+    assert "null" not in field
+    assert field.split(">", 1)[1].strip().startswith("[")
