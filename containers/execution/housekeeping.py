@@ -50,14 +50,10 @@ def containers_remove_unowned(
             continue
         engine.remove(state.runtime_id)
         removed.append(state.name)
-        ContainerEvent.objects.create(
-            instance_id=ids[state.runtime_id] or uuid.UUID(int=0),
-            instance_name=state.name[:128],
-            kind="cleanup",
-            actor=actor,
+        _cleanup_recorded(
+            name=state.name, labels=state.labels, runtime=runtime, actor=actor,
             message=f"removed leftover container {state.name} ({state.runtime_id[:12]})",
-            data={"labels": state.labels, "runtime": runtime.name},
-        )
+        )  # fmt: skip
         log.info("removed leftover container %s for %s", state.name, actor)
     return removed
 
@@ -70,6 +66,25 @@ def volume_remove(*, runtime: Runtime, name: str) -> None:
     """
     Workspace.objects.filter(runtime=runtime, source=name).delete()
     engine_for(runtime).remove_volume(name)
+
+
+def _cleanup_recorded(
+    *, name: str, labels: Mapping[str, str], runtime: Runtime, actor: str, message: str
+) -> None:
+    """A ``cleanup`` entry in the history of the instance the container's label names (the
+    nil uuid when it names none)."""
+    try:
+        instance_id = uuid.UUID(labels.get(LABEL_INSTANCE, ""))
+    except ValueError:
+        instance_id = uuid.UUID(int=0)
+    ContainerEvent.objects.create(
+        instance_id=instance_id,
+        instance_name=name[:128],
+        kind="cleanup",
+        actor=actor,
+        message=message,
+        data={"labels": dict(labels), "runtime": runtime.name},
+    )
 
 
 def orphan_remove(*, orphan: OrphanContainer, actor: str) -> OrphanContainer:
@@ -90,17 +105,9 @@ def orphan_remove(*, orphan: OrphanContainer, actor: str) -> OrphanContainer:
         raise EngineUnavailable(f"{orphan.name} on {runtime.name}: {reason}")
     orphan.removed_at = timezone.now()
     OrphanContainer.objects.filter(pk=orphan.pk).update(removed_at=orphan.removed_at)
-    try:
-        instance_id = uuid.UUID(orphan.labels.get(LABEL_INSTANCE, ""))
-    except ValueError:
-        instance_id = uuid.UUID(int=0)
-    ContainerEvent.objects.create(
-        instance_id=instance_id,
-        instance_name=orphan.name[:128],
-        kind="cleanup",
-        actor=actor,
+    _cleanup_recorded(
+        name=orphan.name, labels=orphan.labels, runtime=runtime, actor=actor,
         message=f"removed orphan container {orphan.name} ({container_id[:12]}) on {runtime.name}",
-        data={"labels": orphan.labels, "runtime": runtime.name},
-    )
+    )  # fmt: skip
     log.warning("orphan container %s removed by %s", orphan.name, actor)
     return orphan
