@@ -104,7 +104,8 @@ class InstanceFactory(factory.django.DjangoModelFactory):
 
 class RequestFactory(factory.django.DjangoModelFactory):
     """A request row of ``instance`` in the outbox, on its kind's queue, placed directly
-    in any state (bypassing the services): ``RequestFactory(instance=i, status=...)``."""
+    in any state (bypassing the services): ``RequestFactory(instance=i, status=...)``;
+    without ``instance``, for an instance id of its own that no row has."""
 
     class Meta:
         model = OutboxEvent
@@ -114,5 +115,7 @@ class RequestFactory(factory.django.DjangoModelFactory):
 
     kind = RequestKind.CREATE
     queue = factory.LazyAttribute(lambda o: RequestKind(o.kind).queue)
-    aggregate_id = factory.LazyAttribute(lambda o: str(o.instance.pk))
+    aggregate_id = factory.LazyAttributeSequence(
+        lambda o, n: str(o.instance.pk) if o.instance else f"00000000-0000-4000-8000-{n:012d}"
+    )
     available_at = factory.LazyFunction(timezone.now)

@@ -13,22 +13,11 @@ from django.utils import timezone
 from containers import selectors
 from containers.models import Runtime
 from containers.states import Status
-from outbox.models import OutboxEvent, OutboxStatus
+from outbox.models import OutboxStatus
 from tests.admin.conftest import make_user
-from tests.factories import InstanceFactory, RuntimeFactory
+from tests.factories import InstanceFactory, RequestFactory, RuntimeFactory
 
 pytestmark = pytest.mark.django_db
-
-
-def _dead(n):
-    for i in range(n):
-        OutboxEvent.objects.create(
-            kind="ContainerCreateRequest",
-            queue="create",
-            aggregate_id=f"00000000-0000-0000-0000-{i:012d}",
-            available_at=timezone.now(),
-            status=OutboxStatus.DEAD,
-        )
 
 
 def _world():
@@ -44,7 +33,7 @@ def _world():
     InstanceFactory(status=Status.PENDING, runtime=reachable)
     for ago in (dt.timedelta(minutes=5), dt.timedelta(hours=25)):
         InstanceFactory(status=Status.FAILED, status_changed_at=now - ago, runtime=reachable)
-    _dead(2)
+    RequestFactory.create_batch(2, status=OutboxStatus.DEAD)
 
 
 def _tile(html: str, key: str) -> tuple[str, str]:
@@ -144,6 +133,6 @@ def test_index_query_count_is_pinned(as_user, superuser, django_assert_num_queri
     with django_assert_num_queries(7):
         client.get(reverse("admin:index"))
     InstanceFactory.create_batch(10, status=Status.RUNNING)
-    _dead(5)
+    RequestFactory.create_batch(5, status=OutboxStatus.DEAD)
     with django_assert_num_queries(7):
         client.get(reverse("admin:index"))

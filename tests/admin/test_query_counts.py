@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
-from django.utils import timezone
 
 from containers.models import ContainerEvent, OrphanContainer
-from outbox.models import OutboxEvent
-from tests.factories import InstanceFactory, RuntimeFactory
+from tests.factories import InstanceFactory, RequestFactory, RuntimeFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -16,16 +14,6 @@ pytestmark = pytest.mark.django_db
 def _instances(n):
     # Each row with its own template, runtime and owner: the worst case for N+1.
     InstanceFactory.create_batch(n)
-
-
-def _outbox(n):
-    for i in range(n):
-        OutboxEvent.objects.create(
-            kind="ContainerCreateRequest",
-            queue="create",
-            aggregate_id=f"00000000-0000-0000-0000-{i:012d}",
-            available_at=timezone.now(),
-        )
 
 
 def _events(n):
@@ -47,7 +35,7 @@ def _orphans(n):
 # (or the date hierarchy); never one per row.
 CASES = {
     "containers_containerinstance": (_instances, 8),
-    "outbox_outboxevent": (_outbox, 8),
+    "outbox_outboxevent": (RequestFactory.create_batch, 8),
     "containers_containerevent": (_events, 9),
     "containers_orphancontainer": (_orphans, 6),
 }
