@@ -409,3 +409,26 @@ class EngineEvents:
 
     def close(self) -> None:
         self.stream.close()
+
+
+def fake_fixtures(fake_dir: str, **template_fields):
+    """An owner ``bench``, a ``fake`` runtime in ``fake_dir`` and a template ``bench`` on it
+    (sleep 3600; ``template_fields`` add to it); returns ``(owner, template)``. Needs
+    Django set up."""
+    from django.contrib.auth.models import User
+
+    from containers.models import ContainerTemplate, Runtime
+
+    owner = User.objects.create_user("bench", password="bench-password-1")
+    Runtime.objects.create(
+        name="bench-fake", driver="fake", base_url=f"fake://{fake_dir}", labels={"engine": "fake"}
+    )
+    template = ContainerTemplate.objects.create(
+        name="bench",
+        image="gobrave-test-busybox:latest",
+        command=["sleep", "3600"],
+        pull_policy="never",
+        constraints={"engine": "fake"},
+        **template_fields,
+    )
+    return owner, template

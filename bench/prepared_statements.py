@@ -75,22 +75,7 @@ def use(mode: str, base: dict) -> None:
 
 
 def fixtures(fake_dir: str):
-    from django.contrib.auth.models import User
-
-    from containers.models import ContainerTemplate, Runtime
-
-    owner = User.objects.create_user("bench", password="bench-password-1")
-    Runtime.objects.create(
-        name="bench-fake", driver="fake", base_url=f"fake://{fake_dir}", labels={"engine": "fake"}
-    )
-    template = ContainerTemplate.objects.create(
-        name="bench",
-        image="gobrave-test-busybox:latest",
-        command=["sleep", "3600"],
-        pull_policy="never",
-        constraints={"engine": "fake"},
-        env={"GROUP": "$GROUPID"},
-    )
+    owner, template = c.fake_fixtures(fake_dir, env={"GROUP": "$GROUPID"})
     return template, owner
 
 

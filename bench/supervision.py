@@ -68,23 +68,10 @@ def c_descendants(pid: int) -> list[int]:
 
 
 def fixtures(fake_dir: str):
-    from django.contrib.auth.models import User
+    from containers.models import Runtime
 
-    from containers.models import ContainerTemplate, Runtime
-
-    owner = User.objects.create_user("bench", password="bench-password-1")
     Runtime.objects.filter(name="local").delete()
-    Runtime.objects.create(
-        name="bench-fake", driver="fake", base_url=f"fake://{fake_dir}", labels={"engine": "fake"}
-    )
-    template = ContainerTemplate.objects.create(
-        name="bench",
-        image="gobrave-test-busybox:latest",
-        command=["sleep", "3600"],
-        pull_policy="never",
-        constraints={"engine": "fake"},
-    )
-    return owner, template
+    return c.fake_fixtures(fake_dir)
 
 
 def main() -> int:
