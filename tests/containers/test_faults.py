@@ -178,11 +178,13 @@ def _app_on(server: ThrowawayPostgres, tmp_path, **env_extra: str):
 
 
 def _start_all(app: App) -> None:
-    """The dispatcher, both clusters and the monitor."""
+    """The dispatcher, both clusters and the monitor, the monitor up and following its
+    engine (it reads the database as it starts: a fault before that is not this test's)."""
     app.dispatcher()
     app.cluster("create")
     app.cluster("control")
     app.start("monitor", "run_monitor")
+    app.wait_logged("monitor", "following runtime", timeout=60, message="the monitor following")
 
 
 def test_postgres_restart_under_dispatcher_clusters_and_monitor(throwaway_pg, tmp_path):
