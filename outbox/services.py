@@ -121,14 +121,20 @@ def outbox_retry_now(*, event_id: int) -> OutboxEvent:
 
 
 def _deferred(*, queue: str):
-    """The rows deferred on ``queue`` (waiting for a slot), made due now."""
-    rows = OutboxEvent.objects.filter(
+    """The rows deferred on ``queue`` (waiting for a slot), made due now.
+
+    Locked in id order and skipping rows another transaction holds: two releases at
+    once (two slots freed together) scanned the rows in different orders and deadlocked;
+    a row skipped here is being released (or worked on) by its holder, and the
+    dispatcher's poll is the safety net."""
+    waiting = OutboxEvent.objects.filter(
         status=OutboxStatus.PENDING,
         queue=queue,
         outcome=Outcome.DEFERRED,
         available_at__gt=Now(),
     )
-    return rows, {"available_at": Now()}
+    mine = waiting.order_by("pk").select_for_update(skip_locked=True).values("pk")
+    return OutboxEvent.objects.filter(pk__in=mine), {"available_at": Now()}
 
 
 def outbox_release_deferred(*, queue: str) -> int:
