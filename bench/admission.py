@@ -36,19 +36,24 @@ def free_port() -> int:
 
 
 def start_server(procs, name: str, app: str, env: dict, args) -> int:
+    """gunicorn serving ``app``: uvicorn's ASGI workers for an ASGI app (as production and
+    ``make run``), threaded workers (``args.threads``) for a WSGI one."""
     port = free_port()
     gunicorn = str(Path(c.PYTHON).parent / "gunicorn")
+    if "asgi" in app:
+        workers = ["--worker-class", "uvicorn_worker.UvicornWorker"]
+        pool = int(env.get("DATABASE_POOL_MAX", "10"))
+    else:
+        workers = ["--worker-class", "gthread", "--threads", str(args.threads)]
+        pool = args.threads + 2
     procs.start(
         name,
         [
             gunicorn,
             app,
-            "--worker-class",
-            "gthread",
+            *workers,
             "--workers",
             str(args.workers),
-            "--threads",
-            str(args.threads),
             "--bind",
             f"127.0.0.1:{port}",
             "--keep-alive",
@@ -58,7 +63,7 @@ def start_server(procs, name: str, app: str, env: dict, args) -> int:
             "--log-level",
             "warning",
         ],
-        {**env, "DATABASE_POOL_MAX": str(args.threads + 2)},
+        {**env, "DATABASE_POOL_MAX": str(pool)},
     )
     return port
 

@@ -2,7 +2,7 @@
 
 gobrave as shipped (config.yml without per-owner quotas: one user makes all N; PostgreSQL,
 its own bench database, gobrave's default
-connection pool, the real Docker Engine): gunicorn serving ``gobrave.wsgi``, one
+connection pool, the real Docker Engine): gunicorn serving ``gobrave.asgi``, one
 dispatcher, the ``create`` and ``control`` clusters and the monitor. N client threads,
 released together by a barrier, each POST one create of a busybox template
 (``gobrave-test-busybox:latest``, pull_policy never, ``sleep 600``); the time runs from
@@ -218,7 +218,7 @@ def main() -> int:
                 port = start_server(
                     procs,
                     "web",
-                    "gobrave.wsgi:application",
+                    "gobrave.asgi:application",
                     env,
                     SimpleNamespace(workers=2, threads=4),
                 )

@@ -3,7 +3,8 @@
 The whole app runs as the README recommends for production: PostgreSQL (its own bench
 database), the ORM broker, config.yml as shipped but without per-owner quotas (its one
 user keeps every instance it makes; ``--config`` changes keys), gobrave's
-default connection pool; a gunicorn web server, one dispatcher, the ``create`` and
+default connection pool; the web server as production runs it (gunicorn with uvicorn's
+ASGI workers; ``--server wsgi`` for the threaded WSGI server it replaced), one dispatcher, the ``create`` and
 ``control`` clusters and the monitor. One container at a time (so this is latency, not
 queueing): the bench notes the wall clock, POSTs a create of a busybox template
 (``gobrave-test-busybox:latest``, pull_policy never, ``sleep 600``) on an HTTP
@@ -192,7 +193,7 @@ def run_config(name, overrides, url, token, bench_id, client, args) -> tuple[lis
     )
     server = SimpleNamespace(workers=2, threads=4)
     with c.processes(f"e2e-{name}") as procs:
-        port = start_server(procs, "web", "gobrave.wsgi:application", env, server)
+        port = start_server(procs, "web", f"gobrave.{args.server}:application", env, server)
         procs.dispatcher(env)
         procs.cluster("create", env)
         procs.cluster("control", env)
@@ -224,6 +225,9 @@ def main() -> int:
     parser.add_argument("--max-seconds", type=float, default=100, help="bound per config")
     parser.add_argument("--config", action="append", help="NAME:section_key=value,...")
     parser.add_argument("--keep-db", action="store_true")
+    parser.add_argument(
+        "--server", choices=["asgi", "wsgi"], default="asgi", help="the web server's interface"
+    )
     args = parser.parse_args()
     configs = dict(map(parse_config, args.config)) if args.config else CONFIGS
     bench_id, client = docker_bench()

@@ -104,9 +104,6 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    # Static files from STATIC_ROOT (``collectstatic``, which ``make run`` runs) under any
-    # WSGI server, with or without DEBUG.
-    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -119,6 +116,7 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "gobrave.urls"
 WSGI_APPLICATION = "gobrave.wsgi.application"
+ASGI_APPLICATION = "gobrave.asgi.application"
 
 TEMPLATES = [
     {
@@ -219,7 +217,8 @@ FORMAT_MODULE_PATH = ["gobrave.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns at start when it is missing
+# Served by ServeStatic in gobrave.asgi / gobrave.wsgi (every middleware stays async-capable).
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # ServeStatic warns at start when it is missing
 
 # What a caller may see of a domain error (core.api.errors): users never get host paths
 # or engine addresses.

@@ -6,8 +6,9 @@ and keeps them running (a part that dies is restarted after a short pause). Each
 cluster runs under its own watchdog (``manage.py run_cluster``), which restarts it when
 it dies or wedges. Every part dies with this script, however it dies (Linux
 ``PR_SET_PDEATHSIG``), so a second ``make run`` never finds the first one's processes.
-The web part is gunicorn (threaded workers) with WhiteNoise serving the static files, as
-in production; its control socket is this checkout's own (``gunicornc -s var/gunicorn.ctl``).
+The web part is gunicorn managing uvicorn's ASGI workers (``gobrave.asgi``: a stream holds
+no thread; ServeStatic answers the static files), as in production; its control socket is
+this checkout's own (``gunicornc -s var/gunicorn.ctl``).
 Ctrl-C or SIGTERM stops them all: each process gets SIGTERM on its main pid (the cluster
 supervisors and gunicorn stop cleanly that way).
 
@@ -32,8 +33,9 @@ PY = sys.executable
 def parts() -> dict[str, tuple[list[str], dict[str, str]]]:
     addr = os.environ.get("GOBRAVE_WEB_ADDR", "127.0.0.1:8000")
     manage = [PY, "manage.py"]
-    web = [PY, "-m", "gunicorn", "gobrave.wsgi:application", "--bind", addr]
-    web += ["--workers", "2", "--threads", "4", "--graceful-timeout", "5"]
+    web = [PY, "-m", "gunicorn", "gobrave.asgi:application", "--bind", addr]
+    web += ["--worker-class", "uvicorn_worker.UvicornWorker", "--workers", "2"]
+    web += ["--graceful-timeout", "5"]
     # gunicorn's control socket defaults to one per user ($HOME/.gunicorn/gunicorn.ctl),
     # so two installations on one host would share it: each keeps its own in var/.
     web += ["--control-socket", str(ROOT / "var" / "gunicorn.ctl")]

@@ -51,6 +51,19 @@ def _no_counter_buffering_leaks():
     counters_buffer_stop()
 
 
+@pytest.fixture(scope="session")
+def live_server(django_db_blocker):
+    """uvicorn serving the ASGI application production serves (tests/asgi_server.py), in
+    place of pytest-django's WSGI server; its autouse helper makes each test using it
+    transactional, as before."""
+    from tests.asgi_server import AsgiLiveServer
+
+    with django_db_blocker.unblock():
+        server = AsgiLiveServer()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def postgres():
     """Skip (or fail in CI) a test that needs PostgreSQL's locking."""

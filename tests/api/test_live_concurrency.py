@@ -1,8 +1,8 @@
 """maxPending over real HTTP: 200 simultaneous POSTs against a live server, limit 50.
 
 Real clients (one thread and one TCP connection each, released together by a barrier)
-against pytest-django's threaded live server, whose request threads take their database
-connections from the psycopg pool (at most ``DATABASE_POOL_MAX`` per process) and give
+against the ASGI live server (uvicorn, tests/asgi_server.py), whose request threads take
+their database connections from the psycopg pool (at most ``DATABASE_POOL_MAX`` per process) and give
 them back after every request. Exactly 50 are accepted and 150 refused with 429 and a
 ``Retry-After`` of at least one second; the database holds exactly 50 instances and 50
 outbox rows.
@@ -36,11 +36,8 @@ def test_200_simultaneous_posts_admit_exactly_50(
         container={"create_queue_max_pending": LIMIT},
         api={"throttle_create": None, "throttle_write": None},
     )
-    # Django's development server listens with a backlog of 10, so most of 200 connections
-    # opened at once would be reset by the kernel before the server accepts them; a
-    # production server listens with a deep backlog (gunicorn: 2048). Linux applies a
-    # second listen() to the running socket.
-    live_server.thread.httpd.socket.listen(CALLERS)
+    # The live server (uvicorn on the ASGI application) listens with a backlog of 2048,
+    # as production does, so 200 connections opened at once are all queued.
     tokens = [
         Token.objects.create(user=UserFactory(username=f"client{i}")).key for i in range(USERS)
     ]

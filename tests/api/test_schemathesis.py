@@ -1,6 +1,6 @@
 """Property-based run of every API operation against its OpenAPI schema (schemathesis).
 
-In-process against the WSGI application, authenticated as a superuser (who may call every
+In-process against the ASGI application that production serves (``gobrave.asgi``), authenticated as a superuser (who may call every
 operation), deterministic, at least 25 generated examples per operation, positive and
 negative inputs. Every response must be no 5xx, have a documented status code and
 content type, and conform to the documented schema (errors included).
@@ -12,8 +12,6 @@ import json
 
 import pytest
 import schemathesis
-from django.core import signals
-from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
@@ -26,10 +24,10 @@ from schemathesis.specs.openapi.checks import (
 
 from containers.requests.services import container_create_by_template
 from core.counters import counters_buffer_stop
-from gobrave.wsgi import application
+from gobrave.asgi import django_application
 from tests.factories import InstanceFactory, UserFactory
 
-# gobrave.wsgi buffers request counters per web process; this test process is no web
+# gobrave.asgi buffers request counters per web process; this test process is no web
 # server, and the other tests read counters as soon as they are bumped.
 counters_buffer_stop()
 
@@ -52,20 +50,13 @@ def _schema() -> dict:
 
 
 schema = schemathesis.openapi.from_dict(_schema())
-schema.app = application
+schema.app = django_application
 schema.config.generation.update(max_examples=25, deterministic=True, with_security_parameters=False)
 
 
-@pytest.fixture(autouse=True)
-def requests_inside_the_test_transaction(db):
-    """A WSGI request closes the database connection when it ends; the test transaction
-    must survive every example, so (as Django's test client does) that hook is off here.
-    """
-    signals.request_started.disconnect(close_old_connections)
-    signals.request_finished.disconnect(close_old_connections)
-    yield
-    signals.request_started.connect(close_old_connections)
-    signals.request_finished.connect(close_old_connections)
+# The application runs its views in threads of its own (each with its own database
+# connection), so what a test writes must be committed for them to see it.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
