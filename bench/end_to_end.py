@@ -1,18 +1,17 @@
 """End to end: POST /api/containers/ to ``running`` on the real Docker Engine.
 
 The whole app runs as the README recommends for production: PostgreSQL (its own bench
-database), the ORM broker, config.yml as shipped but without per-owner quotas (its one
-user keeps every instance it makes; ``--config`` changes keys), gobrave's
-default connection pool; the web server as production runs it (gunicorn with uvicorn's
-ASGI workers; ``--server wsgi`` for the threaded WSGI server it replaced), one
-dispatcher, the ``create`` and ``control`` clusters and the monitor. One container at a time (so this is latency, not
-queueing): the bench notes the wall clock, POSTs a create of a busybox template
-(``gobrave-test-busybox:latest``, pull_policy never, ``sleep 600``) on an HTTP
-connection it keeps open (as the SDK keeps its own), and reads the time of the
-instance's ``running`` transition from its history, once the engine said ``start``.
-Interleaved with each sample, the docker SDK's bare ``containers.create()`` +
-``start()`` of the same image and command is timed. Every container carries
-``io.gobrave.installation=<bench id>`` and all are removed at the end.
+database), the ORM broker, config.yml as shipped but without per-owner quotas (its one user
+keeps every instance it makes; ``--config`` changes keys), gobrave's default connection
+pool; the web server as production runs it (gunicorn with uvicorn's ASGI workers; ``--server
+wsgi`` for the threaded WSGI server it replaced), one dispatcher, the ``create`` and
+``control`` clusters and the monitor. One container at a time (so this is latency, not
+queueing): the bench notes the wall clock, POSTs a create of a busybox template (``gobrave-
+test-busybox:latest``, pull_policy never, ``sleep 600``) on an HTTP connection it keeps open
+(as the SDK keeps its own), and reads the time of the instance's ``running`` transition from
+its history, once the engine said ``start``. Interleaved with each sample, the docker SDK's
+bare ``containers.create()`` + ``start()`` of the same image and command is timed. Every
+container carries ``io.gobrave.installation=<bench id>`` and all are removed at the end.
 
     .venv/bin/python bench/end_to_end.py [--samples 50] [--config NAME:key=value,...]
 """

@@ -1,12 +1,11 @@
 """maxPending over real HTTP: 200 simultaneous POSTs against a live server, limit 50.
 
 Real clients (one thread and one TCP connection each, released together by a barrier)
-against the ASGI live server (uvicorn, tests/asgi_server.py), whose request threads
-take their database connections from the psycopg pool (at most ``DATABASE_POOL_MAX`` per
-process) and give them back after every request. Exactly 50 are accepted and 150 refused with 429 and a
-``Retry-After`` of at least one second; the database holds exactly 50 instances and 50
-outbox rows.
-"""
+against the ASGI live server (uvicorn, tests/asgi_server.py), whose request threads take
+their database connections from the psycopg pool (at most ``DATABASE_POOL_MAX`` per process)
+and give them back after every request. Exactly 50 are accepted and 150 refused with 429 and
+a ``Retry-After`` of at least one second; the database holds exactly 50 instances and 50
+outbox rows."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """Property-based run of every API operation against its OpenAPI schema (schemathesis).
 
 In-process against the ASGI application that production serves (``gobrave.asgi``),
-authenticated as a superuser (who may call every operation), deterministic, at least 25 generated examples per operation, positive and
-negative inputs. Every response must be no 5xx, have a documented status code and
-content type, and conform to the documented schema (errors included).
-"""
+authenticated as a superuser (who may call every operation), deterministic, at least 25
+generated examples per operation, positive and negative inputs. Every response must be no
+5xx, have a documented status code and content type, and conform to the documented schema
+(errors included)."""
 
 from __future__ import annotations
 
