@@ -99,6 +99,7 @@ INSTALLED_APPS = [
     "outbox",
     "containers",
     "tenants",
+    "streams",
     "dags",
 ]
 

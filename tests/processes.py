@@ -10,8 +10,10 @@ clusters stop cleanly that way), then killed if they linger.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +35,19 @@ REPO = Path(__file__).resolve().parent.parent
 # GOBRAVE_TEST_PATIENCE scales every bound given to ``wait_for`` (default 3).
 PATIENCE = float(os.environ.get("GOBRAVE_TEST_PATIENCE", "3"))
 MAX_SCALED_WAIT = 240.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def current_database_url() -> str:
@@ -88,6 +103,37 @@ class App:
         process.log = log  # type: ignore[attr-defined]
         self.processes[name] = process
         return process
+
+    def web(self, name: str = "web", **extra_env: str) -> int:
+        """Start the web server exactly as ``make run`` does (scripts/run_all.py: gunicorn
+        with uvicorn's ASGI workers), on a free loopback port with a control socket of
+        its own; return the port once it answers."""
+        run_all = _load_script("run_all")
+        command, env = run_all.parts()["web"]
+        port = free_port()
+        command = list(command)
+        command[command.index("--bind") + 1] = f"127.0.0.1:{port}"
+        command[command.index("--control-socket") + 1] = str(self.logdir / f"{name}.ctl")
+        log = open(self.logdir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        process = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env={**self.env, **env, "GOBRAVE_APP_NAME": f"gobrave-test-{name}", **extra_env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        process.log = log  # type: ignore[attr-defined]
+        self.processes[name] = process
+
+        def answers() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"the web server exited:\n{self.logs()}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                return True
+            return False
+
+        wait_for(answers, timeout=60, message="the web server listens")
+        return port
 
     def dispatcher(self, name: str = "dispatcher") -> subprocess.Popen:
         return self.start(name, "run_dispatcher")

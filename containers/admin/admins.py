@@ -217,7 +217,8 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
     redacted_fields = {"spec": "spec_shown", "status_reason": "status_reason_shown"}
 
     class Media:
-        # Refreshes the list and the page in place (polls live/ below; a local file).
+        # Refreshes the list in place (polls live/ below) and the page (its stream/ of
+        # server-sent events); a local file.
         js = ("containers/live.js",)
         css = {"all": ("containers/console.css",)}
 
@@ -422,9 +423,15 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
     def get_urls(self):
         dashboard = self.admin_site.admin_view(partial(admin_views.queue_dashboard, admin=self))
         live = self.admin_site.admin_view(partial(admin_views.instance_live, admin=self))
+        dashboard_stream = self.admin_site.admin_view(
+            partial(admin_views.queue_dashboard_stream, admin=self)
+        )
+        stream = self.admin_site.admin_view(partial(admin_views.instance_stream, admin=self))
         return [
             path("dashboard/", dashboard, name="containers_dashboard"),
+            path("dashboard/stream/", dashboard_stream, name="containers_dashboard_stream"),
             path("live/", live, name="containers_containerinstance_live"),
+            path("<uuid:object_id>/stream/", stream, name="containers_containerinstance_stream"),
             *super().get_urls(),
         ]
 

@@ -120,14 +120,19 @@ class LogsQuerySerializer(serializers.Serializer):
     )
     follow = serializers.BooleanField(
         default=False,
-        help_text="Stream the output as it comes (text/plain) instead of one JSON answer; "
-        "the stream ends when the container stops, after `seconds`, or after 1 MiB.",
+        help_text="Stream the output as it comes (text/plain) instead of one JSON answer. "
+        "The stream ends when the container stops or is deleted, when you may no longer see "
+        "it (checked every `streams.lease_seconds`/3), after `streams.idle_seconds` without "
+        "output, after `seconds`, or after 1 MiB; a last line `[gobrave: stream ended: "
+        "<why>]` says which when it is not the container's end. A user holds at most "
+        "`streams.per_user` streams at once (429 `too_many_streams` beyond).",
     )
     seconds = serializers.IntegerField(
         min_value=1,
-        max_value=120,
-        default=60,
-        help_text="With follow: how long to follow at most.",
+        max_value=86_400,
+        required=False,
+        help_text="With follow: how long to follow at most (capped at `streams.max_seconds`, "
+        "3600 as shipped; that cap when left out).",
     )
 
 

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 
 import docker.errors
-from django.http import StreamingHttpResponse
+from asgiref.sync import async_to_sync
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiExample,
@@ -29,7 +29,7 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 from rest_framework.views import APIView
 
-from containers import access, selectors
+from containers import access, live, selectors
 from containers.actors import user_actor
 from containers.api import serializers as s
 from containers.engines import calls
@@ -47,6 +47,7 @@ from containers.spec import redaction, template_services
 from core.api.defaults import JSONParser
 from core.api.errors import RETRY_AFTER, error_responses
 from core.api.schema import list_and_retrieve
+from streams.responses import open_stream
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +213,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
         responses={
             (200, "application/json"): s.LogsOutputSerializer,
             (200, "text/plain"): OpenApiTypes.STR,
-            **error_responses(400, 404, 503),
+            **error_responses(400, 404, 429, 503),
         },
     )
     @action(detail=True, methods=["get"])
@@ -223,29 +224,47 @@ class ContainerViewSet(viewsets.GenericViewSet):
         tail = query.validated_data["tail"]
         try:
             if query.validated_data["follow"]:
-                stream = calls.container_logs_follow(
-                    instance=instance, tail=tail, seconds=query.validated_data["seconds"]
-                )
-                stream = redaction.log_stream_for(request.user, instance.spec, stream)
-                response = StreamingHttpResponse(stream, content_type="text/plain; charset=utf-8")
-                response["Cache-Control"] = "no-cache"
-                response["X-Accel-Buffering"] = "no"  # a proxy in front must not buffer it
-                return response
+                return self._follow(request, instance, tail, query.validated_data.get("seconds"))
             logs = calls.container_logs(instance=instance, tail=tail)
             text = redaction.logs_for(request.user, instance.spec, logs.text)
         except (EngineError, docker.errors.DockerException, OSError) as exc:
-            # requests' errors are OSErrors; the engine may be down or unreachable.
-            log.warning("logs of instance %s: runtime %s: %s", instance.id, instance.runtime, exc)
-            raise EngineUnavailable(
-                f"the runtime {instance.runtime.name} did not answer: {exc}",
-                runtime=instance.runtime.name,
-            ) from None
+            raise _unavailable(instance, exc) from None
         response = Response(
             s.LogsOutputSerializer({"id": instance.id, "tail": tail, "logs": text}).data
         )
         if logs.cut_at is not None:  # cut at calls.LOG_MAX_BYTES: say where
             response[calls.LOG_CUT_HEADER] = str(logs.cut_at)
         return response
+
+    def _follow(self, request, instance, tail: int, seconds: int | None):
+        """The output as it comes, as a stream of the ``streams`` app: no thread and no
+        database connection held while it waits; 429 over the stream limits, 503 when
+        the engine does not answer (both before anything is sent)."""
+        try:
+            stream = live.output_follow_open(instance=instance, tail=tail)
+        except (EngineError, docker.errors.DockerException, OSError) as exc:
+            raise _unavailable(instance, exc) from None
+        user, spec = request.user, instance.spec
+        try:
+            return open_stream(
+                request,
+                lambda: live.output_text(stream, user=user, spec=spec),
+                allowed=live.watch_rule(instance.id),
+                sse=False,
+                seconds=seconds,
+            )
+        except BaseException:
+            async_to_sync(stream.aclose)()
+            raise
+
+
+def _unavailable(instance, exc) -> EngineUnavailable:
+    # requests' errors are OSErrors; the engine may be down or unreachable.
+    log.warning("logs of instance %s: runtime %s: %s", instance.id, instance.runtime, exc)
+    return EngineUnavailable(
+        f"the runtime {instance.runtime.name} did not answer: {exc}",
+        runtime=instance.runtime.name,
+    )
 
 
 @extend_schema_view(

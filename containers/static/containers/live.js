@@ -1,5 +1,7 @@
-/* Live instance list and page: polls live/ and updates status, reason, times, the
-   buttons and the history in place, without a reload. Served by gobrave, no CDN. */
+/* Live instance list and page, updated in place without a reload. The list polls live/
+   every 2 s (one cheap JSON answer for the rows shown); the page opens one stream of
+   server-sent events (<id>/stream/: its state, its output) that holds no server thread.
+   Served by gobrave, no CDN. */
 (function () {
   "use strict";
   var EVERY_MS = 2000;
@@ -40,7 +42,6 @@
     if (!box) { return; }
     if (item === null) { box.dataset.gone = "1"; return; }
     box.dataset.status = item.status;
-    followLogs(item.status);
     Object.keys(item.fields).forEach(function (name) {
       var el = document.querySelector(".field-" + name + " .readonly");
       if (el && el.textContent !== item.fields[name]) { el.textContent = item.fields[name]; }
@@ -55,48 +56,55 @@
     setHtml(document.getElementById("gb-events"), item.events_html);
   }
 
-  // --- the page follows the container's output while it runs -------------------------
+  // --- the page: one stream of server-sent events (its state and its output) ---------
   var LOG_KEEP = 200000;  // characters kept on the page
-  var following = false;
 
-  function followLogs(status) {
+  function appendLog(text, reset) {
     var pre = document.getElementById("gb-log-text");
-    if (!pre || following || ["running", "paused", "stop_pending"].indexOf(status) < 0) {
-      return;
-    }
-    if (!window.fetch || !window.ReadableStream) { return; }
-    following = true;
-    var stateNote = document.getElementById("gb-log-state");
+    if (!pre) { return; }
     var problem = document.querySelector("#gb-logs .gb-logs-problem");
-    var decoder = new TextDecoder();
-    var first = true;
-    pre.dataset.following = "1";
-    if (stateNote) { stateNote.textContent = "(following)"; }
-    fetch(pre.dataset.followUrl, {credentials: "same-origin"})
-      .then(function (r) {
-        if (!r.ok) { throw new Error(r.status); }
-        var reader = r.body.getReader();
-        function read() {
-          return reader.read().then(function (part) {
-            if (part.done) { return; }
-            var text = decoder.decode(part.value, {stream: true});
-            if (first) { pre.textContent = ""; first = false; }
-            var atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
-            pre.textContent = (pre.textContent + text).slice(-LOG_KEEP);
-            pre.hidden = false;
-            if (problem) { problem.hidden = true; }
-            if (atBottom) { pre.scrollTop = pre.scrollHeight; }
-            return read();
-          });
-        }
-        return read();
-      })
-      .catch(function () { /* followed again at the next poll */ })
-      .finally(function () {
-        following = false;
-        delete pre.dataset.following;
-        if (stateNote) { stateNote.textContent = ""; }
-      });
+    var atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    pre.textContent = ((reset ? "" : pre.textContent) + text).slice(-LOG_KEEP);
+    pre.hidden = false;
+    if (problem) { problem.hidden = true; }
+    if (atBottom) { pre.scrollTop = pre.scrollHeight; }
+  }
+
+  function streamPage(box) {
+    var stateNote = document.getElementById("gb-log-state");
+    var source = new EventSource(box.dataset.streamUrl);
+    source.addEventListener("open", function () {
+      document.documentElement.dataset.gbStream = "open";
+      if (stateNote) { stateNote.textContent = "(live)"; }
+    });
+    source.addEventListener("state", function (e) {
+      var item = JSON.parse(e.data);
+      applyRow(box.dataset.id, item);
+      if (item) { drawn[box.dataset.id] = item.status_html; }
+      applyDetail(item);
+      document.documentElement.dataset.gbLiveAt = String(Date.now());
+    });
+    source.addEventListener("log", function (e) {
+      var part = JSON.parse(e.data);
+      appendLog(part.text, part.reset);
+    });
+    source.addEventListener("problem", function (e) {
+      var problem = document.querySelector("#gb-logs .gb-logs-problem");
+      if (problem) { problem.textContent = JSON.parse(e.data).text; problem.hidden = false; }
+    });
+    source.addEventListener("end", function (e) {
+      // The server ended it (time limit, access, the instance gone): no reconnect.
+      source.close();
+      var reason = JSON.parse(e.data).reason;
+      document.documentElement.dataset.gbStream = "ended";
+      if (stateNote) { stateNote.textContent = reason ? "(live updates ended: " + reason + ")" : ""; }
+    });
+    source.addEventListener("error", function () {
+      // EventSource reconnects by itself; a refusal (429, 403) closes it for good.
+      if (source.readyState === EventSource.CLOSED && stateNote) {
+        stateNote.textContent = "(live updates unavailable; reload the page)";
+      }
+    });
   }
 
   function poll() {
@@ -120,9 +128,11 @@
   }
 
   document.addEventListener("DOMContentLoaded", function () {
-    var badge = document.querySelector("#gb-live-detail") &&
-                document.querySelector(".field-status_display .gb-badge");
-    if (badge) { followLogs(badge.textContent.trim()); }
+    var box = document.getElementById("gb-live-detail");
+    if (box && box.dataset.streamUrl && window.EventSource) {
+      streamPage(box);  // the page: its stream; the list below it (if any) is not polled
+      return;
+    }
     setTimeout(poll, EVERY_MS);
   });
 })();

@@ -1,0 +1,150 @@
+"""The loop every stream runs: its source, bounded in time, checked while it is open.
+
+``guarded(source, ...)`` passes on what an async ``source`` yields (a container's output,
+a page's updates) and ends, yielding an ``Ended`` with the reason said to the viewer:
+
+1. when the source ends (the container stopped or was removed): ``Ended("")``, no reason
+   to say; a source that fails ends it as well, saying so;
+2. after ``idle`` seconds without an item, or ``total`` seconds in all;
+3. when ``check`` (awaited every ``every`` seconds; the lease's renewal and the access
+   rule, ``streams.services.stream_keep``) gives a reason;
+4. when the consumer goes away (the client disconnected: the task is cancelled).
+
+However it ends, the source is closed (``aclose``: the engine connection is closed at
+once) and ``finish`` runs (the lease is given back). A slow reader holds the loop at its
+``yield``: nothing is read from the source meanwhile, so nothing piles up in the server
+(the engine's stream waits behind TCP's own back-pressure). ``keepalive`` yields
+``KEEPALIVE`` after that long without an item (SSE comments that keep proxies from
+closing a quiet stream; they do not count as activity for ``idle``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import connections
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Ended:
+    reason: str
+
+
+KEEPALIVE = object()
+
+
+async def db_call(function: Callable[..., Any], /, **kwargs: Any) -> Any:
+    """``function(**kwargs)`` in a worker thread, whose database connection goes back to
+    the pool as soon as it returns: a stream holds no connection between its checks."""
+
+    def call() -> Any:
+        try:
+            return function(**kwargs)
+        finally:
+            connections.close_all()
+
+    return await sync_to_async(call, thread_sensitive=False)()
+
+
+async def guarded(
+    source: AsyncIterator[Any],
+    *,
+    idle: float,
+    total: float,
+    every: float,
+    check: Callable[[], Awaitable[str | None]],
+    finish: Callable[[], Awaitable[None]],
+    keepalive: float | None = None,
+) -> AsyncIterator[Any]:
+    loop = asyncio.get_running_loop()
+    start = last = quiet_since = loop.time()
+    next_check = start + every
+    pending: asyncio.Future | None = None
+    try:
+        while True:
+            now = loop.time()
+            if now - start >= total:
+                yield Ended(f"the stream reached its time limit ({total:g} s); open it again")
+                return
+            if now - last >= idle:
+                yield Ended(f"nothing new for {idle:g} s; open the stream again")
+                return
+            if now >= next_check:
+                reason = await check()
+                if reason:
+                    yield Ended(reason)
+                    return
+                next_check = loop.time() + every
+            if pending is None:
+                pending = asyncio.ensure_future(anext(source))
+            wake = min(start + total, last + idle, next_check)
+            if keepalive is not None:
+                wake = min(wake, quiet_since + keepalive)
+            done, _ = await asyncio.wait({pending}, timeout=max(0.0, wake - loop.time()))
+            if not done:
+                if keepalive is not None and loop.time() - quiet_since >= keepalive:
+                    quiet_since = loop.time()
+                    yield KEEPALIVE
+                continue
+            finished, pending = pending, None
+            try:
+                item = finished.result()
+            except StopAsyncIteration:
+                yield Ended("")
+                return
+            except Exception as exc:  # noqa: BLE001 - the viewer is told, the log has it
+                log.warning("stream source failed: %r", exc)
+                yield Ended(f"the source failed: {exc}")
+                return
+            last = quiet_since = loop.time()
+            yield item
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+        with contextlib.suppress(Exception):
+            await source.aclose()
+        await asyncio.shield(finish())
+
+
+class StreamBody:
+    """The body of a ``StreamingHttpResponse``: an async iterator of bytes.
+
+    Django closes a response from a thread (``close()``), without closing its async
+    iterator; this closes it on its own event loop at once, so the engine connection and
+    the lease are given back even when the client went away while the stream waited on
+    a write.
+    """
+
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+        self._chunks = chunks
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._run()
+
+    async def _run(self) -> AsyncIterator[bytes]:
+        self._loop = asyncio.get_running_loop()
+        async for chunk in self._chunks:
+            yield chunk
+
+    def close(self) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+
+        def close_now() -> None:
+            task = loop.create_task(self._chunks.aclose())
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(close_now)
