@@ -28,3 +28,26 @@ class DomainError(Exception):
         super().__init__(message)
         self.message = message
         self.details = details
+
+
+class LeaseLimitReached(DomainError):
+    """A lease is refused: its holder's or its scope's limit of live leases is reached
+    (HTTP 429, code ``lease_limit``); nothing was created.
+
+    ``limit`` names the limit that refused it (``"per_holder"`` or ``"total"``) and
+    ``number`` is that limit, both in ``details`` too. Releasing or letting a lease expire
+    makes room, so a retry may succeed; the caller words the message for its users.
+    """
+
+    code = "lease_limit"
+    http_status = 429
+
+    def __init__(self, *, scope: str, limit: str, number: int) -> None:
+        which = "per-holder" if limit == "per_holder" else "total"
+        super().__init__(
+            f"{scope}: the {which} limit of {number} live leases is reached",
+            scope=scope,
+            limit=limit,
+            number=number,
+        )
+        self.scope, self.limit, self.number = scope, limit, number
