@@ -10,6 +10,7 @@ user's instance answers 404 exactly as a missing one does, unless the caller hol
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 
@@ -32,7 +33,7 @@ from rest_framework.views import APIView
 from containers import access, selectors
 from containers.actors import user_actor
 from containers.api import serializers as s
-from containers.engines import calls
+from containers.engines import calls, streams
 from containers.engines.base import EngineError
 from containers.errors import EngineUnavailable, NotFound, TemplateUnavailable
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
@@ -223,10 +224,18 @@ class ContainerViewSet(viewsets.GenericViewSet):
         tail = query.validated_data["tail"]
         try:
             if query.validated_data["follow"]:
-                stream = calls.container_logs_follow(
-                    instance=instance, tail=tail, seconds=query.validated_data["seconds"]
+                instance.runtime  # noqa: B018 - loaded here: the stream reads no database
+                # Under WSGI the async stream is read on a loop of this request's own thread.
+                chunks = streams.iterate_blocking(
+                    functools.partial(
+                        calls.container_logs_follow,
+                        instance=instance,
+                        tail=tail,
+                        seconds=query.validated_data["seconds"],
+                    )
                 )
-                stream = redaction.log_stream_for(request.user, instance.spec, stream)
+                text = streams.utf8_text(chunks)
+                stream = redaction.log_stream_for(request.user, instance.spec, text)
                 response = StreamingHttpResponse(stream, content_type="text/plain; charset=utf-8")
                 response["Cache-Control"] = "no-cache"
                 response["X-Accel-Buffering"] = "no"  # a proxy in front must not buffer it
