@@ -13,7 +13,7 @@ least once.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -184,13 +184,24 @@ class Engine(Protocol):
         time by the driver.
         """
 
-    def follow_logs(self, ref: str, *, tail: int, until: float) -> Iterator[str]:
-        """The last ``tail`` lines, then new output as it comes.
+    async def follow_logs(self, ref: str, *, tail: int, until: float) -> AsyncIterator[bytes]:
+        """The last ``tail`` lines, then new output as it comes: a coroutine that opens the
+        stream and returns an async iterator of raw chunks (stdout and stderr, demultiplexed;
+        a chunk may end inside a line or a character).
 
-        Opens at once (an engine that does not answer raises here, before anything is
-        read; a missing container gives an empty iterator). The iterator ends when the
-        container stops, the stream drops, or the wall clock passes ``until`` (epoch
-        seconds), whichever comes first; closing it closes the engine stream.
+        1. Opening is bounded in time by the driver: an engine that does not answer raises
+           ``EngineError`` here, before anything is read; a missing container gives an
+           empty iterator.
+        2. The iterator ends when the container stops, the stream drops, or the wall clock
+           passes ``until`` (epoch seconds), whichever comes first, also on a container
+           that prints nothing.
+        3. ``await it.aclose()``, and the cancellation of the task iterating it, close the
+           engine connection at once; none is kept in a pool once the follow ends.
+        4. A slow reader holds the engine back (a bounded buffer), never more in memory.
+
+        Runs on an event loop and touches no database. Drivers that cannot read their
+        transport asynchronously run their blocking stream through
+        ``containers.engines.streams.follow_in_thread`` (a thread per follower).
         """
 
     def list_ours(
@@ -203,5 +214,7 @@ class Engine(Protocol):
     def events(self, installation: str, since_nano: int | None = None) -> Iterator[EngineEvent]:
         """Follow lifecycle events of our containers, from ``since_nano`` (inclusive).
 
-        The iterator ends when the stream drops; the caller reconnects.
+        The iterator ends when the stream drops; the caller reconnects. Blocking, unlike
+        ``follow_logs``: its one reader is the monitor, a sync process with one thread per
+        engine, so an async stream would buy nothing there.
         """

@@ -11,11 +11,12 @@ from __future__ import annotations
 import codecs
 import concurrent.futures
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from containers.engines import engine_for
+from containers.engines.streams import EngineStream
 
 if TYPE_CHECKING:
     from containers.models import ContainerInstance, Runtime
@@ -93,38 +94,44 @@ def container_logs(*, instance: ContainerInstance, tail: int = 100) -> Logs:
     return Logs(text=shown + note, cut_at=LOG_MAX_BYTES)
 
 
-def container_logs_follow(
-    *, instance: ContainerInstance, tail: int = 100, seconds: float = 60
-) -> Iterator[str]:
-    """The container's output as it comes, for at most ``seconds`` (capped at
-    ``LOG_FOLLOW_MAX_SECONDS``) and ``LOG_MAX_BYTES``; then it ends.
+LOG_FOLLOW_CUT_NOTE = b"\n[gobrave: output cut at 1 MiB; ask again to go on]\n"
 
-    Opens the engine stream now, raising the engine's errors like ``container_logs``;
-    the reading happens as the caller iterates (outside any transaction).
+
+async def container_logs_follow(
+    *, instance: ContainerInstance, tail: int = 100, seconds: float = 60
+) -> EngineStream:
+    """The container's raw output as it comes, for at most ``seconds`` (capped at
+    ``LOG_FOLLOW_MAX_SECONDS``) and ``LOG_MAX_BYTES``; then it ends. The caller decodes
+    (``streams.utf8_text``) and scrubs.
+
+    1. Open the engine's stream now (``Engine.follow_logs``), raising the engine's errors
+       like ``container_logs``; empty when the container does not exist.
+    2. Pass chunks on as they come, until ``LOG_MAX_BYTES``: the last one is cut there
+       (never inside a UTF-8 character) and ``LOG_FOLLOW_CUT_NOTE`` ends the stream.
+    3. The end, ``aclose()`` or a cancellation closes the engine stream at once.
+
+    Runs on an event loop and reads no database: ``instance.runtime`` must be loaded
+    already (e.g. read once, or ``select_related``).
     """
     until = time.time() + min(float(seconds), LOG_FOLLOW_MAX_SECONDS)
-    stream = engine_for(instance.runtime).follow_logs(
+    stream = await engine_for(instance.runtime).follow_logs(
         instance.container_id or instance.container_name, tail=tail, until=until
     )
+    return EngineStream(_capped(stream), stream.aclose)
 
-    def bounded() -> Iterator[str]:
-        sent = 0
-        try:
-            for chunk in stream:
-                room = LOG_MAX_BYTES - sent
-                data = chunk.encode("utf-8")
-                if len(data) >= room:
-                    yield data[:room].decode("utf-8", errors="ignore")
-                    yield "\n[gobrave: output cut at 1 MiB; ask again to go on]\n"
-                    return
-                sent += len(data)
-                yield chunk
-        finally:
-            close = getattr(stream, "close", None)
-            if close is not None:
-                close()
 
-    return bounded()
+async def _capped(stream: EngineStream) -> AsyncGenerator[bytes, None]:
+    sent = 0
+    async for chunk in stream:
+        room = LOG_MAX_BYTES - sent
+        if len(chunk) >= room:
+            while 0 < room < len(chunk) and chunk[room] & 0xC0 == 0x80:
+                room -= 1  # back to the start of the character the cap falls in
+            yield chunk[:room]
+            yield LOG_FOLLOW_CUT_NOTE
+            return
+        sent += len(chunk)
+        yield chunk
 
 
 def container_logs_for_console(*, instance: ContainerInstance, tail: int = 100) -> tuple[str, str]:

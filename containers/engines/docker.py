@@ -18,15 +18,18 @@ import io
 import os
 import re
 import socket
+import ssl
 import tarfile
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import docker
 import docker.errors
+import docker.tls
 import requests.exceptions
 import urllib3.exceptions
 from docker.types import Mount as DockerMount
@@ -41,8 +44,9 @@ from containers.engines.base import (
     Workspace,
 )
 from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE
+from containers.engines.streams import EngineStream, follow_in_thread
 
-__all__ = ["DockerEngine", "EVENT_ACTIONS", "PULL_POLICIES"]
+__all__ = ["DockerEngine", "EVENT_ACTIONS", "PULL_POLICIES", "TLSFiles"]
 
 PULL_POLICIES = frozenset({"never", "if_not_present", "always"})
 EVENT_ACTIONS = frozenset(
@@ -177,6 +181,52 @@ def _keepalive(api: docker.APIClient) -> None:
         manager.clear()
 
 
+class _ClosableFrames:
+    """The sync client's log stream as a ``streams.BlockingStream``: ``close()`` from any
+    thread ends a read in progress. The SDK shuts the socket down; over ``ssh://`` with
+    paramiko it refuses to, and the channel is closed instead."""
+
+    def __init__(self, stream: Any, api: docker.APIClient) -> None:
+        self.stream = stream
+        self.api = api  # the follow's own client: closed with it
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.stream)
+
+    def close(self) -> None:
+        try:
+            self.stream.close()
+        except docker.errors.DockerException:
+            fp = getattr(getattr(self.stream, "_response", None), "raw", None)
+            channel = getattr(getattr(getattr(fp, "_fp", None), "fp", None), "channel", None)
+            if channel is not None:
+                channel.close()
+        finally:
+            self.api.close()
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """Mutual TLS to an engine over TCP (PEM files): the CA that signed the engine's
+    certificate, and the client's certificate and key. Both clients verify the engine
+    against ``ca_cert`` alone (not the system's CAs) and check its host name."""
+
+    ca_cert: str
+    client_cert: str
+    client_key: str
+
+    def for_docker_sdk(self) -> docker.tls.TLSConfig:
+        return docker.tls.TLSConfig(
+            client_cert=(self.client_cert, self.client_key), ca_cert=self.ca_cert, verify=True
+        )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """For the async client (``docker_follow``)."""
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ca_cert)
+        context.load_cert_chain(self.client_cert, self.client_key)
+        return context
+
+
 class DockerEngine:
     """``Engine`` for one Docker Engine at ``base_url``.
 
@@ -184,13 +234,27 @@ class DockerEngine:
     stops them on its own (the container's StopTimeout), and ``stop()``'s default.
     ``timeout`` bounds every HTTP call except the events stream (which has no read
     timeout: it may be idle for hours); over TCP both carry keepalives
-    (``KEEPALIVE_OPTIONS``), so a dead link ends the stream and fails a call.
+    (``KEEPALIVE_OPTIONS``), so a dead link ends the stream and fails a call. ``tls``:
+    mutual TLS over TCP, for both the sync client and the log follow.
+
+    ``native_follow`` is the driver's declared capability for its transport: True (unix
+    socket, TCP) follows output with aiodocker (``docker_follow``); False (``ssh://``)
+    runs the sync client's stream through ``streams.follow_in_thread``.
     """
 
-    def __init__(self, base_url: str, stop_grace: int = 10, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        stop_grace: int = 10,
+        *,
+        timeout: float = 30.0,
+        tls: TLSFiles | None = None,
+    ) -> None:
         self.base_url = base_url
         self.stop_grace = stop_grace
         self.timeout = timeout
+        self.tls = tls
+        self.native_follow = base_url.startswith(("unix://", "tcp://", "http://", "https://"))
         self._client: docker.DockerClient | None = None
         self._client_pid: int | None = None
         self._lock = threading.Lock()
@@ -213,15 +277,21 @@ class DockerEngine:
             if self._client is None or self._client_pid != pid:
                 # version="auto" negotiates with the daemon (may raise: callers translate).
                 self._client = docker.DockerClient(
-                    base_url=self.base_url, version="auto", timeout=int(self.timeout)
+                    base_url=self.base_url,
+                    version="auto",
+                    timeout=int(self.timeout),
+                    tls=self.tls.for_docker_sdk() if self.tls is not None else False,
                 )
-                _keepalive(self._client.api)
-                if self.base_url.startswith("unix://"):
-                    # A local socket takes no proxy: requests would otherwise read the
-                    # proxy variables and ~/.netrc again on every call.
-                    self._client.api.trust_env = False
+                self._configure(self._client.api)
                 self._client_pid = pid
             return self._client
+
+    def _configure(self, api: docker.APIClient) -> None:
+        _keepalive(api)
+        if self.base_url.startswith("unix://"):
+            # A local socket takes no proxy: requests would otherwise read the proxy
+            # variables and ~/.netrc again on every call.
+            api.trust_env = False
 
     def _api(self) -> docker.APIClient:
         return self._docker().api
@@ -535,32 +605,55 @@ class DockerEngine:
         )
 
     def logs(self, ref: str, tail: int = 100) -> Iterator[bytes]:
-        """See ``ContainerEngine.logs``: the engine's frames as they come (the json-file
+        """See ``Engine.logs``: the engine's frames as they come (the json-file
         log driver's are at most 16 KiB); a timer closes the stream after ``timeout``."""
-        return self._log_frames(ref, tail=tail, follow=False, until=time.time() + self.timeout)
+        return self._log_frames(ref, tail=tail, until=time.time() + self.timeout)
 
-    def follow_logs(self, ref: str, *, tail: int, until: float) -> Iterator[str]:
-        """See ``ContainerEngine.follow_logs``. A timer closes the stream at ``until``,
-        which unblocks a read waiting on a quiet container."""
-        frames = self._log_frames(ref, tail=tail, follow=True, until=until)
+    async def follow_logs(self, ref: str, *, tail: int, until: float) -> EngineStream:
+        """See ``Engine.follow_logs``. Natively (``native_follow``): aiodocker, a client and
+        a connection per follow (``docker_follow.follow``). Otherwise the sync client's
+        stream on a thread of its own (``streams.follow_in_thread``), opened within
+        ``timeout`` like any call."""
+        if self.native_follow:
+            from containers.engines import docker_follow  # aiohttp only where streams are
 
-        def chunks() -> Iterator[str]:
+            return await docker_follow.follow(
+                self.base_url, ref=ref, tail=tail, until=until, timeout=self.timeout, tls=self.tls
+            )
+        return await follow_in_thread(lambda: self._blocking_follow(ref, tail), until=until)
+
+    def _blocking_follow(self, ref: str, tail: int) -> _ClosableFrames | None:
+        """A sync follow of ``ref`` on a client of its own (the shared client's API
+        version, so no negotiation), closed with the stream: nothing of it stays in a
+        pool. None: no such container; errors raise."""
+        with _translated(f"logs {ref}"):
+            api = docker.APIClient(
+                base_url=self.base_url,
+                version=self._api().api_version,
+                timeout=int(self.timeout),
+                tls=self.tls.for_docker_sdk() if self.tls is not None else False,
+            )
             try:
-                for frame in frames:
-                    yield frame.decode("utf-8", errors="replace")
-            finally:
-                frames.close()
+                self._configure(api)
+                stream = api.logs(
+                    ref, stdout=True, stderr=True, stream=True, follow=True, tail=tail
+                )
+            except docker.errors.NotFound:
+                api.close()
+                return None
+            except BaseException:
+                api.close()
+                raise
+        return _ClosableFrames(stream, api)
 
-        return chunks()
-
-    def _log_frames(self, ref: str, *, tail: int, follow: bool, until: float) -> Iterator[bytes]:
+    def _log_frames(self, ref: str, *, tail: int, until: float) -> Iterator[bytes]:
         """Open the output stream now (errors raise here); the frames as the caller reads,
         until the output ends, the stream drops or ``until`` passes. Closing the iterator
         closes the stream."""
         with _translated(f"logs {ref}"):
             try:
                 stream = self._api().logs(
-                    ref, stdout=True, stderr=True, stream=True, follow=follow, tail=tail
+                    ref, stdout=True, stderr=True, stream=True, follow=False, tail=tail
                 )
             except docker.errors.NotFound:
                 stream = None

@@ -13,7 +13,7 @@ append-only ``calls.log`` of every call, and control files the test writes:
 
 Its output is one line, ``fake log line``; a container whose command is ``["env"]``
 prints its env after it (``KEY=value`` lines), as the real program would, and a follow
-yields that in pieces of ``ENV_PIECE`` characters (values split across chunks).
+yields that in pieces of ``ENV_PIECE`` bytes (values split across chunks).
 
 Every change is also appended to ``events.log`` (one JSON ``EngineEvent`` a line), which
 ``events()`` replays from ``since_nano`` (inclusive, whole seconds, like Docker) and then
@@ -26,13 +26,14 @@ container succeed), so relay tests exercise the same paths as the Docker engine.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import fcntl
 import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -45,8 +46,10 @@ from containers.engines.base import (
     PermanentEngineError,
     Workspace,
 )
+from containers.engines.streams import EngineStream
 
 ENV_PIECE = 5
+FOLLOW_POLL = 0.05  # how often a follow looks whether its container still runs
 
 
 class FakeEngine:
@@ -269,25 +272,29 @@ class FakeEngine:
 
         return chunks()
 
-    def follow_logs(self, ref: str, *, tail: int, until: float) -> Iterator[str]:
-        """The fake's one line, then nothing new until the container stops or ``until``."""
+    async def follow_logs(self, ref: str, *, tail: int, until: float) -> EngineStream:
+        """The fake's one line, then its env in pieces of ``ENV_PIECE`` bytes (a character
+        may be split), then nothing new until the container stops or ``until`` passes
+        (waiting on the event loop, never blocking it). ``down``: ``EngineError`` at once;
+        a missing container: an empty stream."""
+        if (self.root / "down").exists():
+            raise EngineError(f"logs {ref}: the fake engine is down")
         data = self._load(ref)
         if data is None:
-            return iter(())
-        output = self._output(data)
+            return EngineStream.empty()
+        rest = self._output(data).encode().removeprefix(b"fake log line\n")
 
-        def lines() -> Iterator[str]:
-            yield "fake log line\n"
-            rest = output.removeprefix("fake log line\n")
+        async def chunks() -> AsyncGenerator[bytes, None]:
+            yield b"fake log line\n"
             for at in range(0, len(rest), ENV_PIECE):
                 yield rest[at : at + ENV_PIECE]
-            while time.time() < until:
+            while (left := until - time.time()) > 0:
                 state = self.inspect(ref)
                 if state is None or state.status not in ("running", "paused"):
                     return
-                time.sleep(0.1)
+                await asyncio.sleep(min(FOLLOW_POLL, left))
 
-        return lines()
+        return EngineStream(chunks())
 
     def list_ours(
         self, installation: str, labels: dict[str, str] | None = None

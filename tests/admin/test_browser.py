@@ -318,8 +318,9 @@ def _run_the_flow(page, live_server, admin_login, root, template, created) -> No
         "document.querySelector('#gb-events tbody').textContent.includes('running')"
     )
     assert page.locator("#gb-logs").is_visible()
-    # The page follows the container's output (the API's logs/?follow=1 stream).
-    page.wait_for_selector("#gb-log-text[data-following]", state="attached")
+    # The page follows its state and the container's output (its stream of server-sent
+    # events, <id>/stream/).
+    page.wait_for_selector("html[data-gb-stream=open]", state="attached")
     if "docker" in template.name:
         page.wait_for_function(
             "/tick [0-9]+/.test(document.getElementById('gb-log-text').textContent)"

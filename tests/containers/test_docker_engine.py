@@ -321,29 +321,6 @@ def test_logs_tail(runtime: DockerEngine, make_spec: MakeSpec) -> None:
     assert _text(runtime.logs(err)) == "boom\n"
 
 
-def test_follow_logs_streams_new_output_and_ends_at_its_deadline(
-    runtime: DockerEngine, make_spec: MakeSpec
-) -> None:
-    ref = run(runtime, make_spec(["sh", "-c", "echo one; sleep 1; echo two; sleep 600"]))
-    opened = time.monotonic()
-    stream = runtime.follow_logs(ref, tail=10, until=time.time() + 4)
-    seen = ""
-    for chunk in stream:
-        seen += chunk
-        if "two" in seen:
-            break
-    assert seen.split() == ["one", "two"], seen
-    assert list(stream) == []  # closed by the break; nothing more comes
-    # A quiet container: the stream ends by itself at its deadline, not at the engine's whim.
-    quiet = runtime.follow_logs(ref, tail=1, until=time.time() + 1.5)
-    assert "".join(quiet).split() == ["two"]
-    assert time.monotonic() - opened < 20
-
-
-def test_follow_logs_of_a_missing_container_is_empty(runtime: DockerEngine) -> None:
-    assert list(runtime.follow_logs("gb-no-such-container", tail=5, until=time.time() + 5)) == []
-
-
 def test_a_local_socket_client_reads_no_proxy_settings(runtime: DockerEngine) -> None:
     """requests would read the proxy variables and ~/.netrc again on every call; a unix
     socket takes no proxy."""

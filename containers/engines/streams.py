@@ -1,0 +1,288 @@
+"""Streams of engine output between blocking and asynchronous code.
+
+``Engine.follow_logs`` is asynchronous (docs/architecture.md, "Engines and streams"). Two
+adapters sit at its edges:
+
+- ``follow_in_thread``: a driver whose transport has no async client (Docker over
+  ``ssh://``) runs its blocking stream on a thread of its own, which feeds a **bounded**
+  asyncio queue. Cost: one thread per follower (its stack, mostly untouched virtual
+  memory, and a switch per chunk) plus at most ``QUEUE_CHUNKS`` chunks; a slow reader
+  blocks the thread, which stops reading the engine.
+- ``iterate_blocking``: a caller that is not on an event loop (a view served by WSGI)
+  reads an async stream on an event loop of its own, in its own thread, exactly what a
+  blocking follow cost before; a caller on an event loop awaits the stream instead.
+
+``EngineStream`` is what a driver's ``follow_logs`` returns; ``utf8_text`` turns raw
+chunks into text without breaking a character across chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+)
+from typing import Protocol, TypeVar
+
+log = logging.getLogger(__name__)
+
+QUEUE_CHUNKS = 8  # Docker's frames are at most 16 KiB: at most 128 KiB queued per follower
+T = TypeVar("T")
+_END = object()
+
+
+class EngineStream:
+    """An engine's output stream, as ``Engine.follow_logs`` returns it: an async iterator
+    of chunks and one ``release`` that frees what it holds (the engine connection, a thread).
+
+    ``release`` runs once, whichever comes first: the chunks end (or raise, or their task
+    is cancelled) or ``aclose()`` is awaited, also before the first read (an async
+    generator closed before its first step never runs its own ``finally``).
+    """
+
+    def __init__(
+        self,
+        chunks: AsyncGenerator[bytes, None] | None,
+        release: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self._chunks = chunks
+        self._release = release
+
+    @classmethod
+    def empty(cls) -> EngineStream:
+        """No output and nothing held (the container does not exist)."""
+        return cls(None)
+
+    def __aiter__(self) -> EngineStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._chunks is None:
+            raise StopAsyncIteration
+        try:
+            return await anext(self._chunks)
+        except BaseException:  # the end, a dropped stream or a cancellation: release now
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Close the chunks and release what the stream holds; idempotent."""
+        chunks, self._chunks = self._chunks, None
+        release, self._release = self._release, None
+        try:
+            if chunks is not None:
+                await chunks.aclose()
+        finally:
+            if release is not None:
+                await release()
+
+
+class BlockingStream(Protocol):
+    """A driver's blocking output stream: chunks as the engine sends them.
+
+    ``close()`` may be called from any thread, also while another thread is blocked in a
+    read, and must end that read (e.g. shut the socket down); calling it twice is fine.
+    """
+
+    def __iter__(self) -> Iterator[bytes]: ...
+
+    def close(self) -> None: ...
+
+
+class _Pump:
+    """The worker thread of one ``follow_in_thread``: opens the stream, then puts each
+    chunk in the queue, waiting while it is full; ``stop()`` ends it from the loop."""
+
+    def __init__(
+        self,
+        open_stream: Callable[[], BlockingStream | None],
+        loop: asyncio.AbstractEventLoop,
+        queue: asyncio.Queue,
+        opened: asyncio.Future,
+    ) -> None:
+        self.open_stream = open_stream
+        self.loop = loop
+        self.queue = queue
+        self.opened = opened
+        self.lock = threading.Lock()  # orders stop() against the submission of a put
+        self.stopped = False
+        self.stream: BlockingStream | None = None
+        self.pending: concurrent.futures.Future | None = None
+        self.thread = threading.Thread(target=self.run, name="engine-stream", daemon=True)
+
+    def _tell(self, outcome: Callable[[], None]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+            self.loop.call_soon_threadsafe(outcome)
+
+    def _settle(self, error: BaseException | None) -> None:
+        def settle() -> None:
+            if self.opened.done():
+                return
+            if error is None:
+                self.opened.set_result(None)
+            else:
+                self.opened.set_exception(error)
+
+        self._tell(settle)
+
+    def _put(self, item: object) -> bool:
+        """Put ``item`` in the queue, waiting while it is full; False once stopped."""
+        with self.lock:
+            if self.stopped:
+                return False
+            try:
+                self.pending = asyncio.run_coroutine_threadsafe(self.queue.put(item), self.loop)
+            except RuntimeError:  # the loop is closed
+                return False
+        try:
+            self.pending.result()
+        except BaseException:  # noqa: BLE001 - cancelled by stop(), or the loop went away
+            return False
+        return True
+
+    def run(self) -> None:
+        try:
+            stream = self.open_stream()
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            self._settle(exc)
+            return
+        with self.lock:
+            self.stream = stream
+            stopped = self.stopped
+        if stopped:
+            self._close_stream()
+            return
+        self._settle(None)
+        try:
+            for chunk in stream or ():
+                if not self._put(chunk):
+                    return
+        except Exception as exc:  # noqa: BLE001 - the stream dropped or was closed: it ends
+            log.debug("engine stream ended: %s", exc)
+        finally:
+            self._close_stream()
+            self._put(_END)
+
+    def _close_stream(self) -> None:
+        stream = self.stream
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                stream.close()
+
+    def stop(self) -> None:
+        """End the thread at once: no further put, the waiting one cancelled, the stream
+        closed (which ends a read in progress). Idempotent; never blocks on the engine."""
+        with self.lock:
+            self.stopped = True
+            pending = self.pending
+        if pending is not None:
+            pending.cancel()
+        self._close_stream()
+
+
+async def follow_in_thread(
+    open_stream: Callable[[], BlockingStream | None],
+    *,
+    until: float,
+    bound: int = QUEUE_CHUNKS,
+) -> EngineStream:
+    """Open a blocking stream on a new thread and read it asynchronously (the
+    ``Engine.follow_logs`` contract for a driver without an async transport).
+
+    1. A thread calls ``open_stream()``; its error (e.g. ``EngineError``) raises here.
+       ``None`` (no such container) gives an empty iterator.
+    2. The thread reads the chunks into a queue of ``bound`` chunks; while the queue is
+       full it waits, so it reads no more from the engine than the reader takes.
+    3. The iterator ends when the stream ends or drops, or at ``until`` (epoch seconds)
+       even when nothing comes. Its end, ``aclose()`` or a cancellation stops the thread
+       (``_Pump.stop``): the stream is closed and the thread exits at once.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue(maxsize=bound)
+    opened: asyncio.Future = loop.create_future()
+    pump = _Pump(open_stream, loop, queue, opened)
+    pump.thread.start()
+    try:
+        await opened
+    except BaseException:
+        pump.stop()
+        raise
+
+    async def release() -> None:
+        pump.stop()
+
+    return EngineStream(_drain(queue, until), release)
+
+
+async def _drain(queue: asyncio.Queue, until: float) -> AsyncGenerator[bytes, None]:
+    while (left := until - time.time()) > 0:
+        try:
+            async with asyncio.timeout(left):
+                item = await queue.get()
+        except TimeoutError:
+            return
+        if item is _END:
+            return
+        yield item
+
+
+def iterate_blocking(open_stream: Callable[[], Awaitable[AsyncIterator[T]]]) -> Iterator[T]:
+    """An async stream for a caller off any event loop (a WSGI view), as a plain iterator.
+
+    1. ``open_stream()`` runs now on a new event loop: its errors raise here.
+    2. Each ``next()`` reads one item on that loop, in the caller's thread.
+    3. The stream's end, or closing the iterator, closes the stream (``aclose``) and the
+       loop. The stream must touch no database (it runs on an event loop).
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        stream = loop.run_until_complete(open_stream())
+    except BaseException:
+        loop.close()
+        raise
+
+    def items() -> Iterator[T]:
+        try:
+            while True:
+                try:
+                    item = loop.run_until_complete(anext(stream))
+                except StopAsyncIteration:
+                    return
+                yield item
+        finally:
+            try:
+                loop.run_until_complete(stream.aclose())  # type: ignore[attr-defined]
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+
+    return items()
+
+
+def utf8_text(chunks: Iterable[bytes]) -> Iterator[str]:
+    """Raw output as text: a character split across chunks is joined, invalid bytes
+    become U+FFFD. Closing the iterator closes ``chunks``."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    try:
+        for chunk in chunks:
+            text = decoder.decode(chunk)
+            if text:
+                yield text
+        rest = decoder.decode(b"", final=True)
+        if rest:
+            yield rest
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
