@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+from tests.factories import api_token
 
 
 def token_client(user) -> APIClient:
     """A client that authenticates as ``user`` with ``Authorization: Token <key>``."""
     client = APIClient()
-    token, _ = Token.objects.get_or_create(user=user)
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token(user)}")
     return client
 
 

@@ -14,11 +14,10 @@ from collections import Counter
 
 import pytest
 import requests
-from rest_framework.authtoken.models import Token
 
 from containers.models import ContainerEvent, ContainerInstance
 from outbox.models import OutboxEvent
-from tests.factories import UserFactory
+from tests.factories import UserFactory, api_token
 from tests.processes import released_at_once
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
@@ -41,9 +40,7 @@ def test_200_simultaneous_posts_admit_exactly_50(
     # production server listens with a deep backlog (gunicorn: 2048). Linux applies a
     # second listen() to the running socket.
     live_server.thread.httpd.socket.listen(CALLERS)
-    tokens = [
-        Token.objects.create(user=UserFactory(username=f"client{i}")).key for i in range(USERS)
-    ]
+    tokens = [api_token(UserFactory(username=f"client{i}")) for i in range(USERS)]
     url = f"{live_server.url}/api/containers/"
 
     def call(index: int) -> tuple[int, str | None, str]:
