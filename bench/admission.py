@@ -166,9 +166,9 @@ def reset_tables() -> None:
 
 def fixtures(fake_dir: str) -> str:
     from django.contrib.auth.models import User
-    from rest_framework.authtoken.models import Token
 
     from containers.models import ContainerTemplate, Runtime
+    from tenants.services import api_token_create
 
     user = User.objects.create_user("bench", password="bench-password-1")
     Runtime.objects.create(
@@ -181,7 +181,7 @@ def fixtures(fake_dir: str) -> str:
         pull_policy="never",
         constraints={"engine": "fake"},
     )
-    return Token.objects.create(user=user).key
+    return api_token_create(user=user, name="bench").key
 
 
 def check_exact(procs, env: dict, token: str, args) -> bool:

@@ -41,9 +41,9 @@ CONFIGS = {"default": {}}
 
 def fixtures() -> str:
     from django.contrib.auth.models import User
-    from rest_framework.authtoken.models import Token
 
     from containers.models import ContainerTemplate
+    from tenants.services import api_token_create
 
     user = User.objects.create_user("bench", password="bench-password-1")
     ContainerTemplate.objects.create(
@@ -53,7 +53,7 @@ def fixtures() -> str:
         pull_policy="never",
         constraints={"engine": "docker"},
     )
-    return Token.objects.create(user=user).key
+    return api_token_create(user=user, name="bench").key
 
 
 def bare_sample(client, bench_id: str, i: int, tag: str, engine=None, split=None) -> float:

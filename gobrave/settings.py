@@ -90,7 +90,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_q",
@@ -209,6 +209,18 @@ AXES_HANDLER = "tenants.login.LockoutHandler"
 # which the proxy puts the client's address; unset, the peer's address counts.
 GOBRAVE_CLIENT_IP_HEADER = os.environ.get("GOBRAVE_CLIENT_IP_HEADER", "")
 
+# API tokens (django-rest-knox; docs/security.md, "API tokens"): users make their own
+# (tenants.services), stored as SHA-512 digests in tenants.ApiToken, sent as
+# ``Authorization: Token <key>``; an expiry only when the user sets one.
+KNOX_TOKEN_MODEL = "tenants.ApiToken"
+REST_KNOX = {"TOKEN_TTL": None, "AUTH_HEADER_PREFIX": "Token", "AUTO_REFRESH": False}
+# knox's migrations would create its own token table even with the model swapped: an empty
+# table referencing auth_user that ``flush`` does not know of (and so cannot truncate).
+MIGRATION_MODULES = {"knox": None}
+# Users log in on their own page (tenants.views), under the same lockout as the admin's.
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "tokens"
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
@@ -247,7 +259,8 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "gobrave API",
     "DESCRIPTION": (
         "Container lifecycles through a transactional outbox. Authenticate with "
-        "`Authorization: Token <key>` (`manage.py drf_create_token <user>`). Every error "
+        "`Authorization: Token <key>` (make one on `/account/tokens/` or with "
+        "`POST /api/tokens/`). This document lists only what you may call. Every error "
         'answers `{"error": {"code", "message", "details"}}`.'
     ),
     "VERSION": "0.1.0",
@@ -255,8 +268,10 @@ SPECTACULAR_SETTINGS = {
     "SCHEMA_PATH_PREFIX": "/api/",
     "PREPROCESSING_HOOKS": ["core.api.defaults.exclude_schema_views"],
     # Swagger UI and Redoc from drf-spectacular-sidecar's static files, never a CDN.
-    # The schema and the docs need a login (a token or a session), like the API itself.
+    # The schema and the docs need a login (a token or a session), like the API itself,
+    # and show each caller only the operations its permissions allow (not public).
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SERVE_PUBLIC": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

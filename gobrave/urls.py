@@ -1,4 +1,5 @@
-"""URL wiring: the admin (also at ``/``), the REST API, its index and its schema."""
+"""URL wiring: the admin (also at ``/``), a user's own pages, the REST API, its index and its
+schema."""
 
 from functools import cache
 
@@ -24,9 +25,10 @@ _swagger = SpectacularSwaggerView.as_view(url_name="schema")
 
 
 def api_docs(request, *args, **kwargs):
-    """Swagger UI for logged-in users (its assets are local); others go to the login page."""
+    """Swagger UI for every logged-in user (its assets are local; the schema it reads shows
+    only what that user may call); others go to the users' login page."""
     if not request.user.is_authenticated:
-        return redirect_to_login(request.get_full_path(), reverse_lazy("admin:login"))
+        return redirect_to_login(request.get_full_path())
     return _swagger(request, *args, **kwargs)
 
 
@@ -46,12 +48,14 @@ def favicon(request):
 urlpatterns = [
     path("", RedirectView.as_view(url=reverse_lazy("admin:index")), name="home"),
     path("admin/", admin.site.urls),
+    path("account/", include("tenants.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", api_docs, name="swagger-ui"),
     path("api/", ApiRootView.as_view(), name="api-root"),
     path("api/", include("containers.api.urls")),
     path("api/", include("outbox.api.urls")),
     path("api/", include("dags.api.urls")),
+    path("api/", include("tenants.api.urls")),
     path("metrics", metrics_view, name="metrics"),
     path("favicon.ico", favicon, name="favicon"),
 ]

@@ -1,5 +1,5 @@
 """Quota overrides per user and per group (operators edit them; contract §8), and the admin's
-lock-down: django-q2's pages unregistered, API tokens for superusers only."""
+lock-down: django-q2's pages unregistered, API tokens seen and revoked by superusers only."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from django import forms
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django_q.models import Failure, OrmQ, Schedule, Success
-from rest_framework.authtoken.admin import TokenAdmin as DRFTokenAdmin
-from rest_framework.authtoken.models import TokenProxy
+from knox.models import AuthToken as KnoxAuthToken
 
-from tenants.models import GroupQuota, UserQuota
+from tenants import services
+from tenants.models import ApiToken, GroupQuota, UserQuota
 
 
 class UsernameField(forms.ModelChoiceField):
@@ -72,25 +72,44 @@ def _unregister(*models) -> None:
 _unregister(Schedule, Success, Failure, OrmQ)
 
 
-_unregister(TokenProxy)
+# knox registers its own model, which gobrave swaps for ``ApiToken`` (``KNOX_TOKEN_MODEL``).
+_unregister(KnoxAuthToken)
 
 
-@admin.register(TokenProxy)
-class TokenAdmin(DRFTokenAdmin):
-    """API tokens are passwords: only superusers see or manage them, whatever permissions
-    a staff account holds."""
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Users' API tokens: superusers see them (never the key: only its digest is stored)
+    and revoke them, whatever permissions a staff account holds. Nobody adds one here: a
+    user makes their own (the key is shown to them once), an operator runs
+    ``manage.py api_token_create``."""
+
+    list_display = ("name", "user", "token_key", "created", "expiry", "last_used")
+    list_select_related = ("user",)
+    search_fields = ("name", "token_key", "user__username")
+    fields = ("name", "user", "token_key", "created", "expiry", "last_used")
+    readonly_fields = fields
+
+    def _superuser(self, request) -> bool:
+        return request.user.is_active and request.user.is_superuser
 
     def has_module_permission(self, request) -> bool:
-        return request.user.is_active and request.user.is_superuser
+        return self._superuser(request)
 
     def has_view_permission(self, request, obj=None) -> bool:
-        return request.user.is_active and request.user.is_superuser
+        return self._superuser(request)
 
     def has_add_permission(self, request) -> bool:
-        return request.user.is_active and request.user.is_superuser
+        return False
 
     def has_change_permission(self, request, obj=None) -> bool:
-        return request.user.is_active and request.user.is_superuser
+        return False
 
     def has_delete_permission(self, request, obj=None) -> bool:
-        return request.user.is_active and request.user.is_superuser
+        return self._superuser(request)
+
+    def delete_model(self, request, obj) -> None:
+        services.api_token_revoke(user=obj.user, token_id=obj.pk)
+
+    def delete_queryset(self, request, queryset) -> None:
+        for token in queryset.select_related("user"):
+            services.api_token_revoke(user=token.user, token_id=token.pk)

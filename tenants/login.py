@@ -17,6 +17,7 @@ from django.conf import settings
 from django.contrib import admin
 from django.http import HttpRequest
 from django.shortcuts import render
+from django.urls import reverse
 
 
 def client_address(request: HttpRequest) -> str:
@@ -56,10 +57,13 @@ class LockoutHandler(AxesDatabaseHandler):
 
 
 def lockout_response(request: HttpRequest, original_response=None, credentials=None):
-    """The page a locked-out login gets (``AXES_LOCKOUT_CALLABLE``): 429, in the admin's
-    frame, saying for how long. Only the admin's login takes passwords (the API takes
-    tokens), so this is the only form a lockout ever needs."""
+    """The page a locked-out login gets (``AXES_LOCKOUT_CALLABLE``): 429, in the console's
+    frame, saying for how long, with a link back to the login it came from (the admin's or
+    the users', ``tenants.views.LoginView``: the only pages that take passwords; the API
+    takes tokens)."""
     minutes = math.ceil(settings.AXES_COOLOFF_TIME.total_seconds() / 60)
     context = {**admin.site.each_context(request), "title": "Too many failed logins"}
     context["minutes"] = minutes
+    admin_login = reverse("admin:login")
+    context["login_url"] = admin_login if request.path == admin_login else reverse("login")
     return render(request, "registration/locked_out.html", context, status=429)

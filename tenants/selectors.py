@@ -1,4 +1,4 @@
-"""Reads: the quotas that apply to one owner, and who an API token is."""
+"""Reads: the quotas that apply to one owner, and users' API tokens."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db.models import IntegerField, Value
-from rest_framework.authtoken.models import Token
 
 from core import prepared
-from tenants.models import GroupQuota, UserQuota
+from tenants.models import ApiToken, GroupQuota, UserQuota
 
 QUOTA_KEYS = ("max_pending_per_owner", "max_instances_per_owner")
 
@@ -51,12 +50,19 @@ def owner_quotas(*, owner) -> OwnerQuotas:
     return OwnerQuotas(**values)
 
 
-def token_with_user(key: str):
-    """The API token ``key`` and its user, or None (every API request authenticates: one
-    statement, compiled once, prepared on PostgreSQL; ``core.prepared``)."""
-    token = prepared.first(
-        "tenants.token_with_user",
-        lambda key: Token.objects.select_related("user").filter(key=key).order_by(),
-        key=key,
+def api_tokens_by_prefix(prefix: str) -> list[ApiToken]:
+    """The tokens whose key starts with ``prefix`` (knox's ``token_key``, the key's first 15
+    characters: almost always one), each with its user. Every API request authenticates
+    through this: one statement on an index, compiled once, prepared on PostgreSQL
+    (``core.prepared``); the caller compares digests."""
+    return prepared.objects(
+        "tenants.api_tokens_by_prefix",
+        lambda prefix: ApiToken.objects.select_related("user").filter(token_key=prefix).order_by(),
+        prefix=prefix,
     )
-    return None if token is None else (token, token.user)
+
+
+def api_tokens_of(*, user):
+    """``user``'s tokens, newest first (expired ones too, until revoked); never the key,
+    which is stored nowhere."""
+    return ApiToken.objects.filter(user=user).order_by("-created", "-id")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from types import SimpleNamespace
 
 import factory
@@ -12,6 +13,7 @@ from containers.installation import installation_id
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
 from containers.queues import RequestKind
 from outbox.models import OutboxEvent
+from tenants.services import api_token_create
 
 
 def spec_template(**fields) -> SimpleNamespace:
@@ -38,6 +40,16 @@ class UserFactory(factory.django.DjangoModelFactory):
         django_get_or_create = ("username",)
 
     username = factory.Sequence(lambda n: f"user{n}")
+
+
+_token_names = itertools.count(1)
+
+
+def api_token(user, *, name: str | None = None, expiry=None) -> str:
+    """A new API token of ``user``, made as users make theirs (``api_token_create``): its
+    key, for ``Authorization: Token <key>``."""
+    name = name or f"test-{next(_token_names)}"
+    return api_token_create(user=user, name=name, expiry=expiry).key
 
 
 class RuntimeFactory(factory.django.DjangoModelFactory):

@@ -13,11 +13,10 @@ from collections import Counter
 
 import pytest
 import requests
-from rest_framework.authtoken.models import Token
 
 from containers.models import ContainerEvent, ContainerInstance
 from outbox.models import OutboxEvent
-from tests.factories import UserFactory
+from tests.factories import UserFactory, api_token
 from tests.processes import released_at_once
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
@@ -37,9 +36,7 @@ def test_200_simultaneous_posts_admit_exactly_50(
     )
     # The live server (uvicorn on the ASGI application) listens with a backlog of 2048,
     # as production does, so 200 connections opened at once are all queued.
-    tokens = [
-        Token.objects.create(user=UserFactory(username=f"client{i}")).key for i in range(USERS)
-    ]
+    tokens = [api_token(UserFactory(username=f"client{i}")) for i in range(USERS)]
     url = f"{live_server.url}/api/containers/"
 
     def call(index: int) -> tuple[int, str | None, str]:

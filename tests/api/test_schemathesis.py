@@ -13,7 +13,6 @@ import json
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -25,7 +24,7 @@ from schemathesis.specs.openapi.checks import (
 from containers.requests.services import container_create_by_template
 from core.counters import counters_buffer_stop
 from gobrave.asgi import django_application
-from tests.factories import InstanceFactory, UserFactory
+from tests.factories import InstanceFactory, UserFactory, api_token
 
 # gobrave.asgi buffers request counters per web process; this test process is no web
 # server, and the other tests read counters as soon as they are bumped.
@@ -65,7 +64,7 @@ def staff_headers(template, fake_runtime):
     # Something to find: an instance in a resting state and one outbox row.
     InstanceFactory(owner=staff, template=template, runtime=fake_runtime)
     container_create_by_template(template=template, owner=staff, actor="test")
-    return {"Authorization": f"Token {Token.objects.create(user=staff).key}"}
+    return {"Authorization": f"Token {api_token(staff)}"}
 
 
 @schema.parametrize()

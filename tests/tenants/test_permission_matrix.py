@@ -17,8 +17,9 @@ from django.utils import timezone
 
 from containers.models import ContainerInstance
 from outbox.models import OutboxEvent
+from tenants.models import ApiToken
 from tests.api.helpers import assert_error
-from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory
+from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory, api_token
 from tests.tenants.conftest import ROLES
 
 pytestmark = pytest.mark.django_db
@@ -62,7 +63,13 @@ def objects(callers, tmp_path):
         "runtime": runtime.pk,
         "row": row.pk,
         "event": 0,
+        "token": _token_of(callers["user"].user),
     }
+
+
+def _token_of(user) -> int:
+    api_token(user, name="matrix")
+    return ApiToken.objects.get(user=user, name="matrix").pk
 
 
 def _cell(send):
@@ -115,11 +122,17 @@ API = [
     ("post", "/api/dag-runs/{run}/retry-failed/", None, (401, 409, 404, 404, 403, 409, 409)),
     ("get", "/api/queue/", None,                        (401, 200, 200, 200, 200, 200, 200)),
     ("get", "/api/schema/", None,                       (401, 200, 200, 200, 200, 200, 200)),
+    # Everyone's own tokens only: alice's is a 404 to anyone else, the superuser included.
+    ("get", "/api/tokens/", None,                       (401, 200, 200, 200, 200, 200, 200)),
+    ("post", "/api/tokens/", {"name": "new"},           (401, 201, 201, 201, 201, 201, 201)),
+    ("delete", "/api/tokens/{token}/", None,            (401, 204, 404, 404, 404, 404, 404)),
     # Methods an endpoint does not have: 405 once the caller is known.
     ("patch", "/api/containers/{instance}/", {"name": "x"}, (401, 405, 405, 405, 405, 405, 405)),
     ("put", "/api/runtimes/{runtime}/", {"name": "x"},  (401, 405, 405, 405, 405, 405, 405)),
     ("delete", "/api/outbox/{row}/", None,              (401, 405, 405, 405, 405, 405, 405)),
     ("post", "/api/queue/", None,                       (401, 405, 405, 405, 405, 405, 405)),
+    ("patch", "/api/tokens/{token}/", {"name": "x"},    (401, 405, 405, 405, 405, 405, 405)),
+    ("get", "/api/tokens/{token}/", None,               (401, 405, 405, 405, 405, 405, 405)),
 ]  # fmt: skip
 
 
@@ -191,7 +204,10 @@ PAGES = [
     ("dags_dagevent_changelist", (), (L, L, L, 403, 200, 200, 200)),
     ("auth_user_changelist", (), (L, L, L, 403, 403, 403, 200)),
     ("auth_group_changelist", (), (L, L, L, 403, 403, 403, 200)),
-    ("authtoken_tokenproxy_changelist", (), (L, L, L, 403, 403, 403, 200)),
+    ("tenants_apitoken_changelist", (), (L, L, L, 403, 403, 403, 200)),
+    ("tenants_apitoken_change", ("token",), (L, L, L, 403, 403, 403, 200)),
+    ("tenants_apitoken_add", (), (L, L, L, 403, 403, 403, 403)),
+    ("tenants_apitoken_delete", ("token",), (L, L, L, 403, 403, 403, 200)),
 ]  # fmt: skip
 
 

@@ -8,7 +8,8 @@ use everything (an instance of every template, a run of every DAG template, on t
 engine; each container prints its env), and fetches, as every role: every API GET
 endpoint (JSON and the browsable API), the follow stream of every instance's logs, every
 admin page (index, app lists, changelists, the change page of every object, the extra
-views), ``/metrics``; and reads every history row and every log record written meanwhile.
+views), ``/metrics``, a user's token page; and reads every history row and every log
+record written meanwhile.
 """
 
 from __future__ import annotations
@@ -77,10 +78,27 @@ def plant_dag_node_output(canary: str) -> None:
     dag_node_output_keep(run_id=run.pk, key="a", attempt=1, output=f"TOKEN={canary}\n", actor="t")
 
 
+def plant_api_token(canary: str) -> None:
+    """alice makes an API token through the API whose key is the canary: knox's random
+    source is the one thing replaced (a key must be random to be a key, and the canary
+    must be it); the answer that shows it once is the plant's, not looked at."""
+    from unittest import mock
+
+    from django.contrib.auth import get_user_model
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_login(get_user_model().objects.get(username="alice"))
+    with mock.patch("knox.crypto.create_token_string", return_value=canary):
+        response = client.post("/api/tokens/", {"name": "canary"}, format="json")
+    assert response.status_code == 201 and response.json()["key"] == canary, response.content
+
+
 PLACES = [
     Place("template env", plant_template_env),
     Place("DAG node env", plant_dag_node_env),
     Place("stored DAG node output", plant_dag_node_output),
+    Place("API token", plant_api_token, operators_see_it=False),  # its key: shown to no one
 ]
 
 
@@ -224,7 +242,7 @@ def test_no_secret_reaches_anyone_without_the_permission_to_see_it(callers, fake
             look(role, f"GET {path}", _text(caller.api.get(path)))
             browsable = path + ("&" if "?" in path else "?") + "format=api"
             look(role, f"GET {browsable} (session)", _text(caller.web.get(browsable)))
-        for path in [*pages, "/metrics"]:
+        for path in [*pages, "/metrics", reverse("tokens")]:
             look(role, f"GET {path}", _text(caller.web.get(path)))
     for where, text in _history():
         look("anyone", f"history: {where}", text)
