@@ -49,15 +49,18 @@ def stream_open(*, viewer: Viewer) -> int:
             total=config["total"],
         )
     except LeaseLimitReached as exc:
-        if exc.which == "per_holder":
+        if exc.limit == "per_holder":
             message = (
-                f"you have {exc.limit} streams open, the most one user may hold; "
+                f"you have {exc.number} streams open, the most one user may hold; "
                 "close one (a browser tab, a follow) and try again"
             )
         else:
-            message = f"the server holds {exc.limit} open streams, its limit; try again later"
+            message = f"the server holds {exc.number} open streams, its limit; try again later"
         raise StreamLimitReached(
-            message, retry_after=max(1.0, config["lease_seconds"] / 3), limit=exc.limit
+            message,
+            retry_after=max(1.0, config["lease_seconds"] / 3),
+            limit=exc.limit,
+            number=exc.number,
         ) from None
     return lease.pk
 

@@ -276,7 +276,11 @@ def _runtime_row(*, instance_id):
 async def _page_events(instance_id, user):
     async def states_source():
         async for value in watch(live.INSTANCE_STATE, instance_id):
-            item = None if value is MISSING else await db_call(_detail, instance_id=instance_id, user=user)
+            item = (
+                None
+                if value is MISSING
+                else await db_call(_detail, instance_id=instance_id, user=user)
+            )
             if item is None:
                 yield ("state", None)
                 return
@@ -295,7 +299,10 @@ async def _page_events(instance_id, user):
             try:
                 stream = await calls.container_logs_follow(instance=instance, tail=tail)
             except (EngineError, docker.errors.DockerException, OSError) as exc:
-                yield ("problem", {"text": f"logs unavailable from runtime {instance.runtime.name}: {exc}"})
+                yield (
+                    "problem",
+                    {"text": f"logs unavailable from runtime {instance.runtime.name}: {exc}"},
+                )
                 continue
             reset = tail > 0
             async for text in live.output_text(stream, user=user, spec=instance.spec):

@@ -13,18 +13,15 @@ import uuid
 
 import pytest
 import requests
+from knox.settings import CONSTANTS
 
 from containers.models import ContainerInstance
 from core.models import Lease
+from tenants.models import ApiToken
+from tenants.services import api_token_revoke
 from tests.containers.conftest import IMAGE
 from tests.engine_connections import engine_connections
-from tests.factories import (
-    InstanceFactory,
-    RuntimeFactory,
-    UserFactory,
-    api_token,
-    api_token_revoke,
-)
+from tests.factories import InstanceFactory, RuntimeFactory, UserFactory, api_token
 from tests.processes import descendants, running_app, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres, pytest.mark.docker]
@@ -35,11 +32,14 @@ PRINTS = 'i=0; while true; do echo "line $i"; i=$((i+1)); sleep 0.2; done'
 
 @pytest.fixture(scope="module")
 def web(django_db_setup, django_db_blocker, tmp_path_factory):
-    with django_db_blocker.unblock(), running_app(
-        tmp_path_factory.mktemp("web"),
-        streams_per_user=PER_USER,
-        streams_lease_seconds=3,
-    ) as app:
+    with (
+        django_db_blocker.unblock(),
+        running_app(
+            tmp_path_factory.mktemp("web"),
+            streams_per_user=PER_USER,
+            streams_lease_seconds=3,
+        ) as app,
+    ):
         port = app.web(DATABASE_POOL_MAX="10")
         yield app, f"http://127.0.0.1:{port}"
 
@@ -100,6 +100,15 @@ def _engine_connections(app) -> int:
 
 def _leases() -> str:
     return repr(list(Lease.objects.values("scope", "holder", "expires_at")))
+
+
+def _wait_no_stream_leases() -> None:
+    wait_for(
+        lambda: not Lease.objects.filter(scope="stream").exists(),
+        timeout=30,
+        message="every stream's lease is released",
+        describe=_leases,
+    )
 
 
 def test_over_the_limit_a_user_gets_429_and_keeps_the_streams_they_hold(web, printer):
@@ -170,7 +179,9 @@ def test_fifty_followers_hold_no_thread_connection_or_engine_stream_once_gone(we
         message="every engine connection of the followers is closed",
         describe=lambda: f"{_engine_connections(app)} engine connections open",
     )
-    wait_for(lambda: not Lease.objects.filter(scope="stream").exists(), timeout=30, describe=_leases)
+    wait_for(
+        lambda: not Lease.objects.filter(scope="stream").exists(), timeout=30, describe=_leases
+    )
 
 
 def test_a_follow_ends_when_its_container_stops(web, docker_client):
@@ -186,7 +197,9 @@ def test_a_follow_ends_when_its_container_stops(web, docker_client):
         assert "[gobrave: stream ended" not in rest, rest[-300:]
     finally:
         docker_client.remove_container(container["Id"], force=True)
-    wait_for(lambda: not Lease.objects.filter(scope="stream").exists(), timeout=30, describe=_leases)
+    wait_for(
+        lambda: not Lease.objects.filter(scope="stream").exists(), timeout=30, describe=_leases
+    )
 
 
 def test_a_follow_ends_when_its_token_is_revoked(web, printer):
@@ -195,12 +208,15 @@ def test_a_follow_ends_when_its_token_is_revoked(web, printer):
     token = api_token(instance.owner)
     follower = Follower(base, instance.pk, token)
     assert "line" in follower.read()
-    api_token_revoke(token)
+    row = ApiToken.objects.get(token_key=token[: CONSTANTS.TOKEN_KEY_LENGTH])
+    api_token_revoke(user=instance.owner, token_id=row.pk)
     rest = follower.rest()  # the next check (every second here) ends it
     assert rest.endswith("[gobrave: stream ended: your login or token is no longer valid]\n"), rest[
         -300:
     ]
-    wait_for(lambda: not Lease.objects.filter(scope="stream").exists(), timeout=30, describe=_leases)
+    wait_for(
+        lambda: not Lease.objects.filter(scope="stream").exists(), timeout=30, describe=_leases
+    )
 
 
 def test_engine_errors_are_503_before_anything_is_sent(web):
@@ -219,4 +235,3 @@ def test_engine_errors_are_503_before_anything_is_sent(web):
     )
     assert answer.status_code == 503, answer.text
     assert not Lease.objects.filter(scope="stream").exists(), _leases()
-

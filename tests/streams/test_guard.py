@@ -94,7 +94,10 @@ def test_the_total_bound_ends_a_busy_stream():
 
 
 def test_a_check_that_gives_a_reason_ends_the_stream_with_it():
-    source, calls = Source(hang=True), Calls(reasons=[None, "your login or token is no longer valid"])
+    source, calls = (
+        Source(hang=True),
+        Calls(reasons=[None, "your login or token is no longer valid"]),
+    )
     items = run(source, calls, every=0.01)
     assert items == [Ended("your login or token is no longer valid")]
     assert calls.checks == 2 and source.closed and calls.finished == 1
@@ -117,7 +120,9 @@ def test_a_consumer_that_goes_away_closes_the_source_at_once():
     source, calls = Source(["a"], hang=True), Calls()
 
     async def consume_then_leave():
-        stream = guarded(source.run(), idle=60, total=60, every=60, check=calls.check, finish=calls.finish)
+        stream = guarded(
+            source.run(), idle=60, total=60, every=60, check=calls.check, finish=calls.finish
+        )
         task = asyncio.ensure_future(anext(stream))
         assert await task == "a"
         waiting = asyncio.ensure_future(anext(stream))  # waits on the quiet source

@@ -45,6 +45,8 @@ def test_watchers_share_one_read_per_tick_and_see_each_change(fake_runtime):
     assert changed[0] == "stopped" and also[0] == "stopped", (changed, also)
     assert gone is MISSING
     # One read per tick for every watched key together, never one per watcher.
-    assert all(sorted(map(str, keys)) == sorted([str(first.pk), str(second.pk)])
-               for keys in later_reads[:1]), later_reads[:3]
+    assert all(
+        sorted(map(str, keys)) == sorted([str(first.pk), str(second.pk)])
+        for keys in later_reads[:1]
+    ), later_reads[:3]
     assert all(len(keys) <= 2 for keys in later_reads), later_reads[:3]
