@@ -141,8 +141,11 @@ def outbox_release_deferred(*, queue: str) -> int:
     """A capacity slot freed: make the rows deferred on ``queue`` due now, and wake.
 
     Runs on every exit from a slot (each create or start that settles): on PostgreSQL one
-    statement (the compiled release and its NOTIFY, ``core.prepared.update_rows``).
+    statement (the compiled release and its NOTIFY, ``core.prepared.update_rows``), in
+    the caller's transaction or one of its own (its row locks need one: a retry releases
+    outside any).
     """
-    return prepared.update_rows(
-        "outbox.release_deferred", _deferred, queue=queue, notify=(conf.NOTIFY_CHANNEL, queue)
-    )
+    with transaction.atomic(savepoint=False):
+        return prepared.update_rows(
+            "outbox.release_deferred", _deferred, queue=queue, notify=(conf.NOTIFY_CHANNEL, queue)
+        )

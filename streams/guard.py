@@ -15,7 +15,8 @@ once) and ``finish`` runs (the lease is given back). A slow reader holds the loo
 ``yield``: nothing is read from the source meanwhile, so nothing piles up in the server
 (the engine's stream waits behind TCP's own back-pressure). ``keepalive`` yields
 ``KEEPALIVE`` after that long without an item (SSE comments that keep proxies from
-closing a quiet stream; they do not count as activity for ``idle``).
+closing a quiet stream; they do not count as activity for ``idle``). ``total_said=False``
+ends at ``total`` without a reason (the viewer asked for that bound).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ async def guarded(
     check: Callable[[], Awaitable[str | None]],
     finish: Callable[[], Awaitable[None]],
     keepalive: float | None = None,
+    total_said: bool = True,
 ) -> AsyncIterator[Any]:
     loop = asyncio.get_running_loop()
     start = last = quiet_since = loop.time()
@@ -72,7 +74,8 @@ async def guarded(
         while True:
             now = loop.time()
             if now - start >= total:
-                yield Ended(f"the stream reached its time limit ({total:g} s); open it again")
+                said = f"the stream reached its time limit ({total:g} s); open it again"
+                yield Ended(said if total_said else "")
                 return
             if now - last >= idle:
                 yield Ended(f"nothing new for {idle:g} s; open the stream again")

@@ -66,7 +66,8 @@ def open_stream(
     viewer = viewer_of(request)
     lease_id = stream_open(viewer=viewer)
     config = stream_config()
-    total = config["max_seconds"] if seconds is None else min(seconds, config["max_seconds"])
+    asked = seconds is not None and seconds <= config["max_seconds"]
+    total = seconds if asked else config["max_seconds"]
     body = _body(
         source,
         viewer=viewer,
@@ -74,9 +75,12 @@ def open_stream(
         allowed=allowed,
         encode=sse_encoder if sse else text_encoder,
         total=total,
+        total_said=not asked,
         keepalive=SSE_KEEPALIVE_SECONDS if sse else None,
     )
-    connections.close_all()  # the stream holds no connection while it waits
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:  # (a test's transaction stays open)
+            connection.close()  # the stream holds no connection while it waits
     content_type = "text/event-stream" if sse else "text/plain; charset=utf-8"
     response = StreamingHttpResponse(StreamBody(body), content_type=content_type)
     response["Cache-Control"] = "no-cache"
@@ -92,6 +96,7 @@ async def _body(
     allowed: AccessRule,
     encode: Encoder,
     total: float,
+    total_said: bool,
     keepalive: float | None,
 ) -> AsyncIterator[bytes]:
     config = stream_config()
@@ -110,6 +115,7 @@ async def _body(
         check=check,
         finish=finish,
         keepalive=keepalive,
+        total_said=total_said,
     )
     try:
         async for item in items:

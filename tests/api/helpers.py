@@ -33,3 +33,27 @@ def assert_error(response, status: int, code: str | None = None):
     if code is not None:
         assert body["error"]["code"] == code, body
     return body["error"]
+
+
+def stream_get(client, path: str):
+    """``GET path`` as ``client`` (its token, or its session) through Django's ASGI test
+    client, reading the streaming body to its end: ``(response, body)``.
+
+    A follow's body is an async iterator, which only an ASGI server streams; Django's
+    ASGI client runs the views in this thread, so the test's transaction is seen.
+    """
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    authorization = getattr(client, "_credentials", {}).get("HTTP_AUTHORIZATION")
+    headers = {"Authorization": authorization} if authorization else {}
+
+    async def get():
+        asgi = AsyncClient()
+        asgi.cookies = client.cookies
+        response = await asgi.get(path, headers=headers)
+        if not response.streaming:
+            return response, response.content
+        return response, b"".join([chunk async for chunk in response.streaming_content])
+
+    return async_to_sync(get)()

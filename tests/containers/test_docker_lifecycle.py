@@ -281,7 +281,7 @@ def test_following_the_logs_stops_at_one_mebibyte_while_the_container_runs_on(do
     before its 60 seconds)."""
     from containers.engines.calls import LOG_MAX_BYTES
     from outbox import relay
-    from tests.api.helpers import token_client
+    from tests.api.helpers import stream_get, token_client
 
     # 1500 lines of 1000 bytes, then silence: all within the tail asked for.
     command = (
@@ -291,11 +291,10 @@ def test_following_the_logs_stops_at_one_mebibyte_while_the_container_runs_on(do
     [(event_id, token)] = relay.claim("create", 1)
     relay.execute(event_id, token)
     reaches(instance, "running")
-    response = token_client(owner).get(
-        f"/api/containers/{instance.pk}/logs/?follow=1&seconds=60&tail=10000"
+    response, body = stream_get(  # ends by itself: the container runs on
+        token_client(owner), f"/api/containers/{instance.pk}/logs/?follow=1&seconds=60&tail=10000"
     )
-    assert response.status_code == 200, response.content
-    body = b"".join(response.streaming_content)  # ends by itself: the container runs on
+    assert response.status_code == 200, body
     text, _, note = body.decode().rpartition("\n[gobrave: ")
     assert note == "output cut at 1 MiB; ask again to go on]\n", body[-200:]
     assert len(text.encode()) == LOG_MAX_BYTES  # cut mid-line, before the note

@@ -7,6 +7,7 @@ were closed; ``check`` and ``finish`` are plain coroutines that record their cal
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from streams.guard import KEEPALIVE, Ended, guarded
 from streams.merge import merged
@@ -128,10 +129,8 @@ def test_a_consumer_that_goes_away_closes_the_source_at_once():
         waiting = asyncio.ensure_future(anext(stream))  # waits on the quiet source
         await asyncio.sleep(0)
         waiting.cancel()  # the client disconnected: Django cancels the response's task
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await waiting
-        except asyncio.CancelledError:
-            pass
         return source.closed, calls.finished
 
     assert asyncio.run(consume_then_leave()) == (True, 1)

@@ -163,8 +163,13 @@ def _printing_its_env(callers, secret_template) -> ContainerInstance:
 def _logs(caller, instance: ContainerInstance, *, follow: bool) -> str:
     if not follow:
         return caller.api.get(f"/api/containers/{instance.pk}/logs/").json()["logs"]
-    response = caller.api.get(f"/api/containers/{instance.pk}/logs/?follow=1&seconds=1")
-    return b"".join(response.streaming_content).decode()
+    from tests.api.helpers import stream_get
+
+    response, body = stream_get(
+        caller.api, f"/api/containers/{instance.pk}/logs/?follow=1&seconds=1"
+    )
+    assert response.status_code == 200, body
+    return body.decode()
 
 
 @pytest.mark.parametrize("follow", [False, True], ids=["tail", "follow"])
