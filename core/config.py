@@ -1,10 +1,10 @@
 """Load and validate ``config.yml`` once, at start.
 
-The file has four sections (``container``, ``outbox``, ``api``, ``queue``). Every key has a
-default and a validator; an unknown key or a bad value raises ``ConfigError`` naming
-the key, which stops the process before it serves anything. Any key may be
-overridden by the environment as ``GOBRAVE_<SECTION>_<KEY>`` (upper case); the value
-is read as YAML, so ``true``, ``5`` and ``[a, b]`` mean what they say.
+The file has five sections (``container``, ``outbox``, ``api``, ``streams``, ``queue``).
+Every key has a default and a validator; an unknown key or a bad value raises
+``ConfigError`` naming the key, which stops the process before it serves anything.
+Any key may be overridden by the environment as ``GOBRAVE_<SECTION>_<KEY>`` (upper
+case); the value is read as YAML, so ``true``, ``5`` and ``[a, b]`` mean what they say.
 """
 
 from __future__ import annotations
@@ -315,6 +315,15 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "throttle_write": (_optional(_rate), "3000/minute"),
         "metrics_token": (_optional(_token), None),
     },
+    # Streams (log follow, live pages): open at once per user and in all, counted across
+    # every web process and host in lease rows (core.leases), and how long one may last.
+    "streams": {
+        "per_user": (_integer(1, 10_000), 8),
+        "total": (_integer(1, 1_000_000), 1000),
+        "idle_seconds": (_duration(1, 86400), 300.0),
+        "max_seconds": (_duration(1, 7 * 86400), 3600.0),
+        "lease_seconds": (_duration(3, 3600), 60.0),
+    },
     "queue": {
         "broker": (_broker, "orm"),
         "create_workers": (_optional(_integer(1, 100)), None),
@@ -431,5 +440,10 @@ def _check_relations(config: dict[str, dict[str, Any]], base: Path) -> None:
             "container.stop_timeout: must be shorter than outbox.delivery_timeout, or a stop "
             "of a process that ignores SIGTERM is killed mid-call on every attempt"
         )
+    streams = config["streams"]
+    if streams["per_user"] > streams["total"]:
+        raise ConfigError("streams.per_user: must not be above streams.total")
+    if streams["idle_seconds"] > streams["max_seconds"]:
+        raise ConfigError("streams.idle_seconds: must not be above streams.max_seconds")
     if container["start_timeout"] <= container["stop_timeout"]:
         raise ConfigError("container.start_timeout: must be longer than container.stop_timeout")
