@@ -116,8 +116,9 @@ def lease_acquire(
     ``per_holder`` of the holder's and fewer than ``total`` of the scope's are live (None:
     no such limit), else ``LeaseLimitReached`` names the limit and nothing is made. Exact
     under any concurrency: acquires of one scope run one at a time (an advisory lock per
-    scope on PostgreSQL, held to the commit; SQLite's write lock), and a renewal racing
-    its lease's expiry is waited for or counted, never lost. Up to ``REAP_LEASES`` expired
+    scope on PostgreSQL, held to the commit; SQLite's write lock), and an expired lease
+    whose renewal is still under way (its row locked) counts as live, so it is never
+    over-admitted. Up to ``REAP_LEASES`` expired
     leases of the scope are deleted on the way (committed even when the lease is refused).
     Two statements on PostgreSQL; run outside a transaction, which it opens and commits.
     """

@@ -8,7 +8,8 @@ rows, the many, are counted by ``gobrave_relay_events_total{event="sent"}``).
 
 Nothing is kept in process memory: every scrape builds a fresh ``CollectorRegistry``
 whose collector reads the database (instance counts by status, outbox rows by status,
-the queue numbers of ``containers.selectors.queue_stats``, each runtime's cached health,
+the queue numbers of ``containers.selectors.queue_stats``, the streams open (their live
+leases, ``core.leases``, one count over an index), each runtime's cached health,
 instances and slots from ``containers.selectors.runtime_loads`` and the relay counters
 summed over all time), so every web process answers the same. Engine health is what the
 last check stored on the runtime row: a scrape never calls an engine. Counters are totals of the
@@ -31,6 +32,7 @@ from containers.models import ContainerInstance, Runtime
 from containers.selectors import count_by_status, queue_stats, runtime_loads
 from containers.states import Status
 from core.counters import counter_totals
+from core.leases import LeaseScope, leases_live
 from dags.selectors import node_durations, run_counts
 from outbox.counters import RelayStat
 from outbox.selectors import INDEXED_STATUSES, outbox_counts
@@ -85,6 +87,12 @@ class DatabaseCollector:
             "gobrave_relay_in_flight",
             "Outbox rows in processing.",
             value=stats["relay"]["in_flight"],
+        )
+
+        yield GaugeMetricFamily(
+            "gobrave_streams_open",
+            "Streams open (live stream leases), across every web process and host.",
+            value=leases_live(scope=LeaseScope.STREAM),
         )
 
         yield from _engine_metrics(runtime_loads())

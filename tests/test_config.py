@@ -53,11 +53,35 @@ def test_missing_file_means_defaults(tmp_path):
         ("container: [1, 2]\n", "container"),
         ("container:\n  stop_timeout: 60\noutbox:\n  delivery_timeout: 60\n", "stop_timeout"),
         ("container: {a: [}\n", "not valid YAML"),
+        ("streams:\n  per_user: 0\n", "streams.per_user"),
+        ("streams:\n  total: many\n", "streams.total"),
+        ("streams:\n  lease_seconds: 1\n", "streams.lease_seconds"),
+        ("streams:\n  per_user: 20\n  total: 10\n", "streams.per_user"),
+        ("streams:\n  idle_seconds: 2h\n  max_seconds: 1h\n", "streams.idle_seconds"),
     ],
 )
 def test_bad_config_is_refused_naming_the_key(tmp_path, text, named):
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         load_config(_write(tmp_path, text), environ={})
+
+
+def test_streams_are_bounded_by_default(tmp_path):
+    streams = load_config(tmp_path / "absent.yml", environ={})["streams"]
+    assert streams == {
+        "per_user": 8,
+        "total": 1000,
+        "idle_seconds": 300,
+        "max_seconds": 3600,
+        "lease_seconds": 60,
+    }
+
+
+def test_a_test_overrides_the_streams_section_with_gobrave_config(gobrave_config):
+    from django.conf import settings
+
+    shipped = dict(settings.GOBRAVE["streams"])
+    gobrave_config(streams={"per_user": 2, "lease_seconds": 3.0})
+    assert settings.GOBRAVE["streams"] == {**shipped, "per_user": 2, "lease_seconds": 3.0}
 
 
 def test_durations_accept_units(tmp_path):

@@ -4,38 +4,55 @@
 write (POST, PUT, PATCH, DELETE). A rate left empty turns its throttle off. A throttled
 request is answered 429 with code ``throttled`` and ``Retry-After`` (``core.api.errors``).
 The defaults are generous (1000 creates a minute) so that a burst meets the admission
-limits (maxPending, the owner's quotas), not the throttle. History lives in Django's
-default cache (local memory: counted per web process).
+limits (maxPending, the owner's quotas), not the throttle.
+
+Counted in the database (``core.leases.rate_hit``: one row per user, scope and rate, one
+statement per throttle that applies), so every web process and host counts together.
+``N/minute`` admits a burst of N, then one request every minute/N (GCRA, a token
+bucket): a user who keeps asking gets exactly the rate; refused requests do not count.
 """
 
 from __future__ import annotations
 
 from django.conf import settings
 from rest_framework.permissions import SAFE_METHODS
-from rest_framework.throttling import UserRateThrottle
+from rest_framework.throttling import BaseThrottle
+
+from core.leases import LeaseScope, rate_hit
+
+_PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-class _ConfiguredThrottle(UserRateThrottle):
-    """A ``UserRateThrottle`` whose rate is read from config at each request."""
+class _ConfiguredThrottle(BaseThrottle):
+    """A throttle whose rate (``config_key``) is read from config at each request, counted
+    per user (per client address for an anonymous request) in ``scope``."""
 
+    scope: LeaseScope
     config_key = ""
 
-    def __init__(self) -> None:  # the rate is read per request, not at start
-        self.rate = None
+    def __init__(self) -> None:
+        self.retry_after: float | None = None
 
     def applies(self, request, view) -> bool:
         raise NotImplementedError
 
     def allow_request(self, request, view) -> bool:
-        self.rate = settings.GOBRAVE["api"][self.config_key]
-        if self.rate is None or not self.applies(request, view):
+        rate = settings.GOBRAVE["api"][self.config_key]
+        if rate is None or not self.applies(request, view):
             return True
-        self.num_requests, self.duration = self.parse_rate(self.rate)
-        return super().allow_request(request, view)
+        number, _, unit = rate.partition("/")  # validated by core.config: "1000/minute"
+        user = request.user
+        holder = f"user:{user.pk}" if user.is_authenticated else f"ip:{self.get_ident(request)}"
+        hit = rate_hit(scope=self.scope, holder=holder, limit=int(number), period=_PERIODS[unit[0]])
+        self.retry_after = hit.retry_after
+        return hit.allowed
+
+    def wait(self) -> float | None:
+        return self.retry_after
 
 
 class CreateThrottle(_ConfiguredThrottle):
-    scope = "create"
+    scope = LeaseScope.THROTTLE_CREATE
     config_key = "throttle_create"
 
     def applies(self, request, view) -> bool:
@@ -45,7 +62,7 @@ class CreateThrottle(_ConfiguredThrottle):
 
 
 class WriteThrottle(_ConfiguredThrottle):
-    scope = "write"
+    scope = LeaseScope.THROTTLE_WRITE
     config_key = "throttle_write"
 
     def applies(self, request, view) -> bool:

@@ -15,7 +15,8 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.models import Counter
+from core.leases import lease_acquire
+from core.models import Counter, Lease
 from outbox.models import OutboxEvent
 from tests.promtool import promtool
 
@@ -43,6 +44,11 @@ def _seed(make_instance):
     Counter.objects.create(minute=minute, name="sent", count=3)
     Counter.objects.create(minute=minute - dt.timedelta(days=1), name="sent", count=4)
     Counter.objects.create(minute=minute, name="create_refused", count=2)
+    # Streams: two open, one whose lease expired (its process was killed), another scope.
+    for scope, holder in (("stream", "user:1"), ("stream", "user:2"), ("stream", "user:3")):
+        lease_acquire(scope=scope, holder=holder, ttl=60, per_holder=None, total=None)
+    Lease.objects.filter(holder="user:3").update(expires_at=timezone.now() - dt.timedelta(1))
+    lease_acquire(scope="throttle:x", holder="user:1", ttl=60, per_holder=None, total=None)
 
 
 def test_metrics_in_prometheus_text_format(anon, make_instance, gobrave_config):
@@ -62,6 +68,7 @@ def test_metrics_in_prometheus_text_format(anon, make_instance, gobrave_config):
     assert samples[("gobrave_relay_events_total", (("event", "sent"),))] == 7
     assert samples[("gobrave_relay_events_total", (("event", "dead"),))] == 0
     assert samples[("gobrave_requests_total", (("event", "create_refused"),))] == 2
+    assert samples[("gobrave_streams_open", ())] == 2, list(Lease.objects.values())
 
 
 def test_repeated_scrapes_do_not_accumulate(anon, make_instance):

@@ -4,6 +4,10 @@ PostgreSQL; expiry without waiting (``expires_at`` set in the past); renew and r
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -14,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from core.errors import LeaseLimitReached
 from core.leases import REAP_LEASES, lease_acquire, lease_release, lease_renew, leases_live
 from core.models import Lease
-from tests.processes import released_at_once, wait_for
+from tests.processes import REPO, released_at_once, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -213,3 +217,62 @@ def test_the_live_count_reads_an_index_not_the_table(postgres):
         cursor.execute(f"EXPLAIN {statement}")
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Index" in plan and "Seq Scan" not in plan, plan
+
+
+# The quick start's path (SQLite, the ORM under its write lock), in a process of its own.
+ON_SQLITE = """
+import datetime as dt, json
+from django.core.management import call_command
+from django.utils import timezone
+from core.errors import LeaseLimitReached
+from core.leases import lease_acquire, lease_release, lease_renew, leases_live, rate_hit
+from core.models import Lease
+
+call_command("migrate", "core", verbosity=0)  # the lease table is all it needs
+said = {}
+
+def take(holder):
+    try:
+        return lease_acquire(scope="stream", holder=holder, ttl=60, per_holder=2, total=3).pk
+    except LeaseLimitReached as refused:
+        return refused.limit
+
+first, second = take("u1"), take("u1")
+said["taken"] = [take("u1"), take("u2"), take("u3")]
+Lease.objects.filter(pk=first).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+said["live"] = leases_live(scope="stream")
+said["after_expiry"] = isinstance(take("u3"), int)
+said["expired_kept"] = Lease.objects.filter(pk=first).exists()
+said["renewed"] = lease_renew(lease_id=second, ttl=60)
+lease_release(lease_id=second)
+said["renewed_after_release"] = lease_renew(lease_id=second, ttl=60)
+said["hits"] = [rate_hit(scope="throttle:x", holder="u1", limit=2, period=60) for _ in range(3)]
+print(json.dumps(said))
+"""
+
+
+@pytest.mark.slow  # a real manage.py process
+def test_the_quick_start_on_sqlite_counts_the_same_with_no_service(tmp_path):
+    env = {
+        "PATH": os.environ["PATH"],
+        "GOBRAVE_SQLITE_PATH": str(tmp_path / "quick.sqlite3"),
+        "GOBRAVE_CONTAINER_WORKSPACE_ROOT": str(tmp_path / "ws"),
+    }
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", ON_SQLITE],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout.splitlines()[-1])
+    assert said["taken"] == ["per_holder", said["taken"][1], "total"], said
+    assert isinstance(said["taken"][1], int), said
+    assert said["live"] == 2, said
+    assert (said["after_expiry"], said["expired_kept"]) == (True, False), said
+    assert (said["renewed"], said["renewed_after_release"]) == (True, False), said
+    (admitted, _), (again, _), (refused, wait) = said["hits"]
+    assert (admitted, again, refused) == (True, True, False), said
+    assert 29 < wait <= 30, said

@@ -1,23 +1,21 @@
-"""Per-user throttles on creates and on every write: 429 ``throttled`` with Retry-After."""
+"""Per-user throttles on creates and on every write: 429 ``throttled`` with Retry-After,
+counted in the database so that every web process counts together."""
 
 from __future__ import annotations
 
 import pytest
-from django.core.cache import cache
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework.authtoken.models import Token
 
 from containers.models import ContainerInstance
 from core.config import ConfigError, load_config
+from core.models import Lease
 from tests.api.helpers import assert_error, token_client
 from tests.factories import InstanceFactory, UserFactory
+from tests.processes import running_app
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def fresh_history():
-    cache.clear()
-    yield
-    cache.clear()
 
 
 def _create(client):
@@ -37,6 +35,34 @@ def test_creates_beyond_the_rate_are_throttled_with_retry_after(gobrave_config, 
     assert _create(token_client(UserFactory(username="bob"))).status_code == 202
 
 
+# Another web process: the same create through the API, in a manage.py process of its own.
+OTHER_PROCESS = """
+from rest_framework.test import APIClient
+client = APIClient(SERVER_NAME="localhost", HTTP_AUTHORIZATION="Token {key}")
+print(*[client.post("/api/containers/", {{"template": "sleeper"}}, format="json").status_code
+        for _ in range(2)])
+"""
+
+
+@pytest.mark.slow  # a real manage.py process
+@pytest.mark.django_db(transaction=True)
+def test_two_processes_count_one_users_creates_together(
+    postgres, tmp_path, gobrave_config, template, owner
+):
+    gobrave_config(api={"throttle_create": "3/minute"})
+    alice = token_client(owner)
+    assert [_create(alice).status_code for _ in range(2)] == [202, 202]
+    key = Token.objects.get(user=owner).key
+    with running_app(tmp_path, api_throttle_create="3/minute") as app:
+        done = app.manage("shell", "-c", OTHER_PROCESS.format(key=key))
+    assert done.returncode == 0, done.stderr
+    rows = list(Lease.objects.values_list("scope", "holder", "count"))
+    assert done.stdout.split()[-2:] == ["202", "429"], (done.stdout, rows)
+    assert_error(_create(alice), 429, "throttled")
+    assert ContainerInstance.objects.count() == 3
+    assert ("throttle:create", f"user:{owner.pk}", 3) in rows, rows
+
+
 def test_every_write_counts_against_the_write_rate(gobrave_config, template, owner, fake_runtime):
     gobrave_config(api={"throttle_write": "2/minute"})
     instance = InstanceFactory(owner=owner, template=template, runtime=fake_runtime)
@@ -49,6 +75,24 @@ def test_every_write_counts_against_the_write_rate(gobrave_config, template, own
     assert int(response["Retry-After"]) >= 1
     instance.refresh_from_db()
     assert instance.status == "stop_pending"
+
+
+def test_each_throttle_costs_a_create_one_statement(gobrave_config, template, owner):
+    alice = token_client(owner)
+    _create(alice)  # the token's and the template's first reads are behind us
+
+    def statements() -> list[str]:
+        with CaptureQueriesContext(connection) as done:
+            assert _create(alice).status_code == 202
+        return [q["sql"] for q in done.captured_queries]
+
+    gobrave_config(api={"throttle_create": None, "throttle_write": None})
+    unthrottled = statements()
+    gobrave_config(api={"throttle_create": "100/minute", "throttle_write": "100/minute"})
+    throttled = statements()
+    counted = [sql for sql in throttled if "core_lease" in sql]
+    assert len(throttled) == len(unthrottled) + 2, throttled
+    assert len(counted) == 2 and all("ON CONFLICT" in sql for sql in counted), counted
 
 
 def test_an_empty_rate_turns_the_throttle_off(gobrave_config, template, owner):
