@@ -200,6 +200,23 @@ def test_cancelling_the_reader_stops_the_thread_and_closes_the_stream() -> None:
     assert source.closed.is_set()
 
 
+def test_an_aclose_from_another_task_ends_the_reader_and_the_thread() -> None:
+    source = Quiet()
+    threads_before = engine_threads()
+
+    async def follow() -> list[bytes]:
+        stream = await follow_in_thread(lambda: source, until=time.time() + 600)
+        reader = asyncio.create_task(read_all(stream))
+        await asyncio.sleep(0)  # the reader runs until it waits for a chunk
+        await stream.aclose()
+        chunks = await reader  # ends at once, long before its 600 s
+        await until_true(lambda: engine_threads() == threads_before)
+        return chunks
+
+    assert asyncio.run(follow()) == []
+    assert source.closed.is_set()
+
+
 # -- EngineStream, the WSGI bridge, decoding, the cap ------------------------------------------
 
 
