@@ -6,8 +6,9 @@ flight) or ``PermanentEngineError`` (4xx that no retry can fix, image missing un
 ``never``, a foreign container holding our name); no raw ``docker``/``requests``
 exception escapes.
 
-One ``docker.DockerClient`` per process: it is created lazily and recreated when the pid
-changes, so an engine object inherited across ``fork`` never reuses the parent's sockets.
+One SDK client (``docker.APIClient``) per process: it is created lazily and recreated
+when the pid changes, so an engine object inherited across ``fork`` never reuses the
+parent's sockets. A log follow has a client of its own (``follow_logs``).
 """
 
 from __future__ import annotations
@@ -181,6 +182,23 @@ def _keepalive(api: docker.APIClient) -> None:
         manager.clear()
 
 
+class _APIClient(docker.APIClient):
+    """The SDK's client, with ``trust_env`` fixed at construction: ``requests.Session``
+    sets it True in its constructor, before the version negotiation's first request."""
+
+    def __init__(self, *args: Any, trust_env: bool = True, **kwargs: Any) -> None:
+        self._trust_env = trust_env
+        super().__init__(*args, **kwargs)
+
+    @property
+    def trust_env(self) -> bool:  # type: ignore[override]
+        return self._trust_env
+
+    @trust_env.setter
+    def trust_env(self, value: bool) -> None:
+        """Ignored: set by ``requests.Session.__init__``."""
+
+
 class _ClosableFrames:
     """The sync client's log stream as a ``streams.BlockingStream``: ``close()`` from any
     thread ends a read in progress. The SDK shuts the socket down; over ``ssh://`` with
@@ -255,7 +273,7 @@ class DockerEngine:
         self.timeout = timeout
         self.tls = tls
         self.native_follow = base_url.startswith(("unix://", "tcp://", "http://", "https://"))
-        self._client: docker.DockerClient | None = None
+        self._client: docker.APIClient | None = None
         self._client_pid: int | None = None
         self._lock = threading.Lock()
         self._node_name: str | None = None
@@ -265,7 +283,7 @@ class DockerEngine:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _docker(self) -> docker.DockerClient:
+    def _docker(self) -> docker.APIClient:
         """This process's client; created on first use and after a fork (never shared)."""
         pid = os.getpid()
         if self._client is not None and self._client_pid == pid:
@@ -276,25 +294,30 @@ class DockerEngine:
         with self._lock:
             if self._client is None or self._client_pid != pid:
                 # version="auto" negotiates with the daemon (may raise: callers translate).
-                self._client = docker.DockerClient(
-                    base_url=self.base_url,
-                    version="auto",
-                    timeout=int(self.timeout),
-                    tls=self.tls.for_docker_sdk() if self.tls is not None else False,
-                )
-                self._configure(self._client.api)
+                self._client = self._new_client("auto")
                 self._client_pid = pid
             return self._client
 
-    def _configure(self, api: docker.APIClient) -> None:
+    def _new_client(self, version: str) -> docker.APIClient:
+        """A client of the SDK for this engine: TLS files, keepalives on TCP.
+
+        A unix socket takes no proxy (requests would otherwise read the proxy variables
+        and ~/.netrc again on every call); under TLS, ``REQUESTS_CA_BUNDLE`` or
+        ``CURL_CA_BUNDLE`` would replace the CA given. So neither reads the environment,
+        from the version negotiation in the constructor on.
+        """
+        api = _APIClient(
+            base_url=self.base_url,
+            version=version,
+            timeout=int(self.timeout),
+            tls=self.tls.for_docker_sdk() if self.tls is not None else False,
+            trust_env=not (self.base_url.startswith("unix://") or self.tls is not None),
+        )
         _keepalive(api)
-        if self.base_url.startswith("unix://"):
-            # A local socket takes no proxy: requests would otherwise read the proxy
-            # variables and ~/.netrc again on every call.
-            api.trust_env = False
+        return api
 
     def _api(self) -> docker.APIClient:
-        return self._docker().api
+        return self._docker()
 
     # -- engine -----------------------------------------------------------------------------
 
@@ -627,14 +650,8 @@ class DockerEngine:
         version, so no negotiation), closed with the stream: nothing of it stays in a
         pool. None: no such container; errors raise."""
         with _translated(f"logs {ref}"):
-            api = docker.APIClient(
-                base_url=self.base_url,
-                version=self._api().api_version,
-                timeout=int(self.timeout),
-                tls=self.tls.for_docker_sdk() if self.tls is not None else False,
-            )
+            api = self._new_client(self._api().api_version)
             try:
-                self._configure(api)
                 stream = api.logs(
                     ref, stdout=True, stderr=True, stream=True, follow=True, tail=tail
                 )

@@ -48,7 +48,9 @@ class EngineStream:
 
     ``release`` runs once, whichever comes first: the chunks end (or raise, or their task
     is cancelled) or ``aclose()`` is awaited, also before the first read (an async
-    generator closed before its first step never runs its own ``finally``).
+    generator closed before its first step never runs its own ``finally``). To stop a
+    reader from another task, cancel the reader; an ``aclose()`` from another task still
+    releases the connection at once, and the reader's next read ends.
     """
 
     def __init__(
@@ -82,7 +84,8 @@ class EngineStream:
         release, self._release = self._release, None
         try:
             if chunks is not None:
-                await chunks.aclose()
+                with contextlib.suppress(RuntimeError):  # being read by another task
+                    await chunks.aclose()
         finally:
             if release is not None:
                 await release()
@@ -221,6 +224,9 @@ async def follow_in_thread(
 
     async def release() -> None:
         pump.stop()
+        while not queue.empty():  # no put can come after stop(): room for the end
+            queue.get_nowait()
+        queue.put_nowait(_END)  # a reader waiting in another task ends
 
     return EngineStream(_drain(queue, until), release)
 

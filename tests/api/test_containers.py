@@ -373,6 +373,23 @@ def test_logs_when_runtime_is_unreachable_is_503(alice, owner, template):
     assert error["details"] == {"runtime": "down"}
 
 
+def test_following_the_logs_of_an_unreachable_runtime_is_503_before_any_output(
+    alice, owner, template
+):
+    """The async follow opens the engine's stream before the response starts: an engine
+    that does not answer is a 503, not a 200 with an empty or broken body."""
+    from tests.factories import InstanceFactory
+
+    down = Runtime.objects.create(
+        name="down", driver="docker", base_url="tcp://127.0.0.1:1", labels={"engine": "down"}
+    )
+    instance = InstanceFactory(owner=owner, template=template, runtime=down)
+    ContainerInstance.objects.filter(pk=instance.pk).update(status="running")
+    response = alice.get(f"/api/containers/{instance.pk}/logs/?follow=1&seconds=5")
+    error = assert_error(response, 503, "runtime_unavailable")
+    assert error["details"] == {"runtime": "down"}
+
+
 def test_logs_when_runtime_raises_runtime_failure_is_503(alice, make_instance, monkeypatch):
     from containers.engines.base import EngineError
     from containers.engines.fake import FakeEngine

@@ -65,6 +65,18 @@ def start(engine: DockerEngine, command: str) -> str:
     return ref
 
 
+@pytest.fixture(scope="module")
+def steady(setup_engine) -> str:
+    """A container that prints a numbered line every 20 ms, shared by the module."""
+    return start(setup_engine, STEADY)
+
+
+@pytest.fixture(scope="module")
+def quiet(setup_engine) -> str:
+    """A container that printed one line and then nothing, shared by the module."""
+    return start(setup_engine, "echo once; sleep 600")
+
+
 @pytest.fixture(params=["aiodocker", "thread"])
 def follower(request) -> DockerEngine:
     """A fresh engine that follows natively, or through the thread adapter."""
@@ -83,17 +95,17 @@ async def read_lines(stream, count: int) -> list[str]:
     return seen.decode().splitlines()[:count]
 
 
-def test_a_printing_container_is_followed_in_order(setup_engine, follower) -> None:
-    ref = start(setup_engine, STEADY)
-
+def test_a_printing_container_is_followed_in_order(steady, follower) -> None:
     async def follow() -> list[str]:
-        stream = await follower.follow_logs(ref, tail=1000, until=time.time() + BOUND)
+        stream = await follower.follow_logs(steady, tail=5, until=time.time() + BOUND)
         try:
-            return await read_lines(stream, 40)
+            return await read_lines(stream, 40)  # the last 5 lines, then 35 new ones
         finally:
             await stream.aclose()
 
-    assert asyncio.run(follow()) == [f"line{i}" for i in range(1, 41)]
+    lines = asyncio.run(follow())
+    first = int(lines[0].removeprefix("line"))
+    assert lines == [f"line{i}" for i in range(first, first + 40)], lines
 
 
 def test_the_stream_ends_when_the_container_is_stopped(setup_engine, follower) -> None:
@@ -114,12 +126,10 @@ def test_the_stream_ends_when_the_container_is_stopped(setup_engine, follower) -
     assert setup_engine.inspect(ref).status == "exited"
 
 
-def test_a_quiet_container_ends_at_until(setup_engine, follower) -> None:
-    ref = start(setup_engine, "echo once; sleep 600")
-
+def test_a_quiet_container_ends_at_until(setup_engine, quiet, follower) -> None:
     async def follow() -> tuple[bytes, float]:
-        until = time.time() + 1
-        stream = await follower.follow_logs(ref, tail=10, until=until)
+        until = time.time() + 0.5
+        stream = await follower.follow_logs(quiet, tail=10, until=until)
         seen = b""
         async with asyncio.timeout(BOUND):
             async for chunk in stream:
@@ -129,7 +139,7 @@ def test_a_quiet_container_ends_at_until(setup_engine, follower) -> None:
     seen, until = asyncio.run(follow())
     assert seen == b"once\n"
     assert time.time() >= until  # ended by the deadline, not before it
-    assert setup_engine.inspect(ref).status == "running"
+    assert setup_engine.inspect(quiet).status == "running"
 
 
 def test_a_missing_container_gives_an_empty_stream(follower) -> None:
@@ -208,11 +218,10 @@ PROBE = textwrap.dedent(
 
 
 @pytest.mark.parametrize("how", ["aclose", "cancel"])
-def test_ending_a_follow_leaves_no_engine_connection(setup_engine, follower, how) -> None:
-    ref = start(setup_engine, "echo hello; sleep 600")
+def test_ending_a_follow_leaves_no_engine_connection(quiet, follower, how) -> None:
     native = "1" if follower.native_follow else "0"
     probe = subprocess.run(
-        [sys.executable, "-c", PROBE, BASE_URL, ref, native, how, SOCKET, str(BOUND)],
+        [sys.executable, "-c", PROBE, BASE_URL, quiet, native, how, SOCKET, str(BOUND)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -226,7 +235,7 @@ def test_ending_a_follow_leaves_no_engine_connection(setup_engine, follower, how
         assert (baseline, report["reading"]) == (0, 1), report
     assert report["reading"] > baseline, report
     assert report == {
-        "first": "hello\n",
+        "first": "once\n",
         "baseline": baseline,
         "reading": report["reading"],
         "after": baseline,
