@@ -111,3 +111,18 @@ def test_the_admin_does_not_offer_the_fake_driver_outside_tests(production, call
 def test_tests_may_choose_the_fake_driver(callers, tmp_path):
     assert settings.GOBRAVE_FAKE_RUNTIME is True
     assert engine_for(RuntimeFactory(name="sim", base_url=f"fake://{tmp_path}")) is not None
+
+
+def test_a_superuser_revokes_a_user_s_token_in_the_admin(callers):
+    from rest_framework.test import APIClient
+
+    from tenants.models import ApiToken
+    from tests.factories import api_token
+
+    key = api_token(callers["user"].user, name="leaked")
+    token = ApiToken.objects.get(name="leaked")
+    url = reverse("admin:tenants_apitoken_delete", args=[token.pk])
+    response = callers["superuser"].web.post(url, {"post": "yes"})
+    assert response.status_code == 302, response.content[:300]
+    assert not ApiToken.objects.filter(pk=token.pk).exists()
+    assert APIClient(HTTP_AUTHORIZATION=f"Token {key}").get("/api/tokens/").status_code == 401
