@@ -6,6 +6,11 @@ A registry of our own on loopback (Debian's ``docker-registry``, installed by
 pushes the FROM-scratch test image to it. The engine treats 127.0.0.0/8 registries as
 insecure, so it speaks plain HTTP to it. No test here makes the engine pull from anything
 but this registry, or a loopback port where nothing listens.
+
+The outcomes that need no process run the relay in the test's own process (one claim and
+its attempt, on the real engine); the timed ones run a real create cluster, started
+before the create, so their bounds (10 s, 5 s, scaled like every wait of the suite)
+measure the request, not a process's start.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from containers.models import ContainerEvent, ContainerInstance
 from containers.requests.services import container_create_by_template
 from outbox.models import OutboxEvent
 from tests.containers.conftest import IMAGE, _unavailable
-from tests.processes import App, outbox_rows, relay_drain, wait_for
+from tests.processes import PATIENCE, App, outbox_rows, relay_drain, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -99,10 +104,10 @@ def _tail(path: Path) -> str:
 
 
 @contextmanager
-def _create_cluster(dock) -> Iterator[App]:
+def _create_cluster(dock, **overrides: str) -> Iterator[App]:
     """The create queue's django-q2 cluster: its pusher claims the create's row itself
     (woken by the commit, or at its first read), so a create needs no dispatcher."""
-    with dock.app() as app:
+    with dock.app(**overrides) as app:
         app.cluster("create")
         yield app
 
@@ -139,13 +144,22 @@ def test_a_typo_image_fails_at_once_with_the_registry_s_message(dock, registry, 
     assert dock.containers() == []
 
 
-def test_a_registry_nobody_listens_on_shows_retrying_with_the_row_s_schedule(
-    dock, owner, gobrave_config
-):
-    gobrave_config(outbox={"backoff_base": 30, "max_attempts": 8})
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_registry_nobody_listens_on_shows_retrying_with_the_row_s_schedule(dock, owner):
     nowhere = f"127.0.0.1:{free_port()}/x:1"
-    instance = _create(dock, owner, nowhere)
-    assert relay_drain() == ["retried"], _said(instance)  # due again in 30 s or more
+    # A retry waits 30 s or more: the test sees exactly one attempt.
+    with _create_cluster(dock, outbox_backoff_base="30", outbox_max_attempts="8") as app:
+        app.wait_logged("create-cluster", "running.", timeout=60, message="the cluster up")
+        instance = _create(dock, owner, nowhere)
+        wait_for(
+            lambda: ContainerInstance.objects.get(pk=instance.pk).status_reason.startswith(
+                "retrying"
+            ),
+            timeout=5,
+            message="the retrying reason",
+            describe=lambda: _said(instance),
+        )
     stored, row = ContainerInstance.objects.get(pk=instance.pk), OutboxEvent.objects.get()
     entry = ContainerEvent.objects.get(instance_id=instance.pk, kind="retry")
     shown = re.fullmatch(
@@ -162,9 +176,13 @@ def test_a_registry_nobody_listens_on_shows_retrying_with_the_row_s_schedule(
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_create_wait_exits_non_zero_printing_why(dock, registry, owner):
+    """End to end through a real create cluster: a typo image fails within 10 s (the
+    command's own ``--timeout``, scaled like every wait of the suite), and ``--wait``
+    exits 1 printing the registry's message."""
     typo = f"{registry.host}/nosuch:1"
     template = dock.template(["sleep", "60"], image=typo, pull_policy="if_not_present")
     with _create_cluster(dock) as app:
+        app.wait_logged("create-cluster", "running.", timeout=60, message="the cluster up")
         done = app.manage(
             "container_create",
             "--template",
@@ -173,7 +191,7 @@ def test_create_wait_exits_non_zero_printing_why(dock, registry, owner):
             owner.username,
             "--wait",
             "--timeout",
-            "60",
+            str(10 * PATIENCE),
         )
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"ended failed: create failed: cannot pull image {typo}: " in done.stderr, done.stderr
