@@ -31,6 +31,7 @@ import pytest
 
 from containers.engines.base import EngineError, PermanentEngineError
 from containers.engines.docker import pull_error
+from containers.errors import InvalidSpec
 from containers.models import ContainerEvent, ContainerInstance
 from containers.requests.services import container_create_by_template
 from outbox.models import OutboxEvent
@@ -142,6 +143,12 @@ def test_a_typo_image_fails_at_once_with_the_registry_s_message(dock, registry, 
     failed = ContainerEvent.objects.get(instance_id=instance.pk, to_status="failed")
     assert failed.message == reason, failed.message
     assert dock.containers() == []
+
+
+def test_an_invalid_reference_is_refused_by_the_request_and_never_reaches_the_engine(dock, owner):
+    with pytest.raises(InvalidSpec, match="is not an image reference"):
+        _create(dock, owner, "127.0.0.1:5000/Not_Lower:1")
+    assert not ContainerInstance.objects.exists() and not OutboxEvent.objects.exists()
 
 
 @pytest.mark.slow
