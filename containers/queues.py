@@ -22,6 +22,11 @@ class RequestKind(enum.StrEnum):
     DELETE = "ContainerDeleteRequest"
 
     @property
+    def verb(self) -> str:
+        """The request as a person names it: ``create``, ``start``, ``stop``, ``delete``."""
+        return self.name.lower()
+
+    @property
     def queue(self) -> Queue:
         """The queue whose workers run this kind."""
         return Queue.CREATE if self in (RequestKind.CREATE, RequestKind.START) else Queue.CONTROL
@@ -39,6 +44,7 @@ EVENT_KIND_WORDS: dict[str, str] = {
     "runtime": "seen on the engine",
     "cleanup": "cleaned up",
     "dead_letter": "request given up",
+    "retry": "request retried",
     "start_timeout": "start timed out",
     "orphan": "orphan found",
 }

@@ -35,7 +35,7 @@ from outbox.counters import RelayStat
 from outbox.heartbeat import Heartbeat
 from outbox.models import UNFINISHED, FairnessMark, OutboxEvent, OutboxStatus
 from outbox.outcomes import HANDLER_OUTCOMES, Outcome
-from outbox.registry import Defer, PermanentFailure, RetryLater
+from outbox.registry import Defer, PermanentFailure, Retry, RetryLater
 from outbox.services import (
     ANY_DUE,
     outbox_notify,
@@ -440,7 +440,11 @@ def run(event: OutboxEvent, token: uuid.UUID, *, finish: Finish | None = None) -
         if route is None:
             raise PermanentFailure(f"no handler registered for {event.kind}")
         if event.attempts >= conf.value("max_attempts"):
-            raise PermanentFailure(f"gave up after {event.attempts} attempts: {event.last_error}")
+            # The whole story stays the row's last error; the hook gets the last line.
+            raise PermanentFailure(
+                f"{event.last_error}\ngave up after {event.attempts} attempts:"
+                f" {_last_line(event.last_error)}"
+            )
         outcome = route.handler(event)
     except Defer as exc:
         log.debug("outbox #%s deferred: %s", event.id, exc)
@@ -450,8 +454,9 @@ def run(event: OutboxEvent, token: uuid.UUID, *, finish: Finish | None = None) -
     except Exception as exc:  # noqa: BLE001 - any handler error is a retriable failure
         detail = "".join(traceback.format_exception(exc))
         hooks.emit("error", event=event, error=detail)
-        retry_after = exc.retry_after if isinstance(exc, RetryLater) else 0.0
-        return _retry(event, token, route, detail, retry_after)
+        if isinstance(exc, RetryLater):  # a reason in a person's words (outbox.registry)
+            return _retry(event, token, route, detail, exc.retry_after, _last_line(str(exc)))
+        return _retry(event, token, route, detail, 0.0, _last_line(detail))
     if outcome not in HANDLER_OUTCOMES:
         return _dead(event, token, route, f"handler returned {outcome!r}, not sent or superseded")
     return _record(event, token, Outcome(outcome), finish=finish or _finish)
@@ -486,15 +491,18 @@ def _record(
     return outcome
 
 
-def _retry(event, token, route, detail: str, retry_after: float) -> Outcome:
+def _retry(event, token, route, detail: str, retry_after: float, reason: str) -> Outcome:
+    """Record a retriable failure: ``pending`` again after the backoff (``retry_after`` its
+    floor), ``attempts + 1``, the traceback kept (``detail``); dead instead when that makes
+    ``max_attempts``. The kind's ``on_retry`` hook, if any, is told the schedule and the
+    ``reason`` in the same transaction (on PostgreSQL without a hook: one round trip)."""
     attempts = event.attempts + 1
-    if attempts >= conf.value("max_attempts"):
-        return _dead(event, token, route, detail, attempts=attempts)
+    max_attempts = conf.value("max_attempts")
+    if attempts >= max_attempts:
+        gave_up = f"gave up after {attempts} attempt{'s' if attempts > 1 else ''}: {reason}"
+        return _dead(event, token, route, detail, attempts=attempts, reason=gave_up)
     delay = max(backoff(attempts), retry_after)
-    if not _finish(
-        event.id,
-        token,
-        OutboxStatus.PENDING,
+    fields = dict(
         attempts=attempts,
         available_at=Now() + dt.timedelta(seconds=delay),
         last_error=detail[-8000:],
@@ -502,7 +510,21 @@ def _retry(event, token, route, detail: str, retry_after: float) -> Outcome:
         lease_expires_at=None,
         started_at=None,
         outcome=Outcome.RETRIED,
-    ):
+    )
+    hook = route.on_retry if route is not None else None
+    if hook is None:
+        finished = _finish(event.id, token, OutboxStatus.PENDING, **fields)
+    else:
+        retry = Retry(attempts=attempts, max_attempts=max_attempts, delay=delay, reason=reason)
+
+        def write() -> bool:
+            if not _finish_in_txn(event.id, token, OutboxStatus.PENDING, **fields):
+                return False
+            hook(event, retry)
+            return True
+
+        finished = bool(_outcome_write(write, event_id=event.id))
+    if not finished:
         return Outcome.STALE
     # Waiting for its retry, the row holds no capacity (contract §4): what was deferred on
     # its queue may go now.
@@ -512,26 +534,32 @@ def _retry(event, token, route, detail: str, retry_after: float) -> Outcome:
     return Outcome.RETRIED
 
 
-def _dead(event, token, route, reason: str, attempts: int | None = None) -> Outcome:
+def _dead(
+    event, token, route, detail: str, attempts: int | None = None, reason: str | None = None
+) -> Outcome:
+    """Record the row ``dead`` with ``detail`` (kept whole as its last error) and run the
+    kind's ``on_dead`` hook in the same transaction with ``reason`` (default: the last
+    line of ``detail``)."""
+
     def write() -> bool:
         if not _finish_in_txn(
             event.id,
             token,
             OutboxStatus.DEAD,
             attempts=attempts if attempts is not None else event.attempts + 1,
-            last_error=reason[-8000:],
+            last_error=detail[-8000:],
             lease_expires_at=None,
             outcome=Outcome.DEAD,
         ):
             return False
         if route is not None and route.on_dead is not None:
-            route.on_dead(event, _last_line(reason))
+            route.on_dead(event, reason if reason is not None else _last_line(detail))
         return True
 
     if not _outcome_write(write, event_id=event.id):
         return Outcome.STALE
     counter_add(RelayStat.DEAD)
-    hooks.emit("dead", event=event, error=reason)
+    hooks.emit("dead", event=event, error=detail)
     return Outcome.DEAD
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make sure every service the test suite talks to answers: PostgreSQL, Redis, the Docker
-# Engine (with its FROM-scratch test image), promtool and headless Chromium. Idempotent; used by
-# `make test` and therefore by .ci/run.
+# Engine (with its FROM-scratch test image), promtool, docker-registry and headless Chromium.
+# Idempotent; used by `make test` and therefore by .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf '[test-services] %s\n' "$*"; }
@@ -42,6 +42,22 @@ if ! command -v promtool >/dev/null 2>&1; then
     apt-get install -y -q --no-install-recommends prometheus >/dev/null
 fi
 say "promtool $(promtool --version 2>&1 | head -n 1 | awk '{print $3}')"
+
+# docker-registry (Debian's), for the registry-pull tests: each test module serves its own
+# on a free 127.0.0.1 port. Installed only; its system service is never enabled or started.
+if ! command -v docker-registry >/dev/null 2>&1; then
+    say "installing docker-registry"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    apt-get install -y -q --no-install-recommends docker-registry >/dev/null
+    # The package enables (and, under systemd, starts) its unit: undone at once.
+    if [ -d /run/systemd/system ]; then
+        systemctl disable --now docker-registry.service >/dev/null 2>&1 || true
+    else
+        rm -f /etc/systemd/system/multi-user.target.wants/docker-registry.service
+    fi
+fi
+say "docker-registry $(docker-registry --version 2>&1 | awk '{print $NF}')"
 
 bash scripts/test-engine.sh
 if [ -f scripts/browser-setup.sh ]; then

@@ -5,7 +5,9 @@ implementation (``docker.py``); ``fake.py`` is a file-backed engine that tests
 drive across processes. A Kubernetes engine would plug in here.
 
 Errors: ``EngineError`` is retriable (the relay backs off and tries again),
-``PermanentEngineError`` is not (the request goes dead and the instance fails).
+``PermanentEngineError`` is not (the request goes dead and the instance fails). Either
+message is what a person reads on the instance ("retrying (attempt 2 of 8): <message>, ..."
+or "create failed: <message>"): what was tried, then the engine's own words.
 Every method is idempotent where the docstring says so: the relay delivers at
 least once.
 """

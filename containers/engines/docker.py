@@ -58,6 +58,16 @@ _EVENT_ATTRIBUTES = frozenset({"name", "image", "exitCode", "signal", "execDurat
 # 4xx statuses a retry can fix: timeout, conflict in flight (e.g. removal in progress),
 # rate limit. Every other 4xx is permanent.
 _RETRIABLE_4XX = frozenset({408, 409, 429})
+# What a registry answers, through the engine, for an image that is not there or a
+# reference that is not one: no retry can fix it, whatever the HTTP status (Docker 20.10
+# answers 404 or 400 before a pull's stream starts; an error inside the stream has none).
+# A registry that cannot be reached ("connection refused", "no such host", a timeout)
+# matches none of these: retried.
+_IMAGE_ABSENT = re.compile(
+    r"manifest unknown|name unknown|repository does not exist|not found"
+    r"|invalid reference format",
+    re.IGNORECASE,
+)
 _NANO = 1_000_000_000
 # Where the workspace-ownership helper container sees the workspace.
 _WORKSPACE_MOUNT = "gobrave-workspace"
@@ -82,6 +92,13 @@ def _api_error(what: str, exc: docker.errors.APIError) -> EngineError:
     if status is not None and 400 <= status < 500 and status not in _RETRIABLE_4XX:
         return PermanentEngineError(message)
     return EngineError(message)
+
+
+def pull_error(exc: EngineError) -> EngineError:
+    """A pull's error, permanent when it says the image is absent (``_IMAGE_ABSENT``)."""
+    if isinstance(exc, PermanentEngineError) or not _IMAGE_ABSENT.search(str(exc)):
+        return exc
+    return PermanentEngineError(str(exc))
 
 
 class _ImageMissing(Exception):  # noqa: N818 - a signal inside create(), never raised out
@@ -376,16 +393,28 @@ class DockerEngine:
             raise
 
     def _pull(self, image: str) -> None:
-        """Pull ``image`` (tag defaults to latest), surfacing errors reported mid-stream."""
+        """Pull ``image`` (tag defaults to latest), surfacing errors reported mid-stream.
+
+        The error says "cannot pull image <image>: <the engine's message>"; one that says
+        the image is absent (``_IMAGE_ABSENT``) is a PermanentEngineError, whatever the
+        status the engine sent it with.
+        """
+        what = f"cannot pull image {image}"
         repository, tag = docker.utils.parse_repository_tag(image)
-        with _translated(f"pull {image}"):
-            for chunk in self._api().pull(
-                repository, tag=tag or "latest", stream=True, decode=True
-            ):
-                if isinstance(chunk, dict) and chunk.get("error"):
-                    raise EngineError(f"pull {image}: {chunk['error']}")
+        try:
+            with _translated(what):
+                for chunk in self._api().pull(
+                    repository, tag=tag or "latest", stream=True, decode=True
+                ):
+                    if isinstance(chunk, dict) and chunk.get("error"):
+                        raise EngineError(f"{what}: {chunk['error']}")
+        except EngineError as exc:
+            error = pull_error(exc)
+            if error is exc:
+                raise
+            raise error from exc
         if not self.image_present(image):
-            raise EngineError(f"pull {image}: finished but the image is not present")
+            raise EngineError(f"{what}: the pull finished but the image is not present")
 
     # -- containers -------------------------------------------------------------------------
 

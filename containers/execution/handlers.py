@@ -53,7 +53,7 @@ from containers.states import Status, can_move
 from outbox import registry
 from outbox.models import OutboxEvent
 from outbox.outcomes import Outcome
-from outbox.registry import Defer, PermanentFailure, RetryLater
+from outbox.registry import Defer, PermanentFailure, Retry, RetryLater
 
 log = logging.getLogger(__name__)
 
@@ -430,12 +430,15 @@ REQUEST_STATES = {
 def on_dead(event: OutboxEvent, reason: str) -> None:
     """A request went dead: fail its instance with the reason, if the request still owns it.
 
-    An instance that has moved on (a delete accepted while a create was failing) keeps
-    its state, so the later request still runs; the dead letter is recorded either way.
+    The reason reads "<request> failed: <why>" (``create failed: cannot pull image ...``),
+    the engine's words, never a class name. An instance that has moved on (a delete
+    accepted while a create was failing) keeps its state, so the later request still
+    runs; the dead letter is recorded either way. Runs in the dead letter's transaction.
     """
     instance = instance_lock(event.aggregate_id)
     if instance is None:
         return
+    verb = RequestKind(event.kind).verb
     if instance.status not in REQUEST_STATES.get(event.kind, ()) or not can_move(
         instance.status, Status.FAILED
     ):
@@ -445,7 +448,7 @@ def on_dead(event: OutboxEvent, reason: str) -> None:
             actor=RELAY,
             from_status=instance.status,
             to_status=instance.status,
-            message=f"{event.kind} #{event.id} dead: {reason}",
+            message=f"{verb} request #{event.id} given up: {reason}"[:2000],
         )
         return
     move(
@@ -453,12 +456,54 @@ def on_dead(event: OutboxEvent, reason: str) -> None:
         Status.FAILED,
         actor=RELAY,
         kind="dead_letter",
-        reason=f"{event.kind} failed: {reason}"[:2000],
+        reason=f"{verb} failed: {reason}"[:2000],
     )
 
 
+def retrying_reason(retry: Retry) -> str:
+    """What an instance says while its request waits for its next attempt:
+    "retrying (attempt 3 of 8): <why>, next try in 40 s"."""
+    wait = f"{retry.delay:.0f}" if retry.delay >= 10 else f"{retry.delay:.1f}"
+    return (
+        f"retrying (attempt {retry.attempts} of {retry.max_attempts}): {retry.reason},"
+        f" next try in {wait} s"
+    )[:2000]
+
+
+def on_retry(event: OutboxEvent, retry: Retry) -> None:
+    """A request failed and will be tried again: say so on its instance (``retrying_reason``)
+    and in its history, if the request still owns it (its state is the request's).
+
+    Runs in the retry's transaction (``outbox.registry``), so the reason shows exactly
+    while the row waits with that schedule; the instance keeps its state, and the next
+    transition replaces the reason.
+    """
+    instance = instance_lock(event.aggregate_id)
+    if instance is None or instance.status not in REQUEST_STATES.get(event.kind, ()):
+        return
+    reason = retrying_reason(retry)
+    instance.status_reason = reason
+    instance_save(instance, ("status_reason",))
+    record(
+        instance,
+        kind="retry",
+        actor=RELAY,
+        from_status=instance.status,
+        message=reason,
+        data={
+            "request": event.id,
+            "attempts": retry.attempts,
+            "max_attempts": retry.max_attempts,
+            "delay": round(retry.delay, 3),
+        },
+    )
+    log.info("instance %s %s request #%s: %s", instance.id, instance.status, event.id, reason)
+
+
 def _translated(handler: Callable[[OutboxEvent], Outcome]) -> Callable[[OutboxEvent], Outcome]:
-    """Map the engine's error classes onto the relay's (the relay knows no engine)."""
+    """Map the engine's error classes onto the relay's (the relay knows no engine): a
+    permanent one goes dead at once, any other is retried with its message as the reason
+    (``RetryLater``, the engine's Retry-After as the backoff's floor)."""
 
     def run(event: OutboxEvent) -> Outcome:
         try:
@@ -466,9 +511,7 @@ def _translated(handler: Callable[[OutboxEvent], Outcome]) -> Callable[[OutboxEv
         except PermanentEngineError as exc:
             raise PermanentFailure(str(exc)) from exc
         except EngineError as exc:
-            if exc.retry_after:
-                raise RetryLater(str(exc), retry_after=exc.retry_after) from exc
-            raise
+            raise RetryLater(str(exc), retry_after=exc.retry_after or 0.0) from exc
 
     run.__name__ = handler.__name__
     return run
@@ -487,4 +530,10 @@ def register() -> None:
     registry.register_queue(Queue.CONTROL, settings.GOBRAVE_CONTROL_WORKERS)
     registry.register_claim_guard(Queue.CREATE, claims_within_capacity)
     for kind, handler in HANDLERS.items():
-        registry.register(kind, queue=kind.queue, handler=_translated(handler), on_dead=on_dead)
+        registry.register(
+            kind,
+            queue=kind.queue,
+            handler=_translated(handler),
+            on_dead=on_dead,
+            on_retry=on_retry,
+        )

@@ -77,7 +77,8 @@ class Dock:
         fields.setdefault("name", f"t-{uuid.uuid4().hex[:8]}")
         fields.setdefault("constraints", {"engine": "docker"})
         fields.setdefault("image", IMAGE)
-        return TemplateFactory(command=command, pull_policy="never", **fields)
+        fields.setdefault("pull_policy", "never")
+        return TemplateFactory(command=command, **fields)
 
     def app(self, **overrides: str) -> AbstractContextManager[App]:
         """A ``running_app`` that shares this test's installation id and fast timings."""

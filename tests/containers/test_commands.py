@@ -222,3 +222,21 @@ def test_a_history_line_without_a_move_says_its_kind_in_words():
         ContainerEvent(kind="ContainerDeleted", actor="user:a", created_at=timezone.now())
     )
     assert "deleted" in line and "ContainerDeleted" not in line
+
+
+def test_wait_shows_a_retry_in_words_with_its_reason():
+    from django.utils import timezone
+
+    from containers.management.commands._request import _history_line
+
+    reason = "retrying (attempt 1 of 8): cannot pull image r/x:1: refused, next try in 1.2 s"
+    line = _history_line(
+        ContainerEvent(
+            kind="retry",
+            from_status="creating",
+            actor="relay",
+            message=reason,
+            created_at=timezone.now(),
+        )
+    )
+    assert "request retried" in line and line.endswith(reason), line

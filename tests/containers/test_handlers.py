@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.utils import timezone
 
@@ -435,3 +437,87 @@ def test_a_creating_instance_records_its_container_in_one_statement(
     stored = ContainerInstance.objects.get(pk=instance.pk)
     assert (stored.status, stored.container_id) == ("creating", made), stored.status_reason
     assert engine.inspect(made).status == "created"  # started by the caller, not here
+
+
+# --- why a request failed, in the engine's words (issue 31) -----------------------------------
+
+
+def _shown(instance) -> str:
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    return f"{stored.status} {stored.status_reason!r}\n{outbox_rows()}"
+
+
+def _database_now():
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        return cursor.fetchone()[0]
+
+
+def test_a_retried_create_says_retrying_with_the_row_s_own_schedule(create, engine, gobrave_config):
+    gobrave_config(outbox={"max_attempts": 8, "backoff_base": 30, "backoff_cap": 600})
+    (engine.root / "fail-create").write_text("1")
+    instance = create()
+    before = _database_now()
+    assert drain(rounds=1) == ["retried"]
+    after = _database_now()
+    stored, row = ContainerInstance.objects.get(pk=instance.pk), OutboxEvent.objects.get()
+    entry = ContainerEvent.objects.get(instance_id=instance.pk, kind="retry")
+    delay = entry.data["delay"]
+    assert (stored.status, row.status, row.attempts) == ("creating", "pending", 1), _shown(instance)
+    assert stored.status_reason == (
+        f"retrying (attempt 1 of 8): injected create failure (0 left), next try in {delay:.0f} s"
+    ), _shown(instance)
+    assert 30 <= delay <= 45, entry.data
+    # The delay shown is the row's: it is due that long after the retry was written.
+    written = row.available_at - dt.timedelta(seconds=delay)
+    assert before - dt.timedelta(milliseconds=1) <= written <= after, (before, written, after)
+    assert (entry.from_status, entry.to_status, entry.message) == (
+        "creating",
+        "",
+        stored.status_reason,
+    ), entry.__dict__
+
+
+def test_a_retry_that_succeeds_clears_the_retrying_reason(create, engine):
+    (engine.root / "fail-create").write_text("1")
+    instance = create()
+    assert drain(rounds=1) == ["retried"]
+    assert ContainerInstance.objects.get(pk=instance.pk).status_reason.startswith("retrying")
+    outbox_retry_now(event_id=OutboxEvent.objects.get().id)
+    assert drain() == ["sent"]
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    assert (stored.status, stored.status_reason) == ("running", ""), _shown(instance)
+
+
+def test_a_create_out_of_attempts_fails_saying_why_without_a_class_name(
+    create, engine, gobrave_config
+):
+    gobrave_config(outbox={"max_attempts": 2})
+    (engine.root / "fail-create").write_text("9")
+    instance = create()
+    assert drain(rounds=1) == ["retried"]
+    outbox_retry_now(event_id=OutboxEvent.objects.get().id)
+    assert drain() == ["dead"]
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    assert (stored.status, stored.status_reason) == (
+        "failed",
+        "create failed: gave up after 2 attempts: injected create failure (7 left)",
+    ), _shown(instance)
+    assert "Traceback" in OutboxEvent.objects.get().last_error  # the whole story stays there
+
+
+def test_a_permanent_engine_error_fails_at_once_in_the_engine_s_words(create, engine):
+    (engine.root / "permanent-create").write_text("the engine refuses this spec")
+    instance = create()
+    assert drain() == ["dead"]
+    stored, row = ContainerInstance.objects.get(pk=instance.pk), OutboxEvent.objects.get()
+    assert (stored.status, stored.status_reason, row.attempts) == (
+        "failed",
+        "create failed: the engine refuses this spec",
+        1,
+    ), _shown(instance)
+    failed = ContainerEvent.objects.get(instance_id=instance.pk, to_status="failed")
+    assert (failed.kind, failed.message) == ("dead_letter", stored.status_reason)
+    assert not ContainerEvent.objects.filter(instance_id=instance.pk, kind="retry").exists()

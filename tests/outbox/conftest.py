@@ -10,7 +10,7 @@ from django.db import transaction
 from outbox import registry
 from outbox.models import OutboxEvent
 from outbox.outcomes import Outcome
-from outbox.registry import DeadHook, Handler
+from outbox.registry import DeadHook, Handler, RetryHook
 from outbox.services import outbox_enqueue
 
 
@@ -26,11 +26,12 @@ def kind_registered(
     workers: int,
     handler: Handler = sent,
     on_dead: DeadHook | None = None,
+    on_retry: RetryHook | None = None,
 ) -> Iterator[None]:
     """Register ``kind`` on ``queue`` (of ``workers`` workers) for the block; afterwards
     the kind, the queue and any claim guard the test set on it are gone again."""
     registry.register_queue(queue, workers)
-    registry.register(kind, queue=queue, handler=handler, on_dead=on_dead)
+    registry.register(kind, queue=queue, handler=handler, on_dead=on_dead, on_retry=on_retry)
     try:
         yield
     finally:

@@ -7,7 +7,7 @@ import uuid
 from functools import partial
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -25,6 +25,7 @@ KIND = "TestProbe"
 calls: list[int] = []
 behaviour: dict[str, object] = {}
 dead: list[tuple[int, str]] = []
+retries: list[tuple[int, registry.Retry]] = []
 
 
 def probe(event):
@@ -41,6 +42,8 @@ def probe(event):
         raise PermanentFailure("cannot ever work")
     if action == "later":
         raise RetryLater("busy", retry_after=120)
+    if action == "unreachable":
+        raise RetryLater("registry unreachable")
     return Outcome.SUPERSEDED if action == "superseded" else Outcome.SENT
 
 
@@ -48,12 +51,19 @@ def died(event, reason: str) -> None:
     dead.append((event.id, reason))
 
 
+def retried(event, retry: registry.Retry) -> None:
+    retries.append((event.id, retry))
+
+
 @pytest.fixture(autouse=True)
 def probe_kind(gobrave_config):
-    with kind_registered(KIND, queue="probe", workers=4, handler=probe, on_dead=died):
+    with kind_registered(
+        KIND, queue="probe", workers=4, handler=probe, on_dead=died, on_retry=retried
+    ):
         calls.clear()
         behaviour.clear()
         dead.clear()
+        retries.clear()
         # Rows in flight = the workers (prefetch 0): the tests count them exactly;
         # test_prefetch_adds_to_in_flight_and_lengthens_the_claim_lease covers prefetch.
         gobrave_config(
@@ -63,6 +73,16 @@ def probe_kind(gobrave_config):
 
 
 enqueue = partial(enqueue_row, KIND)
+
+
+def _database_now() -> dt.datetime:
+    """The database's clock as ``Now()`` reads it (PostgreSQL: the statement's start;
+    SQLite reads the host's)."""
+    if connection.vendor != "postgresql":
+        return timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        return cursor.fetchone()[0]
 
 
 def run_once(limit: int = 16) -> list[str]:
@@ -233,14 +253,17 @@ def test_deferred_row_goes_back_to_pending_without_an_attempt():
 def test_failure_retries_with_backoff_then_goes_dead(gobrave_config):
     behaviour["a"] = "boom"
     row = enqueue()
-    before = timezone.now()
+    before = _database_now()
     assert run_once() == ["retried"]
+    after = _database_now()
     row.refresh_from_db()
     assert (row.status, row.attempts) == ("pending", 1)
     assert "ValueError: boom from the handler" in row.last_error
     assert "Traceback" in row.last_error
-    delay = (row.available_at - before).total_seconds()
-    assert 1.0 <= delay <= 1.6  # backoff_base * 2^0, spread by up to +50%
+    [(_, retry)] = retries  # the backoff drawn, as the retry hook was told it
+    assert 1.0 <= retry.delay <= 1.5  # backoff_base * 2^0, spread by up to +50%
+    written = row.available_at - dt.timedelta(seconds=retry.delay)
+    assert before <= written <= after, (before, written, after)  # due that long after
     outbox_retry_now(event_id=row.id)
     assert run_once() == ["retried"]
     row.refresh_from_db()
@@ -249,7 +272,40 @@ def test_failure_retries_with_backoff_then_goes_dead(gobrave_config):
     assert run_once() == ["dead"]
     row.refresh_from_db()
     assert (row.status, row.attempts) == ("dead", 3)
-    assert dead == [(row.id, "ValueError: boom from the handler")]
+    assert dead == [(row.id, "gave up after 3 attempts: ValueError: boom from the handler")]
+
+
+def test_a_retry_tells_the_kind_s_hook_its_schedule_and_the_reason_in_words():
+    behaviour["a"] = "unreachable"
+    row = enqueue()
+    assert run_once() == ["retried"]
+    row.refresh_from_db()
+    [(row_id, retry)] = retries
+    assert (row_id, retry.attempts, retry.max_attempts, retry.reason) == (
+        row.id,
+        row.attempts,
+        3,
+        "registry unreachable",
+    ), retry
+    assert 1.0 <= retry.delay <= 1.5, retry  # backoff_base * 2^0, spread by up to +50%
+    assert "RetryLater" in row.last_error  # the traceback stays on the row
+    assert dead == []
+
+
+def test_an_unexpected_error_reaches_the_retry_hook_with_its_class_name():
+    behaviour["a"] = "boom"
+    enqueue()
+    assert run_once() == ["retried"]
+    assert [retry.reason for _, retry in retries] == ["ValueError: boom from the handler"]
+
+
+def test_a_reasoned_failure_out_of_attempts_goes_dead_saying_so(gobrave_config):
+    gobrave_config(outbox={"max_attempts": 1})
+    behaviour["a"] = "unreachable"
+    row = enqueue()
+    assert run_once() == ["dead"]
+    assert dead == [(row.id, "gave up after 1 attempt: registry unreachable")]
+    assert retries == []
 
 
 def test_backoff_grows_exponentially_and_is_capped(gobrave_config):
