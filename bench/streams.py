@@ -221,28 +221,36 @@ def main() -> int:
 def report(rows, base) -> None:
     (idle, idle_rss) = base
     idle_p95 = c.percentile(idle["lists"], 95)
-    print(f"   {'followers':>9} {'list p50':>9} {'list p95':>9} {'x idle':>7} "
-          f"{'202 p50':>8} {'202 p95':>8} {'RSS MiB':>8} {'KiB/f':>7} {'timeouts':>8} {'failed':>6}")
+    print(
+        f"   {'followers':>9} {'list p50':>9} {'list p95':>9} {'x idle':>7} "
+        f"{'202 p50':>8} {'202 p95':>8} {'RSS MiB':>8} {'KiB/f':>7} {'timeouts':>8} {'failed':>6}"
+    )
     for level, figures, rss, failed in rows:
         p50 = c.percentile(figures["lists"], 50) * 1000
         p95 = c.percentile(figures["lists"], 95) * 1000
         cp50 = c.percentile(figures["creates"], 50) * 1000
         cp95 = c.percentile(figures["creates"], 95) * 1000
         per = (rss - idle_rss) / level if level else 0
-        print(f"   {level:>9} {p50:>7.1f}ms {p95:>7.1f}ms {p95 / (idle_p95 * 1000):>7.2f} "
-              f"{cp50:>6.1f}ms {cp95:>6.1f}ms {rss / 1024:>8.1f} {per:>7.1f} "
-              f"{figures['timeouts']:>8} {failed:>6}")
+        print(
+            f"   {level:>9} {p50:>7.1f}ms {p95:>7.1f}ms {p95 / (idle_p95 * 1000):>7.2f} "
+            f"{cp50:>6.1f}ms {cp95:>6.1f}ms {rss / 1024:>8.1f} {per:>7.1f} "
+            f"{figures['timeouts']:>8} {failed:>6}"
+        )
     for level, figures, rss, failed in rows:
         if level == 200:
             ratio = c.percentile(figures["lists"], 95) / idle_p95
             per = (rss - idle_rss) / level
-            print(f"   200 followers: list p95 {ratio:.2f}x idle (target <= {TARGET_P95_RATIO}: "
-                  f"{c.verdict(ratio <= TARGET_P95_RATIO)}); {per:.0f} KiB per follower "
-                  f"(target <= {TARGET_KIB_PER_FOLLOWER}: {c.verdict(per <= TARGET_KIB_PER_FOLLOWER)})")
+            print(
+                f"   200 followers: list p95 {ratio:.2f}x idle (target <= {TARGET_P95_RATIO}: "
+                f"{c.verdict(ratio <= TARGET_P95_RATIO)}); {per:.0f} KiB per follower "
+                f"(target <= {TARGET_KIB_PER_FOLLOWER}: {c.verdict(per <= TARGET_KIB_PER_FOLLOWER)})"
+            )
         if level == 500:
             ok = figures["timeouts"] == 0 and failed == 0
-            print(f"   500 followers: {figures['timeouts']} timeouts, {failed} failed followers "
-                  f"(target none: {c.verdict(ok)})")
+            print(
+                f"   500 followers: {figures['timeouts']} timeouts, {failed} failed followers "
+                f"(target none: {c.verdict(ok)})"
+            )
 
 
 if __name__ == "__main__":

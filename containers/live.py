@@ -26,14 +26,18 @@ from containers.spec import redaction
 from streams.hub import Topic
 
 
-def output_follow_open(*, instance: ContainerInstance, tail: int) -> AsyncIterator[Any]:
-    """Open the engine's follow of ``instance``'s output, from its last ``tail`` lines.
+def output_follow_open(
+    *, instance: ContainerInstance, tail: int, seconds: float
+) -> AsyncIterator[Any]:
+    """Open the engine's follow of ``instance``'s output, from its last ``tail`` lines,
+    for at most ``seconds`` and 1 MiB (``calls.container_logs_follow``).
 
     Called in a request thread under the ASGI server: the stream is opened on the
     server's event loop, which then reads it. Raises the engine's errors (as
     ``calls.container_logs_follow``); the stream ends by itself when the container stops.
     """
-    return async_to_sync(calls.container_logs_follow)(instance=instance, tail=tail)
+    instance.runtime  # noqa: B018 - loaded here: the stream reads no database
+    return async_to_sync(calls.container_logs_follow)(instance=instance, tail=tail, seconds=seconds)
 
 
 async def output_text(stream: AsyncIterator[Any], *, user, spec: dict) -> AsyncIterator[str]:

@@ -1,5 +1,6 @@
-"""WSGI entry point, for a WSGI server where streams need not scale (a follower holds a
-thread there); production serves ``gobrave.asgi``. Static files as in ``gobrave.asgi``."""
+"""WSGI entry point, for tools that want one (``manage.py runserver``). Production serves
+``gobrave.asgi``: under WSGI a stream (a follow, a live page) is buffered whole by Django
+and answers only when it ends. Static files as in ``gobrave.asgi``."""
 
 import os
 

@@ -233,6 +233,9 @@ def instance_live(request, *, admin):
 
 FOLLOWED = frozenset({states.S.RUNNING, states.S.PAUSED, states.S.STOP_PENDING})
 PAGE_TAIL = 100  # lines the page's output starts with (the page drew as many)
+# The page's stream ends by its own bounds (streams.max_seconds, the idle bound); the
+# follow under it needs none of its own. No byte bound: the page keeps the newest text.
+PAGE_FOLLOW_SECONDS = 7 * 86400
 
 
 def instance_stream(request, object_id, *, admin):
@@ -297,7 +300,9 @@ async def _page_events(instance_id, user):
             if instance is None:
                 return
             try:
-                stream = await calls.container_logs_follow(instance=instance, tail=tail)
+                stream = await calls.container_logs_follow(
+                    instance=instance, tail=tail, seconds=PAGE_FOLLOW_SECONDS, max_bytes=None
+                )
             except (EngineError, docker.errors.DockerException, OSError) as exc:
                 yield (
                     "problem",

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import docker.errors
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiExample,
@@ -240,8 +241,10 @@ class ContainerViewSet(viewsets.GenericViewSet):
         """The output as it comes, as a stream of the ``streams`` app: no thread and no
         database connection held while it waits; 429 over the stream limits, 503 when
         the engine does not answer (both before anything is sent)."""
+        config = settings.GOBRAVE["streams"]
+        seconds = config["max_seconds"] if seconds is None else min(seconds, config["max_seconds"])
         try:
-            stream = live.output_follow_open(instance=instance, tail=tail)
+            stream = live.output_follow_open(instance=instance, tail=tail, seconds=seconds)
         except (EngineError, docker.errors.DockerException, OSError) as exc:
             raise _unavailable(instance, exc) from None
         user, spec = request.user, instance.spec

@@ -203,7 +203,7 @@ class Engine(Protocol):
 
         Runs on an event loop and touches no database. Drivers that cannot read their
         transport asynchronously run their blocking stream through
-        ``containers.engines.streams.follow_in_thread`` (a thread per follower).
+        ``containers.engines.follows.follow_in_thread`` (a thread per follower).
         """
 
     def list_ours(

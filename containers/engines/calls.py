@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from containers.engines import engine_for
-from containers.engines.streams import EngineStream
+from containers.engines.follows import EngineStream
 
 if TYPE_CHECKING:
     from containers.models import ContainerInstance, Runtime
@@ -46,7 +46,6 @@ def bounded_call(call: Callable[[], T], *, seconds: float = ENGINE_CALL_SECONDS)
 
 
 LOG_MAX_BYTES = 1024 * 1024
-LOG_FOLLOW_MAX_SECONDS = 120
 # Bytes of output shown, when an answer was cut at LOG_MAX_BYTES (the API's header).
 LOG_CUT_HEADER = "X-Gobrave-Truncated"
 
@@ -98,32 +97,40 @@ LOG_FOLLOW_CUT_NOTE = b"\n[gobrave: output cut at 1 MiB; ask again to go on]\n"
 
 
 async def container_logs_follow(
-    *, instance: ContainerInstance, tail: int = 100, seconds: float = 60
+    *,
+    instance: ContainerInstance,
+    tail: int = 100,
+    seconds: float,
+    max_bytes: int | None = LOG_MAX_BYTES,
 ) -> EngineStream:
-    """The container's raw output as it comes, for at most ``seconds`` (capped at
-    ``LOG_FOLLOW_MAX_SECONDS``) and ``LOG_MAX_BYTES``; then it ends. The caller decodes
-    (``streams.utf8_text``) and scrubs.
+    """The container's raw output as it comes, for at most ``seconds`` and ``max_bytes``
+    (None: no byte bound, for a reader that keeps only the newest output); then it ends.
+    The caller decodes (``follows.utf8_text``) and scrubs.
 
     1. Open the engine's stream now (``Engine.follow_logs``), raising the engine's errors
        like ``container_logs``; empty when the container does not exist.
-    2. Pass chunks on as they come, until ``LOG_MAX_BYTES``: the last one is cut there
+    2. Pass chunks on as they come, until ``max_bytes``: the last one is cut there
        (never inside a UTF-8 character) and ``LOG_FOLLOW_CUT_NOTE`` ends the stream.
     3. The end, ``aclose()`` or a cancellation closes the engine stream at once.
 
     Runs on an event loop and reads no database: ``instance.runtime`` must be loaded
     already (e.g. read once, or ``select_related``).
     """
-    until = time.time() + min(float(seconds), LOG_FOLLOW_MAX_SECONDS)
+    until = time.time() + float(seconds)
     stream = await engine_for(instance.runtime).follow_logs(
         instance.container_id or instance.container_name, tail=tail, until=until
     )
-    return EngineStream(_capped(stream), stream.aclose)
+    if max_bytes is None:
+        return stream
+    return EngineStream(_capped(stream, max_bytes), stream.aclose)
 
 
-async def _capped(stream: EngineStream) -> AsyncGenerator[bytes, None]:
+async def _capped(
+    stream: EngineStream, max_bytes: int = LOG_MAX_BYTES
+) -> AsyncGenerator[bytes, None]:
     sent = 0
     async for chunk in stream:
-        room = LOG_MAX_BYTES - sent
+        room = max_bytes - sent
         if len(chunk) >= room:
             while 0 < room < len(chunk) and chunk[room] & 0xC0 == 0x80:
                 room -= 1  # back to the start of the character the cap falls in

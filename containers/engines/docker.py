@@ -44,8 +44,8 @@ from containers.engines.base import (
     StaleTaskError,
     Workspace,
 )
+from containers.engines.follows import EngineStream, follow_in_thread
 from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE
-from containers.engines.streams import EngineStream, follow_in_thread
 
 __all__ = ["DockerEngine", "EVENT_ACTIONS", "PULL_POLICIES", "TLSFiles"]
 
@@ -274,7 +274,7 @@ class DockerEngine:
 
     ``native_follow`` is the driver's declared capability for its transport: True (unix
     socket, TCP) follows output with aiodocker (``docker_follow``); False (``ssh://``)
-    runs the sync client's stream through ``streams.follow_in_thread``.
+    runs the sync client's stream through ``follows.follow_in_thread``.
     """
 
     def __init__(
@@ -664,7 +664,7 @@ class DockerEngine:
     async def follow_logs(self, ref: str, *, tail: int, until: float) -> EngineStream:
         """See ``Engine.follow_logs``. Natively (``native_follow``): aiodocker, a client and
         a connection per follow (``docker_follow.follow``). Otherwise the sync client's
-        stream on a thread of its own (``streams.follow_in_thread``), opened within
+        stream on a thread of its own (``follows.follow_in_thread``), opened within
         ``timeout`` like any call."""
         if self.native_follow:
             from containers.engines import docker_follow  # aiohttp only where streams are

@@ -5,7 +5,7 @@ closed, or its task is cancelled: nothing is pooled between follows, so a follow
 went away leaves no engine connection open. Unix sockets and TCP (plain, or mutual TLS
 with ``TLSFiles``, verified as the sync client verifies) are read natively. ``ssh://`` is
 not (aiodocker would need ``asyncssh`` and the docker CLI on the engine's host):
-``DockerEngine`` reads it through ``streams.follow_in_thread`` instead.
+``DockerEngine`` reads it through ``follows.follow_in_thread`` instead.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import aiohttp
 
 from containers.engines.base import EngineError, PermanentEngineError
 from containers.engines.docker import _RETRIABLE_4XX, KEEPALIVE_OPTIONS, TLSFiles
-from containers.engines.streams import EngineStream
+from containers.engines.follows import EngineStream
 
 __all__ = ["NATIVE_SCHEMES", "follow"]
 

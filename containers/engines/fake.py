@@ -46,7 +46,7 @@ from containers.engines.base import (
     PermanentEngineError,
     Workspace,
 )
-from containers.engines.streams import EngineStream
+from containers.engines.follows import EngineStream
 
 ENV_PIECE = 5
 FOLLOW_POLL = 0.05  # how often a follow looks whether its container still runs

@@ -1,25 +1,21 @@
 """Streams of engine output between blocking and asynchronous code.
 
-``Engine.follow_logs`` is asynchronous (docs/architecture.md, "Engines and streams"). Two
-adapters sit at its edges:
+``Engine.follow_logs`` is asynchronous (docs/architecture.md, "Engines and streams"). One
+adapter sits at its edge:
 
 - ``follow_in_thread``: a driver whose transport has no async client (Docker over
   ``ssh://``) runs its blocking stream on a thread of its own, which feeds a **bounded**
   asyncio queue. Cost: one thread per follower (its stack, mostly untouched virtual
   memory, and a switch per chunk) plus at most ``QUEUE_CHUNKS`` chunks; a slow reader
   blocks the thread, which stops reading the engine.
-- ``iterate_blocking``: a caller that is not on an event loop (a view served by WSGI)
-  reads an async stream on an event loop of its own, in its own thread, exactly what a
-  blocking follow cost before; a caller on an event loop awaits the stream instead.
 
-``EngineStream`` is what a driver's ``follow_logs`` returns; ``utf8_text`` turns raw
-chunks into text without breaking a character across chunks.
+``EngineStream`` is what a driver's ``follow_logs`` returns. Its callers are on an event
+loop (the web tier's streams: ``containers.live``), which decode and scrub the chunks.
 """
 
 from __future__ import annotations
 
 import asyncio
-import codecs
 import concurrent.futures
 import contextlib
 import logging
@@ -27,10 +23,8 @@ import threading
 import time
 from collections.abc import (
     AsyncGenerator,
-    AsyncIterator,
     Awaitable,
     Callable,
-    Iterable,
     Iterator,
 )
 from typing import Protocol, TypeVar
@@ -241,54 +235,3 @@ async def _drain(queue: asyncio.Queue, until: float) -> AsyncGenerator[bytes, No
         if item is _END:
             return
         yield item
-
-
-def iterate_blocking(open_stream: Callable[[], Awaitable[AsyncIterator[T]]]) -> Iterator[T]:
-    """An async stream for a caller off any event loop (a WSGI view), as a plain iterator.
-
-    1. ``open_stream()`` runs now on a new event loop: its errors raise here.
-    2. Each ``next()`` reads one item on that loop, in the caller's thread.
-    3. The stream's end, or closing the iterator, closes the stream (``aclose``) and the
-       loop. The stream must touch no database (it runs on an event loop).
-    """
-    loop = asyncio.new_event_loop()
-    try:
-        stream = loop.run_until_complete(open_stream())
-    except BaseException:
-        loop.close()
-        raise
-
-    def items() -> Iterator[T]:
-        try:
-            while True:
-                try:
-                    item = loop.run_until_complete(anext(stream))
-                except StopAsyncIteration:
-                    return
-                yield item
-        finally:
-            try:
-                loop.run_until_complete(stream.aclose())  # type: ignore[attr-defined]
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            finally:
-                loop.close()
-
-    return items()
-
-
-def utf8_text(chunks: Iterable[bytes]) -> Iterator[str]:
-    """Raw output as text: a character split across chunks is joined, invalid bytes
-    become U+FFFD. Closing the iterator closes ``chunks``."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    try:
-        for chunk in chunks:
-            text = decoder.decode(chunk)
-            if text:
-                yield text
-        rest = decoder.decode(b"", final=True)
-        if rest:
-            yield rest
-    finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()

@@ -1,5 +1,5 @@
 """The async follow without Docker: the fake engine's ``follow_logs``, the thread adapter
-(``streams.follow_in_thread``), the bridge for WSGI callers, the decoding and the 1 MiB
+(``follows.follow_in_thread``), and the 1 MiB
 cap of ``calls.container_logs_follow``."""
 
 from __future__ import annotations
@@ -15,11 +15,9 @@ import pytest
 from containers.engines.base import ContainerSpec, EngineError
 from containers.engines.calls import LOG_FOLLOW_CUT_NOTE, LOG_MAX_BYTES, _capped
 from containers.engines.fake import ENV_PIECE, FakeEngine
-from containers.engines.streams import (
+from containers.engines.follows import (
     EngineStream,
     follow_in_thread,
-    iterate_blocking,
-    utf8_text,
 )
 from tests.processes import PATIENCE
 
@@ -239,30 +237,6 @@ def test_an_engine_stream_closed_before_its_first_read_releases_once() -> None:
     asyncio.run(stream.aclose())
     asyncio.run(stream.aclose())
     assert released == ["released"]
-
-
-def test_a_blocking_reader_reads_in_order_and_closing_it_early_releases_the_stream() -> None:
-    stream, released = counted([b"one\n", b"two\n", b"three\n"])
-
-    async def open_stream() -> EngineStream:
-        return stream
-
-    items = iterate_blocking(open_stream)
-    assert [next(items), next(items)] == [b"one\n", b"two\n"]
-    items.close()
-    assert released == ["released"]
-
-
-def test_a_blocking_reader_raises_the_open_error_at_once() -> None:
-    async def refuse() -> EngineStream:
-        raise EngineError("the engine did not answer")
-
-    with pytest.raises(EngineError, match="did not answer"):
-        iterate_blocking(refuse)
-
-
-def test_utf8_text_joins_a_character_split_across_chunks() -> None:
-    assert "".join(utf8_text([b"gr\xc3", b"\xbc\xc3", b"\x9fe \xff"])) == "grüße \ufffd"
 
 
 def test_the_follow_cap_cuts_on_a_character_boundary_ends_with_its_note_and_releases() -> None:
