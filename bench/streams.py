@@ -243,7 +243,8 @@ def report(rows, base) -> None:
             print(
                 f"   200 followers: list p95 {ratio:.2f}x idle (target <= {TARGET_P95_RATIO}: "
                 f"{c.verdict(ratio <= TARGET_P95_RATIO)}); {per:.0f} KiB per follower "
-                f"(target <= {TARGET_KIB_PER_FOLLOWER}: {c.verdict(per <= TARGET_KIB_PER_FOLLOWER)})"
+                f"(target <= {TARGET_KIB_PER_FOLLOWER}: "
+                f"{c.verdict(per <= TARGET_KIB_PER_FOLLOWER)})"
             )
         if level == 500:
             ok = figures["timeouts"] == 0 and failed == 0
