@@ -6,8 +6,8 @@ limit per user, lifted so one bench user may hold every follower), PostgreSQL (i
 bench database) and the real Docker Engine: ``--containers`` busybox containers that
 print a line every 0.5 s, labelled with the bench id and removed at the end. Followers
 are ``GET /api/containers/<id>/logs/?follow=1`` spread over those containers, each on its
-own connection, read by an asyncio loop in this process (a thread of its own) as fast as
-the output comes.
+own connection, read by an asyncio loop in a child process of the bench as fast as the
+output comes.
 
 At each level, with every follower connected and reading: ``--samples`` sequential
 ``GET /api/containers/`` on one kept-alive connection (p50, p95), then ``--creates``
@@ -23,9 +23,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import http.client
+import multiprocessing
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from types import SimpleNamespace
@@ -41,65 +41,86 @@ TARGET_KIB_PER_FOLLOWER = 256
 
 
 class Followers:
-    """Follow connections held open by an asyncio loop in a thread of its own."""
+    """Follow connections held open by an asyncio loop in a child process of this bench
+    (so that reading them costs the measuring thread here no GIL)."""
 
     def __init__(self, port: int, token: str) -> None:
-        self.port, self.token = port, token
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.tasks: list = []
+        context = multiprocessing.get_context("fork")
+        self.pipe, child = context.Pipe()
+        self.process = context.Process(target=_followers_main, args=(child, port, token))
+        self.process.start()
         self.failed = 0
-        self.bytes = 0
 
-    async def _follow(self, instance_id: str, ready: asyncio.Event) -> None:
+    def add(self, instance_ids: list[str], count: int) -> None:
+        self.pipe.send(("add", instance_ids, count))
+        if not self.pipe.poll(300):
+            raise TimeoutError("the followers did not all start within 300 s")
+        self.failed = self.pipe.recv()
+
+    def drop(self) -> None:
+        """Close every follower (and wait until they are closed)."""
+        self.pipe.send(("drop",))
+        self.pipe.recv()
+
+    def close(self) -> None:
+        self.pipe.send(("close",))
+        self.process.join(60)
+
+
+def _followers_main(pipe, port: int, token: str) -> None:
+    failed = 0
+
+    async def follow(instance_id: str, ready: asyncio.Event) -> None:
+        nonlocal failed
+        writer = None
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection("127.0.0.1", self.port), 30
-            )
+            reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 30)
             writer.write(
                 f"GET /api/containers/{instance_id}/logs/?follow=1&tail=1 HTTP/1.1\r\n"
-                f"Host: 127.0.0.1\r\nAuthorization: Token {self.token}\r\n\r\n".encode()
+                f"Host: 127.0.0.1\r\nAuthorization: Token {token}\r\n\r\n".encode()
             )
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
             if not head.startswith(b"HTTP/1.1 200"):
                 raise RuntimeError(head.split(b"\r\n", 1)[0].decode())
-            first = await asyncio.wait_for(reader.read(65536), 60)
-            self.bytes += len(first)
+            await asyncio.wait_for(reader.read(65536), 60)
             ready.set()
-            while data := await reader.read(65536):
-                self.bytes += len(data)
+            while await reader.read(65536):
+                pass
         except asyncio.CancelledError:
-            writer.close()
             raise
         except Exception as exc:  # noqa: BLE001 - counted and said
-            self.failed += 1
-            if self.failed <= 3:
-                print(f"   follower failed: {exc!r}")
+            failed += 1
+            if failed <= 3:
+                print(f"   follower failed: {exc!r}", flush=True)
             ready.set()
+        finally:
+            if writer is not None:
+                writer.close()
 
-    def add(self, instance_ids: list[str], count: int) -> None:
-        async def start() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        tasks = []
+        while True:
+            command = await loop.run_in_executor(None, pipe.recv)
+            if command[0] in ("close", "drop"):
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                tasks.clear()
+                if command[0] == "close":
+                    return
+                pipe.send(failed)
+                continue
+            _, ids, count = command
             events = []
             for i in range(count):
                 ready = asyncio.Event()
                 events.append(ready)
-                self.tasks.append(
-                    asyncio.ensure_future(self._follow(instance_ids[i % len(instance_ids)], ready))
-                )
+                tasks.append(asyncio.ensure_future(follow(ids[i % len(ids)], ready)))
             await asyncio.gather(*(event.wait() for event in events))
+            pipe.send(failed)
 
-        asyncio.run_coroutine_threadsafe(start(), self.loop).result(timeout=300)
-
-    def close(self) -> None:
-        async def stop() -> None:
-            for task in self.tasks:
-                task.cancel()
-            await asyncio.gather(*self.tasks, return_exceptions=True)
-
-        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(timeout=60)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
+    asyncio.run(main())
 
 
 def server_rss_kib(procs) -> int:
@@ -197,14 +218,28 @@ def main() -> int:
                 wait_ready(procs, port, token)
                 measure(port, token, SimpleNamespace(samples=20, creates=5))  # warm-up
                 followers = Followers(port, token)
+                # Warm-up: followers opened and closed once, so that what a first follow
+                # loads in each worker (aiodocker, aiohttp) is in the idle figures too.
+                followers.add(ids, 40)
+                followers.drop()
+                time.sleep(2)
                 rows, base = [], None
                 try:
                     held = 0
                     for level in levels:
                         followers.add(ids, level - held)
                         held = level
-                        time.sleep(2)  # every follower past its first output
+                        main_pid = procs.procs["web"].pid
+                        # The server's CPU with the followers alone, over 3 s.
+                        cpu_before = c.tree_cpu_seconds(main_pid)
+                        time.sleep(3)
+                        quiet_cpu = (c.tree_cpu_seconds(main_pid) - cpu_before) / 3
+                        cpu_before, started = c.tree_cpu_seconds(main_pid), time.monotonic()
                         figures = measure(port, token, args)
+                        figures["cpu"] = (c.tree_cpu_seconds(main_pid) - cpu_before) / (
+                            time.monotonic() - started
+                        )
+                        figures["quiet_cpu"] = quiet_cpu
                         rss = server_rss_kib(procs)
                         if base is None:
                             base = (figures, rss)
@@ -221,21 +256,30 @@ def main() -> int:
 def report(rows, base) -> None:
     (idle, idle_rss) = base
     idle_p95 = c.percentile(idle["lists"], 95)
-    print(
-        f"   {'followers':>9} {'list p50':>9} {'list p95':>9} {'x idle':>7} "
-        f"{'202 p50':>8} {'202 p95':>8} {'RSS MiB':>8} {'KiB/f':>7} {'timeouts':>8} {'failed':>6}"
-    )
+    columns = ("followers", "list p50", "list p95", "x idle", "202 p50", "202 p95")
+    columns += ("CPU quiet", "CPU busy", "RSS MiB", "KiB/f", "timeouts", "failed")
+    print("   " + " ".join(f"{name:>9}" for name in columns))
     for level, figures, rss, failed in rows:
         p50 = c.percentile(figures["lists"], 50) * 1000
         p95 = c.percentile(figures["lists"], 95) * 1000
         cp50 = c.percentile(figures["creates"], 50) * 1000
         cp95 = c.percentile(figures["creates"], 95) * 1000
         per = (rss - idle_rss) / level if level else 0
-        print(
-            f"   {level:>9} {p50:>7.1f}ms {p95:>7.1f}ms {p95 / (idle_p95 * 1000):>7.2f} "
-            f"{cp50:>6.1f}ms {cp95:>6.1f}ms {rss / 1024:>8.1f} {per:>7.1f} "
-            f"{figures['timeouts']:>8} {failed:>6}"
+        cells = (
+            str(level),
+            f"{p50:.1f}ms",
+            f"{p95:.1f}ms",
+            f"{p95 / (idle_p95 * 1000):.2f}",
+            f"{cp50:.1f}ms",
+            f"{cp95:.1f}ms",
+            f"{figures['quiet_cpu'] * 100:.0f}%",
+            f"{figures['cpu'] * 100:.0f}%",
+            f"{rss / 1024:.1f}",
+            f"{per:.1f}",
+            str(figures["timeouts"]),
+            str(failed),
         )
+        print("   " + " ".join(f"{cell:>9}" for cell in cells))
     for level, figures, rss, failed in rows:
         if level == 200:
             ratio = c.percentile(figures["lists"], 95) / idle_p95

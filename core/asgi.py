@@ -1,29 +1,50 @@
-"""The ASGI handler gobrave serves: Django's, with the middleware chain run synchronously.
+"""The ASGI handler gobrave serves: Django's, with each request's synchronous part run in
+one thread that ends when the response is ready.
 
-Django's own ``ASGIHandler`` runs each ``MiddlewareMixin`` hook of an async-capable chain
-through ``sync_to_async`` (a hand-off to a thread and back per hook: about a dozen per
-request with the stack in settings), then the synchronous DRF view through one more.
-Here the whole chain, view included, runs in ONE thread per request, exactly as under
-WSGI: one hand-off per request. Streams lose nothing: a view returns a
-``StreamingHttpResponse`` over an async iterator, the middleware pass it through
-untouched, and the handler iterates it on the event loop, holding no thread
-(docs/architecture.md, "The web tier").
+1. Django's own ``ASGIHandler`` runs each ``MiddlewareMixin`` hook of an async-capable
+   chain through ``sync_to_async`` (a hand-off to a thread and back per hook: about a
+   dozen per request with the stack in settings), then the synchronous DRF view through
+   one more. Here the whole chain, view included, runs in ONE thread, as under WSGI.
+2. Django keeps that thread (the request's ``ThreadSensitiveContext``) until the
+   response has been sent, so a stream would hold an idle thread (its stack, a few
+   hundred KiB) for its whole life. Here the thread's context ends with the synchronous
+   part: the thread gives its database connections back (to the pool) and ends, and a
+   ``StreamingHttpResponse`` over an async iterator is then sent from the event loop
+   alone (docs/architecture.md, "The web tier").
+
+What Django does around the response (``request_started``, ``response.close()`` and
+``request_finished``) runs in asgiref's one thread for code outside a request's context;
+none of it holds a connection.
 """
 
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.core.handlers.asgi import ASGIHandler
+from django.db import connections
 
 
 class SyncChainASGIHandler(ASGIHandler):
     def load_middleware(self, is_async: bool = False) -> None:
         super().load_middleware(is_async=False)
 
+    async def __call__(self, scope, receive, send):
+        # As Django's, without a ThreadSensitiveContext around the whole exchange: the
+        # request's thread lives in get_response_async only.
+        if scope["type"] != "http":
+            raise ValueError(f"gobrave serves HTTP only, not {scope['type']}")
+        await self.handle(scope, receive, send)
+
     async def get_response_async(self, request):
-        # thread_sensitive: the request's thread (ThreadSensitiveContext, one per request),
-        # in which Django also closes the response, returning its database connection.
-        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+        async with ThreadSensitiveContext():
+            return await sync_to_async(self._respond, thread_sensitive=True)(request)
+
+    def _respond(self, request):
+        try:
+            return self.get_response(request)
+        finally:
+            for connection in connections.all(initialized_only=True):
+                connection.close()  # back to the pool: this thread ends now
 
 
 def asgi_application():

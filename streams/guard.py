@@ -69,7 +69,11 @@ async def guarded(
     loop = asyncio.get_running_loop()
     start = last = quiet_since = loop.time()
     next_check = start + every
-    pending: asyncio.Future | None = None
+    # One task reads the source into a one-item queue for the stream's whole life (a
+    # read is never cancelled by a deadline, which would break the source mid-read);
+    # a slow consumer leaves the item in the queue and the reader waits behind it.
+    queue: asyncio.Queue = asyncio.Queue(maxsize=1)
+    reader = asyncio.ensure_future(_read_into(source, queue))
     try:
         while True:
             now = loop.time()
@@ -86,37 +90,46 @@ async def guarded(
                     yield Ended(reason)
                     return
                 next_check = loop.time() + every
-            if pending is None:
-                pending = asyncio.ensure_future(anext(source))
             wake = min(start + total, last + idle, next_check)
             if keepalive is not None:
                 wake = min(wake, quiet_since + keepalive)
-            done, _ = await asyncio.wait({pending}, timeout=max(0.0, wake - loop.time()))
-            if not done:
+            try:
+                async with asyncio.timeout_at(wake):
+                    kind, item = await queue.get()
+            except TimeoutError:
                 if keepalive is not None and loop.time() - quiet_since >= keepalive:
                     quiet_since = loop.time()
                     yield KEEPALIVE
                 continue
-            finished, pending = pending, None
-            try:
-                item = finished.result()
-            except StopAsyncIteration:
+            if kind is _END:
                 yield Ended("")
                 return
-            except Exception as exc:  # noqa: BLE001 - the viewer is told, the log has it
-                log.warning("stream source failed: %r", exc)
-                yield Ended(f"the source failed: {exc}")
+            if kind is _FAILED:
+                log.warning("stream source failed: %r", item)
+                yield Ended(f"the source failed: {item}")
                 return
             last = quiet_since = loop.time()
             yield item
     finally:
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
+        reader.cancel()
+        with contextlib.suppress(BaseException):
+            await reader
         with contextlib.suppress(Exception):
             await source.aclose()
         await asyncio.shield(finish())
+
+
+_ITEM, _END, _FAILED = object(), object(), object()
+
+
+async def _read_into(source: AsyncIterator[Any], queue: asyncio.Queue) -> None:
+    try:
+        async for item in source:
+            await queue.put((_ITEM, item))
+    except Exception as exc:  # noqa: BLE001 - handed to the consumer, which says it
+        await queue.put((_FAILED, exc))
+    else:
+        await queue.put((_END, None))
 
 
 class StreamBody:

@@ -2,8 +2,9 @@
 
 ``open_stream`` is what a view calls, in its request thread: it takes the viewer's
 place (``stream_open``: a 429 when over a limit), gives the request's database
-connection back to the pool (Django would keep it until the response ends), and returns
-the response whose body runs ``streams.guard.guarded`` on the event loop.
+connection back to the pool (Django would keep it until the response ends; gobrave's
+ASGI handler also does when the request's thread ends, ``core.asgi``), and returns the
+response whose body runs ``streams.guard.guarded`` on the event loop.
 """
 
 from __future__ import annotations
