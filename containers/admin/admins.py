@@ -69,6 +69,7 @@ from containers.spec.template_services import JSON_FIELDS, WRITABLE
 from containers.states import NOTHING_TO_DO, OFFERED
 from core.admin_helpers import GREY, ActionsOnlyAdminMixin, ReadOnlyAdminMixin, badge
 from core.errors import DomainError
+from core.ids import uuid_prefix
 from outbox import admin as outbox_admin
 
 IMAGE_COLOURS = {"present": "#198754", "missing": "#dc3545", "unknown": "#6c757d"}
@@ -188,7 +189,8 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
     )
     list_filter = ("status", ChangedWithinFilter, "template", "runtime", "owner")
     list_select_related = ("template", "runtime", "owner")
-    search_fields = ("name", "id")
+    search_fields = ("name",)  # and an id prefix: get_search_results
+    search_help_text = "A name, or an id: the full uuid or its first 8 or more hex digits."
     ordering = ("-created_at",)
     actions = ("start_instances", "stop_instances", "delete_instances")
     readonly_fields = (
@@ -267,6 +269,15 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
     @admin.display(description="engine answers")
     def engine_health(self, obj: ContainerInstance):
         return engine_health_badge(obj.runtime)
+
+    def get_search_results(self, request, queryset, search_term):
+        """Names as Django searches them, and ids in the API's and the CLI's one form: the
+        full uuid or a prefix of at least 8 hex digits, dashed or not (``core.ids``)."""
+        rows, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        prefix = uuid_prefix(search_term)
+        if prefix is not None:
+            rows |= queryset.filter(id__startswith=prefix)
+        return rows, may_have_duplicates
 
     # -- add: through container_create_by_template --------------------------------------------
 

@@ -256,6 +256,25 @@ def test_search_finds_by_name_and_by_uuid(as_user, operator):
     assert garbage.status_code == 200
 
 
+@pytest.mark.parametrize(
+    "term",
+    ["abcdef12", "ABCDEF123456", "abcdef12-3456", "abcdef1234564789", "abcdef12-3456-4789-8abc"],
+)
+def test_search_finds_by_an_id_prefix_dashed_or_not_as_the_api_and_cli_do(as_user, operator, term):
+    wanted = InstanceFactory(name="wanted", id=uuid.UUID("abcdef12-3456-4789-8abc-def012345678"))
+    InstanceFactory(name="other", id=uuid.UUID("abcdef13-3456-4789-8abc-def012345678"))
+    response = as_user(operator).get(reverse(CHANGELIST), {"q": term})
+    found = [row.name for row in response.context["cl"].result_list]
+    assert found == [wanted.name], found
+
+
+def test_search_by_fewer_than_eight_hex_digits_matches_no_id(as_user, operator):
+    InstanceFactory(name="wanted", id=uuid.UUID("abcdef12-3456-4789-8abc-def012345678"))
+    response = as_user(operator).get(reverse(CHANGELIST), {"q": "abcdef1"})
+    found = [row.name for row in response.context["cl"].result_list]
+    assert found == [], found
+
+
 @pytest.mark.parametrize("param", ["status__exact", "template__id__exact", "runtime__id__exact"])
 def test_filters_narrow_the_changelist(as_user, operator, param):
     wanted = InstanceFactory(status=Status.FAILED)
