@@ -61,36 +61,6 @@ def instance_list(*, statuses: Iterable[str] = (), user=None) -> QuerySet[Contai
     return rows.order_by("-created_at")
 
 
-INSTANCE_ORDERINGS = ("created_at", "name", "status", "status_changed_at")
-
-
-def instance_search(
-    *,
-    user,
-    statuses: Iterable[str] = (),
-    template: str | None = None,
-    owner: str | None = None,
-    ordering: str | None = None,
-) -> QuerySet[ContainerInstance]:
-    """``instance_list`` narrowed by template and owner (each an id or a name) and ordered.
-
-    ``ordering`` is one of ``INSTANCE_ORDERINGS``, optionally prefixed with ``-``; ties
-    break on the id so that pages never overlap.
-    """
-    rows = instance_list(statuses=statuses, user=user)
-    if template:
-        rows = rows.filter(_by_name_or_id("template__name", "template_id", template))
-    if owner:
-        rows = rows.filter(_by_name_or_id("owner__username", "owner_id", owner))
-    if ordering:
-        field = ordering.lstrip("-")
-        if field not in INSTANCE_ORDERINGS:
-            raise ValueError(f"cannot order by {ordering!r}")
-        descending = ordering.startswith("-")
-        rows = rows.order_by(ordering, "-id" if descending else "id")
-    return rows
-
-
 def instance_get(*, instance_id: object, user) -> ContainerInstance:
     """One instance the ``user`` may see (staff: any); ``NotFound`` otherwise.
 

@@ -18,10 +18,8 @@ from containers.models import (
     Runtime,
 )
 from containers.queues import event_kind_display
-from containers.selectors import INSTANCE_ORDERINGS
 from containers.spec import redaction
 from containers.spec.env_policy import MAX_USER_KEYS, MAX_USER_VALUE
-from containers.states import Status
 from core.api.input import InputSerializer
 
 # --- shared -----------------------------------------------------------------------------
@@ -91,23 +89,6 @@ class InstanceCreateInputSerializer(InputSerializer):
         if len(value) > MAX_USER_KEYS:
             raise serializers.ValidationError(f"At most {MAX_USER_KEYS} keys.")
         return value
-
-
-class InstanceQuerySerializer(serializers.Serializer):
-    """Filters and ordering of ``GET /api/containers/``."""
-
-    status = serializers.MultipleChoiceField(
-        choices=Status.choices,
-        required=False,
-        help_text="One or more statuses (repeat the parameter).",
-    )
-    template = serializers.CharField(required=False, max_length=128, help_text="Id or name.")
-    owner = serializers.CharField(required=False, max_length=150, help_text="Id or username.")
-    ordering = serializers.ChoiceField(
-        choices=[*INSTANCE_ORDERINGS, *(f"-{field}" for field in INSTANCE_ORDERINGS)],
-        required=False,
-        help_text="Sort field, '-' for descending (default: -created_at).",
-    )
 
 
 class LogsQuerySerializer(serializers.Serializer):

@@ -9,7 +9,6 @@ from containers.spec import redaction
 from core.api.input import InputSerializer
 from dags.models import DagEvent, DagNodeRun, DagRun, DagTemplate
 from dags.selectors import node_output_spec
-from dags.states import RunStatus
 
 
 class ScrubbedForViewer(ForViewer):
@@ -52,10 +51,6 @@ class DagTemplateOutputSerializer(ForViewer, serializers.ModelSerializer):
 
 class DagRunCreateInputSerializer(InputSerializer):
     template = TemplateRefField(help_text="The DAG template's id or name.")
-
-
-class DagRunQuerySerializer(serializers.Serializer):
-    status = serializers.MultipleChoiceField(choices=RunStatus.choices, required=False)
 
 
 class DagNodeOutputSerializer(ScrubbedForViewer, serializers.ModelSerializer):
