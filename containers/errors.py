@@ -55,6 +55,17 @@ class InstanceQuotaExceeded(DomainError):
     http_status = 409
 
 
+class NameTaken(DomainError):
+    """The owner already has an instance of that name (HTTP 409, ``name_taken``).
+
+    An owner's instance names are unique among the instances that exist (one on its way
+    out keeps its name until its row is gone). ``details``: ``name``.
+    """
+
+    code = "name_taken"
+    http_status = 409
+
+
 class InvalidSpec(DomainError):
     """The template, its variables, volumes or constraints cannot make a container (400)."""
 

@@ -208,6 +208,11 @@ class ContainerInstance(FSMModelMixin, models.Model):
             models.Index(fields=["status"]),
             models.Index(fields=["owner", "-created_at"]),
         ]
+        constraints = [
+            # An owner's names are unique while the rows exist: a delete frees the name
+            # when it removes the row (a failed delete gives the instance back its name).
+            models.UniqueConstraint(fields=["owner", "name"], name="instance_name_per_owner"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.id})"

@@ -41,6 +41,7 @@ EVENT_KIND_WORDS: dict[str, str] = {
     "dead_letter": "request given up",
     "start_timeout": "start timed out",
     "orphan": "orphan found",
+    "renamed": "renamed",  # migration 0013: a duplicate name of its owner's
 }
 
 

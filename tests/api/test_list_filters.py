@@ -60,9 +60,9 @@ def test_the_runtime_filter_takes_an_id_or_a_name(alice, make_instance):
 
 
 def test_an_ordering_breaks_ties_on_the_id_so_pages_never_overlap(alice, make_instance):
-    made = [make_instance(name="same") for _ in range(5)]
-    first = _ids(alice.get("/api/containers/", {"ordering": "name", "limit": 2}))
-    rest = _ids(alice.get("/api/containers/", {"ordering": "name", "limit": 3, "offset": 2}))
+    made = [make_instance("running") for _ in range(5)]
+    first = _ids(alice.get("/api/containers/", {"ordering": "status", "limit": 2}))
+    rest = _ids(alice.get("/api/containers/", {"ordering": "status", "limit": 3, "offset": 2}))
     assert sorted(first + rest) == sorted(str(i.pk) for i in made), (first, rest)
 
 
