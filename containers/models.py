@@ -109,7 +109,10 @@ class ContainerTemplate(models.Model):
     name = models.CharField(max_length=128, unique=True)
     image = models.CharField(max_length=255)
     command = models.JSONField(
-        default=list, blank=True, help_text="A list of strings or one string."
+        default=list,
+        blank=True,
+        help_text="The words the container runs, a list of strings (no shell unless named: "
+        '["sh", "-c", "..."]); empty: the image\'s own.',
     )
     env = models.JSONField(default=dict, blank=True)
     user_env = models.JSONField(

@@ -54,9 +54,10 @@ class DagTemplateForm(forms.ModelForm):
     nodes = forms.JSONField(
         # A new template starts from an empty list, not the ``null`` an unset JSONField shows.
         initial=list,
-        help_text='A JSON list of nodes: {"key", "template" (name or id), "command", "env", '
-        '"depends_on", "retries"}. For example: [{"key": "build", "template": "builder"}, '
-        '{"key": "test", "template": "tester", "depends_on": ["build"], "retries": 1}]',
+        help_text='A JSON list of nodes: {"key", "template" (name or id), "command" (a list '
+        'of words), "env", "depends_on", "retries"}. For example: [{"key": "build", '
+        '"template": "builder"}, {"key": "test", "template": "tester", "command": ["sh", '
+        '"-c", "make test"], "depends_on": ["build"], "retries": 1}]',
         widget=forms.Textarea(attrs={"rows": 16, "cols": 90, "style": "font-family:monospace"}),
     )
 

@@ -452,8 +452,10 @@ class ContainerTemplateForm(forms.ModelForm):
     """
 
     command = CommandField(
-        help_text="A shell command such as <code>sleep 600</code> (run by <code>sh -c</code>), "
-        'or a JSON list of words such as <code>["sleep", "600"]</code>.'
+        help_text="The words the container runs, such as <code>sleep 600</code>: split as a "
+        "shell splits them (quotes group words) and stored as a list; no shell runs them, "
+        "so for pipes, redirections or <code>&amp;&amp;</code> type <code>sh -c '...'</code>. "
+        "Empty: the image's own command."
     )
     env = EnvRowsField(
         help_text="A row per variable: its name (letters, digits and <code>_</code>, not "
@@ -486,9 +488,12 @@ class ContainerTemplateForm(forms.ModelForm):
             if name not in cleaned:  # already invalid JSON, or not on the form
                 continue
             try:
-                clean_template_fields(**{name: cleaned[name]})
+                normal = clean_template_fields(**{name: cleaned[name]})
             except InvalidSpec as exc:
                 self.add_error(name, exc.message)
+                continue
+            if name == "command":
+                cleaned["command"] = normal["command"]  # a list, however it was typed
         if "volumes" in cleaned and "volumes" not in self.errors:
             roots = settings.GOBRAVE["container"]["allowed_volume_roots"]
             try:

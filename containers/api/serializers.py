@@ -20,6 +20,7 @@ from containers.models import (
 from containers.queues import event_kind_display
 from containers.spec import redaction
 from containers.spec.env_policy import MAX_USER_KEYS, MAX_USER_VALUE
+from containers.spec.resolve import MAX_COMMAND_PART, MAX_COMMAND_PARTS
 from core.api.input import InputSerializer
 
 # --- shared -----------------------------------------------------------------------------
@@ -48,6 +49,17 @@ class StoredJSONField(serializers.JSONField):
         value = super().to_internal_value(data)
         _no_nul(value)
         return value
+
+
+class StrictCharField(serializers.CharField):
+    """Text that must be given as a JSON string (DRF's ``CharField`` turns 600 into "600")."""
+
+    default_error_messages = {"not_a_string": "Must be a string."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("not_a_string")
+        return super().to_internal_value(data)
 
 
 @extend_schema_field(
@@ -240,8 +252,12 @@ class TemplateInputSerializer(InputSerializer):
 
     name = serializers.CharField(max_length=128)
     image = serializers.CharField(max_length=255)
-    command = StoredJSONField(
-        default=list, help_text="A list of strings, or one string run with sh -c."
+    command = serializers.ListField(
+        child=StrictCharField(allow_blank=True, trim_whitespace=False, max_length=MAX_COMMAND_PART),
+        max_length=MAX_COMMAND_PARTS,
+        default=list,
+        help_text='The words the container runs, e.g. ["sleep", "600"]; no shell runs them '
+        '(for one give ["sh", "-c", "..."]). Empty: the image\'s own command.',
     )
     env = StoredJSONField(default=dict, help_text="NAME: value; values may use $VARIABLES.")
     user_env = StoredJSONField(
@@ -276,6 +292,9 @@ class TemplateInputSerializer(InputSerializer):
 
 class TemplateOutputSerializer(ForViewer, serializers.ModelSerializer):
     allowed_groups = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    command = serializers.ListField(
+        child=serializers.CharField(), read_only=True, help_text="The words the container runs."
+    )
 
     class Meta:
         model = ContainerTemplate

@@ -29,7 +29,8 @@ class DagTemplateInputSerializer(InputSerializer):
     name = serializers.CharField(max_length=128)
     description = serializers.CharField(required=False, allow_blank=True, default="")
     nodes = StoredJSONField(
-        help_text="A list of nodes: key, template (name or id), command, env, depends_on, retries."
+        help_text="A list of nodes: key, template (name or id), command (a list of words, "
+        'e.g. ["sh", "-c", "make test"]), env, depends_on, retries.'
     )
 
 

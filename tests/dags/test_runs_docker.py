@@ -25,9 +25,9 @@ def test_diamond_runs_d_after_b_and_c_and_d_reads_what_a_wrote(dags):
     with dags.dock.pipeline(**KEEP):
         run = dags.start(
             [
-                {"key": "a", "command": "echo from-a > /dag/a.txt"},
-                {"key": "b", "command": "sleep 1", "depends_on": ["a"]},
-                {"key": "c", "command": "true", "depends_on": ["a"]},
+                {"key": "a", "command": ["sh", "-c", "echo from-a > /dag/a.txt"]},
+                {"key": "b", "command": ["sleep", "1"], "depends_on": ["a"]},
+                {"key": "c", "command": ["true"], "depends_on": ["a"]},
                 {
                     "key": "d",
                     "command": 'test "$(cat /dag/a.txt)" = from-a && test "$DAG_NODE" = d',
@@ -79,10 +79,10 @@ def test_retry_failed_after_the_workspace_was_removed_writes_to_a_fresh_one(dags
 
 
 FAILING = [
-    {"key": "a", "command": "true"},
-    {"key": "bad", "command": "exit 3", "depends_on": ["a"]},
-    {"key": "below", "command": "true", "depends_on": ["bad"]},
-    {"key": "side", "command": "sleep 1", "depends_on": ["a"]},
+    {"key": "a", "command": ["true"]},
+    {"key": "bad", "command": ["sh", "-c", "exit 3"], "depends_on": ["a"]},
+    {"key": "below", "command": ["true"], "depends_on": ["bad"]},
+    {"key": "side", "command": ["sleep", "1"], "depends_on": ["a"]},
 ]
 
 
@@ -152,10 +152,10 @@ def test_retry_failed_reruns_only_the_failed_and_skipped_nodes(dags):
     with dags.dock.pipeline(**KEEP):
         run = dags.start(
             [
-                {"key": "a", "command": "true"},
+                {"key": "a", "command": ["true"]},
                 {"key": "bad", "command": once, "depends_on": ["a"]},
-                {"key": "below", "command": "true", "depends_on": ["bad"]},
-                {"key": "side", "command": "true", "depends_on": ["a"]},
+                {"key": "below", "command": ["true"], "depends_on": ["bad"]},
+                {"key": "side", "command": ["true"], "depends_on": ["a"]},
             ]
         )
         dags.ends(run, "failed")
@@ -181,10 +181,10 @@ def test_cancel_deletes_a_queued_create_stops_a_running_node_and_cancels_the_res
     with dags.dock.pipeline(**KEEP) as app:
         run = dags.start(
             [
-                {"key": "long", "command": "sleep 600"},
-                {"key": "after", "command": "true", "depends_on": ["long"]},
-                {"key": "quick", "command": "sleep 2"},
-                {"key": "late", "command": "true", "depends_on": ["quick"]},
+                {"key": "long", "command": ["sleep", "600"]},
+                {"key": "after", "command": ["true"], "depends_on": ["long"]},
+                {"key": "quick", "command": ["sleep", "2"]},
+                {"key": "late", "command": ["true"], "depends_on": ["quick"]},
             ]
         )
         dags.instances_reach(run, "running", "long", "quick")
@@ -214,9 +214,9 @@ def test_a_user_deleting_a_node_instance_fails_the_node_and_a_bad_spec_fails_at_
     with dags.dock.pipeline(**KEEP):
         run = dags.start(
             [
-                {"key": "victim", "command": "sleep 600"},
-                {"key": "below", "command": "true", "depends_on": ["victim"]},
-                {"key": "other", "command": "sleep 1"},
+                {"key": "victim", "command": ["sleep", "600"]},
+                {"key": "below", "command": ["true"], "depends_on": ["victim"]},
+                {"key": "other", "command": ["sleep", "1"]},
                 {"key": "refused", "template": bad_volume.name},
             ]
         )
