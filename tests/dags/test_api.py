@@ -152,3 +152,14 @@ def test_run_reasons_and_history_hide_host_paths_from_users_not_from_operators(a
     assert all("/var/lib/docker" not in text and "<host path>" in text for text in shown), shown
     theirs = staff.get(f"/api/dag-runs/{run.pk}/").json()
     assert theirs["reason"] == leak, theirs["reason"]
+
+
+def test_a_run_is_named_by_a_prefix_of_eight_hex_digits_dashed_or_not_as_instances_are(
+    alice, owner, dag
+):
+    run = dag_run_start(dag=dag, owner=owner, actor="test")
+    digits = run.id.hex
+    for ref in (digits[:8], digits[:12].upper(), str(run.id)[:13]):
+        response = alice.get(f"/api/dag-runs/{ref}/")
+        assert response.status_code == 200, (ref, response.content)
+    assert_error(alice.get(f"/api/dag-runs/{digits[:7]}/"), 404, "not_found")
