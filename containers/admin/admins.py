@@ -64,6 +64,7 @@ from containers.spec.resolve import (
     check_volume_roots,
     clean_template_fields,
     clean_volumes,
+    user_env_for,
 )
 from containers.spec.template_services import JSON_FIELDS, WRITABLE
 from containers.states import NOTHING_TO_DO, OFFERED
@@ -96,17 +97,37 @@ def _outbox_history_link(event) -> str | None:
 
 
 class InstanceCreateForm(forms.ModelForm):
-    """The add form: which template, for whom, under what name. The service does the rest."""
+    """The add form: which template, for whom, under what name, with which env overrides.
+    The overrides are judged by the template's env policy here (``user_env_for``, as the
+    API's create is), so a refused key is an error on the form; the service does the rest."""
 
     name = forms.CharField(
         max_length=128,
         required=False,
         help_text="Leave empty for the template name plus a short id.",
     )
+    env = EnvRowsField(
+        help_text="Env for this instance, a row per variable: only the keys the template's "
+        "user_env lets users set (a key the template sets itself only if a rule names it "
+        "exactly). Values are literal: $VARIABLES are not expanded."
+    )
 
     class Meta:
         model = ContainerInstance
         fields = ["template", "owner", "name"]
+
+    def clean(self):
+        cleaned = super().clean()
+        template, env = cleaned.get("template"), cleaned.get("env")
+        if template is not None and env and "env" not in self.errors:
+            try:
+                cleaned["env"] = user_env_for(template, env)
+            except InvalidSpec as exc:
+                self.add_error("env", exc.message)
+        return cleaned
+
+
+ADD_FIELDS = ("template", "owner", "name", "env")
 
 
 _page = threading.local()  # the user a change page is being drawn for (one per thread)
@@ -283,13 +304,13 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
 
     def get_fieldsets(self, request, obj=None):
         if obj is None:
-            return ((None, {"fields": ("template", "owner", "name")}),)
+            return ((None, {"fields": ADD_FIELDS}),)
         return super().get_fieldsets(request, obj)
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is None:
             kwargs["form"] = self.add_form
-            kwargs["fields"] = ["template", "owner", "name"]
+            kwargs["fields"] = list(ADD_FIELDS)
         return super().get_form(request, obj, change, **kwargs)
 
     def get_changeform_initial_data(self, request):
@@ -307,6 +328,7 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
                 owner=form.cleaned_data["owner"],
                 actor=actor_of(request),
                 name=form.cleaned_data.get("name") or None,
+                env=form.cleaned_data.get("env") or None,
             )
         except DomainError as exc:
             # Operators are shown the host path a refused mount names (users never are).

@@ -464,6 +464,16 @@ _NOT_SNAPSHOT = frozenset(
 )
 
 
+def user_env_for(template: Any, overrides: Mapping[str, Any] | None) -> dict[str, str]:
+    """A user's env ``overrides`` of ``template`` checked against its env policy
+    (``env_policy.check_user_env``: its ``user_env`` rules, the keys it sets itself), as
+    a create applies it; ``InvalidSpec`` naming the first refused key. The API, the admin's
+    add form and ``resolve_spec`` all judge overrides here."""
+    return env_policy.check_user_env(
+        overrides, rules=template.user_env, template_env=clean_env(template.env)
+    )
+
+
 def template_snapshot(template: Any) -> dict[str, Any]:
     """The fields of a template that a spec is resolved from, as plain JSON.
 
@@ -501,9 +511,7 @@ def resolve_spec(
     ``security`` is ``container.security`` (its defaults when None).
     """
     operator_env = clean_env(template.env)
-    user_env = env_policy.check_user_env(
-        env_overrides, rules=template.user_env, template_env=operator_env
-    )
+    user_env = user_env_for(template, env_overrides)
     # gobrave's variables expand in the operator's values only: a user's value is literal
     # (their "$WORKSPACE_ROOT" must not become the host path the API hides).
     env = {
