@@ -13,10 +13,13 @@ ties in an ordering break on the primary key so that pages never overlap. Each a
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable
 
 import django_filters
+from django import forms
 from django.db.models import Q, QuerySet
+from django_filters.fields import IsoDateTimeField
 
 from core.ids import db_id
 
@@ -62,12 +65,30 @@ def ordering(*fields: str, default: str) -> Ordering:
     )
 
 
+class UTCDateTimeField(IsoDateTimeField):
+    """An ISO 8601 date-time, turned into UTC here: PostgreSQL refuses offsets past
+    ±15:59 that Python accepts (a 500 otherwise); one that leaves the calendar is a 400."""
+
+    def to_python(self, value):
+        moment = super().to_python(value)
+        if moment is None:
+            return None
+        try:
+            return moment.astimezone(dt.UTC)
+        except OverflowError:
+            raise forms.ValidationError("Out of range.", code="invalid") from None
+
+
+class CreatedFilter(django_filters.IsoDateTimeFilter):
+    field_class = UTCDateTimeField
+
+
 class ListFilterSet(django_filters.FilterSet):
     """``created_after`` and ``created_before``: every row the API lists has a creation time."""
 
-    created_after = django_filters.IsoDateTimeFilter(
+    created_after = CreatedFilter(
         field_name="created_at", lookup_expr="gte", help_text="Created at or after (ISO 8601)."
     )
-    created_before = django_filters.IsoDateTimeFilter(
+    created_before = CreatedFilter(
         field_name="created_at", lookup_expr="lt", help_text="Created before (ISO 8601)."
     )

@@ -73,6 +73,7 @@ def test_an_ordering_breaks_ties_on_the_id_so_pages_never_overlap(alice, make_in
         ({"ordering": "owner__password"}, "ordering"),
         ({"created_after": "yesterday"}, "created_after"),
         ({"created_before": "2026-13-40"}, "created_before"),
+        ({"created_after": "0001-01-01T00:30:00+01:00"}, "created_after"),
     ],
 )
 def test_a_bad_value_is_a_400_naming_the_parameter_on_every_list(staff, path, query, field):
@@ -91,3 +92,9 @@ def test_every_list_orders_by_creation_both_ways(staff, path):
     forward = staff.get(path, {"ordering": "created_at"})
     backward = staff.get(path, {"ordering": "-created_at"})
     assert forward.status_code == backward.status_code == 200, (forward.content, backward.content)
+
+
+@pytest.mark.parametrize("moment", ["4907-03-22T11:03:26+21:05", "0697-03-07T08:39:59.5-19:44"])
+def test_an_offset_postgresql_would_refuse_is_read_as_the_same_moment_in_utc(alice, moment):
+    response = alice.get("/api/containers/", {"created_after": moment})
+    assert response.status_code == 200, response.content
