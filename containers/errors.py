@@ -66,6 +66,15 @@ class NameTaken(DomainError):
     http_status = 409
 
 
+class WorkspaceInUse(DomainError):
+    """A workspace may go only when its owner has no instances left, and only a volume
+    (a directory's files belong to the owner's uid on the host) (HTTP 409,
+    ``workspace_in_use``). ``details``: ``owner``, ``instances``."""
+
+    code = "workspace_in_use"
+    http_status = 409
+
+
 class InvalidSpec(DomainError):
     """The template, its variables, volumes or constraints cannot make a container (400)."""
 
