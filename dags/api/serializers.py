@@ -7,6 +7,7 @@ from rest_framework import serializers
 from containers.api.serializers import ForViewer, StoredJSONField, TemplateRefField
 from containers.spec import redaction
 from core.api.input import InputSerializer
+from dags.history import dag_event_kind_display
 from dags.models import DagEvent, DagNodeRun, DagRun, DagTemplate
 from dags.selectors import node_output_spec
 
@@ -126,6 +127,8 @@ class DagRunDetailSerializer(DagRunOutputSerializer):
 
 class DagEventOutputSerializer(ScrubbedForViewer, serializers.ModelSerializer):
     scrubbed = ("message",)
+    # ``kind`` is for programs; ``kind_display`` says it in words (DAG_EVENT_KIND_WORDS).
+    kind_display = serializers.SerializerMethodField()
 
     class Meta:
         model = DagEvent
@@ -133,6 +136,7 @@ class DagEventOutputSerializer(ScrubbedForViewer, serializers.ModelSerializer):
             "id",
             "node",
             "kind",
+            "kind_display",
             "from_status",
             "to_status",
             "message",
@@ -140,3 +144,6 @@ class DagEventOutputSerializer(ScrubbedForViewer, serializers.ModelSerializer):
             "created_at",
         ]
         read_only_fields = fields
+
+    def get_kind_display(self, event: DagEvent) -> str:
+        return dag_event_kind_display(event.kind)

@@ -215,6 +215,60 @@ def test_the_index_is_an_operators_home(live_server, page, admin_login, fake_run
     assert page.locator("#result_list tbody tr").count() == 1
 
 
+OVERLAPS = """(selectors) => {
+  const boxes = [];
+  for (const sel of selectors) {
+    for (const el of document.querySelectorAll(sel)) {
+      const r = el.getBoundingClientRect();
+      if (r.width && r.height) boxes.push({sel, x: r.x, y: r.y, r: r.right, b: r.bottom});
+    }
+  }
+  const hits = [];
+  for (const button of document.querySelectorAll('.object-tools button, .object-tools a')) {
+    const a = button.getBoundingClientRect();
+    for (const o of boxes) {
+      if (a.x < o.r && o.x < a.right && a.y < o.b && o.y < a.bottom) {
+        hits.push(`${button.textContent.trim()} over ${o.sel}`);
+      }
+    }
+  }
+  return hits;
+}"""
+
+
+@pytest.mark.parametrize("status", ["running", "failed"])
+def test_the_dag_run_page_s_buttons_stand_clear_of_its_tables_and_kinds_read_as_words(
+    live_server, page, admin_login, fake_runtime, template, status
+):
+    from dags.models import DagEvent, DagRun
+    from dags.services import dag_run_start, dag_template_save
+
+    root = make_user("root", superuser=True)
+    nodes = [{"key": "a", "template": "sleeper"}, {"key": "b", "template": "sleeper"}]
+    dag = dag_template_save(name="pair", nodes=nodes)
+    run = dag_run_start(dag=dag, owner=root, actor="test")
+    DagRun.objects.filter(pk=run.pk).update(status=status)
+    close_old_connections()
+    admin_login(page, root)
+    page.goto(f"{live_server.url}/admin/dags/dagrun/{run.pk}/change/")
+    button = "#gb-cancel" if status == "running" else "#gb-retry"
+    page.wait_for_selector(button)
+    hits = page.evaluate(
+        OVERLAPS, ["#content-main fieldset", "#gb-graph-module", "#gb-events table", "h1"]
+    )
+    page.shots(f"dagrun-{status}")
+    assert hits == [], hits
+    # Each module starts below the one before it (none drawn behind the floated form).
+    tops = page.evaluate(
+        "() => ['#gb-graph-module', '#content-main fieldset', '#gb-events']"
+        ".map(s => document.querySelector(s).getBoundingClientRect().top)"
+    )
+    assert tops == sorted(tops) and len(set(tops)) == 3, tops
+    kinds = page.locator("#gb-events tbody td.gb-kind").all_text_contents()
+    stored = list(DagEvent.objects.filter(run_id=run.pk).values_list("kind", flat=True))
+    assert kinds and not any("_" in k or k[:1].isupper() for k in kinds), (kinds, stored)
+
+
 # --- the whole product -----------------------------------------------------------------------
 
 
