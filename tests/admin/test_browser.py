@@ -269,6 +269,33 @@ def test_the_dag_run_page_s_buttons_stand_clear_of_its_tables_and_kinds_read_as_
     assert kinds and not any("_" in k or k[:1].isupper() for k in kinds), (kinds, stored)
 
 
+def test_the_instance_add_form_takes_env_rows_and_shows_the_policy_s_refusal(
+    live_server, page, admin_login, fake_runtime, template
+):
+    template.user_env = ["MODE"]
+    template.save(update_fields=["user_env"])
+    root = make_user("root", superuser=True)
+    admin_login(page, root)
+    page.goto(f"{live_server.url}/admin/containers/containerinstance/add/")
+    page.select_option("#id_template", str(template.pk))
+    page.fill("#id_name", "with-env")
+    page.locator("input[name=env-name]").first.fill("SECRET")
+    page.locator("input[name=env-value]").first.fill("x")
+    page.click("input[name=_save]")
+    page.wait_for_selector(".field-env .errorlist")
+    error = page.locator(".field-env .errorlist").text_content()
+    assert "does not let users set SECRET" in error, error
+    page.shots("add-form-refused")
+    assert not ContainerInstance.objects.exists()
+    page.locator("input[name=env-name]").first.fill("MODE")
+    page.locator("input[name=env-value]").first.fill("debug")
+    page.click("input[name=_save]")
+    page.wait_for_selector(".messagelist")
+    close_old_connections()
+    made = ContainerInstance.objects.get(name="with-env")
+    assert made.spec["env"]["MODE"] == "debug", made.spec["env"]
+
+
 # --- the whole product -----------------------------------------------------------------------
 
 
