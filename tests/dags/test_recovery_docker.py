@@ -62,7 +62,7 @@ def test_a_crash_of_every_process_is_recovered_and_a_stale_container_removed_fir
         run = dags.start(
             [
                 {"key": "a", "command": ["true"]},
-                {"key": "b", "command": b, "depends_on": ["a"], "retries": 1},
+                {"key": "b", "command": ["sh", "-c", b], "depends_on": ["a"], "retries": 1},
                 {"key": "c", "command": ["true"], "depends_on": ["b"]},
             ]
         )

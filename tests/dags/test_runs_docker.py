@@ -30,7 +30,11 @@ def test_diamond_runs_d_after_b_and_c_and_d_reads_what_a_wrote(dags):
                 {"key": "c", "command": ["true"], "depends_on": ["a"]},
                 {
                     "key": "d",
-                    "command": 'test "$(cat /dag/a.txt)" = from-a && test "$DAG_NODE" = d',
+                    "command": [
+                        "sh",
+                        "-c",
+                        'test "$(cat /dag/a.txt)" = from-a && test "$DAG_NODE" = d',
+                    ],
                     "depends_on": ["b", "c"],
                 },
             ]
@@ -62,7 +66,7 @@ def test_retry_failed_after_the_workspace_was_removed_writes_to_a_fresh_one(dags
     since = int(time.time()) - 1
     write_then_fail = "touch /dag/x && exit 3"  # exit 1 if /dag is not writable
     with dags.dock.pipeline(container_dag_node_cleanup_on_dag_finished="delete"):
-        run = dags.start([{"key": "w", "command": write_then_fail}])
+        run = dags.start([{"key": "w", "command": ["sh", "-c", write_then_fail]}])
         run = dags.ends(run, "failed")
         wait_for(lambda: not dags.volume_exists(run), timeout=60, message="volume removed")
         assert not Workspace.objects.filter(source=run.workspace_name).exists()
@@ -128,7 +132,7 @@ def test_a_failing_node_skips_below_lets_its_sibling_finish_and_cleans_up_by_pol
 def test_a_node_failing_once_with_one_retry_succeeds_on_its_second_instance(dags):
     flaky = "if [ -f /dag/seen ]; then exit 0; fi; touch /dag/seen; exit 3"
     with dags.dock.pipeline(**KEEP):
-        run = dags.start([{"key": "flaky", "command": flaky, "retries": 1}])
+        run = dags.start([{"key": "flaky", "command": ["sh", "-c", flaky], "retries": 1}])
         dags.ends(run, "succeeded")
     node = dags.nodes(run)["flaky"]
     assert (node.status, node.attempt, node.tries) == ("succeeded", 2, 2), dags.describe(run)
@@ -153,7 +157,7 @@ def test_retry_failed_reruns_only_the_failed_and_skipped_nodes(dags):
         run = dags.start(
             [
                 {"key": "a", "command": ["true"]},
-                {"key": "bad", "command": once, "depends_on": ["a"]},
+                {"key": "bad", "command": ["sh", "-c", once], "depends_on": ["a"]},
                 {"key": "below", "command": ["true"], "depends_on": ["bad"]},
                 {"key": "side", "command": ["true"], "depends_on": ["a"]},
             ]
