@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.template.defaultfilters import filesizeformat
+from django.utils.html import format_html
 
 from containers.actors import user_actor
 from containers.admin.display import time_ago
@@ -31,10 +32,12 @@ class WorkspaceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     actions = ("measure_sizes", "remove_workspaces")
 
     @admin.display(description="size", ordering="size_bytes")
-    def size(self, obj: Workspace) -> str:
+    def size(self, obj: Workspace):
         if obj.size_bytes is not None:
             return filesizeformat(obj.size_bytes)
-        return "not measured" if obj.size_checked_at is None else "the engine does not say"
+        if obj.size_checked_at is None:
+            return format_html('<span title="{}">-</span>', "not measured")
+        return format_html('<span title="{}">?</span>', "the engine does not say")
 
     @admin.display(description="measured", ordering="size_checked_at")
     def measured(self, obj: Workspace):

@@ -17,7 +17,7 @@ import pytest
 from django.db import close_old_connections
 from django.utils import timezone
 
-from containers.models import ContainerEvent, ContainerInstance, Runtime
+from containers.models import ContainerEvent, ContainerInstance, Runtime, Workspace
 from containers.queues import event_kind_display
 from containers.requests.services import container_create_by_template
 from containers.states import Status
@@ -176,6 +176,9 @@ def test_every_list_fits_at_1366_px(live_server, page, admin_login, fake_runtime
     OrphanContainer.objects.create(
         runtime=fake_runtime, container_id="f" * 64, name=f"/gb-{long_words}", status="exited"
     )
+    Workspace.objects.create(
+        runtime=fake_runtime, owner=root, kind="volume", source=f"gb-ws-{long_words}", uid=1, gid=1
+    )
     admin_login(page, root)
     lists = [
         "containers/containerinstance",
@@ -183,6 +186,7 @@ def test_every_list_fits_at_1366_px(live_server, page, admin_login, fake_runtime
         "containers/runtime",
         "containers/containerevent",
         "containers/orphancontainer",
+        "containers/workspace",
         "outbox/outboxevent",
         "dags/dagtemplate",
         "dags/dagrun",
