@@ -92,9 +92,9 @@ def fixtures(engine_url: str):
     dag = dag_template_save(
         name="soak-dag",
         nodes=[
-            {"key": "a", "template": "shell", "command": "true"},
-            {"key": "b", "template": "shell", "command": "sleep 1", "depends_on": ["a"]},
-            {"key": "c", "template": "shell", "command": "true", "depends_on": ["a"]},
+            {"key": "a", "template": "shell", "command": ["true"]},
+            {"key": "b", "template": "shell", "command": ["sleep", "1"], "depends_on": ["a"]},
+            {"key": "c", "template": "shell", "command": ["true"], "depends_on": ["a"]},
         ],
     )
     return owners, template, dag

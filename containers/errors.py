@@ -55,6 +55,26 @@ class InstanceQuotaExceeded(DomainError):
     http_status = 409
 
 
+class NameTaken(DomainError):
+    """The owner already has an instance of that name (HTTP 409, ``name_taken``).
+
+    An owner's instance names are unique among the instances that exist (one on its way
+    out keeps its name until its row is gone). ``details``: ``name``.
+    """
+
+    code = "name_taken"
+    http_status = 409
+
+
+class WorkspaceInUse(DomainError):
+    """A workspace may go only when its owner has no instances left, and only a volume
+    (a directory's files belong to the owner's uid on the host) (HTTP 409,
+    ``workspace_in_use``). ``details``: ``owner``, ``instances``."""
+
+    code = "workspace_in_use"
+    http_status = 409
+
+
 class InvalidSpec(DomainError):
     """The template, its variables, volumes or constraints cannot make a container (400)."""
 

@@ -109,7 +109,10 @@ class ContainerTemplate(models.Model):
     name = models.CharField(max_length=128, unique=True)
     image = models.CharField(max_length=255)
     command = models.JSONField(
-        default=list, blank=True, help_text="A list of strings or one string."
+        default=list,
+        blank=True,
+        help_text="The words the container runs, a list of strings (no shell unless named: "
+        '["sh", "-c", "..."]); empty: the image\'s own.',
     )
     env = models.JSONField(default=dict, blank=True)
     user_env = models.JSONField(
@@ -207,6 +210,11 @@ class ContainerInstance(FSMModelMixin, models.Model):
         indexes = [
             models.Index(fields=["status"]),
             models.Index(fields=["owner", "-created_at"]),
+        ]
+        constraints = [
+            # An owner's names are unique while the rows exist: a delete frees the name
+            # when it removes the row (a failed delete gives the instance back its name).
+            models.UniqueConstraint(fields=["owner", "name"], name="instance_name_per_owner"),
         ]
 
     def __str__(self) -> str:
@@ -383,7 +391,9 @@ class Workspace(models.Model):
     A row means the volume or directory exists there, owned by the owner's uid and gid
     with mode 2770: the worker makes it before the first create that mounts it, and
     later creates find the row and pay nothing (``containers.execution.workspaces``). Never
-    deleted by gobrave: it holds the owner's files. The same rows record the volumes
+    deleted by gobrave on its own: it holds the owner's files; an operator may remove a
+    volume workspace of an owner who has no instances left (``workspace_remove``). The
+    same rows record the volumes
     gobrave adds to a spec and owns like a workspace (a DAG run's ``/dag``): those go,
     row first, with their volume (``containers.execution.housekeeping.volume_remove``).
     """
@@ -397,6 +407,9 @@ class Workspace(models.Model):
     uid = models.BigIntegerField()
     gid = models.BigIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)
+    # What the engine last said it holds (``workspace_sizes_refresh``): pages never ask.
+    size_bytes = models.BigIntegerField(null=True, blank=True)
+    size_checked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

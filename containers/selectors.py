@@ -4,7 +4,6 @@ and no engine call (those are ``containers.engines.calls``). Grouped by subject.
 from __future__ import annotations
 
 import datetime as dt
-import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from containers.requests.slots import slot_count, slots_by_runtime
 from containers.states import ACTIVE_SLOTS, BEING_DELETED, Status
 from core import prepared
 from core.counters import counter_rows, counters_since
-from core.ids import db_id
+from core.ids import SHORT_ID_LENGTH, db_id, uuid_prefix
 from outbox.counters import RelayStat
 from outbox.models import OutboxEvent, OutboxStatus
 from outbox.selectors import outbox_counts
@@ -62,36 +61,6 @@ def instance_list(*, statuses: Iterable[str] = (), user=None) -> QuerySet[Contai
     return rows.order_by("-created_at")
 
 
-INSTANCE_ORDERINGS = ("created_at", "name", "status", "status_changed_at")
-
-
-def instance_search(
-    *,
-    user,
-    statuses: Iterable[str] = (),
-    template: str | None = None,
-    owner: str | None = None,
-    ordering: str | None = None,
-) -> QuerySet[ContainerInstance]:
-    """``instance_list`` narrowed by template and owner (each an id or a name) and ordered.
-
-    ``ordering`` is one of ``INSTANCE_ORDERINGS``, optionally prefixed with ``-``; ties
-    break on the id so that pages never overlap.
-    """
-    rows = instance_list(statuses=statuses, user=user)
-    if template:
-        rows = rows.filter(_by_name_or_id("template__name", "template_id", template))
-    if owner:
-        rows = rows.filter(_by_name_or_id("owner__username", "owner_id", owner))
-    if ordering:
-        field = ordering.lstrip("-")
-        if field not in INSTANCE_ORDERINGS:
-            raise ValueError(f"cannot order by {ordering!r}")
-        descending = ordering.startswith("-")
-        rows = rows.order_by(ordering, "-id" if descending else "id")
-    return rows
-
-
 def instance_get(*, instance_id: object, user) -> ContainerInstance:
     """One instance the ``user`` may see (staff: any); ``NotFound`` otherwise.
 
@@ -105,7 +74,7 @@ def instance_get(*, instance_id: object, user) -> ContainerInstance:
     try:
         key = uuid.UUID(ref)
     except ValueError:
-        prefix = _uuid_prefix(ref)
+        prefix = uuid_prefix(ref)
         matches = [] if prefix is None else list(visible.filter(id__startswith=prefix)[:2])
         if len(matches) != 1:
             if matches:
@@ -118,24 +87,6 @@ def instance_get(*, instance_id: object, user) -> ContainerInstance:
     if instance is None:
         raise NotFound(f"no container instance {key}", id=str(key))
     return instance
-
-
-SHORT_ID_LENGTH = 8  # the admin's and the CLI's short id: the uuid's first 8 hex digits
-
-_HEX_PREFIX = re.compile(r"[0-9a-f]{8,32}")  # one id form: API, CLI and admin alike
-
-
-def _uuid_prefix(text: str) -> str | None:
-    """``text`` as the start of a canonical uuid string (dashes where uuids have them)."""
-    digits = text.lower().replace("-", "")
-    if not _HEX_PREFIX.fullmatch(digits):
-        return None
-    groups, start = [], 0
-    for size in (8, 4, 4, 4, 12):
-        if start < len(digits):
-            groups.append(digits[start : start + size])
-        start += size
-    return "-".join(groups)
 
 
 def instance_resolve(*, ref: str) -> ContainerInstance:
@@ -157,7 +108,7 @@ def instance_resolve(*, ref: str) -> ContainerInstance:
             raise NotFound(f"no container instance {exact}", id=str(exact))
         return found
     query = Q(name=ref)
-    prefix = _uuid_prefix(ref)
+    prefix = uuid_prefix(ref)
     if prefix is not None:
         query |= Q(id__startswith=prefix)
     matches = list(rows.filter(query).order_by("-created_at")[:6])

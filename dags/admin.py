@@ -25,6 +25,7 @@ from core.errors import DomainError
 from dags import selectors
 from dags.errors import DagInvalid
 from dags.graph_layout import COLOURS, layout
+from dags.history import dag_event_kind_display
 from dags.models import DagEvent, DagRun, DagTemplate
 from dags.services import (
     dag_nodes_clean,
@@ -54,9 +55,10 @@ class DagTemplateForm(forms.ModelForm):
     nodes = forms.JSONField(
         # A new template starts from an empty list, not the ``null`` an unset JSONField shows.
         initial=list,
-        help_text='A JSON list of nodes: {"key", "template" (name or id), "command", "env", '
-        '"depends_on", "retries"}. For example: [{"key": "build", "template": "builder"}, '
-        '{"key": "test", "template": "tester", "depends_on": ["build"], "retries": 1}]',
+        help_text='A JSON list of nodes: {"key", "template" (name or id), "command" (a list '
+        'of words), "env", "depends_on", "retries"}. For example: [{"key": "build", '
+        '"template": "builder"}, {"key": "test", "template": "tester", "command": ["sh", '
+        '"-c", "make test"], "depends_on": ["build"], "retries": 1}]',
         widget=forms.Textarea(attrs={"rows": 16, "cols": 90, "style": "font-family:monospace"}),
     )
 
@@ -240,9 +242,12 @@ class DagRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         extra_context = extra_context or {}
         if run is not None:
             extra_context.update(self._graph_context(run))
-            extra_context["events"] = list(
-                DagEvent.objects.filter(run_id=run.pk).order_by("-created_at", "-id")[:100]
-            )
+            extra_context["events"] = [
+                (event, dag_event_kind_display(event.kind))
+                for event in DagEvent.objects.filter(run_id=run.pk).order_by("-created_at", "-id")[
+                    :100
+                ]
+            ]
             extra_context["graph_url"] = reverse("admin:dags_dagrun_graph", args=[run.pk])
             can_act = request.user.has_perm("dags.change_dagrun") or (
                 run.owner_id == request.user.pk
@@ -261,6 +266,18 @@ class DagRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(DagEvent)
 class DagEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("created_at", "run_id", "node", "kind", "from_status", "to_status", "actor")
+    list_display = (
+        "created_at",
+        "run_id",
+        "node",
+        "kind_display",
+        "from_status",
+        "to_status",
+        "actor",
+    )
     list_filter = ("kind",)
     search_fields = ("run_id", "node", "message")
+
+    @admin.display(description="kind", ordering="kind")
+    def kind_display(self, obj: DagEvent):
+        return format_html('<span title="{}">{}</span>', obj.kind, dag_event_kind_display(obj.kind))

@@ -1,7 +1,8 @@
 """A DAG's nodes as data: validation, cycles, order. Pure (no database), unit-tested.
 
 A node is ``{"key", "template", "command", "env", "depends_on", "retries"}``; only
-``key`` and ``template`` are required. ``template`` is a container template's name or
+``key`` and ``template`` are required; ``command`` is a list of words, as everywhere
+(``containers.spec.resolve.clean_command``). ``template`` is a container template's name or
 id here; the service resolves it and stores the id.
 """
 
@@ -45,8 +46,7 @@ def clean_node(node: Any, index: int) -> dict[str, Any]:
     if isinstance(template, bool) or not isinstance(template, str | int) or template == "":
         raise _refuse(f"{where}: template must be a template's name or id", node=key)
     try:
-        command = node.get("command")
-        clean_command(command)
+        command = clean_command(node.get("command"))  # a list of words (None: the template's)
         env = clean_env(node.get("env"), where=f"{where}.env")
     except InvalidSpec as exc:
         raise _refuse(f"{where}: {exc.message}", node=key) from exc
@@ -59,7 +59,7 @@ def clean_node(node: Any, index: int) -> dict[str, Any]:
     return {
         "key": key,
         "template": template,
-        "command": command if command not in (None, "") else None,
+        "command": command,
         "env": env,
         "depends_on": list(dict.fromkeys(depends)),
         "retries": retries,

@@ -6,6 +6,7 @@ Callers hold the run's row lock inside a transaction (``select_for_update()``).
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from typing import Any
 
@@ -17,6 +18,30 @@ from outbox.services import outbox_enqueue_once
 log = logging.getLogger(__name__)
 
 ADVANCE = "DagRunAdvance"
+START = "DagRunStart"
+
+# What each kind of a run's history entry (``DagEvent.kind``) is called on the run page,
+# in the API's ``kind_display`` and in ``dag_run_start --wait``; programs keep ``kind``
+# (the containers' own are ``containers.queues.EVENT_KIND_WORDS``).
+DAG_EVENT_KIND_WORDS: dict[str, str] = {
+    START: "run requested",
+    ADVANCE: "advanced",
+    "transition": "state changed",
+    "no_runtime": "no engine to run on",
+    "workspace_removed": "shared volume removed",
+    "recover": "taken up again after a restart",
+    "advance_dead": "runner gave up",
+    "output_kept": "output kept",
+}
+
+
+def dag_event_kind_display(kind: str) -> str:
+    """``kind`` in words (a kind without an entry: its words, lower case)."""
+    if kind in DAG_EVENT_KIND_WORDS:
+        return DAG_EVENT_KIND_WORDS[kind]
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", kind).replace("_", " ").lower()
+
+
 LABEL_DAG_RUN = "io.gobrave.dag-run"
 LABEL_DAG_NODE = "io.gobrave.dag-node"
 _IDS = uuid.UUID("5d1f3b0e-7a52-4c3e-9f0b-9a8d1c2e4f60")

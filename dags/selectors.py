@@ -23,6 +23,7 @@ from django.db.models import (
 from containers import access
 from containers.models import ContainerEvent, ContainerInstance, ContainerTemplate
 from containers.queues import RequestKind
+from core.ids import uuid_prefix
 from dags.errors import NotFound
 from dags.history import instance_id_for
 from dags.models import DagEvent, DagNodeRun, DagRun, DagTemplate
@@ -87,15 +88,17 @@ def dag_run_list(*, user=None, statuses: list[str] | None = None) -> QuerySet[Da
 
 
 def dag_run_get(*, run_id: Any, user=None) -> DagRun:
-    """One run ``user`` may see (by id or unique id prefix); ``NotFound`` otherwise."""
+    """One run ``user`` may see, by its uuid or a unique prefix of at least 8 hex digits
+    (dashes optional: ``core.ids.uuid_prefix``, as for instances); ``NotFound`` otherwise."""
     text = str(run_id).strip().lower()
     rows = dag_run_list(user=user)
     try:
         return rows.get(id=uuid.UUID(text))
     except (ValueError, DagRun.DoesNotExist):
         pass
-    if 4 <= len(text) < 36 and all(c in "0123456789abcdef-" for c in text):
-        matches = list(rows.filter(id__startswith=text)[:2])
+    prefix = uuid_prefix(text)
+    if prefix is not None:
+        matches = list(rows.filter(id__startswith=prefix)[:2])
         if len(matches) == 1:
             return matches[0]
     raise NotFound(f"no DAG run {str(run_id)!r}", run=str(run_id))

@@ -17,7 +17,7 @@ from containers.selectors import template_get
 from containers.spec.resolve import template_snapshot
 from dags.errors import DagInvalid, InvalidTransition, NotFound
 from dags.graph import clean_nodes, topological
-from dags.history import advance_soon, node_move, record, run_move
+from dags.history import START, advance_soon, node_move, record, run_move
 from dags.models import DagNodeRun, DagRun, DagTemplate
 from dags.selectors import dag_template_list
 from dags.states import RUN_CANCELLABLE, RUN_RETRYABLE, NodeStatus, RunStatus
@@ -107,7 +107,7 @@ def dag_run_start(*, dag: DagTemplate, owner, actor: str) -> DagRun:
         )
         record(
             run.id,
-            kind="DagRunStart",
+            kind=START,
             actor=actor,
             to_status=RunStatus.PENDING,
             message=f"run of {dag.name} ({len(graph)} nodes) requested for {owner}",

@@ -91,6 +91,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "knox",
+    "django_filters",  # the browsable API's filter forms (core/api/filters.py)
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_q",
@@ -249,7 +250,7 @@ REST_FRAMEWORK = {
         "core.api.throttles.WriteThrottle",
     ],
     "DEFAULT_PARSER_CLASSES": ["core.api.defaults.JSONParser"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "core.api.schema.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "core.api.defaults.Pagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "core.api.errors.exception_handler",

@@ -56,25 +56,9 @@ def outbox_counts(statuses: Iterable[str] = INDEXED_STATUSES) -> dict[str, int]:
     return counts
 
 
-def outbox_rows(
-    *,
-    statuses=(),
-    kind: str | None = None,
-    queue: str | None = None,
-    aggregate_id: str | None = None,
-    ordering: str | None = None,
-) -> QuerySet[OutboxEvent]:
-    """Rows filtered as the API's list asks, newest first unless ``ordering`` says."""
-    rows = OutboxEvent.objects.all()
-    if statuses:
-        rows = rows.filter(status__in=list(statuses))
-    if kind:
-        rows = rows.filter(kind=kind)
-    if queue:
-        rows = rows.filter(queue=queue)
-    if aggregate_id:
-        rows = rows.filter(aggregate_id=aggregate_id)
-    return rows.order_by(ordering or "-id", "-id")
+def outbox_list() -> QuerySet[OutboxEvent]:
+    """Every row, newest first (the API's list filters them: ``outbox.api.filters``)."""
+    return OutboxEvent.objects.order_by("-id")
 
 
 def queue_began_since(*, queue: str, since: dt.datetime | None) -> bool:

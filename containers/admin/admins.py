@@ -64,11 +64,13 @@ from containers.spec.resolve import (
     check_volume_roots,
     clean_template_fields,
     clean_volumes,
+    user_env_for,
 )
 from containers.spec.template_services import JSON_FIELDS, WRITABLE
 from containers.states import NOTHING_TO_DO, OFFERED
 from core.admin_helpers import GREY, ActionsOnlyAdminMixin, ReadOnlyAdminMixin, badge
 from core.errors import DomainError
+from core.ids import uuid_prefix
 from outbox import admin as outbox_admin
 
 IMAGE_COLOURS = {"present": "#198754", "missing": "#dc3545", "unknown": "#6c757d"}
@@ -95,17 +97,37 @@ def _outbox_history_link(event) -> str | None:
 
 
 class InstanceCreateForm(forms.ModelForm):
-    """The add form: which template, for whom, under what name. The service does the rest."""
+    """The add form: which template, for whom, under what name, with which env overrides.
+    The overrides are judged by the template's env policy here (``user_env_for``, as the
+    API's create is), so a refused key is an error on the form; the service does the rest."""
 
     name = forms.CharField(
         max_length=128,
         required=False,
         help_text="Leave empty for the template name plus a short id.",
     )
+    env = EnvRowsField(
+        help_text="Env for this instance, a row per variable: only the keys the template's "
+        "user_env lets users set (a key the template sets itself only if a rule names it "
+        "exactly). Values are literal: $VARIABLES are not expanded."
+    )
 
     class Meta:
         model = ContainerInstance
         fields = ["template", "owner", "name"]
+
+    def clean(self):
+        cleaned = super().clean()
+        template, env = cleaned.get("template"), cleaned.get("env")
+        if template is not None and env and "env" not in self.errors:
+            try:
+                cleaned["env"] = user_env_for(template, env)
+            except InvalidSpec as exc:
+                self.add_error("env", exc.message)
+        return cleaned
+
+
+ADD_FIELDS = ("template", "owner", "name", "env")
 
 
 _page = threading.local()  # the user a change page is being drawn for (one per thread)
@@ -188,7 +210,8 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
     )
     list_filter = ("status", ChangedWithinFilter, "template", "runtime", "owner")
     list_select_related = ("template", "runtime", "owner")
-    search_fields = ("name", "id")
+    search_fields = ("name",)  # and an id prefix: get_search_results
+    search_help_text = "A name, or an id: the full uuid or its first 8 or more hex digits."
     ordering = ("-created_at",)
     actions = ("start_instances", "stop_instances", "delete_instances")
     readonly_fields = (
@@ -269,17 +292,26 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
     def engine_health(self, obj: ContainerInstance):
         return engine_health_badge(obj.runtime)
 
+    def get_search_results(self, request, queryset, search_term):
+        """Names as Django searches them, and ids in the API's and the CLI's one form: the
+        full uuid or a prefix of at least 8 hex digits, dashed or not (``core.ids``)."""
+        rows, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        prefix = uuid_prefix(search_term)
+        if prefix is not None:
+            rows |= queryset.filter(id__startswith=prefix)
+        return rows, may_have_duplicates
+
     # -- add: through container_create_by_template --------------------------------------------
 
     def get_fieldsets(self, request, obj=None):
         if obj is None:
-            return ((None, {"fields": ("template", "owner", "name")}),)
+            return ((None, {"fields": ADD_FIELDS}),)
         return super().get_fieldsets(request, obj)
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is None:
             kwargs["form"] = self.add_form
-            kwargs["fields"] = ["template", "owner", "name"]
+            kwargs["fields"] = list(ADD_FIELDS)
         return super().get_form(request, obj, change, **kwargs)
 
     def get_changeform_initial_data(self, request):
@@ -297,6 +329,7 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
                 owner=form.cleaned_data["owner"],
                 actor=actor_of(request),
                 name=form.cleaned_data.get("name") or None,
+                env=form.cleaned_data.get("env") or None,
             )
         except DomainError as exc:
             # Operators are shown the host path a refused mount names (users never are).
@@ -448,8 +481,10 @@ class ContainerTemplateForm(forms.ModelForm):
     """
 
     command = CommandField(
-        help_text="A shell command such as <code>sleep 600</code> (run by <code>sh -c</code>), "
-        'or a JSON list of words such as <code>["sleep", "600"]</code>.'
+        help_text="The words the container runs, such as <code>sleep 600</code>: split as a "
+        "shell splits them (quotes group words) and stored as a list; no shell runs them, "
+        "so for pipes, redirections or <code>&amp;&amp;</code> type <code>sh -c '...'</code>. "
+        "Empty: the image's own command."
     )
     env = EnvRowsField(
         help_text="A row per variable: its name (letters, digits and <code>_</code>, not "
@@ -482,9 +517,12 @@ class ContainerTemplateForm(forms.ModelForm):
             if name not in cleaned:  # already invalid JSON, or not on the form
                 continue
             try:
-                clean_template_fields(**{name: cleaned[name]})
+                normal = clean_template_fields(**{name: cleaned[name]})
             except InvalidSpec as exc:
                 self.add_error(name, exc.message)
+                continue
+            if name == "command":
+                cleaned["command"] = normal["command"]  # a list, however it was typed
         if "volumes" in cleaned and "volumes" not in self.errors:
             roots = settings.GOBRAVE["container"]["allowed_volume_roots"]
             try:

@@ -1,4 +1,4 @@
-"""Template form fields an operator can type into: a command as a plain string, env and
+"""Template form fields an operator can type into: a command as one line of words, env and
 volumes as rows of inputs (``RowsWidget``: a name and a value, a source, a target and a
 mode). A posted text is still read (one ``NAME=value`` or ``source:target[:ro]`` per
 line, or JSON where it starts like JSON). Whatever is typed is then validated by
@@ -8,9 +8,13 @@ line, or JSON where it starts like JSON). Whatever is typed is then validated by
 from __future__ import annotations
 
 import json
+import shlex
 from itertools import zip_longest
 
 from django import forms
+
+from containers.errors import InvalidSpec
+from containers.spec.resolve import command_from_text
 
 
 class _TextField(forms.CharField):
@@ -45,18 +49,23 @@ class _TextField(forms.CharField):
 
 
 class CommandField(_TextField):
-    """``sleep 600`` (run by ``sh -c``) or a JSON list of words (``["sleep", "600"]``)."""
+    """``sleep 600``, split into words as a shell would (``command_from_text``: stored as
+    ``["sleep", "600"]``), or a JSON list of words; drawn back as one line that splits
+    into the same words (``shlex.join``)."""
 
     json_start = "["
     widget = forms.TextInput(attrs={"size": 80})
 
     def parse(self, text: str):
-        return text
+        try:
+            return command_from_text(text)
+        except InvalidSpec as exc:
+            raise forms.ValidationError(exc.message) from None
 
     def prepare_value(self, value):
-        if isinstance(value, list):
-            return json.dumps(value) if value else ""
-        return value or ""
+        if isinstance(value, list) and all(isinstance(word, str) for word in value):
+            return shlex.join(value)
+        return json.dumps(value) if isinstance(value, list) else value or ""
 
 
 class RowsWidget(forms.Widget):

@@ -18,10 +18,9 @@ from containers.models import (
     Runtime,
 )
 from containers.queues import event_kind_display
-from containers.selectors import INSTANCE_ORDERINGS
 from containers.spec import redaction
 from containers.spec.env_policy import MAX_USER_KEYS, MAX_USER_VALUE
-from containers.states import Status
+from containers.spec.resolve import MAX_COMMAND_PART, MAX_COMMAND_PARTS
 from core.api.input import InputSerializer
 
 # --- shared -----------------------------------------------------------------------------
@@ -50,6 +49,17 @@ class StoredJSONField(serializers.JSONField):
         value = super().to_internal_value(data)
         _no_nul(value)
         return value
+
+
+class StrictCharField(serializers.CharField):
+    """Text that must be given as a JSON string (DRF's ``CharField`` turns 600 into "600")."""
+
+    default_error_messages = {"not_a_string": "Must be a string."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("not_a_string")
+        return super().to_internal_value(data)
 
 
 @extend_schema_field(
@@ -91,23 +101,6 @@ class InstanceCreateInputSerializer(InputSerializer):
         if len(value) > MAX_USER_KEYS:
             raise serializers.ValidationError(f"At most {MAX_USER_KEYS} keys.")
         return value
-
-
-class InstanceQuerySerializer(serializers.Serializer):
-    """Filters and ordering of ``GET /api/containers/``."""
-
-    status = serializers.MultipleChoiceField(
-        choices=Status.choices,
-        required=False,
-        help_text="One or more statuses (repeat the parameter).",
-    )
-    template = serializers.CharField(required=False, max_length=128, help_text="Id or name.")
-    owner = serializers.CharField(required=False, max_length=150, help_text="Id or username.")
-    ordering = serializers.ChoiceField(
-        choices=[*INSTANCE_ORDERINGS, *(f"-{field}" for field in INSTANCE_ORDERINGS)],
-        required=False,
-        help_text="Sort field, '-' for descending (default: -created_at).",
-    )
 
 
 class LogsQuerySerializer(serializers.Serializer):
@@ -264,8 +257,12 @@ class TemplateInputSerializer(InputSerializer):
 
     name = serializers.CharField(max_length=128)
     image = serializers.CharField(max_length=255)
-    command = StoredJSONField(
-        default=list, help_text="A list of strings, or one string run with sh -c."
+    command = serializers.ListField(
+        child=StrictCharField(allow_blank=True, trim_whitespace=False, max_length=MAX_COMMAND_PART),
+        max_length=MAX_COMMAND_PARTS,
+        default=list,
+        help_text='The words the container runs, e.g. ["sleep", "600"]; no shell runs them '
+        '(for one give ["sh", "-c", "..."]). Empty: the image\'s own command.',
     )
     env = StoredJSONField(default=dict, help_text="NAME: value; values may use $VARIABLES.")
     user_env = StoredJSONField(
@@ -300,6 +297,9 @@ class TemplateInputSerializer(InputSerializer):
 
 class TemplateOutputSerializer(ForViewer, serializers.ModelSerializer):
     allowed_groups = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    command = serializers.ListField(
+        child=serializers.CharField(), read_only=True, help_text="The words the container runs."
+    )
 
     class Meta:
         model = ContainerTemplate

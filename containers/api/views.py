@@ -16,6 +16,7 @@ from collections.abc import Callable
 import docker.errors
 from asgiref.sync import async_to_sync
 from django.conf import settings
+from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiExample,
@@ -33,6 +34,7 @@ from rest_framework.views import APIView
 from containers import access, live, selectors
 from containers.actors import user_actor
 from containers.api import serializers as s
+from containers.api.filters import InstanceFilter, RuntimeFilter, TemplateFilter
 from containers.engines import calls
 from containers.engines.base import EngineError
 from containers.errors import EngineUnavailable, NotFound, TemplateUnavailable
@@ -81,7 +83,6 @@ _ACTION_RESPONSES = {
         s.InstanceOutputSerializer,
         list_summary="List container instances",
         retrieve_summary="Get a container instance",
-        query=s.InstanceQuerySerializer,
     ),
     create=extend_schema(
         summary="Request a new instance from a template",
@@ -114,6 +115,8 @@ class ContainerViewSet(viewsets.GenericViewSet):
     throttle_creates = True  # POST here is a create (core.api.throttles.CreateThrottle)
     serializer_class = s.InstanceOutputSerializer
     queryset = ContainerInstance.objects.none()  # the schema's path type; rows come below
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = InstanceFilter
 
     def get_serializer_class(self):  # the browsable API's forms
         return s.InstanceCreateInputSerializer if self.action == "create" else self.serializer_class
@@ -129,15 +132,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
         return instance
 
     def list(self, request):
-        query = s.InstanceQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        rows = selectors.instance_search(
-            user=request.user,
-            statuses=sorted(query.validated_data.get("status", ())),
-            template=query.validated_data.get("template"),
-            owner=query.validated_data.get("owner"),
-            ordering=query.validated_data.get("ordering"),
-        )
+        rows = self.filter_queryset(selectors.instance_list(user=request.user))
         page = self.paginate_queryset(rows)
         return self.get_paginated_response(
             s.InstanceOutputSerializer(page, many=True, context=_viewer(request)).data
@@ -308,13 +303,16 @@ class TemplateViewSet(viewsets.GenericViewSet):
     }
     serializer_class = s.TemplateOutputSerializer
     queryset = ContainerTemplate.objects.none()
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = TemplateFilter
 
     def get_serializer_class(self):  # the browsable API's forms
         writes = {"create", "update", "partial_update"}
         return s.TemplateInputSerializer if self.action in writes else self.serializer_class
 
     def list(self, request):
-        page = self.paginate_queryset(selectors.template_list(user=request.user))
+        rows = self.filter_queryset(selectors.template_list(user=request.user))
+        page = self.paginate_queryset(rows)
         return self.get_paginated_response(
             s.TemplateOutputSerializer(page, many=True, context=_viewer(request)).data
         )
@@ -367,9 +365,11 @@ class RuntimeViewSet(viewsets.GenericViewSet):
     }
     serializer_class = s.RuntimeOutputSerializer
     queryset = Runtime.objects.none()
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = RuntimeFilter
 
     def list(self, request):
-        page = self.paginate_queryset(selectors.runtime_list())
+        page = self.paginate_queryset(self.filter_queryset(selectors.runtime_list()))
         return self.get_paginated_response(s.RuntimeOutputSerializer(page, many=True).data)
 
     def retrieve(self, request, pk: str):

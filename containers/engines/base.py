@@ -173,6 +173,11 @@ class Engine(Protocol):
     def remove_volume(self, name: str) -> None:
         """Remove the named volume. Idempotent; a missing volume is fine."""
 
+    def volume_sizes(self, names: list[str]) -> dict[str, int]:
+        """Bytes each of the named volumes holds, for those the engine says (a volume it
+        cannot measure, or does not have, is left out). May be slow (Docker measures
+        every volume at once): callers bound it (``calls.bounded_call``)."""
+
     def inspect(self, ref: str) -> ContainerState | None:
         """The container's state, or None when it does not exist."""
 

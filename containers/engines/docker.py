@@ -631,6 +631,19 @@ class DockerEngine:
             except docker.errors.NotFound:
                 return
 
+    def volume_sizes(self, names: list[str]) -> dict[str, int]:
+        """From ``docker system df``: ``UsageData.Size`` of each named volume, where the
+        volume driver measures it (the local driver does; -1 means it did not)."""
+        wanted = set(names)
+        with _translated("measure volumes"):
+            volumes = self._api().df().get("Volumes") or []
+        sizes = {}
+        for volume in volumes:
+            size = (volume.get("UsageData") or {}).get("Size", -1)
+            if volume.get("Name") in wanted and isinstance(size, int) and size >= 0:
+                sizes[volume["Name"]] = size
+        return sizes
+
     def inspect(self, ref: str) -> ContainerState | None:
         """The container's state, or None when it does not exist.
 

@@ -227,8 +227,16 @@ class FakeEngine:
                 self._emit("destroy", data)
 
     def remove_volume(self, name: str) -> None:
+        self._gate("remove_volume", name)
         with self._locked(), open(self.root / "volumes-removed.log", "a") as log:
             log.write(f"{name}\n")
+
+    def volume_sizes(self, names: list[str]) -> dict[str, int]:
+        """What ``volume-sizes.json`` (name: bytes) says, as a test wrote it; nothing else."""
+        self._gate("volume_sizes", ",".join(names))
+        path = self.root / "volume-sizes.json"
+        known = json.loads(path.read_text()) if path.exists() else {}
+        return {name: int(known[name]) for name in names if name in known}
 
     def inspect(self, ref: str) -> ContainerState | None:
         data = self._load(ref)

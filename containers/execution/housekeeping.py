@@ -9,12 +9,13 @@ import logging
 import uuid
 from collections.abc import Mapping
 
+from django.db import transaction
 from django.utils import timezone
 
 from containers.engines import engine_for
 from containers.engines.calls import bounded_call
 from containers.engines.labels import LABEL_INSTANCE
-from containers.errors import EngineUnavailable
+from containers.errors import EngineUnavailable, WorkspaceInUse
 from containers.installation import installation_id
 from containers.models import ContainerEvent, ContainerInstance, OrphanContainer, Runtime, Workspace
 
@@ -66,6 +67,60 @@ def volume_remove(*, runtime: Runtime, name: str) -> None:
     """
     Workspace.objects.filter(runtime=runtime, source=name).delete()
     engine_for(runtime).remove_volume(name)
+
+
+def workspace_remove(*, workspace_id: int, actor: str) -> None:
+    """Remove an owner's workspace volume from its engine, at an operator's request, when
+    the owner has no instances left; ``WorkspaceInUse`` (nothing changed) otherwise.
+
+    1. In one transaction, lock the row, refuse a directory workspace (its files belong
+       to the owner's uid on the host: remove it there) and refuse while the owner has
+       any instance (in any state), then delete the row. A row already gone is fine
+       (idempotent).
+    2. After the commit, ask the engine to remove the volume, bounded in time. Should it
+       fail, the row is put back (the page lists it again) and ``EngineUnavailable`` says
+       why. The row goes first for the reason ``volume_remove`` gives.
+    3. Record a ``cleanup`` entry in the history.
+    A create admitted for the owner after step 1 makes the workspace again before its
+    container starts (``workspace_ensure``): the owner starts with an empty one.
+    Must run outside a transaction (engine call).
+    """
+    with transaction.atomic():
+        row = (
+            Workspace.objects.select_for_update()
+            .select_related("runtime", "owner")
+            .filter(pk=workspace_id)
+            .first()
+        )
+        if row is None:
+            return
+        owner = row.owner.get_username()
+        if row.kind != Runtime.WorkspaceDriver.VOLUME:
+            raise WorkspaceInUse(
+                f"{row.source} is a directory on the host: remove it there", owner=owner
+            )
+        left = ContainerInstance.objects.filter(owner_id=row.owner_id).count()
+        if left:
+            raise WorkspaceInUse(
+                f"{owner} still has {left} instance{'s' if left != 1 else ''}: delete them first",
+                owner=owner,
+                instances=left,
+            )
+        kept = {f.attname: getattr(row, f.attname) for f in Workspace._meta.concrete_fields}
+        row.delete()
+    runtime = row.runtime
+    _, reason = bounded_call(lambda: engine_for(runtime).remove_volume(kept["source"]))
+    if reason:
+        Workspace.objects.get_or_create(
+            runtime_id=kept["runtime_id"], owner_id=kept["owner_id"], source=kept["source"],
+            defaults=kept,
+        )  # fmt: skip
+        raise EngineUnavailable(f"{kept['source']} on {runtime.name}: {reason}")
+    _cleanup_recorded(
+        name=kept["source"], labels={}, runtime=runtime, actor=actor,
+        message=f"removed the workspace {kept['source']} of {owner} on {runtime.name}",
+    )  # fmt: skip
+    log.warning("workspace %s of %s removed by %s", kept["source"], owner, actor)
 
 
 def _cleanup_recorded(

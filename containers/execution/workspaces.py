@@ -8,16 +8,20 @@ holds a transaction while it calls the engine.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
+from containers.engines import engine_for
 from containers.engines.base import Engine
 from containers.engines.base import Workspace as WorkspaceSpec
+from containers.engines.calls import bounded_call
 from containers.engines.labels import LABEL_INSTALLATION
 from containers.errors import MountRefused
 from containers.installation import installation_id
-from containers.models import ContainerInstance, Workspace
+from containers.models import ContainerInstance, Runtime, Workspace
 from containers.spec import mounts
 from core import prepared
 
@@ -159,3 +163,37 @@ def mounts_check(*, instance: ContainerInstance) -> None:
                 f"(target {mount['target']}, mount {index}) refused: {reason}",
                 target=mount["target"],
             )
+
+
+def workspace_sizes_refresh(*, workspaces: Iterable[Workspace]) -> list[str]:
+    """Ask each engine what its workspace volumes hold and record it on the rows
+    (``size_bytes``, ``size_checked_at``), so pages show sizes without asking.
+
+    1. Group the rows by runtime; ask each engine once for its volumes' sizes, bounded in
+       time (``bounded_call``; Docker measures all volumes at once).
+    2. A volume the engine measured gets its size; one it did not (or a directory, which
+       engines do not measure) gets ``None``; both are stamped as checked now.
+    3. An engine that fails or does not answer leaves its rows as they were.
+    Must run outside a transaction (engine calls); idempotent. Returns one line per
+    engine that did not answer.
+    """
+    by_runtime: dict[int, list[Workspace]] = {}
+    for row in workspaces:
+        by_runtime.setdefault(row.runtime_id, []).append(row)
+    runtimes = Runtime.objects.in_bulk(list(by_runtime))
+    problems = []
+    for runtime_id, rows in by_runtime.items():
+        runtime = runtimes[runtime_id]
+        engine = engine_for(runtime)
+        names = [row.source for row in rows if row.kind == Runtime.WorkspaceDriver.VOLUME]
+        sizes, reason = bounded_call(lambda e=engine, n=names: e.volume_sizes(n) if n else {})
+        if reason:
+            problems.append(f"{runtime.name}: {reason}")
+            continue
+        now = timezone.now()
+        for row in rows:
+            row.size_bytes, row.size_checked_at = sizes.get(row.source), now
+            Workspace.objects.filter(pk=row.pk).update(
+                size_bytes=row.size_bytes, size_checked_at=now
+            )
+    return problems

@@ -27,6 +27,7 @@ from containers.errors import (
     InvalidSpec,
     InvalidTransition,
     MountRefused,
+    NameTaken,
     NotFound,
     OwnerQuotaExceeded,
     QueueFull,
@@ -185,7 +186,8 @@ def container_create_by_template(
     extra_mounts: list[dict[str, Any]] | None = None,
 ) -> ContainerInstance:
     """Accept a create request, or refuse it (``OwnerQuotaExceeded``,
-    ``InstanceQuotaExceeded``, ``QueueFull``, ``InvalidSpec``).
+    ``InstanceQuotaExceeded``, ``QueueFull``, ``InvalidSpec``, ``NameTaken``: the owner
+    has an instance of that name, the database's ``instance_name_per_owner`` says so).
 
     0. The template must be enabled and open to ``owner`` (``TemplateUnavailable``).
     1. Choose the runtime and resolve the spec (no lock held; a bad spec stops here).
@@ -314,9 +316,17 @@ def container_create_by_template(
         counter_add(RequestStat.CREATE_REFUSED)
         raise
     except IntegrityError:
-        # The same instance_id was admitted meanwhile: that request is the one.
+        # The same instance_id was admitted meanwhile: that request is the one. Else the
+        # owner has an instance of this name (``instance_name_per_owner``; a create of the
+        # same name at the same time waits on the index until the first one commits).
         existing = ContainerInstance.objects.filter(id=instance_id).first()
         if existing is None:
+            if ContainerInstance.objects.filter(owner=owner, name=name).exists():
+                raise NameTaken(
+                    f"name: {owner.get_username()} already has an instance named {name}",
+                    field="name",
+                    name=name,
+                ) from None
             raise
         return existing
     counter_add(RequestStat.CREATE_ACCEPTED)  # buffered in a web worker (gobrave.wsgi)

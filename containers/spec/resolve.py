@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,21 +78,41 @@ def parse_memory(value: Any, *, where: str = "resources.memory") -> int:
     return size
 
 
+MAX_COMMAND_PARTS = 256
+MAX_COMMAND_PART = 32768
+_COMMAND_RULE = (
+    f"command: must be a list of at most {MAX_COMMAND_PARTS} strings, the words the "
+    'container runs (e.g. ["sleep", "600"]); for a shell line give ["sh", "-c", "..."]'
+)
+
+
 def clean_command(command: Any) -> list[str] | None:
-    """A list of strings, or one string run with ``sh -c``; at most 256 parts of 32768."""
+    """The command as the list of words the container runs; ``None`` (or ``[]``, ``""``):
+    the image's own. Everywhere a command is stored or sent (templates, DAG nodes, specs,
+    the API) it is such a list: no shell runs it unless it names one (``["sh", "-c",
+    "..."]``). A string is refused here; only a person typing one line
+    (``command_from_text``, the admin's text box) may give one."""
     if command in (None, "", []):
         return None
-    if isinstance(command, str):
-        command = ["sh", "-c", command]
     if (
         isinstance(command, list)
-        and len(command) <= 256
-        and all(isinstance(part, str) and len(part) <= 32768 for part in command)
+        and len(command) <= MAX_COMMAND_PARTS
+        and all(isinstance(part, str) and len(part) <= MAX_COMMAND_PART for part in command)
     ):
         return list(command)
-    raise InvalidSpec(
-        "command: must be a list of at most 256 strings or one string", field="command"
-    )
+    raise InvalidSpec(_COMMAND_RULE, field="command")
+
+
+def command_from_text(text: str) -> list[str]:
+    """A command typed as one line, split into words as a POSIX shell splits them
+    (``shlex``: quotes and backslashes group, nothing else is interpreted: no pipes,
+    redirections, ``&&`` or variables of a shell; for those type ``sh -c '...'``).
+    ``InvalidSpec`` for an unclosed quote or a command past ``clean_command``'s limits."""
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise InvalidSpec(f"command: {exc} (close the quote)", field="command") from None
+    return clean_command(words) or []
 
 
 def clean_env(env: Any, *, where: str = "env") -> dict[str, str]:
@@ -241,9 +262,8 @@ def clean_template_fields(**fields: Any) -> dict[str, Any]:
     ``secret_env`` is checked against ``env`` when both are given.
     """
 
-    def check_command(value: Any) -> Any:
-        clean_command(value)
-        return value if value not in (None, "") else []
+    def check_command(value: Any) -> list[str]:
+        return clean_command(value) or []
 
     cleaners = {
         "image": clean_image,
@@ -444,6 +464,16 @@ _NOT_SNAPSHOT = frozenset(
 )
 
 
+def user_env_for(template: Any, overrides: Mapping[str, Any] | None) -> dict[str, str]:
+    """A user's env ``overrides`` of ``template`` checked against its env policy
+    (``env_policy.check_user_env``: its ``user_env`` rules, the keys it sets itself), as
+    a create applies it; ``InvalidSpec`` naming the first refused key. The API, the admin's
+    add form and ``resolve_spec`` all judge overrides here."""
+    return env_policy.check_user_env(
+        overrides, rules=template.user_env, template_env=clean_env(template.env)
+    )
+
+
 def template_snapshot(template: Any) -> dict[str, Any]:
     """The fields of a template that a spec is resolved from, as plain JSON.
 
@@ -481,9 +511,7 @@ def resolve_spec(
     ``security`` is ``container.security`` (its defaults when None).
     """
     operator_env = clean_env(template.env)
-    user_env = env_policy.check_user_env(
-        env_overrides, rules=template.user_env, template_env=operator_env
-    )
+    user_env = user_env_for(template, env_overrides)
     # gobrave's variables expand in the operator's values only: a user's value is literal
     # (their "$WORKSPACE_ROOT" must not become the host path the API hides).
     env = {

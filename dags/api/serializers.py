@@ -7,9 +7,9 @@ from rest_framework import serializers
 from containers.api.serializers import ForViewer, StoredJSONField, TemplateRefField
 from containers.spec import redaction
 from core.api.input import InputSerializer
+from dags.history import dag_event_kind_display
 from dags.models import DagEvent, DagNodeRun, DagRun, DagTemplate
 from dags.selectors import node_output_spec
-from dags.states import RunStatus
 
 
 class ScrubbedForViewer(ForViewer):
@@ -30,7 +30,8 @@ class DagTemplateInputSerializer(InputSerializer):
     name = serializers.CharField(max_length=128)
     description = serializers.CharField(required=False, allow_blank=True, default="")
     nodes = StoredJSONField(
-        help_text="A list of nodes: key, template (name or id), command, env, depends_on, retries."
+        help_text="A list of nodes: key, template (name or id), command (a list of words, "
+        'e.g. ["sh", "-c", "make test"]), env, depends_on, retries.'
     )
 
 
@@ -52,10 +53,6 @@ class DagTemplateOutputSerializer(ForViewer, serializers.ModelSerializer):
 
 class DagRunCreateInputSerializer(InputSerializer):
     template = TemplateRefField(help_text="The DAG template's id or name.")
-
-
-class DagRunQuerySerializer(serializers.Serializer):
-    status = serializers.MultipleChoiceField(choices=RunStatus.choices, required=False)
 
 
 class DagNodeOutputSerializer(ScrubbedForViewer, serializers.ModelSerializer):
@@ -130,6 +127,8 @@ class DagRunDetailSerializer(DagRunOutputSerializer):
 
 class DagEventOutputSerializer(ScrubbedForViewer, serializers.ModelSerializer):
     scrubbed = ("message",)
+    # ``kind`` is for programs; ``kind_display`` says it in words (DAG_EVENT_KIND_WORDS).
+    kind_display = serializers.SerializerMethodField()
 
     class Meta:
         model = DagEvent
@@ -137,6 +136,7 @@ class DagEventOutputSerializer(ScrubbedForViewer, serializers.ModelSerializer):
             "id",
             "node",
             "kind",
+            "kind_display",
             "from_status",
             "to_status",
             "message",
@@ -144,3 +144,6 @@ class DagEventOutputSerializer(ScrubbedForViewer, serializers.ModelSerializer):
             "created_at",
         ]
         read_only_fields = fields
+
+    def get_kind_display(self, event: DagEvent) -> str:
+        return dag_event_kind_display(event.kind)

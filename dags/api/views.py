@@ -10,6 +10,7 @@ the DAG template permissions.
 from __future__ import annotations
 
 from django.db.models import Prefetch
+from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -23,6 +24,7 @@ from core.api.errors import error_responses
 from core.api.schema import list_and_retrieve
 from dags import selectors, services
 from dags.api import serializers as s
+from dags.api.filters import DagRunFilter, DagTemplateFilter
 from dags.errors import NotFound
 from dags.models import DagNodeRun, DagRun, DagTemplate
 
@@ -67,6 +69,8 @@ class DagTemplateViewSet(viewsets.GenericViewSet):
     }
     serializer_class = s.DagTemplateOutputSerializer
     queryset = DagTemplate.objects.none()
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = DagTemplateFilter
 
     def get_serializer_class(self):
         if self.action in ("create", "update"):
@@ -98,7 +102,7 @@ class DagTemplateViewSet(viewsets.GenericViewSet):
         return s.DagTemplateOutputSerializer(dags, many=many, context=context, **kwargs)
 
     def list(self, request):
-        page = self.paginate_queryset(self._visible())
+        page = self.paginate_queryset(self.filter_queryset(self._visible()))
         return self.get_paginated_response(self._shown(list(page)).data)
 
     def retrieve(self, request, pk: str):
@@ -130,7 +134,6 @@ _RUN_ACTION = {202: s.DagRunDetailSerializer, **error_responses(403, 404, 409)}
         s.DagRunOutputSerializer,
         list_summary="List DAG runs",
         retrieve_summary="Get a DAG run with its nodes",
-        query=s.DagRunQuerySerializer,
         detail=s.DagRunDetailSerializer,
     ),
     create=extend_schema(
@@ -145,6 +148,8 @@ class DagRunViewSet(viewsets.GenericViewSet):
     parser_classes = [JSONParser]
     serializer_class = s.DagRunOutputSerializer
     queryset = DagRun.objects.none()
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = DagRunFilter
 
     def get_serializer_class(self):
         return s.DagRunCreateInputSerializer if self.action == "create" else self.serializer_class
@@ -171,11 +176,7 @@ class DagRunViewSet(viewsets.GenericViewSet):
         )
 
     def list(self, request):
-        query = s.DagRunQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        rows = selectors.dag_run_list(
-            user=request.user, statuses=sorted(query.validated_data.get("status", ()))
-        )
+        rows = self.filter_queryset(selectors.dag_run_list(user=request.user))
         page = self.paginate_queryset(_with_nodes(rows))
         return self.get_paginated_response(
             s.DagRunOutputSerializer(page, many=True, context=self._viewer()).data

@@ -4,25 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from outbox.models import OutboxEvent, OutboxStatus
-
-
-class OutboxQuerySerializer(serializers.Serializer):
-    """Filters and ordering of ``GET /api/outbox/``."""
-
-    status = serializers.MultipleChoiceField(
-        choices=OutboxStatus.choices,
-        required=False,
-        help_text="One or more statuses (repeat the parameter).",
-    )
-    kind = serializers.CharField(required=False, max_length=64)
-    queue = serializers.CharField(required=False, max_length=32)
-    aggregate_id = serializers.CharField(required=False, max_length=64)
-    ordering = serializers.ChoiceField(
-        choices=["id", "-id", "available_at", "-available_at"],
-        required=False,
-        help_text="Sort field, '-' for descending (default: -id, newest first).",
-    )
+from outbox.models import OutboxEvent
 
 
 class OutboxEventOutputSerializer(serializers.ModelSerializer):

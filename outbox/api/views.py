@@ -3,6 +3,7 @@ backing-off row due now (``change_outboxevent``)."""
 
 from __future__ import annotations
 
+from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import exceptions, viewsets
 from rest_framework.decorators import action
@@ -14,6 +15,7 @@ from core.api.schema import list_and_retrieve
 from core.ids import db_id
 from outbox import selectors
 from outbox.api import serializers as s
+from outbox.api.filters import OutboxFilter
 from outbox.models import OutboxEvent
 from outbox.services import outbox_retry_now
 
@@ -30,7 +32,6 @@ def _event_id(pk: str) -> int:
         s.OutboxEventOutputSerializer,
         list_summary="List outbox rows (permission view_outboxevent)",
         retrieve_summary="Get an outbox row (permission view_outboxevent)",
-        query=s.OutboxQuerySerializer,
     ),
 )
 class OutboxViewSet(viewsets.GenericViewSet):
@@ -44,12 +45,11 @@ class OutboxViewSet(viewsets.GenericViewSet):
     }
     serializer_class = s.OutboxEventOutputSerializer
     queryset = OutboxEvent.objects.none()
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = OutboxFilter
 
     def list(self, request):
-        query = s.OutboxQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        filters = dict(query.validated_data)
-        rows = selectors.outbox_rows(statuses=sorted(filters.pop("status", ())), **filters)
+        rows = self.filter_queryset(selectors.outbox_list())
         page = self.paginate_queryset(rows)
         return self.get_paginated_response(s.OutboxEventOutputSerializer(page, many=True).data)
 

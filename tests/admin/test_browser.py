@@ -17,7 +17,7 @@ import pytest
 from django.db import close_old_connections
 from django.utils import timezone
 
-from containers.models import ContainerEvent, ContainerInstance, Runtime
+from containers.models import ContainerEvent, ContainerInstance, Runtime, Workspace
 from containers.queues import event_kind_display
 from containers.requests.services import container_create_by_template
 from containers.states import Status
@@ -176,6 +176,9 @@ def test_every_list_fits_at_1366_px(live_server, page, admin_login, fake_runtime
     OrphanContainer.objects.create(
         runtime=fake_runtime, container_id="f" * 64, name=f"/gb-{long_words}", status="exited"
     )
+    Workspace.objects.create(
+        runtime=fake_runtime, owner=root, kind="volume", source=f"gb-ws-{long_words}", uid=1, gid=1
+    )
     admin_login(page, root)
     lists = [
         "containers/containerinstance",
@@ -183,6 +186,7 @@ def test_every_list_fits_at_1366_px(live_server, page, admin_login, fake_runtime
         "containers/runtime",
         "containers/containerevent",
         "containers/orphancontainer",
+        "containers/workspace",
         "outbox/outboxevent",
         "dags/dagtemplate",
         "dags/dagrun",
@@ -213,6 +217,87 @@ def test_the_index_is_an_operators_home(live_server, page, admin_login, fake_run
     page.click("#gb-home-failed")
     page.wait_for_url(re.compile(r"changed=1h"))
     assert page.locator("#result_list tbody tr").count() == 1
+
+
+OVERLAPS = """(selectors) => {
+  const boxes = [];
+  for (const sel of selectors) {
+    for (const el of document.querySelectorAll(sel)) {
+      const r = el.getBoundingClientRect();
+      if (r.width && r.height) boxes.push({sel, x: r.x, y: r.y, r: r.right, b: r.bottom});
+    }
+  }
+  const hits = [];
+  for (const button of document.querySelectorAll('.object-tools button, .object-tools a')) {
+    const a = button.getBoundingClientRect();
+    for (const o of boxes) {
+      if (a.x < o.r && o.x < a.right && a.y < o.b && o.y < a.bottom) {
+        hits.push(`${button.textContent.trim()} over ${o.sel}`);
+      }
+    }
+  }
+  return hits;
+}"""
+
+
+@pytest.mark.parametrize("status", ["running", "failed"])
+def test_the_dag_run_page_s_buttons_stand_clear_of_its_tables_and_kinds_read_as_words(
+    live_server, page, admin_login, fake_runtime, template, status
+):
+    from dags.models import DagEvent, DagRun
+    from dags.services import dag_run_start, dag_template_save
+
+    root = make_user("root", superuser=True)
+    nodes = [{"key": "a", "template": "sleeper"}, {"key": "b", "template": "sleeper"}]
+    dag = dag_template_save(name="pair", nodes=nodes)
+    run = dag_run_start(dag=dag, owner=root, actor="test")
+    DagRun.objects.filter(pk=run.pk).update(status=status)
+    close_old_connections()
+    admin_login(page, root)
+    page.goto(f"{live_server.url}/admin/dags/dagrun/{run.pk}/change/")
+    button = "#gb-cancel" if status == "running" else "#gb-retry"
+    page.wait_for_selector(button)
+    hits = page.evaluate(
+        OVERLAPS, ["#content-main fieldset", "#gb-graph-module", "#gb-events table", "h1"]
+    )
+    page.shots(f"dagrun-{status}")
+    assert hits == [], hits
+    # Each module starts below the one before it (none drawn behind the floated form).
+    tops = page.evaluate(
+        "() => ['#gb-graph-module', '#content-main fieldset', '#gb-events']"
+        ".map(s => document.querySelector(s).getBoundingClientRect().top)"
+    )
+    assert tops == sorted(tops) and len(set(tops)) == 3, tops
+    kinds = page.locator("#gb-events tbody td.gb-kind").all_text_contents()
+    stored = list(DagEvent.objects.filter(run_id=run.pk).values_list("kind", flat=True))
+    assert kinds and not any("_" in k or k[:1].isupper() for k in kinds), (kinds, stored)
+
+
+def test_the_instance_add_form_takes_env_rows_and_shows_the_policy_s_refusal(
+    live_server, page, admin_login, fake_runtime, template
+):
+    template.user_env = ["MODE"]
+    template.save(update_fields=["user_env"])
+    root = make_user("root", superuser=True)
+    admin_login(page, root)
+    page.goto(f"{live_server.url}/admin/containers/containerinstance/add/")
+    page.select_option("#id_template", str(template.pk))
+    page.fill("#id_name", "with-env")
+    page.locator("input[name=env-name]").first.fill("SECRET")
+    page.locator("input[name=env-value]").first.fill("x")
+    page.click("input[name=_save]")
+    page.wait_for_selector(".field-env .errorlist")
+    error = page.locator(".field-env .errorlist").text_content()
+    assert "does not let users set SECRET" in error, error
+    page.shots("add-form-refused")
+    assert not ContainerInstance.objects.exists()
+    page.locator("input[name=env-name]").first.fill("MODE")
+    page.locator("input[name=env-value]").first.fill("debug")
+    page.click("input[name=_save]")
+    page.wait_for_selector(".messagelist")
+    close_old_connections()
+    made = ContainerInstance.objects.get(name="with-env")
+    assert made.spec["env"]["MODE"] == "debug", made.spec["env"]
 
 
 # --- the whole product -----------------------------------------------------------------------

@@ -53,6 +53,57 @@ def test_add_goes_through_the_create_service(as_user, operator, template, owner)
     assert event.actor == "user:operator"
 
 
+def test_add_with_env_overrides_the_template_allows_puts_them_in_the_spec(
+    as_user, operator, template, owner
+):
+    template.user_env = ["MODE", "APP_*"]
+    template.save(update_fields=["user_env"])
+    response = as_user(operator).post(
+        reverse("admin:containers_containerinstance_add"),
+        {
+            "template": template.pk,
+            "owner": owner.pk,
+            "name": "with-env",
+            "env-name": ["MODE", "APP_COLOUR", ""],
+            "env-value": ["debug", "$HOME", ""],
+        },
+    )
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    spec_env = ContainerInstance.objects.get(name="with-env").spec["env"]
+    assert (spec_env["MODE"], spec_env["APP_COLOUR"]) == ("debug", "$HOME"), spec_env
+
+
+@pytest.mark.parametrize(
+    "key, says",
+    [
+        ("SECRET", "does not let users set SECRET"),
+        ("LD_PRELOAD", "users may not set LD_PRELOAD"),
+        ("1BAD", "not a valid variable name"),
+    ],
+)
+def test_add_with_env_the_policy_refuses_shows_the_error_on_the_form_and_creates_nothing(
+    as_user, operator, template, owner, key, says
+):
+    template.user_env = ["MODE"]
+    template.save(update_fields=["user_env"])
+    response = as_user(operator).post(
+        reverse("admin:containers_containerinstance_add"),
+        {"template": template.pk, "owner": owner.pk, "env-name": [key], "env-value": ["x"]},
+    )
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == ["env"] and says in errors["env"][0], errors
+    assert says in response.content.decode()
+    assert not ContainerInstance.objects.exists()
+    assert not OutboxEvent.objects.exists()
+
+
+def test_the_add_form_offers_env_rows(as_user, operator):
+    page = as_user(operator).get(reverse("admin:containers_containerinstance_add"))
+    assert page.status_code == 200
+    assert 'name="env-name"' in page.content.decode()
+
+
 def test_add_refused_by_a_full_queue_says_why_and_leaves_nothing(
     as_user, operator, template, owner, gobrave_config
 ):
@@ -254,6 +305,25 @@ def test_search_finds_by_name_and_by_uuid(as_user, operator):
     assert list(by_uuid.context["cl"].result_list) == [other]
     garbage = client.get(reverse(CHANGELIST), {"q": "not-a-uuid"})
     assert garbage.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "term",
+    ["abcdef12", "ABCDEF123456", "abcdef12-3456", "abcdef1234564789", "abcdef12-3456-4789-8abc"],
+)
+def test_search_finds_by_an_id_prefix_dashed_or_not_as_the_api_and_cli_do(as_user, operator, term):
+    wanted = InstanceFactory(name="wanted", id=uuid.UUID("abcdef12-3456-4789-8abc-def012345678"))
+    InstanceFactory(name="other", id=uuid.UUID("abcdef13-3456-4789-8abc-def012345678"))
+    response = as_user(operator).get(reverse(CHANGELIST), {"q": term})
+    found = [row.name for row in response.context["cl"].result_list]
+    assert found == [wanted.name], found
+
+
+def test_search_by_fewer_than_eight_hex_digits_matches_no_id(as_user, operator):
+    InstanceFactory(name="wanted", id=uuid.UUID("abcdef12-3456-4789-8abc-def012345678"))
+    response = as_user(operator).get(reverse(CHANGELIST), {"q": "abcdef1"})
+    found = [row.name for row in response.context["cl"].result_list]
+    assert found == [], found
 
 
 @pytest.mark.parametrize("param", ["status__exact", "template__id__exact", "runtime__id__exact"])

@@ -103,6 +103,43 @@ def test_template_validation_names_the_bad_field(as_user, operator, field, value
     assert not ContainerTemplate.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "typed, stored",
+    [
+        ("sleep 600", ["sleep", "600"]),
+        ("sh -c 'echo hi > /tmp/x && true'", ["sh", "-c", "echo hi > /tmp/x && true"]),
+        ('printf "%s\\n" a\\ b', ["printf", "%s\\n", "a b"]),
+        ('["sleep", "5"]', ["sleep", "5"]),
+        ("", []),
+    ],
+)
+def test_a_typed_command_is_split_as_a_shell_would_and_drawn_back_the_same(
+    as_user, operator, typed, stored
+):
+    client = as_user(operator)
+    response = client.post(
+        reverse("admin:containers_containertemplate_add"), {**VALID, "command": typed}
+    )
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    template = ContainerTemplate.objects.get(name="web")
+    assert template.command == stored, template.command
+    page = client.get(reverse("admin:containers_containertemplate_change", args=[template.pk]))
+    shown = page.context["adminform"].form["command"].value()
+    drawn = page.context["adminform"].form.fields["command"].prepare_value(shown)
+    resaved = page.context["adminform"].form.fields["command"].clean(drawn)
+    assert resaved == stored, (drawn, resaved)
+
+
+def test_a_typed_command_with_an_open_quote_is_refused_on_the_form(as_user, operator):
+    response = as_user(operator).post(
+        reverse("admin:containers_containertemplate_add"), {**VALID, "command": "echo 'hi"}
+    )
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert "quotation" in errors["command"][0], errors
+    assert not ContainerTemplate.objects.exists()
+
+
 def test_template_fields_take_a_plain_command_and_text_rows(as_user, operator, gobrave_config):
     """A form posted as text (a script, an older page): one row a line, still accepted."""
     gobrave_config(container={"allowed_volume_roots": ["/srv"]})
@@ -115,7 +152,7 @@ def test_template_fields_take_a_plain_command_and_text_rows(as_user, operator, g
     response = as_user(operator).post(reverse("admin:containers_containertemplate_add"), typed)
     assert response.status_code == 302, response.context["adminform"].form.errors
     template = ContainerTemplate.objects.get(name="web")
-    assert template.command == "sleep 600"
+    assert template.command == ["sleep", "600"]  # split as a shell splits words
     assert template.env == {"MODE": "debug", "HOME": "$WORKSPACE_PATH"}
     assert template.volumes == [
         {"source": "$WORKSPACE_PATH", "target": "/work", "read_only": False},

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from containers.models import ContainerEvent, OrphanContainer
-from tests.factories import InstanceFactory, RequestFactory, RuntimeFactory
+from containers.models import ContainerEvent, OrphanContainer, Workspace
+from tests.factories import InstanceFactory, RequestFactory, RuntimeFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -31,6 +31,14 @@ def _orphans(n):
         OrphanContainer.objects.create(runtime=RuntimeFactory(), container_id=f"c{i}", name=f"o{i}")
 
 
+def _workspaces(n):
+    for i in range(Workspace.objects.count(), Workspace.objects.count() + n):
+        runtime, owner = RuntimeFactory(), UserFactory()
+        Workspace.objects.create(
+            runtime=runtime, owner=owner, kind="volume", source=f"w{i}", uid=1, gid=1
+        )
+
+
 # Pinned: session, user, count, paginated rows, and one query per related-field filter
 # (or the date hierarchy); never one per row.
 CASES = {
@@ -38,6 +46,7 @@ CASES = {
     "outbox_outboxevent": (RequestFactory.create_batch, 8),
     "containers_containerevent": (_events, 9),
     "containers_orphancontainer": (_orphans, 6),
+    "containers_workspace": (_workspaces, 6),
 }
 
 

@@ -74,6 +74,9 @@ class Dock:
     engine: PrivateDockerd | None = None  # a private engine's, for private_dock
 
     def template(self, command: str | list[str], **fields) -> ContainerTemplate:
+        """A template running ``command``: a list of words, or a shell line (sh -c)."""
+        if isinstance(command, str):
+            command = ["sh", "-c", command]
         fields.setdefault("name", f"t-{uuid.uuid4().hex[:8]}")
         fields.setdefault("constraints", {"engine": "docker"})
         fields.setdefault("image", IMAGE)

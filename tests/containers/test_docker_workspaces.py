@@ -6,6 +6,7 @@ worker makes it, and every assertion reads the engine or the host as it is after
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import time
@@ -173,4 +174,38 @@ def test_removing_a_volume_takes_a_left_behind_ownership_helper_with_it(dock):
         for container in dock.client.containers(all=True, filters={"id": left["Id"]}):
             dock.client.remove_container(container["Id"], force=True)
         if name in [v["Name"] for v in dock.client.volumes().get("Volumes") or []]:
+            dock.client.remove_volume(name, force=True)
+
+
+def test_the_engine_measures_a_workspace_volume_and_removes_it_for_an_owner_with_none_left(
+    dock, owner
+):
+    from containers.engines import engine_for
+    from containers.execution.housekeeping import workspace_remove
+    from containers.execution.workspaces import workspace_sizes_refresh
+    from tests.containers.conftest import IMAGE
+
+    name = f"gb-ws-{dock.installation}-measure-{owner.pk}"
+    dock.client.create_volume(name)
+    try:
+        filler = dock.client.create_container(
+            IMAGE,
+            command=["dd", "if=/dev/zero", "of=/v/blob", "bs=1024", "count=1024"],
+            host_config=dock.client.create_host_config(binds={name: {"bind": "/v"}}),
+        )
+        dock.client.start(filler)
+        assert dock.client.wait(filler, timeout=30)["StatusCode"] == 0
+        dock.client.remove_container(filler, force=True)
+        row = Workspace.objects.create(
+            runtime=dock.runtime, owner=owner, kind="volume", source=name, uid=1, gid=1
+        )
+        assert engine_for(dock.runtime).volume_sizes([name, f"{name}-none"]).keys() == {name}
+        assert workspace_sizes_refresh(workspaces=[row]) == []
+        row.refresh_from_db()
+        assert row.size_bytes >= 1024 * 1024, row.size_bytes
+        workspace_remove(workspace_id=row.pk, actor="test")
+        assert name not in _volumes(dock)
+        assert not Workspace.objects.filter(pk=row.pk).exists()
+    finally:
+        with contextlib.suppress(Exception):
             dock.client.remove_volume(name, force=True)

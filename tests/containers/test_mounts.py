@@ -75,7 +75,7 @@ def test_user_chosen_variables_in_a_volume_source_are_refused_when_saved(source)
 
 
 def test_a_user_chosen_variable_may_appear_in_env_and_command():
-    assert clean_template_fields(env={"N": "$INSTANCE_NAME"}, command="echo $USERNAME")
+    assert clean_template_fields(env={"N": "$INSTANCE_NAME"}, command=["echo", "$USERNAME"])
 
 
 def test_the_workspace_root_is_refused_even_inside_the_allowed_roots():

@@ -41,7 +41,7 @@ def test_expand_in_volume_refuses_unknown_variable_by_name():
 def test_resolve_spec_expands_env_command_and_mounts():
     spec = resolve_spec(
         template=spec_template(
-            command="echo $CONTAINER_NAME $$HOME",
+            command=["sh", "-c", "echo $CONTAINER_NAME $$HOME"],
             env={"OWNER": "$OWNER_ID", "RAW": "$SHELL_VAR", "N": 5},
             volumes=[
                 "$WORKSPACE_PATH:/work",

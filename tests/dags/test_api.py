@@ -152,3 +152,26 @@ def test_run_reasons_and_history_hide_host_paths_from_users_not_from_operators(a
     assert all("/var/lib/docker" not in text and "<host path>" in text for text in shown), shown
     theirs = staff.get(f"/api/dag-runs/{run.pk}/").json()
     assert theirs["reason"] == leak, theirs["reason"]
+
+
+def test_a_run_is_named_by_a_prefix_of_eight_hex_digits_dashed_or_not_as_instances_are(
+    alice, owner, dag
+):
+    run = dag_run_start(dag=dag, owner=owner, actor="test")
+    digits = run.id.hex
+    for ref in (digits[:8], digits[:12].upper(), str(run.id)[:13]):
+        response = alice.get(f"/api/dag-runs/{ref}/")
+        assert response.status_code == 200, (ref, response.content)
+    assert_error(alice.get(f"/api/dag-runs/{digits[:7]}/"), 404, "not_found")
+
+
+def test_a_run_s_history_gives_each_kind_in_words(alice, owner, dag):
+    from dags.history import DAG_EVENT_KIND_WORDS, dag_event_kind_display
+
+    run = dag_run_start(dag=dag, owner=owner, actor="test")
+    rows = alice.get(f"/api/dag-runs/{run.pk}/events/").json()["results"]
+    shown = {(row["kind"], row["kind_display"]) for row in rows}
+    assert ("DagRunStart", "run requested") in shown, shown
+    for kind, words in DAG_EVENT_KIND_WORDS.items():
+        assert words == words.lower() and "_" not in words, (kind, words)
+    assert dag_event_kind_display("SomethingNew") == "something new"

@@ -61,9 +61,9 @@ def test_a_crash_of_every_process_is_recovered_and_a_stale_container_removed_fir
         start_everything(app)
         run = dags.start(
             [
-                {"key": "a", "command": "true"},
-                {"key": "b", "command": b, "depends_on": ["a"], "retries": 1},
-                {"key": "c", "command": "true", "depends_on": ["b"]},
+                {"key": "a", "command": ["true"]},
+                {"key": "b", "command": ["sh", "-c", b], "depends_on": ["a"], "retries": 1},
+                {"key": "c", "command": ["true"], "depends_on": ["b"]},
             ]
         )
         dags.instances_reach(run, "running", "b")
@@ -96,8 +96,8 @@ def test_without_recovery_a_crash_fails_the_run_with_the_reason_and_cleans_up(da
         start_everything(app)
         run = dags.start(
             [
-                {"key": "a", "command": "sleep 600"},
-                {"key": "b", "command": "true", "depends_on": ["a"]},
+                {"key": "a", "command": ["sleep", "600"]},
+                {"key": "b", "command": ["true"], "depends_on": ["a"]},
             ]
         )
         dags.instances_reach(run, "running", "a")
@@ -126,7 +126,7 @@ def test_a_12_node_fan_out_never_holds_more_than_3_slots_and_all_succeed(dags):
         dags.dock.pipeline(container_create_queue_max_concurrency="3"),
         sampling(slot_count, interval=0.005) as samples,
     ):
-        run = dags.start([{"key": f"n{i:02}", "command": "true"} for i in range(12)])
+        run = dags.start([{"key": f"n{i:02}", "command": ["true"]} for i in range(12)])
         run = dags.ends(run, "succeeded", timeout=180)
     assert {n.status for n in dags.nodes(run).values()} == {"succeeded"}, dags.describe(run)
     assert max(samples) <= 3, max(samples)
@@ -138,7 +138,7 @@ def test_a_20_node_run_against_max_pending_5_waits_and_no_node_fails(dags):
         app.dispatcher()
         app.cluster("control")
         app.monitor()
-        run = dags.start([{"key": f"n{i:02}", "command": "true"} for i in range(20)])
+        run = dags.start([{"key": f"n{i:02}", "command": ["true"]} for i in range(20)])
         # No create worker yet: the queue fills to maxPending and the rest wait, ready.
         wait_for(
             lambda: (

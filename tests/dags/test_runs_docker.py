@@ -25,12 +25,16 @@ def test_diamond_runs_d_after_b_and_c_and_d_reads_what_a_wrote(dags):
     with dags.dock.pipeline(**KEEP):
         run = dags.start(
             [
-                {"key": "a", "command": "echo from-a > /dag/a.txt"},
-                {"key": "b", "command": "sleep 1", "depends_on": ["a"]},
-                {"key": "c", "command": "true", "depends_on": ["a"]},
+                {"key": "a", "command": ["sh", "-c", "echo from-a > /dag/a.txt"]},
+                {"key": "b", "command": ["sleep", "1"], "depends_on": ["a"]},
+                {"key": "c", "command": ["true"], "depends_on": ["a"]},
                 {
                     "key": "d",
-                    "command": 'test "$(cat /dag/a.txt)" = from-a && test "$DAG_NODE" = d',
+                    "command": [
+                        "sh",
+                        "-c",
+                        'test "$(cat /dag/a.txt)" = from-a && test "$DAG_NODE" = d',
+                    ],
                     "depends_on": ["b", "c"],
                 },
             ]
@@ -62,7 +66,7 @@ def test_retry_failed_after_the_workspace_was_removed_writes_to_a_fresh_one(dags
     since = int(time.time()) - 1
     write_then_fail = "touch /dag/x && exit 3"  # exit 1 if /dag is not writable
     with dags.dock.pipeline(container_dag_node_cleanup_on_dag_finished="delete"):
-        run = dags.start([{"key": "w", "command": write_then_fail}])
+        run = dags.start([{"key": "w", "command": ["sh", "-c", write_then_fail]}])
         run = dags.ends(run, "failed")
         wait_for(lambda: not dags.volume_exists(run), timeout=60, message="volume removed")
         assert not Workspace.objects.filter(source=run.workspace_name).exists()
@@ -79,10 +83,10 @@ def test_retry_failed_after_the_workspace_was_removed_writes_to_a_fresh_one(dags
 
 
 FAILING = [
-    {"key": "a", "command": "true"},
-    {"key": "bad", "command": "exit 3", "depends_on": ["a"]},
-    {"key": "below", "command": "true", "depends_on": ["bad"]},
-    {"key": "side", "command": "sleep 1", "depends_on": ["a"]},
+    {"key": "a", "command": ["true"]},
+    {"key": "bad", "command": ["sh", "-c", "exit 3"], "depends_on": ["a"]},
+    {"key": "below", "command": ["true"], "depends_on": ["bad"]},
+    {"key": "side", "command": ["sleep", "1"], "depends_on": ["a"]},
 ]
 
 
@@ -128,7 +132,7 @@ def test_a_failing_node_skips_below_lets_its_sibling_finish_and_cleans_up_by_pol
 def test_a_node_failing_once_with_one_retry_succeeds_on_its_second_instance(dags):
     flaky = "if [ -f /dag/seen ]; then exit 0; fi; touch /dag/seen; exit 3"
     with dags.dock.pipeline(**KEEP):
-        run = dags.start([{"key": "flaky", "command": flaky, "retries": 1}])
+        run = dags.start([{"key": "flaky", "command": ["sh", "-c", flaky], "retries": 1}])
         dags.ends(run, "succeeded")
     node = dags.nodes(run)["flaky"]
     assert (node.status, node.attempt, node.tries) == ("succeeded", 2, 2), dags.describe(run)
@@ -152,10 +156,10 @@ def test_retry_failed_reruns_only_the_failed_and_skipped_nodes(dags):
     with dags.dock.pipeline(**KEEP):
         run = dags.start(
             [
-                {"key": "a", "command": "true"},
-                {"key": "bad", "command": once, "depends_on": ["a"]},
-                {"key": "below", "command": "true", "depends_on": ["bad"]},
-                {"key": "side", "command": "true", "depends_on": ["a"]},
+                {"key": "a", "command": ["true"]},
+                {"key": "bad", "command": ["sh", "-c", once], "depends_on": ["a"]},
+                {"key": "below", "command": ["true"], "depends_on": ["bad"]},
+                {"key": "side", "command": ["true"], "depends_on": ["a"]},
             ]
         )
         dags.ends(run, "failed")
@@ -181,10 +185,10 @@ def test_cancel_deletes_a_queued_create_stops_a_running_node_and_cancels_the_res
     with dags.dock.pipeline(**KEEP) as app:
         run = dags.start(
             [
-                {"key": "long", "command": "sleep 600"},
-                {"key": "after", "command": "true", "depends_on": ["long"]},
-                {"key": "quick", "command": "sleep 2"},
-                {"key": "late", "command": "true", "depends_on": ["quick"]},
+                {"key": "long", "command": ["sleep", "600"]},
+                {"key": "after", "command": ["true"], "depends_on": ["long"]},
+                {"key": "quick", "command": ["sleep", "2"]},
+                {"key": "late", "command": ["true"], "depends_on": ["quick"]},
             ]
         )
         dags.instances_reach(run, "running", "long", "quick")
@@ -214,9 +218,9 @@ def test_a_user_deleting_a_node_instance_fails_the_node_and_a_bad_spec_fails_at_
     with dags.dock.pipeline(**KEEP):
         run = dags.start(
             [
-                {"key": "victim", "command": "sleep 600"},
-                {"key": "below", "command": "true", "depends_on": ["victim"]},
-                {"key": "other", "command": "sleep 1"},
+                {"key": "victim", "command": ["sleep", "600"]},
+                {"key": "below", "command": ["true"], "depends_on": ["victim"]},
+                {"key": "other", "command": ["sleep", "1"]},
                 {"key": "refused", "template": bad_volume.name},
             ]
         )

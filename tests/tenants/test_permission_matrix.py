@@ -188,6 +188,7 @@ PAGES = [
     ("containers_runtime_change", ("runtime",), (L, L, L, 403, 200, 200, 200)),
     ("containers_containerevent_changelist", (), (L, L, L, 403, 200, 200, 200)),
     ("containers_orphancontainer_changelist", (), (L, L, L, 403, 200, 200, 200)),
+    ("containers_workspace_changelist", (), (L, L, L, 403, 200, 200, 200)),
     ("outbox_outboxevent_changelist", (), (L, L, L, 403, 200, 200, 200)),
     ("outbox_outboxevent_change", ("row",), (L, L, L, 403, 200, 200, 200)),
     ("tenants_userquota_changelist", (), (L, L, L, 403, 200, 200, 200)),

@@ -17,6 +17,7 @@ from django.utils import timezone
 from containers.actors import user_actor
 from containers.management.commands._request import WAIT_POLL_SECONDS, ConsoleCommand
 from core.errors import DomainError
+from dags.history import dag_event_kind_display
 from dags.selectors import dag_template_get, run_history_after, run_state
 from dags.services import dag_run_start
 from dags.states import RUN_FINISHED, RunStatus
@@ -83,6 +84,10 @@ class Command(ConsoleCommand):
 
 def _history_line(event) -> str:
     when = timezone.localtime(event.created_at).strftime("%H:%M:%S")
-    what = f"{event.from_status or '-'} → {event.to_status}" if event.to_status else event.kind
+    what = (
+        f"{event.from_status or '-'} → {event.to_status}"
+        if event.to_status
+        else dag_event_kind_display(event.kind)
+    )
     message = f"  {event.message}" if event.message else ""
     return f"{when}  {event.node or 'run'}: {what:24}  {event.actor}{message}"
