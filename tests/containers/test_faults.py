@@ -213,9 +213,7 @@ def test_postgres_restart_under_dispatcher_clusters_and_monitor(throwaway_pg, tm
         assert all(p.poll() is None for p in app.processes.values()), "a process died"
         # How long recovery took is a figure, not a bound to assert (a loaded 2-core CI
         # machine stretches it); the waits above prove that it recovered.
-        print(
-            f"dispatch recovered in {dispatch_recovered:.1f} s, monitor in {monitor_recovered:.1f} s"
-        )
+        print(f"recovered: dispatch {dispatch_recovered:.1f} s, monitor {monitor_recovered:.1f} s")
         # The last creates' instances run when their handlers commit; their rows are
         # marked sent by each outcome's own, later transaction: wait for that too.
         wait_all_sent(
