@@ -35,7 +35,7 @@ import docker
 from admission import request, start_server, wait_ready
 
 IMAGE = "gobrave-test-busybox:latest"
-PRINTS = 'i=0; while true; do echo "bench line $i"; i=$((i+1)); sleep 0.5; done'
+PRINTS = 'i=0; while true; do echo "bench line $i"; i=$((i+1)); sleep {every}; done'
 TARGET_P95_RATIO = 1.5  # /api/containers/ p95 with 200 followers over idle
 TARGET_KIB_PER_FOLLOWER = 256
 
@@ -171,6 +171,7 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--creates", type=int, default=20)
     parser.add_argument("--containers", type=int, default=10)
+    parser.add_argument("--every", type=float, default=0.5, help="seconds between lines")
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
     client = docker.from_env()
@@ -179,7 +180,10 @@ def main() -> int:
     print(f"   docker {client.version()['Version']}, levels {levels}, {args.containers} containers")
     containers = [
         client.containers.run(
-            IMAGE, ["sh", "-c", PRINTS], detach=True, labels={"io.gobrave.bench": bench_id}
+            IMAGE,
+            ["sh", "-c", PRINTS.format(every=args.every)],
+            detach=True,
+            labels={"io.gobrave.bench": bench_id},
         )
         for _ in range(args.containers)
     ]
