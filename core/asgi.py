@@ -27,7 +27,6 @@ from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.core.handlers.asgi import ASGIHandler
 from django.db import connections
 
-
 GC_THRESHOLDS = (50_000, 20, 100)
 
 
