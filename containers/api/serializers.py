@@ -357,7 +357,7 @@ class RuntimeOutputSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class DecommissionInputSerializer(serializers.Serializer):
+class DecommissionInputSerializer(InputSerializer):
     confirm = serializers.CharField(
         help_text="The runtime's name, typed again: the decommission forgets every instance "
         "on it and cannot be undone."

@@ -79,7 +79,7 @@ def test_decommission_shows_what_it_forgets_then_needs_the_name_then_forgets_it(
         (str(instance.id), f"gb-{instance.id}", "feedbeef")
     ], preview
 
-    for bad in ({}, {"confirm": "not-it"}, {"confirm": ""}):
+    for bad in ({}, {"confirm": "not-it"}, {"confirm": ""}, {"confirm": "gone", "force": True}):
         response = staff.post(f"/api/runtimes/{gone.pk}/decommission/", bad, format="json")
         assert_error(response, 400, "invalid")
     assert ContainerInstance.objects.filter(pk=instance.pk).exists()
