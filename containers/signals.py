@@ -16,8 +16,8 @@ Two more concern a whole engine (``containers.fleet``), sent with no instance ro
   confirmation. Reads only.
 - ``runtime_decommissioned(runtime, reason, actor)``: ``runtime`` is gone for good and its
   instances were forgotten; each receiver ends what of its own is placed there, with
-  ``reason``, and lets go of the runtime row (sent inside the decommission's last
-  transaction, which holds the runtime's row lock).
+  ``reason``, and lets go of the runtime row (sent in the transaction that switches the
+  runtime off, under its row lock, before its instances are forgotten).
 """
 
 from __future__ import annotations

@@ -133,17 +133,19 @@ def runtime_decommission(*, runtime_id: int, actor: str) -> DecommissionResult:
 
     Must run outside a transaction (each step commits on its own). Steps:
     1. Under the runtime's row lock: cordon it and switch it off (``enabled``), so that
-       nothing new is placed there from the commit on.
-    2. Each instance on it, in a transaction of its own under its row lock: a start under
+       nothing new is placed there from the commit on (a DAG run's next node included).
+    2. In the same transaction, send ``runtime_decommissioned``: the DAG runs placed
+       there end ``failed`` with the reason "engine decommissioned" and let go of the
+       runtime, so their runner never calls that engine (first, so that no node is
+       failed for "its instance vanished" by an advance that runs between the steps).
+    3. Each instance on it, in a transaction of its own under its row lock: a start under
        way fails first; then ``delete_pending`` → ``deleting`` → deleted, each move in its
        history with the reason "engine decommissioned" (the history outlives the row);
        its waiting outbox rows end ``sent``/``superseded`` (``outbox_supersede_waiting``;
        a row a worker holds is superseded by its handler, which finds no instance).
        Repeated until none is left (a create placed before step 1's commit), at most a
        few rounds.
-    3. Under the runtime's row lock: record ``decommissioned_at`` and send
-       ``runtime_decommissioned``: the DAG runs placed there end ``failed`` with the
-       reason and let go of the runtime.
+    4. Record ``decommissioned_at``: the runtime row may now be deleted.
     Idempotent: a second call finds nothing left and changes nothing but the time.
     ``NotFound`` for no such runtime.
     """
@@ -154,7 +156,11 @@ def runtime_decommission(*, runtime_id: int, actor: str) -> DecommissionResult:
             runtime.cordoned, runtime.cordoned_at, runtime.cordoned_by = True, now, actor
         runtime.enabled = False
         runtime.save(update_fields=["cordoned", "cordoned_at", "cordoned_by", "enabled"])
+        answers = runtime_decommissioned.send(
+            sender=Runtime, runtime=runtime, reason=DECOMMISSIONED, actor=actor
+        )
     log.info("runtime %s (%s): decommission by %s", runtime.pk, runtime.name, actor)
+    others = [line for _, lines in answers for line in (lines or [])]
     forgotten: list[tuple[uuid.UUID, str]] = []
     superseded = 0
     for _ in range(_ROUNDS):
@@ -176,10 +182,6 @@ def runtime_decommission(*, runtime_id: int, actor: str) -> DecommissionResult:
         runtime = _locked(runtime_id)
         runtime.decommissioned_at = timezone.now()
         runtime.save(update_fields=["decommissioned_at"])
-        answers = runtime_decommissioned.send(
-            sender=Runtime, runtime=runtime, reason=DECOMMISSIONED, actor=actor
-        )
-    others = [line for _, lines in answers for line in (lines or [])]
     log.info(
         "runtime %s (%s) decommissioned by %s: %s instances forgotten, %s requests superseded, %s",
         runtime.pk,

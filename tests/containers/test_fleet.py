@@ -6,6 +6,7 @@ to it would raise, and the test would say so.
 
 from __future__ import annotations
 
+import sys
 import uuid
 
 import pytest
@@ -24,12 +25,32 @@ from containers.placement.choice import runtime_select
 from containers.requests.services import container_create_by_template, container_start
 from containers.states import Status
 from dags.models import DagEvent, DagNodeRun, DagRun
+from dags.runner import dag_run_advance
 from outbox.models import OutboxEvent
 from tests.factories import InstanceFactory, RequestFactory, RuntimeFactory, TemplateFactory
 
 pytestmark = pytest.mark.django_db
 
 GONE = "tcp://127.0.0.1:9"  # the discard port: nothing listens there
+
+
+@pytest.fixture
+def engines_asked(monkeypatch) -> list[str]:
+    """Every engine object asked for, by any module of ours that imported ``engine_for``
+    (the spy hands out the real engine: a call to it still fails at the closed port)."""
+    import containers.engines
+
+    asked: list[str] = []
+    real = containers.engines.engine_for
+
+    def spy(runtime):
+        asked.append(runtime.name)
+        return real(runtime)
+
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] in ("containers", "dags") and hasattr(module, "engine_for"):
+            monkeypatch.setattr(module, "engine_for", spy)
+    return asked
 
 
 def _runtimes(*names: str) -> list[Runtime]:
@@ -124,11 +145,12 @@ ALL_STATES = [s.value for s in Status]
 
 @pytest.mark.parametrize("status", ALL_STATES)
 def test_decommission_deletes_an_instance_in_any_state_with_its_history_and_no_engine_call(
-    status,
+    status, engines_asked
 ):
     (runtime,) = _runtimes("gone")
     instance = _placed(InstanceFactory(runtime=runtime), status)
     result = runtime_decommission(runtime_id=runtime.pk, actor="user:op")
+    assert engines_asked == []
     assert result.instances == [(instance.id, instance.name)], result
     assert not ContainerInstance.objects.filter(pk=instance.pk).exists()
     history = _history(instance.id)
@@ -163,7 +185,9 @@ def test_decommission_supersedes_the_waiting_requests_and_leaves_a_running_one_t
     assert result.superseded == 2, result
 
 
-def test_decommission_cordons_disables_fails_its_dag_runs_and_lets_the_row_be_deleted(owner):
+def test_decommission_cordons_disables_fails_its_dag_runs_and_lets_the_row_be_deleted(
+    owner, engines_asked
+):
     (runtime,) = _runtimes("gone")
     instance = _placed(InstanceFactory(runtime=runtime, owner=owner), Status.RUNNING)
     run = DagRun.objects.create(
@@ -191,6 +215,8 @@ def test_decommission_cordons_disables_fails_its_dag_runs_and_lets_the_row_be_de
     assert (node.status, node.reason) == ("failed", DECOMMISSIONED), (node.status, node.reason)
     assert DagEvent.objects.filter(run_id=run.id, kind="runtime_released").exists()
     assert result.others == [f"DAG run {run} failed: {DECOMMISSIONED}"], result.others
+    dag_run_advance(run_id=str(run.id))  # the runner's cleanup of the failed run
+    assert engines_asked == []
     row.delete()
     assert not Runtime.objects.filter(pk=runtime.pk).exists()
 
