@@ -13,6 +13,7 @@ import pytest
 from django.db.models import ProtectedError
 
 from containers.errors import RuntimesCordoned
+from containers.execution.handlers import handle_create
 from containers.fleet.selectors import runtime_decommission_preview
 from containers.fleet.services import (
     DECOMMISSIONED,
@@ -27,6 +28,7 @@ from containers.states import Status
 from dags.models import DagEvent, DagNodeRun, DagRun
 from dags.runner import dag_run_advance
 from outbox.models import OutboxEvent
+from outbox.outcomes import Outcome
 from tests.factories import InstanceFactory, RequestFactory, RuntimeFactory, TemplateFactory
 
 pytestmark = pytest.mark.django_db
@@ -168,7 +170,9 @@ def test_decommission_deletes_an_instance_in_any_state_with_its_history_and_no_e
     assert history[-1][0] == "ContainerDeleted", history
 
 
-def test_decommission_supersedes_the_waiting_requests_and_leaves_a_running_one_to_its_worker():
+def test_decommission_supersedes_the_waiting_requests_and_leaves_a_running_one_to_its_worker(
+    engines_asked,
+):
     (runtime,) = _runtimes("gone")
     instance = _placed(InstanceFactory(runtime=runtime), Status.STOP_PENDING)
     waiting = RequestFactory(instance=instance, kind="ContainerStopRequest")
@@ -183,6 +187,9 @@ def test_decommission_supersedes_the_waiting_requests_and_leaves_a_running_one_t
     assert rows[waiting.pk] == gone and rows[deferred.pk] == gone, rows
     assert rows[held.pk][:2] == ("processing", ""), rows
     assert result.superseded == 2, result
+    # The worker that holds it finds no instance: superseded, and no engine asked.
+    assert handle_create(OutboxEvent.objects.get(pk=held.pk)) == Outcome.SUPERSEDED
+    assert engines_asked == []
 
 
 def test_decommission_cordons_disables_fails_its_dag_runs_and_lets_the_row_be_deleted(
