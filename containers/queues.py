@@ -47,6 +47,7 @@ EVENT_KIND_WORDS: dict[str, str] = {
     "retry": "request retried",
     "start_timeout": "start timed out",
     "orphan": "orphan found",
+    "decommission": "engine decommissioned",
 }
 
 
