@@ -97,6 +97,25 @@ class NoMatchingRuntime(InvalidSpec):
     code = "no_matching_runtime"
 
 
+class RuntimesCordoned(DomainError):
+    """Every enabled runtime that matches the template is cordoned (HTTP 409).
+
+    ``details.cordoned`` names them. Placement happens when the request is accepted, so
+    such a create is refused rather than left waiting; an operator's uncordon cures it.
+    """
+
+    code = "runtimes_cordoned"
+    http_status = 409
+
+
+class RuntimeNotDecommissioned(DomainError):
+    """The runtime still has instances or DAG runs placed on it (HTTP 409): decommission it
+    first (``containers.fleet.services.runtime_decommission``)."""
+
+    code = "runtime_in_use"
+    http_status = 409
+
+
 class NotFound(DomainError):
     """No such instance (or not visible to the caller) (HTTP 404)."""
 

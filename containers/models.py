@@ -30,6 +30,11 @@ class Runtime(models.Model):
     ``workspace_driver`` says how owners' workspaces are made on this engine: a named
     volume (the default, the only choice for a remote engine) or a directory under
     ``workspace_root`` (an engine on this host, ``is_local``).
+
+    ``cordoned``: the engine takes no new placement (creates, DAG runs) while everything
+    on it keeps running and its instances still start there; ``decommissioned_at``: the
+    engine is gone for good and gobrave forgot what it held, so the row may be deleted.
+    Both are written only by ``containers.fleet.services``.
     """
 
     class Driver(models.TextChoices):
@@ -65,6 +70,15 @@ class Runtime(models.Model):
         null=True, blank=True, help_text="The last time the engine answered."
     )
     last_error = models.TextField(blank=True, help_text="Why the last check failed.")
+    cordoned = models.BooleanField(
+        default=False,
+        help_text="No new placement here; what runs here keeps running (see the admin actions).",
+    )
+    cordoned_at = models.DateTimeField(null=True, blank=True)
+    cordoned_by = models.CharField(max_length=150, blank=True)
+    decommissioned_at = models.DateTimeField(
+        null=True, blank=True, help_text="Gone for good: its instances were forgotten."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -48,6 +48,7 @@ EVENT_KIND_WORDS: dict[str, str] = {
     "start_timeout": "start timed out",
     "orphan": "orphan found",
     "renamed": "renamed",  # migration 0013: a duplicate name of its owner's
+    "decommission": "engine decommissioned",
 }
 
 

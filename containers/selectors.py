@@ -6,11 +6,12 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from containers import access
@@ -23,7 +24,7 @@ from containers.models import (
     OrphanContainer,
     Runtime,
 )
-from containers.requests.slots import slot_count, slots_by_runtime
+from containers.requests.slots import slot_count, slots_by_runtime, slots_on_runtime
 from containers.states import ACTIVE_SLOTS, BEING_DELETED, Status
 from core import prepared
 from core.counters import counter_rows, counters_since
@@ -227,6 +228,23 @@ def runtime_list() -> QuerySet:
     return Runtime.objects.order_by("name")
 
 
+def runtime_list_with_load() -> QuerySet:
+    """The runtimes, each annotated with ``instance_count`` (instances placed there, in
+    every state) and ``slot_count`` (create/start slots held there,
+    ``containers.requests.slots``): one statement however many rows, no engine call."""
+    placed = (
+        ContainerInstance.objects.filter(runtime_id=OuterRef("pk"))
+        .order_by()
+        .values("runtime_id")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return runtime_list().annotate(
+        instance_count=Coalesce(Subquery(placed, output_field=IntegerField()), 0),
+        slot_count=slots_on_runtime(),
+    )
+
+
 @dataclass(frozen=True)
 class RuntimeLoad:
     """One runtime's cached health and what it carries (``runtime_loads``)."""
@@ -236,6 +254,15 @@ class RuntimeLoad:
     health: str  # Runtime.Health, as the last check left it
     instances: dict[str, int]  # by status; statuses with none are absent
     slots: int  # instances holding a create/start slot on it
+    cordoned: bool = False  # takes no new placement
+    health_since: dt.datetime | None = None  # when it entered its current health
+    labels: dict[str, str] = field(default_factory=dict)
+    last_error: str = ""
+
+    @property
+    def instance_count(self) -> int:
+        """Instances placed there, in every state (the load against a future capacity)."""
+        return sum(self.instances.values())
 
 
 def runtime_loads() -> list[RuntimeLoad]:
@@ -244,7 +271,9 @@ def runtime_loads() -> list[RuntimeLoad]:
     Three grouped queries whatever the number of runtimes or instances; no engine call
     (health is what ``containers.execution.health`` last stored on the row).
     """
-    runtimes = runtime_list().values_list("id", "name", "enabled", "health")
+    runtimes = runtime_list().values_list(
+        "id", "name", "enabled", "health", "cordoned", "health_since", "labels", "last_error"
+    )
     counts: dict[int, dict[str, int]] = {}
     grouped = ContainerInstance.objects.order_by().values_list("runtime_id", "status")
     for runtime_id, status, n in grouped.annotate(n=Count("id")):
@@ -257,8 +286,12 @@ def runtime_loads() -> list[RuntimeLoad]:
             health=health,
             instances=counts.get(pk, {}),
             slots=slots.get(pk, 0),
+            cordoned=cordoned,
+            health_since=since,
+            labels=labels or {},
+            last_error=error,
         )
-        for pk, name, enabled, health in runtimes
+        for pk, name, enabled, health, cordoned, since, labels, error in runtimes
     ]
 
 
@@ -434,4 +467,5 @@ def dashboard_stats(*, now=None) -> dict[str, object]:
         "series": request_series(now=now),
         "failures": list(failure_list()),
         "orphan_count": orphan_list().count(),
+        "engines": runtime_loads(),
     }

@@ -1,14 +1,17 @@
-"""What the runner hears from the containers app: a node's instance settled or went.
+"""What the runner hears from the containers app: a node's instance settled or went, or
+an engine was decommissioned.
 
-Connected in ``DagsConfig.ready()``. Each receiver runs inside the transaction that
-holds the instance's row lock, and only writes an outbox row (``advance_soon``): it
-never locks a run, so container code never waits on DAG rows.
+Connected in ``DagsConfig.ready()``. The instance receivers run inside the transaction
+that holds the instance's row lock, and only write an outbox row (``advance_soon``):
+they never lock a run, so container code never waits on DAG rows. The runtime
+receivers run with no instance row locked (``containers.signals``): they may lock runs.
 """
 
 from __future__ import annotations
 
 from containers.states import Status
 from dags.history import LABEL_DAG_RUN, advance_soon, runner_actor
+from dags.services import dag_runs_on_runtime, dag_runs_runtime_gone
 
 # Moves after which a node may have something to say: it ended, or someone asked to
 # stop or delete it (the runner's own asks are skipped: it knows).
@@ -34,3 +37,13 @@ def on_instance_removed(sender, *, instance, actor, **kwargs) -> None:
     run_id = _run_of(instance)
     if run_id is not None:
         advance_soon(run_id, why=f"instance {instance.id} removed")
+
+
+def on_runtime_placements(sender, *, runtime, **kwargs) -> list[str]:
+    return dag_runs_on_runtime(runtime_id=runtime.pk)
+
+
+def on_runtime_decommissioned(sender, *, runtime, reason, actor, **kwargs) -> list[str]:
+    return dag_runs_runtime_gone(
+        runtime_id=runtime.pk, runtime_name=runtime.name, reason=reason, actor=actor
+    )

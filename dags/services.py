@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from containers.errors import NotFound as ContainerNotFound
 from containers.models import ContainerTemplate
@@ -20,7 +21,7 @@ from dags.graph import clean_nodes, topological
 from dags.history import START, advance_soon, node_move, record, run_move
 from dags.models import DagNodeRun, DagRun, DagTemplate
 from dags.selectors import dag_template_list
-from dags.states import RUN_CANCELLABLE, RUN_RETRYABLE, NodeStatus, RunStatus
+from dags.states import RUN_ACTIVE, RUN_CANCELLABLE, RUN_RETRYABLE, NodeStatus, RunStatus
 
 
 def dag_nodes_clean(nodes: Any) -> list[dict[str, Any]]:
@@ -218,3 +219,44 @@ def dag_node_output_keep(*, run_id, key: str, attempt: int, output: str, actor: 
         node.output_attempt = attempt
         node.save(update_fields=["output", "output_attempt"])
         record(run_id, kind="output_kept", actor=actor, node=key, message=f"attempt {attempt}")
+
+
+def dag_runs_on_runtime(*, runtime_id: int) -> list[str]:
+    """One line per DAG run placed on the runtime (its name, id and status), for the
+    confirmation of the runtime's decommission. Reads only."""
+    runs = DagRun.objects.filter(runtime_id=runtime_id).order_by("-created_at")
+    return [f"DAG run {run} ({run.status})" for run in runs.only("id", "template_name", "status")]
+
+
+def dag_runs_runtime_gone(
+    *, runtime_id: int, runtime_name: str, reason: str, actor: str
+) -> list[str]:
+    """The runtime is decommissioned (its engine gone for good, its instances forgotten):
+    every run placed there that is still active ends ``failed`` with ``reason``
+    (``dag_run_fail``: open nodes fail or are skipped), and every run placed there lets
+    go of the runtime (``runtime`` emptied, its workspace on that engine noted as gone),
+    so the runner never calls that engine again and the runtime row can be deleted.
+    Returns one line per run it changed.
+
+    Runs inside the caller's transaction; takes each run's row lock (the caller holds
+    no instance row lock). Idempotent: a second call finds no run placed there.
+    """
+    lines = []
+    with transaction.atomic():
+        runs = DagRun.objects.select_for_update().filter(runtime_id=runtime_id).order_by("pk")
+        for run in runs:
+            failed = run.status in RUN_ACTIVE
+            if failed:
+                dag_run_fail(run_id=run.id, reason=reason, actor=actor)
+                run.refresh_from_db()
+            run.runtime = None
+            run.workspace_removed_at = run.workspace_removed_at or timezone.now()
+            run.save(update_fields=["runtime", "workspace_removed_at"])
+            record(
+                run.id,
+                kind="runtime_released",
+                actor=actor,
+                message=f"{reason}: runtime {runtime_name}",
+            )
+            lines.append(f"DAG run {run} {'failed' if failed else 'released'}: {reason}")
+    return lines

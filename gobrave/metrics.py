@@ -114,8 +114,9 @@ class DatabaseCollector:
 
 
 def _engine_metrics(loads):
-    """Per runtime: its cached health as a state set, whether it takes new instances, its
-    instances by status and the create/start slots held on it."""
+    """Per runtime: its cached health as a state set and since when, whether it takes new
+    instances and whether it is cordoned, its instances by status and the create/start
+    slots held on it."""
     health = GaugeMetricFamily(
         "gobrave_engine_health",
         "The engine's health as the last check found it (1 for the current state).",
@@ -123,6 +124,16 @@ def _engine_metrics(loads):
     )
     enabled = GaugeMetricFamily(
         "gobrave_engine_enabled", "1 when the runtime takes new instances.", labels=["runtime"]
+    )
+    since = GaugeMetricFamily(
+        "gobrave_engine_health_since_seconds",
+        "When the engine entered its current health (Unix time; absent if never checked).",
+        labels=["runtime"],
+    )
+    cordoned = GaugeMetricFamily(
+        "gobrave_engine_cordoned",
+        "1 when the runtime is cordoned: no new placement, what runs there keeps running.",
+        labels=["runtime"],
     )
     instances = GaugeMetricFamily(
         "gobrave_engine_instances",
@@ -138,10 +149,13 @@ def _engine_metrics(loads):
         for state in Runtime.Health:
             health.add_metric([load.name, state.value], int(load.health == state))
         enabled.add_metric([load.name], int(load.enabled))
+        cordoned.add_metric([load.name], int(load.cordoned))
+        if load.health_since is not None:
+            since.add_metric([load.name], load.health_since.timestamp())
         for state in Status:
             instances.add_metric([load.name, state.value], load.instances.get(state, 0))
         slots.add_metric([load.name], load.slots)
-    yield from (health, enabled, instances, slots)
+    yield from (health, since, enabled, cordoned, instances, slots)
 
 
 def _dag_metrics():

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import uuid
 
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
 from core import prepared
+from core.counters import counter_add
 from outbox import conf, registry
+from outbox.counters import RelayStat
 from outbox.errors import NotRetriable, OutboxRowNotFound
 from outbox.models import OutboxEvent, OutboxStatus
 from outbox.outcomes import Outcome
@@ -149,3 +152,40 @@ def outbox_release_deferred(*, queue: str) -> int:
         return prepared.update_rows(
             "outbox.release_deferred", _deferred, queue=queue, notify=(conf.NOTIFY_CHANNEL, queue)
         )
+
+
+def outbox_supersede_waiting(*, aggregate_id: str, reason: str) -> int:
+    """Finish the waiting (``pending``) rows of ``aggregate_id`` as superseded, at once,
+    for a caller whose aggregate is gone for good (an instance forgotten with its
+    decommissioned engine). Returns how many rows it finished.
+
+    Each row goes the way the state machine allows (contract §3): claimed under a fresh
+    token, then ``sent`` with the outcome ``superseded`` and ``reason`` on ``last_error``,
+    two compare-and-sets in the caller's transaction (or one of its own); no handler runs.
+    A row another transaction holds (a claim in progress) is skipped, as is a row in
+    ``processing``: its handler re-reads the aggregate, finds it gone and finishes it as
+    superseded itself. Idempotent.
+    """
+    with transaction.atomic(savepoint=False):
+        waiting = (
+            OutboxEvent.objects.filter(aggregate_id=str(aggregate_id), status=OutboxStatus.PENDING)
+            .order_by("pk")
+            .select_for_update(skip_locked=True)
+        )
+        ids = list(waiting.values_list("pk", flat=True))
+        if not ids:
+            return 0
+        token = uuid.uuid4()
+        OutboxEvent.objects.filter(pk__in=ids).move_to(
+            OutboxStatus.PROCESSING, claim_token=token, lease_expires_at=Now()
+        )
+        done = OutboxEvent.objects.filter(pk__in=ids, claim_token=token).move_to(
+            OutboxStatus.SENT,
+            outcome=Outcome.SUPERSEDED,
+            sent_at=Now(),
+            lease_expires_at=None,
+            last_error=reason[:8000],
+        )
+    counter_add(RelayStat.SUPERSEDED, done)
+    log.info("outbox: %s waiting rows of %s superseded: %s", done, aggregate_id, reason)
+    return done

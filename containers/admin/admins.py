@@ -39,6 +39,7 @@ from containers.admin.display import (
     time_ago,
 )
 from containers.admin.fields import CommandField, EnvRowsField, VolumeRowsField
+from containers.admin.runtimes import RuntimeFleetMixin
 from containers.admin.views import EVENTS_SHOWN
 from containers.engines import calls, fake_driver_allowed
 from containers.errors import InvalidSpec
@@ -663,28 +664,38 @@ class RuntimeForm(forms.ModelForm):
 
 
 @admin.register(Runtime)
-class RuntimeAdmin(admin.ModelAdmin):
+class RuntimeAdmin(RuntimeFleetMixin, admin.ModelAdmin):
+    """Engines: their health (cached) and since when, load, labels and placement state;
+    cordon, uncordon and decommission are actions (``RuntimeFleetMixin``)."""
+
     form = RuntimeForm
     list_display = (
         "name",
         "driver",
         "base_url",
         "enabled",
-        "workspace_driver",
+        "placement",
         "answers",
+        "load",
+        "label_list",
+        "workspace_driver",
         "node_name",
         "last_seen_at",
-        "labels",
     )
-    list_filter = ("driver", "enabled", "health")
+    list_filter = ("driver", "enabled", "cordoned", "health")
     search_fields = ("name", "base_url", "node_name")
+    actions = ("cordon_runtimes", "uncordon_runtimes", "decommission_runtimes")
     readonly_fields = (
         "answers",
+        "placement",
         "health_checked_at",
         "health_since",
         "node_name",
         "last_seen_at",
         "last_error",
+        "cordoned_at",
+        "cordoned_by",
+        "decommissioned_at",
         "created_at",
     )
 

@@ -94,6 +94,7 @@ def _dashboard_body_context() -> dict:
             "failures": reverse("admin:containers_containerevent_changelist"),
             "orphans": reverse("admin:containers_orphancontainer_changelist")
             + "?removed_at__isempty=1",
+            "runtimes": reverse("admin:containers_runtime_changelist"),
         },
     }
 

@@ -348,9 +348,51 @@ class RuntimeOutputSerializer(serializers.ModelSerializer):
             "health_since",
             "last_seen_at",
             "last_error",
+            "cordoned",
+            "cordoned_at",
+            "cordoned_by",
+            "decommissioned_at",
             "created_at",
         ]
         read_only_fields = fields
+
+
+class DecommissionInputSerializer(InputSerializer):
+    confirm = serializers.CharField(
+        help_text="The runtime's name, typed again: the decommission forgets every instance "
+        "on it and cannot be undone."
+    )
+
+
+class ForgottenSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    status = serializers.CharField()
+    owner = serializers.CharField()
+    container_name = serializers.CharField()
+    container_id = serializers.CharField()
+
+
+class DecommissionPreviewSerializer(serializers.Serializer):
+    """What a decommission would forget (``GET``)."""
+
+    runtime = RuntimeOutputSerializer()
+    instances = ForgottenSerializer(many=True)
+    others = serializers.ListField(
+        child=serializers.CharField(), help_text="DAG runs placed there, one line each."
+    )
+
+
+class DecommissionResultSerializer(serializers.Serializer):
+    """What a decommission forgot (``POST``)."""
+
+    runtime = RuntimeOutputSerializer()
+    instances = serializers.SerializerMethodField()
+    superseded = serializers.IntegerField(help_text="Waiting requests finished as superseded.")
+    others = serializers.ListField(child=serializers.CharField())
+
+    def get_instances(self, result) -> list[dict[str, str]]:
+        return [{"id": str(pk), "name": name} for pk, name in result.instances]
 
 
 class RelayStatsSerializer(serializers.Serializer):

@@ -38,6 +38,8 @@ from containers.api.filters import InstanceFilter, RuntimeFilter, TemplateFilter
 from containers.engines import calls
 from containers.engines.base import EngineError
 from containers.errors import EngineUnavailable, NotFound, TemplateUnavailable
+from containers.fleet.selectors import runtime_decommission_preview
+from containers.fleet.services import runtime_cordon, runtime_decommission, runtime_uncordon
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
 from containers.requests.services import (
     RequestResult,
@@ -357,11 +359,16 @@ class TemplateViewSet(viewsets.GenericViewSet):
     ),
 )
 class RuntimeViewSet(viewsets.GenericViewSet):
-    """The container engines gobrave schedules onto (read-only; edit them in the admin)."""
+    """The container engines gobrave schedules onto (edit them in the admin); an operator
+    with ``change_runtime`` cordons, uncordons and decommissions them here."""
 
+    parser_classes = [JSONParser]
     required_permissions = {
         "list": ("containers.view_runtime",),
         "retrieve": ("containers.view_runtime",),
+        "cordon": ("containers.change_runtime",),
+        "uncordon": ("containers.change_runtime",),
+        "decommission": ("containers.change_runtime",),
     }
     serializer_class = s.RuntimeOutputSerializer
     queryset = Runtime.objects.none()
@@ -374,6 +381,59 @@ class RuntimeViewSet(viewsets.GenericViewSet):
 
     def retrieve(self, request, pk: str):
         return Response(s.RuntimeOutputSerializer(selectors.runtime_by_id(runtime_id=pk)).data)
+
+    @extend_schema(
+        summary="Cordon: no new placement here (permission change_runtime)",
+        description="What runs there keeps running and still starts there; a create whose "
+        "only matching runtimes are cordoned is refused (409 `runtimes_cordoned`). "
+        "Idempotent.",
+        request=None,
+        responses={200: s.RuntimeOutputSerializer, **error_responses(404)},
+    )
+    @action(detail=True, methods=["post"])
+    def cordon(self, request, pk: str):
+        runtime = selectors.runtime_by_id(runtime_id=pk)
+        runtime = runtime_cordon(runtime_id=runtime.pk, actor=_actor(request))
+        return Response(s.RuntimeOutputSerializer(runtime).data)
+
+    @extend_schema(
+        summary="Uncordon: new placements again (permission change_runtime)",
+        request=None,
+        responses={200: s.RuntimeOutputSerializer, **error_responses(404)},
+    )
+    @action(detail=True, methods=["post"])
+    def uncordon(self, request, pk: str):
+        runtime = selectors.runtime_by_id(runtime_id=pk)
+        runtime = runtime_uncordon(runtime_id=runtime.pk, actor=_actor(request))
+        return Response(s.RuntimeOutputSerializer(runtime).data)
+
+    @extend_schema(
+        methods=["GET"],
+        summary="What a decommission would forget (permission change_runtime)",
+        responses={200: s.DecommissionPreviewSerializer, **error_responses(404)},
+    )
+    @extend_schema(
+        methods=["POST"],
+        summary="Decommission an engine gone for good (permission change_runtime)",
+        description="Its instances are deleted without any engine call (history kept, "
+        'reason "engine decommissioned"), their waiting requests superseded, its DAG runs '
+        "failed; the runtime stays, cordoned and disabled, and may then be deleted. "
+        "`confirm` must repeat the runtime's name (400 otherwise, nothing changed).",
+        request=s.DecommissionInputSerializer,
+        responses={200: s.DecommissionResultSerializer, **error_responses(400, 404)},
+    )
+    @action(detail=True, methods=["get", "post"])
+    def decommission(self, request, pk: str):
+        runtime = selectors.runtime_by_id(runtime_id=pk)
+        if request.method == "GET":
+            preview = runtime_decommission_preview(runtime_id=runtime.pk)
+            return Response(s.DecommissionPreviewSerializer(preview).data)
+        data = s.DecommissionInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        if data.validated_data["confirm"] != runtime.name:
+            raise ValidationError({"confirm": [f"type the runtime's name ({runtime.name})"]})
+        result = runtime_decommission(runtime_id=runtime.pk, actor=_actor(request))
+        return Response(s.DecommissionResultSerializer(result).data)
 
 
 class QueueView(APIView):

@@ -1,7 +1,14 @@
 """Which enabled runtime an instance (or a DAG run's nodes) is placed on.
 
-Reads only: the enabled runtimes, their labels and cached health, and the number of
-instances under way on each; no engine is asked and no row is locked.
+Reads only: the enabled runtimes, their labels, cordon flag and cached health, and the
+number of instances under way on each; no engine is asked and no row is locked.
+
+A cordoned runtime takes no new placement: a new create or a new DAG run never lands on
+it. What was placed there before the cordon stays there (a start of an existing
+instance is no placement, and a DAG run's later nodes follow the run's engine: the
+create pins it with ``include_cordoned``). Placement happens when a create is accepted,
+so a create whose only possible engines are cordoned is refused (``RuntimesCordoned``,
+409) rather than left waiting.
 """
 
 from __future__ import annotations
@@ -10,7 +17,7 @@ from typing import Any
 
 from django.db.models import Count
 
-from containers.errors import NoMatchingRuntime
+from containers.errors import NoMatchingRuntime, RuntimesCordoned
 from containers.models import ContainerInstance, Runtime
 from containers.spec.resolve import clean_constraints
 from containers.states import IN_FLIGHT, Status
@@ -26,15 +33,22 @@ def _enabled_runtimes() -> list[Runtime]:
 
 
 def runtime_select(
-    *, template: Any, templates: list[Any] | None = None, among: list[Runtime] | None = None
+    *,
+    template: Any,
+    templates: list[Any] | None = None,
+    among: list[Runtime] | None = None,
+    include_cordoned: bool = False,
 ) -> Runtime:
     """The enabled runtime whose labels satisfy the template's constraints.
 
     ``templates`` (besides ``template``): the runtime must satisfy all of theirs too (a
     DAG run puts every node on one engine). ``among``: only these runtimes qualify.
-    Among several matches, a reachable (or not yet checked) one before one recorded
-    unreachable, then the one with the fewest instances under way. The load is counted
-    only when there is a choice (one query; none for the usual single engine).
+    Cordoned runtimes are skipped unless ``include_cordoned`` (a create pinned to the
+    engine its DAG run was placed on); when every match is cordoned the request is
+    refused with ``RuntimesCordoned`` naming them. Among several matches, a reachable
+    (or not yet checked) one before one recorded unreachable, then the one with the
+    fewest instances under way. The load is counted only when there is a choice (one
+    query; none for the usual single engine).
     """
     every = [template, *(templates or [])]
     wanted = [clean_constraints(each.constraints) for each in every]  # once, not per runtime
@@ -50,6 +64,17 @@ def runtime_select(
         for runtime in candidates
         if all(str(runtime.labels.get(k)) == v for each in wanted for k, v in each.items())
     ]
+    cordoned = [runtime for runtime in matching if runtime.cordoned and not include_cordoned]
+    if cordoned and len(cordoned) == len(matching):
+        names = ", ".join(runtime.name for runtime in cordoned)
+        of = ", ".join(sorted({str(getattr(t, "name", "?")) for t in every}))
+        raise RuntimesCordoned(
+            f"every runtime that matches template {of} is cordoned: {names};"
+            " an operator must uncordon one (or add an engine) first",
+            cordoned=[runtime.name for runtime in cordoned],
+        )
+    if cordoned:
+        matching = [runtime for runtime in matching if runtime not in cordoned]
     if len(matching) > 1:
         load = dict(
             ContainerInstance.objects.filter(

@@ -187,7 +187,8 @@ def container_create_by_template(
 ) -> ContainerInstance:
     """Accept a create request, or refuse it (``OwnerQuotaExceeded``,
     ``InstanceQuotaExceeded``, ``QueueFull``, ``InvalidSpec``, ``NameTaken``: the owner
-    has an instance of that name, the database's ``instance_name_per_owner`` says so).
+    has an instance of that name, the database's ``instance_name_per_owner`` says so;
+    ``RuntimesCordoned`` when every matching engine is cordoned).
 
     0. The template must be enabled and open to ``owner`` (``TemplateUnavailable``).
     1. Choose the runtime and resolve the spec (no lock held; a bad spec stops here).
@@ -202,7 +203,8 @@ def container_create_by_template(
     For callers that create on behalf of a larger unit of work (DAG runs):
     ``instance_id`` makes the create idempotent (an instance with that id, made
     earlier, is returned as it is, not queued again); ``runtime`` pins the engine (it
-    must still match the constraints); ``snapshot`` (``spec.template_snapshot``) is
+    must still match the constraints; a cordon does not stop it: the run was placed
+    before); ``snapshot`` (``spec.template_snapshot``) is
     resolved instead of the template's current fields; ``extra_labels`` and
     ``extra_mounts`` (trusted, made by gobrave: e.g. ``{"type": "volume", "source":
     name, "target": "/dag"}``) are added to the resolved spec.
@@ -220,7 +222,8 @@ def container_create_by_template(
     if runtime is None:
         runtime = runtime_select(template=source)
     else:
-        runtime = runtime_select(template=source, among=[runtime])
+        # The run was placed when it started: its later nodes follow it, cordoned or not.
+        runtime = runtime_select(template=source, among=[runtime], include_cordoned=True)
     instance_id = instance_id or uuid.uuid4()
     if not name:
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", template.name).strip("-._")[:100] or "c"

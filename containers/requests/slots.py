@@ -38,11 +38,13 @@ from django.db.models import (
     Exists,
     ExpressionWrapper,
     F,
+    IntegerField,
     OuterRef,
     Q,
+    Subquery,
     Value,
 )
-from django.db.models.functions import Cast, Now, Replace
+from django.db.models.functions import Cast, Coalesce, Now, Replace
 
 from containers.models import ContainerInstance
 from containers.states import ACTIVE_SLOTS
@@ -147,3 +149,18 @@ def slots_by_runtime() -> dict[int, int]:
     absent). Reads only; the same definition as ``slot_count``."""
     rows = _holding().order_by().values_list("runtime_id").annotate(n=Count("id"))
     return dict(rows)
+
+
+def slots_on_runtime():
+    """An expression for a ``Runtime`` queryset: the slots held on each runtime (the same
+    definition as ``slot_count``), one correlated count per row, for pages that annotate
+    their list (the runtime changelist) instead of asking per row."""
+    held = (
+        _holding()
+        .filter(runtime_id=OuterRef("pk"))
+        .order_by()
+        .values("runtime_id")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return Coalesce(Subquery(held, output_field=IntegerField()), 0)

@@ -142,6 +142,27 @@ def test_engine_health_is_the_cached_check_per_runtime(anon, fake_runtime):
     assert samples[("gobrave_engine_enabled", (("runtime", "far"),))] == 0
 
 
+def test_engine_cordon_and_health_since_per_runtime_pass_promtool(anon, fake_runtime):
+    from containers.execution.health import runtime_health_record
+    from containers.fleet.services import runtime_cordon
+    from containers.models import Runtime
+    from tests.factories import RuntimeFactory
+
+    far = RuntimeFactory(name="far")
+    runtime_health_record(runtime_id=far.pk, reachable=False, error="connection refused")
+    runtime_cordon(runtime_id=far.pk, actor="user:op")
+    since = Runtime.objects.get(pk=far.pk).health_since.timestamp()
+    text = anon.get("/metrics").content.decode()
+    samples = _samples(text)
+    assert samples[("gobrave_engine_cordoned", (("runtime", "far"),))] == 1
+    assert samples[("gobrave_engine_cordoned", (("runtime", "fake"),))] == 0
+    assert samples[("gobrave_engine_health_since_seconds", (("runtime", "far"),))] == since
+    # Never checked: no time to give, so no sample (rather than a misleading 0).
+    assert ("gobrave_engine_health_since_seconds", (("runtime", "fake"),)) not in samples
+    done = promtool("check", "metrics", stdin=text)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_instances_and_slots_are_counted_per_engine(anon, make_instance):
     from containers.models import ContainerInstance
     from tests.factories import RuntimeFactory

@@ -1,0 +1,115 @@
+"""The runtime changelist's fleet side: what each engine carries, and the cordon,
+uncordon and decommission actions (each calls ``containers.fleet.services``).
+
+The columns read the row's cached health and the counts the changelist annotates
+(``selectors.runtime_list_with_load``): never an engine call, and the same number of
+queries however many runtimes a page shows.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.template.response import TemplateResponse
+from django.utils.html import format_html, format_html_join
+
+from containers import selectors
+from containers.actors import user_actor
+from containers.fleet.selectors import runtime_decommission_preview
+from containers.fleet.services import runtime_cordon, runtime_decommission, runtime_uncordon
+from containers.models import Runtime
+from core.admin_helpers import GREY, badge
+
+
+class RuntimeFleetMixin:
+    """Mixed into ``RuntimeAdmin``: the load and placement columns and the fleet actions,
+    which need ``change_runtime``."""
+
+    def get_queryset(self, request):
+        return selectors.runtime_list_with_load()
+
+    @admin.display(description="load", ordering="instance_count")
+    def load(self, obj: Runtime):
+        """Instances placed there (every state) and create/start slots in use there."""
+        return format_html(
+            '<span class="gb-load" data-instances="{}" data-slots="{}">{} instance{}, {} slot{}'
+            " in use</span>",
+            obj.instance_count,
+            obj.slot_count,
+            obj.instance_count,
+            "" if obj.instance_count == 1 else "s",
+            obj.slot_count,
+            "" if obj.slot_count == 1 else "s",
+        )
+
+    @admin.display(description="placement", ordering="cordoned")
+    def placement(self, obj: Runtime):
+        if obj.decommissioned_at is not None:
+            return badge("decommissioned", GREY, title=f"{obj.decommissioned_at:%Y-%m-%d %H:%M}")
+        if obj.cordoned:
+            when = f" since {obj.cordoned_at:%Y-%m-%d %H:%M:%S}" if obj.cordoned_at else ""
+            return badge("cordoned", "#fd7e14", title=f"by {obj.cordoned_by}{when}")
+        if not obj.enabled:
+            return badge("disabled", GREY)
+        return badge("open", "#198754")
+
+    @admin.display(description="labels")
+    def label_list(self, obj: Runtime):
+        if not obj.labels:
+            return "–"
+        return format_html_join(" ", "<code>{}={}</code>", sorted(obj.labels.items()))
+
+    @admin.action(description="Cordon: no new placement on the selected", permissions=["change"])
+    def cordon_runtimes(self, request, queryset):
+        actor = user_actor(request.user)
+        names = [runtime_cordon(runtime_id=r.pk, actor=actor).name for r in queryset]
+        self.message_user(
+            request,
+            f"Cordoned {', '.join(names)}: no new placement there; what runs there keeps running.",
+            messages.SUCCESS,
+        )
+
+    @admin.action(description="Uncordon the selected", permissions=["change"])
+    def uncordon_runtimes(self, request, queryset):
+        actor = user_actor(request.user)
+        done = [runtime_uncordon(runtime_id=r.pk, actor=actor) for r in queryset]
+        opened = [r.name for r in done if not r.cordoned]
+        kept = [r.name for r in done if r.cordoned]
+        if opened:
+            self.message_user(request, f"Uncordoned {', '.join(opened)}.", messages.SUCCESS)
+        if kept:
+            self.message_user(
+                request, f"Decommissioned, left cordoned: {', '.join(kept)}.", messages.WARNING
+            )
+
+    @admin.action(
+        description="Decommission the selected (engine gone for good: forget what it held)",
+        permissions=["change"],
+    )
+    def decommission_runtimes(self, request, queryset):
+        """First a page that lists what will be forgotten; the decommission runs on its
+        "yes" (the engine is never called)."""
+        runtimes = list(queryset.order_by("name"))
+        if request.POST.get("confirm") != "yes":
+            context = {
+                **self.admin_site.each_context(request),
+                "title": "Decommission runtimes?",
+                "opts": self.model._meta,
+                "previews": [runtime_decommission_preview(runtime_id=r.pk) for r in runtimes],
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            }
+            return TemplateResponse(
+                request, "admin/containers/runtime/decommission_confirmation.html", context
+            )
+        actor = user_actor(request.user)
+        for runtime in runtimes:
+            result = runtime_decommission(runtime_id=runtime.pk, actor=actor)
+            self.message_user(
+                request,
+                f"Decommissioned {runtime.name}: {len(result.instances)} instance"
+                f"{'' if len(result.instances) == 1 else 's'} forgotten, "
+                f"{result.superseded} waiting request{'' if result.superseded == 1 else 's'} "
+                f"superseded{'; ' if result.others else ''}{'; '.join(result.others)}. "
+                "The runtime may now be deleted.",
+                messages.SUCCESS,
+            )
+        return None

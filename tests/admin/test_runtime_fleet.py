@@ -1,0 +1,145 @@
+"""The runtime changelist as operators see a fleet (health and since when, load, labels,
+cordon state) and its cordon, uncordon and decommission actions."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from containers.execution.health import runtime_health_record
+from containers.models import ContainerEvent, ContainerInstance, Runtime
+from dags.models import DagRun
+from outbox.models import OutboxEvent
+from tests.admin.test_other_admins import _engine_calls
+from tests.factories import InstanceFactory, RequestFactory, RuntimeFactory
+
+pytestmark = pytest.mark.django_db
+
+GONE = "tcp://127.0.0.1:9"  # nothing listens there
+CHANGELIST = "admin:containers_runtime_changelist"
+
+
+def _row(content: str, name: str) -> str:
+    """The changelist's row of the runtime ``name``."""
+    start = content.index(f'aria-label="Select this object for an action - {name}"')
+    return content[start : content.index("</tr>", start)]
+
+
+def _action(client, action: str, runtimes, **extra):
+    data = {"action": action, "_selected_action": [r.pk for r in runtimes], **extra}
+    return client.post(reverse(CHANGELIST), data)
+
+
+def test_the_changelist_shows_health_since_load_labels_and_cordon_state(as_user, operator):
+    busy = RuntimeFactory(name="busy", labels={"zone": "b", "gpu": "yes"})
+    idle = RuntimeFactory(name="idle", labels={})
+    runtime_health_record(runtime_id=busy.pk, reachable=False, error="connection refused")
+    InstanceFactory(runtime=busy, status="running")
+    InstanceFactory(runtime=busy, status="stopped")
+    slot = InstanceFactory(runtime=busy, status="creating")
+    RequestFactory(instance=slot, status="processing", lease_expires_at="2999-01-01T00:00Z")
+    Runtime.objects.filter(pk=idle.pk).update(cordoned=True, cordoned_by="user:op")
+    content = as_user(operator).get(reverse(CHANGELIST)).content.decode()
+    row = _row(content, "busy")
+    assert 'data-instances="3" data-slots="1">3 instances, 1 slot in use' in row, row
+    assert "<code>gpu=yes</code> <code>zone=b</code>" in row, row
+    assert ">no answer since " in row and "connection refused" in row, row
+    assert ">open<" in row, row
+    row = _row(content, "idle")
+    assert 'data-instances="0" data-slots="0">0 instances, 0 slots in use' in row, row
+    assert ">cordoned<" in row and 'title="by user:op"' in row, row
+
+
+def test_cordon_and_uncordon_actions_go_through_the_services(as_user, operator):
+    one, two = RuntimeFactory(name="one"), RuntimeFactory(name="two")
+    client = as_user(operator)
+    response = _action(client, "cordon_runtimes", [one, two])
+    assert response.status_code == 302, response.content
+    rows = {r.name: (r.cordoned, r.cordoned_by) for r in Runtime.objects.filter(cordoned=True)}
+    assert rows == {"one": (True, "user:operator"), "two": (True, "user:operator")}, rows
+    _action(client, "uncordon_runtimes", [two])
+    assert list(Runtime.objects.filter(cordoned=True).values_list("name", flat=True)) == ["one"]
+
+
+def test_a_viewer_is_offered_no_fleet_action_and_cannot_post_one(as_user, viewer):
+    runtime = RuntimeFactory(name="r")
+    client = as_user(viewer)
+    page = client.get(reverse(CHANGELIST)).content.decode()
+    assert "cordon_runtimes" not in page and "decommission_runtimes" not in page, page
+    _action(client, "cordon_runtimes", [runtime])
+    _action(client, "decommission_runtimes", [runtime], confirm="yes")
+    row = Runtime.objects.get(pk=runtime.pk)
+    assert (row.cordoned, row.decommissioned_at) == (False, None), vars(row)
+
+
+def test_decommission_asks_first_showing_instances_containers_and_dag_runs(
+    as_user, operator, owner, monkeypatch
+):
+    gone = RuntimeFactory(name="gone", driver="docker", base_url=GONE)
+    made = InstanceFactory(runtime=gone, status="running", container_id="0123456789abcdef")
+    never = InstanceFactory(runtime=gone, status="pending")
+    run = DagRun.objects.create(template_name="nightly", owner=owner, runtime=gone)
+    asked = _engine_calls(monkeypatch)
+    page = _action(as_user(operator), "decommission_runtimes", [gone])
+    content = page.content.decode()
+    assert page.status_code == 200, content
+    for shown in (made.name, f"gb-{made.id}", "0123456789ab", never.name, f"gb-{never.id}"):
+        assert shown in content, (shown, content)
+    assert "(never made)" in content and f"DAG run {run} (pending)" in content, content
+    assert 'id="gb-confirm-decommission"' in content, content
+    assert ContainerInstance.objects.filter(runtime=gone).count() == 2  # nothing done yet
+    assert asked == []
+
+
+def test_decommission_on_yes_forgets_without_an_engine_call_and_the_row_can_go(
+    as_user, operator, monkeypatch
+):
+    gone = RuntimeFactory(name="gone", driver="docker", base_url=GONE)
+    instance = InstanceFactory(runtime=gone, status="running")
+    request = RequestFactory(instance=instance, kind="ContainerStopRequest")
+    asked = _engine_calls(monkeypatch)
+    client = as_user(operator)
+    response = _action(client, "decommission_runtimes", [gone], confirm="yes")
+    assert response.status_code == 302, response.content
+    assert asked == []
+    assert not ContainerInstance.objects.filter(pk=instance.pk).exists()
+    kinds = list(
+        ContainerEvent.objects.filter(instance_id=instance.id)
+        .order_by("id")
+        .values_list("kind", "to_status")
+    )
+    assert kinds == [
+        ("decommission", "delete_pending"),
+        ("decommission", "deleting"),
+        ("ContainerDeleted", ""),
+    ], kinds
+    request.refresh_from_db()
+    assert (request.status, request.outcome) == ("sent", "superseded"), vars(request)
+    messages = client.get(reverse(CHANGELIST)).content.decode()
+    assert "Decommissioned gone: 1 instance forgotten" in messages, messages
+    assert ">decommissioned<" in messages, messages
+    delete = reverse("admin:containers_runtime_delete", args=[gone.pk])
+    as_user(operator).post(delete, {"post": "yes"})  # the operator lacks delete_runtime
+    assert Runtime.objects.filter(pk=gone.pk).exists()
+    assert OutboxEvent.objects.filter(aggregate_id=str(instance.id), status="pending").count() == 0
+
+
+def test_the_dashboard_shows_each_engine_health_since_placement_load_and_labels(as_user, operator):
+    busy = RuntimeFactory(name="busy", labels={"zone": "b"})
+    RuntimeFactory(name="idle", labels={})
+    runtime_health_record(runtime_id=busy.pk, reachable=True)
+    Runtime.objects.filter(name="idle").update(cordoned=True)
+    InstanceFactory(runtime=busy, status="running")
+    slot = InstanceFactory(runtime=busy, status="starting")
+    RequestFactory(instance=slot, status="processing", lease_expires_at="2999-01-01T00:00Z")
+    url = reverse("admin:containers_dashboard") + "?fragment=1"
+    content = as_user(operator).get(url).content.decode()
+    start = content.index('id="gb-engine-busy"')
+    row = content[start : content.index("</tr>", start)]
+    assert "reachable since " in row and "<code>zone=b</code>" in row, row
+    assert '"gb-engine-placement">open<' in row, row
+    assert 'class="gb-engine-instances" data-value="2"' in row, row
+    assert 'class="gb-engine-slots" data-value="1"' in row, row
+    start = content.index('id="gb-engine-idle"')
+    row = content[start : content.index("</tr>", start)]
+    assert '"gb-engine-placement">cordoned<' in row and "not checked" not in row, row
