@@ -10,7 +10,8 @@ own connection, read by an asyncio loop in a child process of the bench as fast 
 output comes.
 
 At each level, with every follower connected and reading: ``--samples`` sequential
-``GET /api/containers/`` on one kept-alive connection (p50, p95), then ``--creates``
+``GET /api/containers/?limit=20`` on one kept-alive connection (p50, p95; the warm-up
+made at least 20 instances, so every level lists a page of 20), then ``--creates``
 ``POST /api/containers/`` (fake runtime: the 202's latency, nothing run), and the server's
 resident memory (gunicorn's main and workers, summed) against the level with none. The
 figures with no follower are the peer of every other level, measured in the same run.
@@ -36,6 +37,9 @@ from admission import request, start_server, wait_ready
 
 IMAGE = "gobrave-test-busybox:latest"
 PRINTS = 'i=0; while true; do echo "bench line $i"; i=$((i+1)); sleep {every}; done'
+# One page of a fixed size: the creates each level makes must not make the page longer.
+LIST_ROWS = 20
+LIST = f"/api/containers/?limit={LIST_ROWS}"
 TARGET_P95_RATIO = 1.5  # /api/containers/ p95 with 200 followers over idle
 TARGET_KIB_PER_FOLLOWER = 256
 
@@ -148,7 +152,7 @@ def measure(port: int, token: str, args) -> dict:
     for _ in range(args.samples):
         t0 = time.perf_counter()
         try:
-            status, _ = request(port, token, "GET", "/api/containers/", conn=conn)
+            status, _ = request(port, token, "GET", LIST, conn=conn)
         except (TimeoutError, OSError):
             timeouts += 1
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -220,7 +224,7 @@ def main() -> int:
                 server = SimpleNamespace(workers=2, threads=4)
                 port = start_server(procs, "web", "gobrave.asgi:application", env, server)
                 wait_ready(procs, port, token)
-                measure(port, token, SimpleNamespace(samples=20, creates=5))  # warm-up
+                measure(port, token, SimpleNamespace(samples=20, creates=LIST_ROWS))  # warm-up
                 followers = Followers(port, token)
                 # Warm-up: followers opened and closed once, so that what a first follow
                 # loads in each worker (aiodocker, aiohttp) is in the idle figures too.

@@ -90,17 +90,20 @@ async def guarded(
                     yield Ended(reason)
                     return
                 next_check = loop.time() + every
-            wake = min(start + total, last + idle, next_check)
-            if keepalive is not None:
-                wake = min(wake, quiet_since + keepalive)
-            try:
-                async with asyncio.timeout_at(wake):
-                    kind, item = await queue.get()
-            except TimeoutError:
-                if keepalive is not None and loop.time() - quiet_since >= keepalive:
-                    quiet_since = loop.time()
-                    yield KEEPALIVE
-                continue
+            if not queue.empty():  # an item is there: no timer to set
+                kind, item = queue.get_nowait()
+            else:
+                wake = min(start + total, last + idle, next_check)
+                if keepalive is not None:
+                    wake = min(wake, quiet_since + keepalive)
+                try:
+                    async with asyncio.timeout_at(wake):
+                        kind, item = await queue.get()
+                except TimeoutError:
+                    if keepalive is not None and loop.time() - quiet_since >= keepalive:
+                        quiet_since = loop.time()
+                        yield KEEPALIVE
+                    continue
             if kind is _END:
                 yield Ended("")
                 return

@@ -129,17 +129,34 @@ async def follow(
 async def _frames(
     response: aiohttp.ClientResponse, *, tty: bool, until: float
 ) -> AsyncGenerator[bytes, None]:
-    """The payloads of the response's frames (a TTY's output comes unframed)."""
+    """The payloads of the response's frames (a TTY's output comes unframed).
+
+    One timer for the whole stream closes the response at ``until`` (which ends a read in
+    progress), not a timeout per chunk: a chunk costs no timer (bench/streams.py)."""
+    loop = asyncio.get_running_loop()
+    left = until - time.time()
+    if left <= 0:
+        return
+    ended = False
+
+    def end() -> None:
+        nonlocal ended
+        ended = True
+        response.close()
+
+    timer = loop.call_later(left, end)
     content = response.content
-    while (left := until - time.time()) > 0:
-        try:
-            async with asyncio.timeout(left):
+    try:
+        while not ended:
+            try:
                 chunk = await _next_chunk(content, tty=tty)
-        except (TimeoutError, aiohttp.ClientError, OSError, asyncio.IncompleteReadError):
-            return  # until passed, the output ended, or the engine dropped the stream
-        if not chunk:
-            return
-        yield chunk
+            except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError):
+                return  # until passed, the output ended, or the engine dropped the stream
+            if not chunk:
+                return
+            yield chunk
+    finally:
+        timer.cancel()
 
 
 async def _next_chunk(content: aiohttp.StreamReader, *, tty: bool) -> bytes:
