@@ -1,16 +1,18 @@
 """The ASGI handler gobrave serves: Django's, with each request's synchronous part run in
-one thread that ends when the response is ready.
+one thread of a bounded pool, given back when the response is ready.
 
 1. Django's own ``ASGIHandler`` runs each ``MiddlewareMixin`` hook of an async-capable
    chain through ``sync_to_async`` (a hand-off to a thread and back per hook: about a
    dozen per request with the stack in settings), then the synchronous DRF view through
    one more. Here the whole chain, view included, runs in ONE thread, as under WSGI.
-2. Django keeps that thread (the request's ``ThreadSensitiveContext``) until the
-   response has been sent, so a stream would hold an idle thread (its stack, a few
-   hundred KiB) for its whole life. Here the thread's context ends with the synchronous
-   part: the thread gives its database connections back (to the pool) and ends, and a
-   ``StreamingHttpResponse`` over an async iterator is then sent from the event loop
-   alone (docs/architecture.md, "The web tier").
+2. Django makes a thread per request (its ``ThreadSensitiveContext``) and keeps it until
+   the response has been sent, so a stream would hold an idle thread (its stack, a few
+   hundred KiB) for its whole life. Here the synchronous part runs on a bounded pool of
+   ``GOBRAVE_WEB_THREADS`` threads (8 by default), reused as a threaded WSGI server
+   reuses its threads: the request gives its database connections back (to the pool)
+   at its end, in its thread, and a ``StreamingHttpResponse`` over an async iterator is
+   then sent from the event loop alone (docs/architecture.md, "The web tier"). More
+   requests at once than threads wait for one, as under WSGI.
 
 3. The collector is tuned for a process holding many open streams (``asgi_application``).
 
@@ -22,8 +24,10 @@ none of it holds a connection.
 from __future__ import annotations
 
 import gc
+import os
+from concurrent.futures import ThreadPoolExecutor
 
-from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIHandler
 from django.db import connections
 
@@ -41,16 +45,21 @@ class SyncChainASGIHandler(ASGIHandler):
             raise ValueError(f"gobrave serves HTTP only, not {scope['type']}")
         await self.handle(scope, receive, send)
 
+    def __init__(self) -> None:
+        super().__init__()
+        threads = int(os.environ.get("GOBRAVE_WEB_THREADS", "8"))
+        self.threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="request")
+
     async def get_response_async(self, request):
-        async with ThreadSensitiveContext():
-            return await sync_to_async(self._respond, thread_sensitive=True)(request)
+        respond = sync_to_async(self._respond, thread_sensitive=False, executor=self.threads)
+        return await respond(request)
 
     def _respond(self, request):
         try:
             return self.get_response(request)
         finally:
             for connection in connections.all(initialized_only=True):
-                connection.close()  # back to the pool: this thread ends now
+                connection.close()  # back to the pool: the thread serves others next
 
 
 def asgi_application():
