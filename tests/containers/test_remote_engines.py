@@ -27,6 +27,7 @@ from containers.models import Runtime
 from tests.containers.conftest import _unavailable
 from tests.pki import Pki
 from tests.private_engine import TLS_PORT, PrivateDockerd, missing_tools
+from tests.private_sshd import PrivateSshd, missing_sshd
 
 pytestmark = [pytest.mark.django_db, pytest.mark.docker]
 
@@ -182,5 +183,54 @@ def test_an_expired_engine_certificate_is_named_as_such(tls_started, pki, tmp_pa
             r"^the engine's certificate at 127\.0\.0\.1:\d+ has expired: renew it$", row.last_error
         ), _record(runtime)
     finally:
+        listener.shutdown(socket.SHUT_RDWR)  # ends the accept() under way (close would not)
         listener.close()
         server.join(timeout=10)
+        assert not server.is_alive()
+
+
+@pytest.fixture(scope="module")
+def ssh_engine(tmp_path_factory) -> Iterator[tuple[PrivateDockerd, PrivateSshd]]:
+    """A private engine (unix socket only) behind an sshd of the test's own; ``HOME`` is
+    the sshd's client home (its key and known_hosts) for the module."""
+    if reason := missing_tools("unshare") or missing_sshd():
+        _unavailable(reason)
+    engine = PrivateDockerd("ssh", hostname="gobrave-ssh-engine")
+    sshd = PrivateSshd(tmp_path_factory.mktemp("sshd"), docker_host=engine.side_door)
+    try:
+        engine.start()
+        sshd.start()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("HOME", str(sshd.home))
+            yield engine, sshd
+    finally:
+        sshd.stop()
+        engine.destroy()
+
+
+def test_an_ssh_runtime_reaches_the_private_engine_through_dial_stdio(ssh_engine):
+    engine, sshd = ssh_engine
+    runtime = Runtime(name="ssh", base_url=f"ssh://root@127.0.0.1:{sshd.port}")
+    runtime.full_clean()
+    runtime.save()
+
+    assert runtime_health_check(runtime=runtime), _record(runtime)
+    info = engine_for(runtime)._api().info()  # noqa: SLF001 - which daemon answered
+    assert (info["Name"], info["DockerRootDir"]) == (
+        "gobrave-ssh-engine",
+        str(engine.root / "data"),
+    ), f"not the private engine: {info['Name']} {info['DockerRootDir']}"
+    assert engine_for(runtime).list_ours("nobody-here") == []
+
+
+def test_an_ssh_host_whose_key_is_unknown_is_refused_with_that_reason(ssh_engine):
+    _, sshd = ssh_engine
+    runtime = Runtime.objects.create(
+        name="ssh-unknown", base_url=f"ssh://root@localhost:{sshd.port}"
+    )
+
+    assert not runtime_health_check(runtime=runtime), _record(runtime)
+    row = Runtime.objects.get(pk=runtime.pk)
+    assert re.search(
+        rf"^ssh: the host key of root@localhost:{sshd.port} is not in known_hosts", row.last_error
+    ), _record(runtime)
