@@ -1,0 +1,1 @@
+"""The fleet of engines as operators run it: cordon, uncordon, decommission."""
