@@ -8,23 +8,29 @@ Engines: ``tests/private_engine.py`` (each in network and UTS namespaces of its 
 ``REQUESTS_CA_BUNDLE`` and ``CURL_CA_BUNDLE`` pointing at an unrelated CA: the TLS
 engine must answer through the runtime's own CA regardless. The ssh engine is reached
 through an ``sshd`` of the test's own on a loopback port (``tests/private_sshd.py``)
-whose sessions get ``DOCKER_HOST`` set to the private engine's socket.
+whose sessions get ``DOCKER_HOST`` set to the private engine's socket. Over each, a container
+runs and its output is followed (aiodocker over TLS; the sync client on a thread over ssh).
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import ssl
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from containers.engines import engine_for
+from containers.engines.base import ContainerSpec
+from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE
 from containers.execution.health import runtime_health_check
 from containers.models import Runtime
-from tests.containers.conftest import _unavailable
+from tests.containers.conftest import IMAGE, _unavailable
 from tests.pki import Pki
 from tests.private_engine import TLS_PORT, PrivateDockerd, missing_tools
 from tests.private_sshd import PrivateSshd, missing_sshd
@@ -234,3 +240,48 @@ def test_an_ssh_host_whose_key_is_unknown_is_refused_with_that_reason(ssh_engine
     assert re.search(
         rf"^ssh: the host key of root@localhost:{sshd.port} is not in known_hosts", row.last_error
     ), _record(runtime)
+
+
+def _remote_runtime(transport: str, request) -> tuple[Runtime, PrivateDockerd]:
+    if transport == "tls":
+        engine, pki = request.getfixturevalue("tls_started"), request.getfixturevalue("pki")
+        return _tls_runtime(engine, pki, name="tls-run"), engine
+    engine, sshd = request.getfixturevalue("ssh_engine")
+    runtime = Runtime.objects.create(name="ssh-run", base_url=f"ssh://root@127.0.0.1:{sshd.port}")
+    return runtime, engine
+
+
+@pytest.mark.parametrize("transport", ["tls", "ssh"])
+def test_a_container_runs_on_the_remote_engine_and_its_output_is_followed(
+    transport, request, docker_client
+):
+    runtime, private = _remote_runtime(transport, request)
+    private.load_image(IMAGE)
+    engine = engine_for(runtime)
+    name = f"gb-remote-{uuid.uuid4().hex[:8]}"
+    spec = ContainerSpec(
+        name=name,
+        image=IMAGE,
+        labels={LABEL_INSTALLATION: "remote-engines", LABEL_INSTANCE: name},
+        command=["sh", "-c", "echo hello-over-$0", transport],
+        pull_policy="never",
+        network="none",
+    )
+    ref = engine.create(spec)
+    try:
+        engine.start(ref)
+
+        async def follow() -> bytes:
+            stream = await engine.follow_logs(ref, tail=10, until=time.time() + 60)
+            return b"".join([chunk async for chunk in stream])  # ends as the container exits
+
+        output = asyncio.run(follow())
+        state = engine.inspect(ref)
+    finally:
+        engine.remove(ref)
+    assert output == f"hello-over-{transport}\n".encode(), output
+    assert (state.status, state.exit_code, state.node_name) == (
+        "exited",
+        0,
+        f"gobrave-{transport}-engine",
+    ), state
