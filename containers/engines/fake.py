@@ -148,7 +148,7 @@ class FakeEngine:
 
     def check(self) -> None:
         if not self.ping():
-            raise EngineError(f"the fake engine at {self.root} is down")
+            raise EngineError(f"the engine did not answer (the fake engine at {self.root} is down)")
 
     def node_name(self) -> str:
         return "fake-node"
