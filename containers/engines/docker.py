@@ -44,6 +44,7 @@ from containers.engines.base import (
     StaleTaskError,
     Workspace,
 )
+from containers.engines.docker_reasons import unreachable_reason
 from containers.engines.follows import EngineStream, follow_in_thread
 from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE
 
@@ -356,8 +357,6 @@ class DockerEngine:
         """Ask the engine now (a ping); raise ``EngineError`` saying in an operator's words
         why it does not answer (``docker_reasons``: a refused handshake, a wrong CA, an
         expired certificate, plain HTTP to a TLS port, a closed port, ssh refusals)."""
-        from containers.engines.docker_reasons import unreachable_reason
-
         tls = (self.tls.ca_cert, self.tls.client_cert, self.tls.client_key) if self.tls else None
         try:
             if self._api().ping():
