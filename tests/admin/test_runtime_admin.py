@@ -56,3 +56,20 @@ def test_a_tls_engine_is_saved_with_its_file_paths(superuser, pki):
     assert response.status_code == 302, response.content.decode()[:2000]
     row = Runtime.objects.filter(name="remote").values(*files).first()
     assert row == files, row
+
+
+def test_the_runtime_page_checks_the_engine_and_shows_why_it_does_not_answer(superuser, pki):
+    runtime = Runtime.objects.create(
+        name="closed",
+        base_url="tcp://127.0.0.1:1",
+        tls_ca_cert=pki.cert("ca"),
+        tls_client_cert=pki.cert("client"),
+        tls_client_key=pki.key("client"),
+    )
+    client = Client()
+    client.force_login(superuser)
+    page = client.get(f"/admin/containers/runtime/{runtime.pk}/change/").content.decode()
+    row = Runtime.objects.filter(pk=runtime.pk).values("health", "last_error").first()
+    assert row["health"] == "unreachable", row
+    assert row["last_error"].startswith("connection refused at 127.0.0.1:1: nothing listens"), row
+    assert "connection refused at 127.0.0.1:1: nothing listens there" in page, row
