@@ -44,6 +44,7 @@ def unrelated_ca_bundle(pki) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("REQUESTS_CA_BUNDLE", pki.cert("unrelated"))
         patch.setenv("CURL_CA_BUNDLE", pki.cert("unrelated"))
+        patch.setenv("SSL_CERT_FILE", pki.cert("unrelated"))
         yield
 
 
@@ -155,6 +156,20 @@ def test_each_refusal_gives_the_runtime_a_reason_an_operator_understands(tls_sta
     row = Runtime.objects.get(pk=runtime.pk)
     assert row.health == Runtime.Health.UNREACHABLE, _record(runtime)
     assert re.search(reason, row.last_error), _record(runtime)
+
+
+def test_the_environment_naming_the_engines_own_ca_does_not_make_a_wrong_ca_right(
+    tls_started, pki, monkeypatch
+):
+    """Verification cannot be weakened from outside: the CA bundles of the environment
+    name the CA that did sign the engine, the runtime names another: refused."""
+    for variable in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE"):
+        monkeypatch.setenv(variable, pki.cert("ca"))
+    runtime = _tls_runtime(tls_started, pki, name="weakened", tls_ca_cert=pki.cert("foreign"))
+
+    assert not runtime_health_check(runtime=runtime), _record(runtime)
+    row = Runtime.objects.get(pk=runtime.pk)
+    assert row.last_error.startswith("wrong CA: the engine's certificate at "), _record(runtime)
 
 
 def test_an_expired_engine_certificate_is_named_as_such(tls_started, pki, tmp_path):
