@@ -257,6 +257,18 @@ def test_an_ssh_host_whose_key_is_unknown_is_refused_with_that_reason(ssh_engine
     ), _record(runtime)
 
 
+def test_an_ssh_host_that_refuses_our_key_is_named_with_that_reason(ssh_engine):
+    _, sshd = ssh_engine
+    url = f"ssh://no-such-user@127.0.0.1:{sshd.port}"
+    runtime = Runtime.objects.create(name="ssh-refused", base_url=url)
+
+    assert not runtime_health_check(runtime=runtime), _record(runtime)
+    row = Runtime.objects.get(pk=runtime.pk)
+    assert row.last_error.startswith(f"ssh: no-such-user@127.0.0.1:{sshd.port} refused our key"), (
+        _record(runtime)
+    )
+
+
 def _remote_runtime(transport: str, request) -> tuple[Runtime, PrivateDockerd]:
     if transport == "tls":
         engine, pki = request.getfixturevalue("tls_started"), request.getfixturevalue("pki")
