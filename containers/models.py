@@ -30,7 +30,10 @@ class Runtime(models.Model):
     last check found (written only by ``containers.execution.health.runtime_health_record``).
     ``workspace_driver`` says how owners' workspaces are made on this engine: a named
     volume (the default, the only choice for a remote engine) or a directory under
-    ``workspace_root`` (an engine on this host, ``is_local``).
+    ``workspace_root`` (an engine on this host, ``is_local``). ``base_url`` and the
+    ``tls_*`` file paths say how the engine is reached (``containers.addresses``: unix,
+    tcp with mutual TLS, ssh); ``clean()`` refuses an unsafe or malformed address, and
+    ``last_error`` says in an operator's words why the engine did not answer.
     """
 
     class Driver(models.TextChoices):
