@@ -99,12 +99,16 @@ def plant_runtime_tls_key(canary: str) -> None:
     """A runtime whose client key file (a real key, the canary in its PEM: text before the
     BEGIN line is read past) serves a TLS engine that refuses every connection: the
     admin's page checks it (the key is loaded), every other page and answer names it."""
+    import atexit
+    import shutil
     import tempfile
     from pathlib import Path
 
     from tests.pki import Pki
 
-    pki = Pki(Path(tempfile.mkdtemp(prefix="gobrave-canary-")))
+    directory = tempfile.mkdtemp(prefix="gobrave-canary-")
+    atexit.register(shutil.rmtree, directory, True)
+    pki = Pki(Path(directory))
     pki.ca("ca")
     pki.signed("ca", "client", "extendedKeyUsage=clientAuth")
     key = Path(pki.key("client"))
