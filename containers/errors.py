@@ -116,6 +116,14 @@ class RuntimeNotDecommissioned(DomainError):
     http_status = 409
 
 
+class InvalidRuntime(DomainError):
+    """A runtime's fields cannot be saved: how to reach its engine is unsafe or malformed,
+    a TLS file is missing, its name is taken (400; ``details.fields``: field → message)."""
+
+    code = "invalid_runtime"
+    http_status = 400
+
+
 class NotFound(DomainError):
     """No such instance (or not visible to the caller) (HTTP 404)."""
 

@@ -10,6 +10,7 @@ from django.db import models
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
+from containers.addresses import engine_address_problems
 from containers.states import Status, sources_of
 
 
@@ -29,7 +30,10 @@ class Runtime(models.Model):
     last check found (written only by ``containers.execution.health.runtime_health_record``).
     ``workspace_driver`` says how owners' workspaces are made on this engine: a named
     volume (the default, the only choice for a remote engine) or a directory under
-    ``workspace_root`` (an engine on this host, ``is_local``).
+    ``workspace_root`` (an engine on this host, ``is_local``). ``base_url`` and the
+    ``tls_*`` file paths say how the engine is reached (``containers.addresses``: unix,
+    tcp with mutual TLS, ssh); ``clean()`` refuses an unsafe or malformed address, and
+    ``last_error`` says in an operator's words why the engine did not answer.
 
     ``cordoned``: the engine takes no new placement (creates, DAG runs) while everything
     on it keeps running and its instances still start there; ``decommissioned_at``: the
@@ -57,6 +61,25 @@ class Runtime(models.Model):
     enabled = models.BooleanField(default=True)
     workspace_driver = models.CharField(
         max_length=16, choices=WorkspaceDriver.choices, default=WorkspaceDriver.VOLUME
+    )
+    # Mutual TLS to a ``tcp://`` engine: PEM files on the hosts that run gobrave, given by
+    # path (the paths are not secrets; the files are, and never enter the database).
+    tls_ca_cert = models.CharField(
+        max_length=1024,
+        blank=True,
+        help_text="tcp:// only: path of the CA certificate that signed the engine's certificate.",
+    )
+    tls_client_cert = models.CharField(
+        max_length=1024,
+        blank=True,
+        help_text="tcp:// only: path of gobrave's client certificate (signed by the CA the "
+        "engine trusts).",
+    )
+    tls_client_key = models.CharField(
+        max_length=1024,
+        blank=True,
+        help_text="tcp:// only: path of the client certificate's private key (a file no other "
+        "user may read; its content is never stored, shown or logged).",
     )
     node_name = models.CharField(max_length=255, blank=True)
     # The engine's health as last checked (``containers.execution.health``): pages show these and
@@ -93,11 +116,30 @@ class Runtime(models.Model):
         check; every other engine gets named volumes only."""
         return self.base_url.startswith(("unix://", "fake://"))
 
+    @property
+    def tls_files(self) -> tuple[str, str, str] | None:
+        """``(ca_cert, client_cert, client_key)`` when the row reaches its engine over
+        mutual TLS, else None."""
+        if not (self.tls_ca_cert or self.tls_client_cert or self.tls_client_key):
+            return None
+        return (self.tls_ca_cert, self.tls_client_cert, self.tls_client_key)
+
     def clean(self) -> None:
+        """Refuses an address gobrave cannot reach safely (``engine_address_problems``)
+        and a directory workspace on a remote engine."""
+        problems = engine_address_problems(
+            driver=self.driver,
+            base_url=self.base_url,
+            tls_ca_cert=self.tls_ca_cert,
+            tls_client_cert=self.tls_client_cert,
+            tls_client_key=self.tls_client_key,
+        )
         if self.workspace_driver == self.WorkspaceDriver.DIRECTORY and not self.is_local:
-            raise ValidationError(
-                {"workspace_driver": "A remote engine can only use named-volume workspaces."}
+            problems.setdefault(
+                "workspace_driver", "A remote engine can only use named-volume workspaces."
             )
+        if problems:
+            raise ValidationError(problems)
 
 
 class ContainerTemplate(models.Model):

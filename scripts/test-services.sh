@@ -59,6 +59,22 @@ if ! command -v docker-registry >/dev/null 2>&1; then
 fi
 say "docker-registry $(docker-registry --version 2>&1 | awk '{print $NF}')"
 
+# openssh-server (Debian's), for the ssh:// engine tests: each test module runs its own sshd
+# on a free 127.0.0.1 port. Installed only; its system service is never enabled or started.
+if [ ! -x /usr/sbin/sshd ]; then
+    say "installing openssh-server"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    apt-get install -y -q --no-install-recommends openssh-server >/dev/null
+    if [ -d /run/systemd/system ]; then
+        systemctl disable --now ssh.service >/dev/null 2>&1 || true
+    else
+        rm -f /etc/systemd/system/multi-user.target.wants/ssh.service \
+            /etc/systemd/system/sshd.service
+    fi
+fi
+say "sshd $(/usr/sbin/sshd -V 2>&1 | head -n 1 | awk '{print $1}')"
+
 bash scripts/test-engine.sh
 if [ -f scripts/browser-setup.sh ]; then
     bash scripts/browser-setup.sh

@@ -17,7 +17,11 @@ is then in flight for as long as the test wants (to restart the daemon under it)
 With ``tcp=True`` it is also a remote engine: a veth pair (10.251.N.0/30, used only
 between its two ends) links the namespace to the host, gobrave reaches the daemon over
 TCP (``url``) while the test keeps the unix socket (``side_door``), and ``cut()`` drops
-every packet inside the namespace (no RST, no ICMP: silence) until ``restore()``.
+every packet inside the namespace (no RST, no ICMP: silence) until ``restore()``. Set
+``tls`` (the daemon's CA, certificate and key; its address, ``address``, is known from
+construction on, to make the certificate for) before ``start()``: the TCP port then
+speaks mutual TLS only (``--tlsverify``, port 2376). ``hostname``: the daemon runs in a
+UTS namespace of its own under that name (``docker info``'s Name tells it apart).
 
 Needs root, ``ip``, ``nsenter``, ``dockerd`` and ``docker`` (and ``iptables`` to cut).
 """
@@ -40,6 +44,7 @@ import docker
 
 TOOLS = ("ip", "nsenter", "dockerd", "docker")
 PORT = 2375
+TLS_PORT = 2376
 
 
 def _run(*args: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
@@ -78,8 +83,13 @@ class PrivateDockerd:
         live_restore: bool = True,
         gated_runtime: bool = False,
         tcp: bool = False,
+        tls: tuple[str, str, str] | None = None,
+        hostname: str | None = None,
     ) -> None:
         self.live_restore, self.gated_runtime, self.tcp = live_restore, gated_runtime, tcp
+        self.tls, self.hostname = tls, hostname
+        self.subnet = _free_subnet() if tcp else None
+        self.address = f"10.251.{self.subnet}.2" if tcp else None
         self.tag = tag = uuid.uuid4().hex[:8]
         self.netns = f"gobrave-{label}-{tag}"
         self.root = Path(f"/tmp/gobrave-{label}-{tag}")
@@ -106,10 +116,12 @@ class PrivateDockerd:
             if self.tcp:
                 self._link()
         log = open(self.root / "dockerd.log", "ab")  # noqa: SIM115 - the daemon holds it
+        uts = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', self.hostname]
         self.process = subprocess.Popen(
             [
                 "nsenter",
                 f"--net=/run/netns/{self.netns}",
+                *(uts if self.hostname else []),
                 "dockerd",
                 f"--config-file={self.root / 'daemon.json'}",
                 f"--data-root={self.root / 'data'}",
@@ -118,7 +130,17 @@ class PrivateDockerd:
                 *(f"--host={host}" for host in self.hosts),
                 f"--cgroup-parent={self.cgroup_parent}",
                 *(["--live-restore"] if self.live_restore else []),
-                *(["--tls=false"] if self.tcp else []),
+                *(["--tls=false"] if self.tcp and not self.tls else []),
+                *(
+                    [
+                        "--tlsverify",
+                        f"--tlscacert={self.tls[0]}",
+                        f"--tlscert={self.tls[1]}",
+                        f"--tlskey={self.tls[2]}",
+                    ]
+                    if self.tls
+                    else []
+                ),
                 "--iptables=false",
                 "--ip6tables=false",
                 "--ip-masq=false",
@@ -236,7 +258,7 @@ class PrivateDockerd:
     # --- the TCP link (tcp=True) ---------------------------------------------------------
 
     def _link(self) -> None:
-        n = _free_subnet()
+        n = self.subnet
         host_ip, ns_ip = f"10.251.{n}.1", f"10.251.{n}.2"
         host_end, ns_end = f"gbh{self.tag}", f"gbn{self.tag}"
         _run("ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end)
@@ -245,7 +267,7 @@ class PrivateDockerd:
         _run("ip", "link", "set", host_end, "up")
         self._nsenter("ip", "addr", "add", f"{ns_ip}/30", "dev", ns_end)
         self._nsenter("ip", "link", "set", ns_end, "up")
-        self.url = f"tcp://{ns_ip}:{PORT}"
+        self.url = f"tcp://{ns_ip}:{TLS_PORT if self.tls else PORT}"
         self.hosts = [self.url, self.side_door]
 
     def cut(self) -> None:

@@ -649,11 +649,26 @@ class ContainerTemplateAdmin(RedactedFieldsMixin, admin.ModelAdmin):
 
 
 class RuntimeForm(forms.ModelForm):
-    """Offers the ``fake`` driver only where the settings allow it (tests)."""
+    """Offers the ``fake`` driver only where the settings allow it (tests). The address
+    and the TLS files are checked by ``Runtime.clean`` (``containers.addresses``): the
+    paths are shown, the files' content never."""
 
     class Meta:
         model = Runtime
-        fields = ["name", "driver", "base_url", "labels", "enabled"]
+        fields = [
+            "name",
+            "driver",
+            "base_url",
+            "tls_ca_cert",
+            "tls_client_cert",
+            "tls_client_key",
+            "labels",
+            "enabled",
+        ]
+        help_texts = {
+            "base_url": "unix:///var/run/docker.sock, tcp://host:2376 with the three TLS "
+            "files below, or ssh://user@host[:port] (as the user gobrave runs as).",
+        }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

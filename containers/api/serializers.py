@@ -331,6 +331,36 @@ class TemplateOutputSerializer(ForViewer, serializers.ModelSerializer):
 # --- runtimes and the queue -------------------------------------------------------------
 
 
+class RuntimeInputSerializer(InputSerializer):
+    """A runtime to create, or (PATCH) the fields to change. How to reach the engine is
+    checked by the service (``containers.fleet.runtimes``); the TLS fields are paths."""
+
+    name = serializers.SlugField(max_length=64)
+    driver = serializers.ChoiceField(choices=Runtime.Driver.choices, default="docker")
+    base_url = serializers.CharField(
+        max_length=255,
+        help_text="unix:///path, tcp://host:port (with the three TLS files), or "
+        "ssh://user@host[:port].",
+    )
+    tls_ca_cert = serializers.CharField(max_length=1024, default="", allow_blank=True)
+    tls_client_cert = serializers.CharField(max_length=1024, default="", allow_blank=True)
+    tls_client_key = serializers.CharField(
+        max_length=1024,
+        default="",
+        allow_blank=True,
+        help_text="The key file's path on gobrave's hosts; its content is never read back.",
+    )
+    labels = StoredJSONField(default=dict, help_text="Label name: value (templates match them).")
+    enabled = serializers.BooleanField(default=True)
+
+    def validate_labels(self, value):
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise serializers.ValidationError("An object of label names to string values.")
+        return value
+
+
 class RuntimeOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = Runtime
@@ -339,6 +369,9 @@ class RuntimeOutputSerializer(serializers.ModelSerializer):
             "name",
             "driver",
             "base_url",
+            "tls_ca_cert",
+            "tls_client_cert",
+            "tls_client_key",
             "labels",
             "enabled",
             "workspace_driver",

@@ -38,6 +38,7 @@ from containers.api.filters import InstanceFilter, RuntimeFilter, TemplateFilter
 from containers.engines import calls
 from containers.engines.base import EngineError
 from containers.errors import EngineUnavailable, NotFound, TemplateUnavailable
+from containers.fleet import runtimes
 from containers.fleet.selectors import runtime_decommission_preview
 from containers.fleet.services import runtime_cordon, runtime_decommission, runtime_uncordon
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
@@ -359,8 +360,9 @@ class TemplateViewSet(viewsets.GenericViewSet):
     ),
 )
 class RuntimeViewSet(viewsets.GenericViewSet):
-    """The container engines gobrave schedules onto (edit them in the admin); an operator
-    with ``change_runtime`` cordons, uncordons and decommissions them here."""
+    """The container engines gobrave schedules onto; staff with the runtime permissions
+    add them, change how they are reached (``containers.fleet.runtimes``), and cordon,
+    uncordon and decommission them (``change_runtime``)."""
 
     parser_classes = [JSONParser]
     required_permissions = {
@@ -369,11 +371,40 @@ class RuntimeViewSet(viewsets.GenericViewSet):
         "cordon": ("containers.change_runtime",),
         "uncordon": ("containers.change_runtime",),
         "decommission": ("containers.change_runtime",),
+        "create": ("containers.add_runtime",),
+        "partial_update": ("containers.change_runtime",),
     }
     serializer_class = s.RuntimeOutputSerializer
     queryset = Runtime.objects.none()
     filter_backends = [DjangoFilterBackend]
     filterset_class = RuntimeFilter
+
+    def get_serializer_class(self):  # the browsable API's forms
+        writes = {"create", "partial_update"}
+        return s.RuntimeInputSerializer if self.action in writes else self.serializer_class
+
+    @extend_schema(
+        summary="Add a runtime (permission add_runtime)",
+        request=s.RuntimeInputSerializer,
+        responses={201: s.RuntimeOutputSerializer, **error_responses(400)},
+    )
+    def create(self, request):
+        data = s.RuntimeInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        runtime = runtimes.runtime_create(**data.validated_data)
+        return Response(s.RuntimeOutputSerializer(runtime).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Change a runtime's fields (permission change_runtime)",
+        request=s.RuntimeInputSerializer(partial=True),
+        responses={200: s.RuntimeOutputSerializer, **error_responses(400, 404)},
+    )
+    def partial_update(self, request, pk: str):
+        runtime = selectors.runtime_by_id(runtime_id=pk)
+        data = s.RuntimeInputSerializer(data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        runtime = runtimes.runtime_update(runtime_id=runtime.pk, **data.validated_data)
+        return Response(s.RuntimeOutputSerializer(runtime).data)
 
     def list(self, request):
         page = self.paginate_queryset(self.filter_queryset(selectors.runtime_list()))

@@ -18,7 +18,7 @@ from containers.engines.base import Engine, PermanentEngineError
 if TYPE_CHECKING:
     from containers.models import Runtime
 
-_cache: dict[tuple[int, str, str], Engine] = {}
+_cache: dict[tuple[int, str, str, tuple[str, str, str] | None], Engine] = {}
 
 
 def fake_driver_allowed() -> bool:
@@ -30,9 +30,11 @@ def fake_driver_allowed() -> bool:
 def engine_for(runtime: Runtime) -> Engine:
     """The engine behind a ``Runtime`` row, cached per process (and per daemon).
 
-    A ``fake`` row outside tests raises ``PermanentEngineError`` (nothing runs on it).
+    A ``fake`` row outside tests raises ``PermanentEngineError`` (nothing runs on it). A
+    row with TLS files reaches its engine over mutual TLS with them (``TLSFiles``): its
+    certificate verified against that CA alone, whatever the environment says.
     """
-    key = (os.getpid(), runtime.driver, runtime.base_url)
+    key = (os.getpid(), runtime.driver, runtime.base_url, runtime.tls_files)
     if runtime.driver == "fake" and not fake_driver_allowed():
         raise PermanentEngineError(
             f"runtime {runtime.name}: the fake driver is for tests only (GOBRAVE_FAKE_RUNTIME)"
@@ -43,7 +45,8 @@ def engine_for(runtime: Runtime) -> Engine:
 
             _cache[key] = FakeEngine(runtime.base_url)
         else:
-            from containers.engines.docker import DockerEngine
+            from containers.engines.docker import DockerEngine, TLSFiles
 
-            _cache[key] = DockerEngine(runtime.base_url)
+            tls = TLSFiles(*runtime.tls_files) if runtime.tls_files else None
+            _cache[key] = DockerEngine(runtime.base_url, tls=tls)
     return _cache[key]

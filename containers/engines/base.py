@@ -131,6 +131,10 @@ class Engine(Protocol):
     def ping(self) -> bool:
         """True when the engine answers."""
 
+    def check(self) -> None:
+        """Ask the engine now; raise ``EngineError`` saying, in an operator's words, why it
+        does not answer (the health reason pages show)."""
+
     def node_name(self) -> str:
         """The engine host's name (for backfilling ``runtime_node_name``)."""
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from containers.engines import engine_for
+from containers.engines.base import EngineError
 from containers.engines.follows import EngineStream
 
 if TYPE_CHECKING:
@@ -167,11 +168,19 @@ def _no_output(instance: ContainerInstance) -> str:
 
 
 def engine_ping(*, runtime: Runtime, seconds: float = ENGINE_CALL_SECONDS) -> tuple[bool, str]:
-    """``(answers, problem)`` for the engine behind one ``Runtime`` row, asked now."""
-    answered, problem = bounded_call(lambda: engine_for(runtime).ping(), seconds=seconds)
-    if problem:
-        return False, problem
-    return bool(answered), "" if answered else "the engine did not answer a ping"
+    """``(answers, problem)`` for the engine behind one ``Runtime`` row, asked now;
+    ``problem`` is the engine's reason in an operator's words (``Engine.check``)."""
+
+    def check() -> str:
+        try:
+            engine_for(runtime).check()
+        except EngineError as exc:
+            return str(exc)
+        return ""
+
+    reason, problem = bounded_call(check, seconds=seconds)
+    problem = problem or reason
+    return not problem, problem
 
 
 OUTPUT_KEPT_BYTES = 64 * 1024

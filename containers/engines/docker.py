@@ -44,6 +44,7 @@ from containers.engines.base import (
     StaleTaskError,
     Workspace,
 )
+from containers.engines.docker_reasons import unreachable_reason
 from containers.engines.follows import EngineStream, follow_in_thread
 from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE
 
@@ -83,6 +84,12 @@ _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
     urllib3.exceptions.HTTPError,
     OSError,
 )
+try:  # ssh:// (docker[ssh]): paramiko's refusals (host key, authentication) too
+    import paramiko
+
+    _TRANSPORT_ERRORS += (paramiko.SSHException,)
+except ImportError:  # pragma: no cover - paramiko is a dependency
+    pass
 
 
 def _api_error(what: str, exc: docker.errors.APIError) -> EngineError:
@@ -341,10 +348,26 @@ class DockerEngine:
     def ping(self) -> bool:
         """True when the engine answers; never raises."""
         try:
-            with _translated("ping"):
-                return bool(self._api().ping())
+            self.check()
         except EngineError:
             return False
+        return True
+
+    def check(self) -> None:
+        """Ask the engine now (a ping); raise ``EngineError`` saying in an operator's words
+        why it does not answer (``docker_reasons``: a refused handshake, a wrong CA, an
+        expired certificate, plain HTTP to a TLS port, a closed port, ssh refusals)."""
+        tls = (self.tls.ca_cert, self.tls.client_cert, self.tls.client_key) if self.tls else None
+        try:
+            if self._api().ping():
+                return
+            raise EngineError("the engine did not answer a ping")
+        except EngineError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every transport's errors (ssl, paramiko)
+            raise EngineError(
+                unreachable_reason(exc, base_url=self.base_url, tls_files=tls)
+            ) from exc
 
     def node_name(self) -> str:
         """The engine host's name (``docker info`` Name), cached after the first answer."""

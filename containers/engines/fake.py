@@ -146,6 +146,10 @@ class FakeEngine:
     def ping(self) -> bool:
         return not (self.root / "down").exists()
 
+    def check(self) -> None:
+        if not self.ping():
+            raise EngineError(f"the engine did not answer (the fake engine at {self.root} is down)")
+
     def node_name(self) -> str:
         return "fake-node"
 

@@ -26,6 +26,8 @@ pytestmark = pytest.mark.django_db
 
 TEMPLATE = {"name": "web", "image": "nginx", "constraints": {"engine": "fake"}}
 DAG = {"name": "solo", "nodes": [{"key": "a", "template": "sleeper"}]}
+RUNTIME = {"name": "matrix-engine", "base_url": "unix:///var/run/docker.sock"}
+LABELS = {"labels": {"m": "1"}}
 ERROR_CODES = {
     401: "not_authenticated",
     403: "permission_denied",
@@ -108,6 +110,8 @@ API = [
     ("delete", "/api/templates/{spare}/", None,         (401, 403, 403, 403, 403, 204, 204)),
     ("get", "/api/runtimes/", None,                     (401, 403, 403, 403, 200, 200, 200)),
     ("get", "/api/runtimes/{runtime}/", None,           (401, 403, 403, 403, 200, 200, 200)),
+    ("post", "/api/runtimes/", RUNTIME,                 (401, 403, 403, 403, 403, 403, 201)),
+    ("patch", "/api/runtimes/{runtime}/", LABELS,       (401, 403, 403, 403, 403, 200, 200)),
     ("get", "/api/outbox/", None,                       (401, 403, 403, 403, 200, 200, 200)),
     ("get", "/api/outbox/{row}/", None,                 (401, 403, 403, 403, 200, 200, 200)),
     ("post", "/api/outbox/{row}/retry/", None,          (401, 403, 403, 403, 403, 200, 200)),

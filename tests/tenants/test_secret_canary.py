@@ -95,11 +95,42 @@ def plant_api_token(canary: str) -> None:
     assert response.status_code == 201 and response.json()["key"] == canary, response.content
 
 
+def plant_runtime_tls_key(canary: str) -> None:
+    """A runtime whose client key file (a real key, the canary in its PEM: text before the
+    BEGIN line is read past) serves a TLS engine that refuses every connection: the
+    admin's page checks it (the key is loaded), every other page and answer names it."""
+    import atexit
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from tests.pki import Pki
+
+    directory = tempfile.mkdtemp(prefix="gobrave-canary-")
+    atexit.register(shutil.rmtree, directory, True)
+    pki = Pki(Path(directory))
+    pki.ca("ca")
+    pki.signed("ca", "client", "extendedKeyUsage=clientAuth")
+    key = Path(pki.key("client"))
+    key.write_text(f"{canary}\n{key.read_text()}")
+    runtime = Runtime(
+        name="tls-canary",
+        base_url="tcp://127.0.0.1:1",
+        tls_ca_cert=pki.cert("ca"),
+        tls_client_cert=pki.cert("client"),
+        tls_client_key=str(key),
+        enabled=False,  # no placement: the users' instances stay on the fake engine
+    )
+    runtime.full_clean()
+    runtime.save()
+
+
 PLACES = [
     Place("template env", plant_template_env),
     Place("DAG node env", plant_dag_node_env),
     Place("stored DAG node output", plant_dag_node_output),
     Place("API token", plant_api_token, operators_see_it=False),  # its key: shown to no one
+    Place("runtime TLS key", plant_runtime_tls_key, operators_see_it=False),  # the file's
 ]
 
 

@@ -1,0 +1,80 @@
+"""Runtime rows written through the API: created and changed, checked first.
+
+The admin's form checks the same (``Runtime.clean``, through ``full_clean``): how the row
+reaches its engine (``containers.addresses``: unix, tcp with mutual TLS given as file
+paths, ssh; plain tcp only to loopback), its name, its driver. Nothing is saved when a
+check fails.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from containers.engines import fake_driver_allowed
+from containers.errors import InvalidRuntime, NotFound
+from containers.models import Runtime
+
+# What a caller may set; health, node name and timestamps are gobrave's.
+WRITABLE = (
+    "name",
+    "driver",
+    "base_url",
+    "tls_ca_cert",
+    "tls_client_cert",
+    "tls_client_key",
+    "labels",
+    "enabled",
+)
+
+
+def _checked(runtime: Runtime) -> None:
+    """``InvalidRuntime`` with every problem by field, or nothing. Reads the TLS files
+    (never quoting them), never asks the engine."""
+    problems: dict[str, str] = {}
+    try:
+        runtime.full_clean()
+    except ValidationError as exc:
+        problems = {field: " ".join(messages) for field, messages in exc.message_dict.items()}
+    if runtime.driver == Runtime.Driver.FAKE and not fake_driver_allowed():
+        problems["driver"] = "The fake driver is for tests only."
+    if problems:
+        first = next(iter(problems))
+        raise InvalidRuntime(f"{first}: {problems[first]}", fields=problems)
+
+
+def runtime_create(**fields: Any) -> Runtime:
+    """Create a runtime from ``WRITABLE`` fields, checked (``InvalidRuntime`` otherwise).
+
+    One transaction; not idempotent (a second create with the same name is refused).
+    """
+    unknown = set(fields) - set(WRITABLE)
+    if unknown:
+        raise InvalidRuntime(f"unknown runtime fields: {', '.join(sorted(unknown))}")
+    runtime = Runtime(**fields)
+    _checked(runtime)
+    with transaction.atomic():
+        runtime.save()
+    return runtime
+
+
+def runtime_update(*, runtime_id: int, **fields: Any) -> Runtime:
+    """Change the ``WRITABLE`` fields given, checked as a whole row (``InvalidRuntime``:
+    nothing changes). Holds the row's lock while it checks and saves, so two changes never
+    interleave; idempotent for the same fields. Instances already there stay: a new
+    address is how the same engine is reached from now on (each process makes a new
+    engine object for it)."""
+    unknown = set(fields) - set(WRITABLE)
+    if unknown:
+        raise InvalidRuntime(f"unknown runtime fields: {', '.join(sorted(unknown))}")
+    with transaction.atomic():
+        runtime = Runtime.objects.select_for_update().filter(pk=runtime_id).first()
+        if runtime is None:
+            raise NotFound(f"no runtime {runtime_id}")
+        for field, value in fields.items():
+            setattr(runtime, field, value)
+        _checked(runtime)
+        runtime.save(update_fields=list(fields))
+    return runtime

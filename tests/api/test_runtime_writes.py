@@ -1,0 +1,83 @@
+"""Runtimes through the API (staff): added with ``add_runtime``, changed with
+``change_runtime``; how to reach the engine is checked (``containers.addresses``) and a
+refusal is a 400 ``invalid_runtime`` naming each field, with nothing saved."""
+
+from __future__ import annotations
+
+import pytest
+
+from containers.models import Runtime
+from tests.api.helpers import assert_error, token_client
+from tests.factories import UserFactory
+from tests.pki import Pki
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def root():
+    return token_client(UserFactory(username="root", is_staff=True, is_superuser=True))
+
+
+@pytest.fixture
+def pki(tmp_path) -> Pki:
+    pki = Pki(tmp_path)
+    pki.ca("ca")
+    pki.signed("ca", "client", "extendedKeyUsage=clientAuth")
+    return pki
+
+
+def _files(pki: Pki) -> dict[str, str]:
+    return {
+        "tls_ca_cert": pki.cert("ca"),
+        "tls_client_cert": pki.cert("client"),
+        "tls_client_key": pki.key("client"),
+    }
+
+
+def test_a_tls_engine_is_added_and_its_paths_shown(root, pki):
+    body = {"name": "engine-3", "base_url": "tcp://10.0.3.7:2376", **_files(pki)}
+    response = root.post("/api/runtimes/", body, format="json")
+    assert response.status_code == 201, response.content
+    shown = response.json()
+    assert {k: shown[k] for k in body} == body, shown
+    row = Runtime.objects.filter(name="engine-3").values("base_url", *_files(pki)).first()
+    assert row == {k: body[k] for k in row}, row
+
+
+def test_plain_tcp_to_another_host_is_a_400_naming_the_field_and_saves_nothing(root):
+    response = root.post(
+        "/api/runtimes/", {"name": "open", "base_url": "tcp://10.0.3.7:2375"}, format="json"
+    )
+    error = assert_error(response, 400, "invalid_runtime")
+    assert list(error["details"]["fields"]) == ["base_url"], error
+    assert "refused to any host but a loopback one" in error["details"]["fields"]["base_url"]
+    assert list(Runtime.objects.filter(name="open").values("base_url")) == []
+
+
+def test_a_change_that_drops_a_tls_file_is_refused_and_changes_nothing(root, pki):
+    runtime = Runtime.objects.create(name="engine-3", base_url="tcp://10.0.3.7:2376", **_files(pki))
+    response = root.patch(
+        f"/api/runtimes/{runtime.pk}/", {"tls_client_key": "", "labels": {"a": "b"}}, format="json"
+    )
+    error = assert_error(response, 400, "invalid_runtime")
+    assert list(error["details"]["fields"]) == ["tls_client_key"], error
+    row = Runtime.objects.filter(pk=runtime.pk).values("tls_client_key", "labels").first()
+    assert row == {"tls_client_key": pki.key("client"), "labels": {}}, row
+
+
+def test_a_change_to_ssh_is_saved(root, pki):
+    runtime = Runtime.objects.create(name="engine-3", base_url="tcp://10.0.3.7:2376", **_files(pki))
+    change = {"base_url": "ssh://deploy@engine-3:2222", **dict.fromkeys(_files(pki), "")}
+    response = root.patch(f"/api/runtimes/{runtime.pk}/", change, format="json")
+    assert response.status_code == 200, response.content
+    row = Runtime.objects.filter(pk=runtime.pk).values(*change).first()
+    assert row == change, row
+
+
+def test_an_operator_without_add_runtime_may_not_add_one(staff_user):
+    response = token_client(staff_user).post(
+        "/api/runtimes/", {"name": "x", "base_url": "unix:///var/run/docker.sock"}, format="json"
+    )
+    assert_error(response, 403)
+    assert not Runtime.objects.filter(name="x").exists()
