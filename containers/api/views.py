@@ -440,6 +440,7 @@ class RuntimeViewSet(viewsets.GenericViewSet):
 
     @extend_schema(
         methods=["GET"],
+        operation_id="runtimes_decommission_preview",
         summary="What a decommission would forget (permission change_runtime)",
         responses={200: s.DecommissionPreviewSerializer, **error_responses(404)},
     )
