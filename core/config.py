@@ -320,7 +320,7 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     "streams": {
         "per_user": (_integer(1, 10_000), 8),
         "total": (_integer(1, 1_000_000), 1000),
-        "idle_seconds": (_duration(1, 86400), 300.0),
+        "idle_seconds": (_duration(0.1, 86400), 300.0),
         "max_seconds": (_duration(1, 7 * 86400), 3600.0),
         "lease_seconds": (_duration(3, 3600), 60.0),
     },

@@ -217,8 +217,7 @@ def _is_stream(path: str) -> bool:
 
 def _get(client, path: str) -> str:
     """What ``client`` is answered at ``path``; a stream (a follow, a live page's events)
-    read to its end through the ASGI client (the test's config ends a quiet one after a
-    second)."""
+    read to its end through the ASGI client (the test's config ends a quiet one soon)."""
     if _is_stream(path):
         return stream_get(client, path)[1].decode(errors="replace")
     return _text(client.get(path))
@@ -261,9 +260,10 @@ def test_no_secret_reaches_anyone_without_the_permission_to_see_it(
     callers, fake_runtime, caplog, gobrave_config
 ):
     caplog.set_level(logging.DEBUG)
-    # A quiet stream ends after a second, so each is read to its end; the leases of this
-    # test's streams are released by other connections, which its transaction hides.
-    gobrave_config(streams={"idle_seconds": 1, "per_user": 10_000, "total": 100_000})
+    # A quiet stream ends after 0.3 s, so each is read to its end (what it sends first,
+    # it sends at once); the leases of this test's streams are released by other
+    # connections, which its transaction hides.
+    gobrave_config(streams={"idle_seconds": 0.3, "per_user": 10_000, "total": 100_000})
     for place in PLACES:
         place.plant(place.canary)
     answers = _use_everything(callers["user"].api)
