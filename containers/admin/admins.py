@@ -46,6 +46,7 @@ from containers.errors import InvalidSpec
 from containers.execution.health import runtime_health_check
 from containers.execution.housekeeping import orphan_remove
 from containers.execution.images import template_images_refresh
+from containers.fleet import runtimes
 from containers.models import (
     ContainerEvent,
     ContainerInstance,
@@ -655,16 +656,7 @@ class RuntimeForm(forms.ModelForm):
 
     class Meta:
         model = Runtime
-        fields = [
-            "name",
-            "driver",
-            "base_url",
-            "tls_ca_cert",
-            "tls_client_cert",
-            "tls_client_key",
-            "labels",
-            "enabled",
-        ]
+        fields = list(runtimes.WRITABLE)  # what the staff API may set too
         help_texts = {
             "base_url": "unix:///var/run/docker.sock, tcp://host:2376 with the three TLS "
             "files below, or ssh://user@host[:port] (as the user gobrave runs as).",
