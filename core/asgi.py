@@ -10,9 +10,10 @@ one thread of a bounded pool, given back when the response is ready.
    hundred KiB) for its whole life. Here the synchronous part runs on a bounded pool of
    ``GOBRAVE_WEB_THREADS`` threads (8 by default), reused as a threaded WSGI server
    reuses its threads: the request gives its database connections back (to the pool)
-   at its end, in its thread, and a ``StreamingHttpResponse`` over an async iterator is
-   then sent from the event loop alone (docs/architecture.md, "The web tier"). More
-   requests at once than threads wait for one, as under WSGI.
+   at its end, in its thread, as Django's ``request_finished`` would under WSGI, and a
+   ``StreamingHttpResponse`` over an async iterator is then sent from the event loop
+   alone (docs/architecture.md, "The web tier"). More requests at once than threads
+   wait for one, as under WSGI.
 
 3. The collector is tuned for a process holding many open streams (``asgi_application``).
 
@@ -29,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIHandler
-from django.db import connections
+from django.db import close_old_connections
 
 GC_THRESHOLDS = (50_000, 20, 100)
 
@@ -58,8 +59,10 @@ class SyncChainASGIHandler(ASGIHandler):
         try:
             return self.get_response(request)
         finally:
-            for connection in connections.all(initialized_only=True):
-                connection.close()  # back to the pool: the thread serves others next
+            # What Django does at a request's end, here in the request's own thread: a
+            # connection goes back to the pool (CONN_MAX_AGE 0 with the pool), or stays
+            # with this reused thread until its CONN_MAX_AGE (no pool).
+            close_old_connections()
 
 
 def asgi_application():
