@@ -53,7 +53,9 @@ def _locked(runtime_id: int) -> Runtime:
 def _set_cordon(*, runtime_id: int, cordoned: bool, actor: str) -> Runtime:
     with transaction.atomic():
         runtime = _locked(runtime_id)
-        if runtime.cordoned == cordoned:
+        # A decommissioned runtime stays cordoned; checked under the same lock, so a
+        # decommission that commits first is never undone.
+        if runtime.cordoned == cordoned or runtime.decommissioned_at is not None:
             return runtime
         runtime.cordoned = cordoned
         runtime.cordoned_at = timezone.now() if cordoned else None
@@ -88,10 +90,6 @@ def runtime_uncordon(*, runtime_id: int, actor: str) -> Runtime:
     stays cordoned (its engine is gone): it is returned as it is. ``NotFound`` for no
     such runtime.
     """
-    with transaction.atomic():
-        runtime = _locked(runtime_id)
-        if runtime.decommissioned_at is not None:
-            return runtime
     return _set_cordon(runtime_id=runtime_id, cordoned=False, actor=actor)
 
 
