@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import io
 import os
 import re
@@ -262,8 +263,10 @@ class TLSFiles:
             client_cert=(self.client_cert, self.client_key), ca_cert=self.ca_cert, verify=True
         )
 
+    @functools.cache  # noqa: B019 - frozen, a handful per process: read the files once
     def ssl_context(self) -> ssl.SSLContext:
-        """For the async client (``docker_follow``)."""
+        """For the async client (``docker_follow``); built once per set of files, not on
+        the event loop at every follow."""
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ca_cert)
         context.load_cert_chain(self.client_cert, self.client_key)
         return context
