@@ -18,11 +18,11 @@ from collections.abc import Callable
 from django.conf import settings
 
 from core.errors import LeaseLimitReached
-from core.leases import lease_acquire, lease_release, lease_renew
+from core.leases import LeaseScope, lease_acquire, lease_release, lease_renew
 from streams.errors import StreamLimitReached
 from streams.viewers import Viewer, viewer_user
 
-SCOPE = "stream"
+SCOPE = LeaseScope.STREAM
 
 # What a stream's access rule answers: None when the user may go on watching, else why not.
 AccessRule = Callable[[object], str | None]
