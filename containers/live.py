@@ -40,13 +40,16 @@ def output_follow_open(
     return async_to_sync(calls.container_logs_follow)(instance=instance, tail=tail, seconds=seconds)
 
 
-async def output_text(stream: AsyncIterator[Any], *, user, spec: dict) -> AsyncIterator[str]:
+async def output_text(
+    stream: AsyncIterator[Any], *, sees_secrets: bool, spec: dict
+) -> AsyncIterator[str]:
     """``stream``'s chunks as text (UTF-8, a character cut between chunks kept whole),
-    scrubbed of the instance's secret values unless ``user`` may see them. Closing this
-    closes ``stream``."""
+    scrubbed of the instance's secret values unless the viewer ``sees_secrets``
+    (``redaction.sees_secrets``, asked in the request's thread: a permission check may
+    read the database, which the event loop must not). Closing this closes ``stream``."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     values = redaction.secret_values(spec)
-    scrubber = None if redaction.sees_secrets(user) or not values else redaction.LogScrubber(values)
+    scrubber = None if sees_secrets or not values else redaction.LogScrubber(values)
     try:
         async for chunk in stream:
             text = decoder.decode(chunk) if isinstance(chunk, bytes) else chunk
@@ -82,6 +85,10 @@ def watch_rule(instance_id):
 
     return allowed
 
+
+# How much longer than its stream's own limit an engine follow may last: the stream's
+# guard ends first and says why.
+FOLLOW_MARGIN_SECONDS = 60
 
 STATE_FIELDS = ("status", "status_reason", "status_changed_at", "exit_code", "container_id")
 

@@ -28,6 +28,7 @@ from containers.counters import RequestStat
 from containers.engines import calls
 from containers.engines.base import EngineError
 from containers.models import ContainerInstance
+from containers.spec import redaction
 from streams.guard import db_call
 from streams.hub import MISSING, Topic, watch
 from streams.merge import merged
@@ -265,7 +266,12 @@ def instance_stream(request, object_id, *, admin):
     def allowed(who) -> str | None:
         return console(who) or sees(who)
 
-    return open_stream(request, lambda: _page_events(key, user), allowed=allowed, sse=True)
+    sees = redaction.sees_secrets(user)  # here: a permission check may read the database
+
+    def events():
+        return _page_events(key, user, sees)
+
+    return open_stream(request, events, allowed=allowed, sse=True)
 
 
 def _detail(*, instance_id, user) -> dict | None:
@@ -277,7 +283,7 @@ def _runtime_row(*, instance_id):
     return ContainerInstance.objects.select_related("runtime").filter(id=instance_id).first()
 
 
-async def _page_events(instance_id, user):
+async def _page_events(instance_id, user, sees: bool):
     async def states_source():
         async for value in watch(live.INSTANCE_STATE, instance_id):
             item = (
@@ -311,7 +317,7 @@ async def _page_events(instance_id, user):
                 )
                 continue
             reset = tail > 0
-            async for text in live.output_text(stream, user=user, spec=instance.spec):
+            async for text in live.output_text(stream, sees_secrets=sees, spec=instance.spec):
                 yield ("log", {"text": text, "reset": reset})
                 reset = False
             tail = 0  # the next follow goes on from the end of this one

@@ -239,17 +239,18 @@ class ContainerViewSet(viewsets.GenericViewSet):
         """The output as it comes, as a stream of the ``streams`` app: no thread and no
         database connection held while it waits; 429 over the stream limits, 503 when
         the engine does not answer (both before anything is sent)."""
-        config = settings.GOBRAVE["streams"]
-        seconds = config["max_seconds"] if seconds is None else min(seconds, config["max_seconds"])
+        # The stream's guard ends it at its time limit and says so; the engine's follow
+        # has no earlier bound of its own.
+        bound = settings.GOBRAVE["streams"]["max_seconds"] + live.FOLLOW_MARGIN_SECONDS
         try:
-            stream = live.output_follow_open(instance=instance, tail=tail, seconds=seconds)
+            stream = live.output_follow_open(instance=instance, tail=tail, seconds=bound)
         except (EngineError, docker.errors.DockerException, OSError) as exc:
             raise _unavailable(instance, exc) from None
-        user, spec = request.user, instance.spec
+        sees, spec = redaction.sees_secrets(request.user), instance.spec
         try:
             return open_stream(
                 request,
-                lambda: live.output_text(stream, user=user, spec=spec),
+                lambda: live.output_text(stream, sees_secrets=sees, spec=spec),
                 allowed=live.watch_rule(instance.id),
                 sse=False,
                 seconds=seconds,

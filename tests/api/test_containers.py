@@ -339,6 +339,24 @@ def test_logs_follow_ends_after_its_seconds(alice, make_instance, fake_runtime):
     assert body == b"fake log line\n"  # the container runs on: only the bound ended it
 
 
+def test_logs_follow_says_when_the_streams_own_time_limit_ends_it(
+    alice, make_instance, fake_runtime, gobrave_config
+):
+    from containers.engines import engine_for
+    from containers.engines.base import ContainerSpec
+
+    gobrave_config(streams={"max_seconds": 1})
+    instance = make_instance("running")
+    engine = engine_for(fake_runtime)
+    engine.start(engine.create(ContainerSpec(name=instance.container_name, image="b", labels={})))
+    response, body = stream_get(alice, f"/api/containers/{instance.pk}/logs/?follow=1")
+    assert response.status_code == 200
+    assert body == (
+        b"fake log line\n\n[gobrave: stream ended: the stream reached its time limit (1 s); "
+        b"open it again]\n"
+    ), body
+
+
 @pytest.mark.parametrize("seconds", ["0", "86401", "x"])
 def test_logs_follow_with_invalid_seconds_is_400(alice, make_instance, seconds):
     instance = make_instance("running")
