@@ -1,10 +1,10 @@
 """Streams as HTTP responses: plain text (a followed output) and server-sent events.
 
 ``open_stream`` is what a view calls, in its request thread: it takes the viewer's
-place (``stream_open``: a 429 when over a limit), gives the request's database
-connection back to the pool (Django would keep it until the response ends; gobrave's
-ASGI handler also does when the request's thread ends, ``core.asgi``), and returns the
-response whose body runs ``streams.guard.guarded`` on the event loop.
+place (``stream_open``: a 429 when over a limit) and returns the response whose body
+runs ``streams.guard.guarded`` on the event loop. The request's database connection is
+given back when its thread's part ends, before the body starts (``core.asgi``): the
+stream holds none while it waits.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from django.db import connections
 from django.http import StreamingHttpResponse
 
 from streams.guard import KEEPALIVE, Ended, StreamBody, db_call, guarded
@@ -79,9 +78,6 @@ def open_stream(
         total_said=not asked,
         keepalive=SSE_KEEPALIVE_SECONDS if sse else None,
     )
-    for connection in connections.all(initialized_only=True):
-        if not connection.in_atomic_block:  # (a test's transaction stays open)
-            connection.close()  # the stream holds no connection while it waits
     content_type = "text/event-stream" if sse else "text/plain; charset=utf-8"
     response = StreamingHttpResponse(StreamBody(body), content_type=content_type)
     response["Cache-Control"] = "no-cache"
