@@ -106,7 +106,7 @@ async def container_logs_follow(
 ) -> EngineStream:
     """The container's raw output as it comes, for at most ``seconds`` and ``max_bytes``
     (None: no byte bound, for a reader that keeps only the newest output); then it ends.
-    The caller decodes (``follows.utf8_text``) and scrubs.
+    The caller decodes (``containers.live.output_text``) and scrubs.
 
     1. Open the engine's stream now (``Engine.follow_logs``), raising the engine's errors
        like ``container_logs``; empty when the container does not exist.

@@ -20,7 +20,7 @@ a program can print a value transformed (encoded, split by other output, reverse
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
@@ -204,30 +204,6 @@ def logs_for(user, spec: dict[str, Any], text: str) -> str:
     return scrubber.feed(text) + scrubber.flush()
 
 
-def log_stream_for(user, spec: dict[str, Any], stream: Iterable[str]) -> Iterable[str]:
-    """A followed output as ``user`` may see it; closing it closes ``stream``."""
-    values = secret_values(spec)
-    if sees_secrets(user) or not values:
-        return stream
-    scrubber = LogScrubber(values)
-
-    def scrubbed() -> Iterator[str]:
-        try:
-            for chunk in stream:
-                shown = scrubber.feed(chunk)
-                if shown:
-                    yield shown
-            rest = scrubber.flush()
-            if rest:
-                yield rest
-        finally:
-            close = getattr(stream, "close", None)
-            if close is not None:
-                close()
-
-    return scrubbed()
-
-
 def error_for(user, message: str, details: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """A domain error's message and details as ``user`` may see them.
 
@@ -255,7 +231,6 @@ __all__ = [
     "dag_nodes_for",
     "env_for",
     "error_for",
-    "log_stream_for",
     "logs_for",
     "scrub",
     "secret_values",
