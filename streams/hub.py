@@ -45,9 +45,7 @@ class _Poller:
     def __init__(self, topic: Topic) -> None:
         self.topic = topic
         self.watches: set[_Watch] = set()
-        self.values: dict[Hashable, Any] = {}
         self.task: asyncio.Task | None = None
-        self.first = asyncio.Event()
 
     def publish(self, values: dict) -> None:
         for watch in self.watches:
@@ -56,7 +54,6 @@ class _Poller:
                 watch.value = value
                 watch.version += 1
                 watch.changed.set()
-        self.values = values
 
     async def run(self) -> None:
         while self.watches:
