@@ -16,11 +16,9 @@ from __future__ import annotations
 
 from django.conf import settings
 from rest_framework.permissions import SAFE_METHODS
-from rest_framework.throttling import BaseThrottle
+from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
 
 from core.leases import LeaseScope, rate_hit
-
-_PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class _ConfiguredThrottle(BaseThrottle):
@@ -40,10 +38,11 @@ class _ConfiguredThrottle(BaseThrottle):
         rate = settings.GOBRAVE["api"][self.config_key]
         if rate is None or not self.applies(request, view):
             return True
-        number, _, unit = rate.partition("/")  # validated by core.config: "1000/minute"
+        # "1000/minute", validated by core.config; read as DRF reads its own rates.
+        number, period = SimpleRateThrottle.parse_rate(None, rate)
         user = request.user
         holder = f"user:{user.pk}" if user.is_authenticated else f"ip:{self.get_ident(request)}"
-        hit = rate_hit(scope=self.scope, holder=holder, limit=int(number), period=_PERIODS[unit[0]])
+        hit = rate_hit(scope=self.scope, holder=holder, limit=number, period=period)
         self.retry_after = hit.retry_after
         return hit.allowed
 
