@@ -21,7 +21,7 @@ def db_id(ref: object) -> int | None:
 
 SHORT_ID_LENGTH = 8  # the admin's and the CLI's short id: the uuid's first 8 hex digits
 
-_HEX_PREFIX = re.compile(r"[0-9a-f]{8,32}")
+_HEX_PREFIX = re.compile(rf"[0-9a-f]{{{SHORT_ID_LENGTH},32}}")
 
 
 def uuid_prefix(text: str) -> str | None:
