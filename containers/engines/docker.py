@@ -272,6 +272,10 @@ class TLSFiles:
         return context
 
 
+# Transports the async follow reads natively (aiodocker); others go through a thread.
+NATIVE_SCHEMES = ("unix://", "tcp://", "http://", "https://")
+
+
 class DockerEngine:
     """``Engine`` for one Docker Engine at ``base_url``.
 
@@ -299,7 +303,7 @@ class DockerEngine:
         self.stop_grace = stop_grace
         self.timeout = timeout
         self.tls = tls
-        self.native_follow = base_url.startswith(("unix://", "tcp://", "http://", "https://"))
+        self.native_follow = base_url.startswith(NATIVE_SCHEMES)
         self._client: docker.APIClient | None = None
         self._client_pid: int | None = None
         self._lock = threading.Lock()

@@ -23,9 +23,8 @@ from containers.engines.base import EngineError, PermanentEngineError
 from containers.engines.docker import _RETRIABLE_4XX, KEEPALIVE_OPTIONS, TLSFiles
 from containers.engines.follows import EngineStream
 
-__all__ = ["NATIVE_SCHEMES", "follow"]
+__all__ = ["follow"]
 
-NATIVE_SCHEMES = ("unix://", "tcp://", "http://", "https://")
 _HEADER = 8  # a multiplexed frame: stream type, 3 zero bytes, payload length (big-endian)
 
 
