@@ -251,11 +251,11 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
 
     @admin.display(description="spec")
     def spec_shown(self, obj: ContainerInstance):
-        return _json_block(redaction.spec_for(getattr(_page, "user", None), obj.spec or {}))
+        return _json_block(redaction.spec_for(self.page_user(), obj.spec or {}))
 
     @admin.display(description="status reason")
     def status_reason_shown(self, obj: ContainerInstance):
-        user = getattr(_page, "user", None)
+        user = self.page_user()
         return (
             obj.status_reason if redaction.sees_hosts(user) else redaction.scrub(obj.status_reason)
         )
@@ -596,12 +596,12 @@ class ContainerTemplateAdmin(RedactedFieldsMixin, admin.ModelAdmin):
 
     @admin.display(description="env")
     def env_shown(self, obj: ContainerTemplate):
-        user = getattr(_page, "user", None)
+        user = self.page_user()
         return _json_block(redaction.env_for(user, obj.env or {}, obj.secret_env or ()))
 
     @admin.display(description="volumes")
     def volumes_shown(self, obj: ContainerTemplate):
-        data = redaction.template_for(getattr(_page, "user", None), {"volumes": obj.volumes})
+        data = redaction.template_for(self.page_user(), {"volumes": obj.volumes})
         return _json_block(data["volumes"])
 
     @admin.display(description="image status", ordering="image_status")
