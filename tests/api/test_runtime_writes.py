@@ -81,3 +81,12 @@ def test_an_operator_without_add_runtime_may_not_add_one(staff_user):
     )
     assert_error(response, 403)
     assert not Runtime.objects.filter(name="x").exists()
+
+
+def test_the_api_writes_exactly_the_fields_the_admin_form_writes():
+    """Both sides take their list from ``containers.fleet.runtimes.WRITABLE`` or say it
+    again; this keeps the API's declared fields from drifting from it."""
+    from containers.api import serializers as s
+    from containers.fleet import runtimes
+
+    assert set(s.RuntimeInputSerializer().fields) == set(runtimes.WRITABLE)
