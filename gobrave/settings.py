@@ -105,6 +105,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz and /readyz, answered before the host check, HTTPS redirect, session and
+    # CSRF (core.probes): a kubelet probes the Pod's IP over plain HTTP.
+    "core.probes.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -248,7 +248,7 @@ class OutboxBroker(Broker):
         a cluster that runs counts as a live process at a dispatcher's start)."""
         now = time.monotonic()
         if self._beat is None:
-            self._beat = (liveness.beat_name(f"{liveness.PUSHER}-{self.list_key}"), 0.0)
+            self._beat = (liveness.beat_name(liveness.cluster_kind(self.list_key)), 0.0)
         name, last = self._beat
         if now - last >= conf.value("poll_interval"):
             liveness.process_beat(name=name, kind=liveness.PUSHER)

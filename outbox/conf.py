@@ -17,6 +17,12 @@ def value(key: str):
     return settings.OUTBOX[key]
 
 
+def database_broker() -> bool:
+    """True when the clusters' broker is gobrave's own (``outbox.broker``: PostgreSQL and
+    ``queue.broker: orm``): the claim is the hand-off, and each cluster's pusher beats."""
+    return getattr(settings, "Q_CLUSTER", {}).get("broker_class") == "outbox.broker.OutboxBroker"
+
+
 def lease() -> dt.timedelta:
     """How long a started handler holds its claim: the delivery timeout plus a margin."""
     return dt.timedelta(seconds=value("delivery_timeout") + value("lease_margin"))

@@ -63,7 +63,7 @@ def _orm_broker() -> bool:
 def default_sender() -> Sender:
     """gobrave's broker takes the claim itself as the hand-off (a NOTIFY in the claim's
     transaction); any other broker gets a django-q2 task per row."""
-    if getattr(settings, "Q_CLUSTER", {}).get("broker_class") == "outbox.broker.OutboxBroker":
+    if conf.database_broker():
         from outbox.broker import handoff
 
         return handoff

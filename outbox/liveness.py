@@ -8,6 +8,11 @@ intervals: the whole installation was down (a crash, a reboot, a deploy that sto
 everything). A restart of one process while others run (the dispatcher while the
 clusters and the monitor go on) is not one. Apps register what to do at a cold start
 (``on_cold_start``); the relay itself knows nothing of what they do.
+
+The same marks tell whether one process is healthy (``manage.py health``, the probes of
+deploy/kubernetes/ and the systemd units): a mark is named ``KIND:HOST:PID:RANDOM``
+(``beat_name``), so a process's host finds its own marks (``mark_prefix``), and a mark
+not renewed within ``alive_window()`` is a process that is gone or wedged.
 """
 
 from __future__ import annotations
@@ -44,8 +49,23 @@ def on_cold_start(callback: Callable[[], None]) -> None:
     _callbacks.append(callback)
 
 
+def alive_window() -> dt.timedelta:
+    """A process whose mark is older than this is not alive: ``COLD_AFTER`` poll intervals."""
+    return dt.timedelta(seconds=COLD_AFTER * conf.value("poll_interval"))
+
+
+def cluster_kind(queue: str) -> str:
+    """The name part of a cluster's pusher marks (their ``kind`` column is ``PUSHER``)."""
+    return f"{PUSHER}-{queue}"
+
+
+def mark_prefix(kind: str, host: str | None = None) -> str:
+    """What the names of ``kind``'s marks begin with: on ``host``, or on any host (None)."""
+    return f"{kind}:" if host is None else f"{kind}:{host}:"
+
+
 def beat_name(kind: str = DISPATCHER) -> str:
-    return f"{kind}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{mark_prefix(kind, socket.gethostname())}{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def dispatcher_start(*, name: str) -> bool:
@@ -63,7 +83,7 @@ def dispatcher_start(*, name: str) -> bool:
        dispatcher ever beat.
     3. Write this dispatcher's mark, run the callbacks if cold, commit.
     """
-    window = dt.timedelta(seconds=COLD_AFTER * conf.value("poll_interval"))
+    window = alive_window()
     with transaction.atomic():
         if conf.is_postgres(connection):
             with connection.cursor() as cursor:

@@ -9,12 +9,12 @@ import datetime as dt
 from collections.abc import Iterable
 
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import Max, QuerySet
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from outbox import conf
-from outbox.models import OutboxEvent, OutboxStatus
+from outbox.models import DispatcherBeat, OutboxEvent, OutboxStatus
 
 
 def handoff_stalled(*, queue: str, seconds: float) -> int:
@@ -78,3 +78,14 @@ def database_now() -> dt.datetime:
             cursor.execute("SELECT now()")
             return cursor.fetchone()[0]
     return timezone.now()
+
+
+def mark_age(*, prefix: str) -> dt.timedelta | None:
+    """How long ago the freshest liveness mark whose name begins with ``prefix``
+    (``outbox.liveness.mark_prefix``) was renewed, on the database's clock; None when
+    there is no such mark. Two short statements over a table of a few rows."""
+    marks = DispatcherBeat.objects.filter(name__startswith=prefix)
+    last = marks.aggregate(last=Max("beat_at"))["last"]
+    if last is None:
+        return None
+    return max(dt.timedelta(0), database_now() - last)

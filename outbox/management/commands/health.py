@@ -1,0 +1,110 @@
+"""``manage.py health dispatcher|monitor|cluster QUEUE``: is that process of this host alive?
+
+Built on the liveness marks the processes already renew every ``poll_interval``
+(``outbox.liveness``): the dispatcher's, each cluster's pusher's (``outbox.broker``) and the
+monitor's. Healthy when a mark of that process on this host (``--host``; every host with
+``--any-host``) was renewed within ``--max-age`` seconds (default: the window in which
+``outbox.liveness`` counts a process as alive, ten poll intervals). Prints one line and
+exits 0 when healthy, 1 when not (stale, never beaten, or the database does not answer),
+2 on a usage error. ``--wait`` polls until healthy or the time is up (a start check).
+
+Used by the liveness and readiness probes of deploy/kubernetes/ (a Pod's hostname is its
+name, so a probe sees its own container's process) and by the systemd units' start
+checks (``ExecStartPost``).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+
+from outbox import conf, liveness, registry
+from outbox.selectors import mark_age
+
+PROCESSES = ("dispatcher", "monitor", "cluster")
+WAIT_STEP = 0.5  # seconds between two looks while --wait runs
+
+
+class Command(BaseCommand):
+    help = (
+        "Exit 0 when the dispatcher, the monitor or a worker cluster (cluster QUEUE) of this "
+        "host renewed its liveness mark within --max-age seconds; else print why and exit 1."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("process", choices=PROCESSES, help="Which process to check.")
+        parser.add_argument(
+            "queue", nargs="?", help=f"For cluster: its queue ({', '.join(registry.queues())})."
+        )
+        parser.add_argument(
+            "--max-age",
+            type=float,
+            help="Seconds a mark may be old and still healthy (default: ten poll intervals).",
+        )
+        where = parser.add_mutually_exclusive_group()
+        where.add_argument("--host", help="The host whose process to check (default: this one).")
+        where.add_argument(
+            "--any-host", action="store_true", help="Healthy when any host's process is."
+        )
+        parser.add_argument(
+            "--wait",
+            type=float,
+            default=0.0,
+            help="Look again until healthy, for at most this many seconds (default: look once).",
+        )
+
+    def handle(self, *args, process, queue, max_age, host, any_host, wait, **options):
+        kind = self._kind(process, queue)
+        if max_age is not None and max_age <= 0:
+            raise CommandError("--max-age must be a positive number of seconds", returncode=2)
+        if wait < 0:
+            raise CommandError("--wait must be zero or more seconds", returncode=2)
+        limit = max_age if max_age is not None else liveness.alive_window().total_seconds()
+        where = None if any_host else (host or socket.gethostname())
+        what = f"{process}{f' {queue}' if queue else ''} on {where or 'any host'}"
+        deadline = time.monotonic() + wait
+        while True:
+            healthy, line = self._look(kind, where, limit, what)
+            if healthy or time.monotonic() >= deadline:
+                break
+            time.sleep(WAIT_STEP)
+        if not healthy:
+            self.stderr.write(line)
+            sys.exit(1)
+        self.stdout.write(line)
+
+    @staticmethod
+    def _kind(process: str, queue: str | None) -> str:
+        """The marks' kind for ``process``; usage errors exit 2."""
+        if process != "cluster":
+            if queue:
+                raise CommandError(f"{process} takes no queue (got {queue!r})", returncode=2)
+            return liveness.DISPATCHER if process == "dispatcher" else liveness.MONITOR
+        if queue not in registry.queues():
+            known = ", ".join(registry.queues())
+            raise CommandError(f"cluster needs its queue, one of: {known}", returncode=2)
+        if not conf.database_broker():
+            raise CommandError(
+                "clusters renew a liveness mark only with gobrave's database broker "
+                "(PostgreSQL and queue.broker: orm); with this broker there is none to check",
+                returncode=2,
+            )
+        return liveness.cluster_kind(queue)
+
+    @staticmethod
+    def _look(kind: str, host: str | None, limit: float, what: str) -> tuple[bool, str]:
+        try:
+            age = mark_age(prefix=liveness.mark_prefix(kind, host))
+        except Exception as exc:  # noqa: BLE001 - a probe reports, it never crashes
+            connection.close()  # a broken connection is not reused by the next look
+            return False, f"unhealthy: {what}: the database does not answer ({type(exc).__name__})"
+        if age is None:
+            return False, f"unhealthy: {what}: no liveness mark (never started here)"
+        seconds = age.total_seconds()
+        if seconds > limit:
+            return False, f"unhealthy: {what}: last beat {seconds:.1f} s ago (max {limit:g} s)"
+        return True, f"ok: {what}: last beat {seconds:.1f} s ago (max {limit:g} s)"
