@@ -5,7 +5,7 @@ Built on the liveness marks the processes already renew every ``poll_interval``
 monitor's. Healthy when a mark of that process on this host (``--host``; every host with
 ``--any-host``) was renewed within ``--max-age`` seconds (default: the window in which
 ``outbox.liveness`` counts a process as alive, ten poll intervals). Prints one line and
-exits 0 when healthy, 1 when not (stale, never beaten, or the database does not answer),
+exits 0 when healthy, 1 when not (stale, never beaten, or the database cannot be read),
 2 on a usage error. ``--wait`` polls until healthy or the time is up (a start check).
 
 Used by the liveness and readiness probes of deploy/kubernetes/ (a Pod's hostname is its
@@ -101,7 +101,7 @@ class Command(BaseCommand):
             age = mark_age(prefix=liveness.mark_prefix(kind, host))
         except Exception as exc:  # noqa: BLE001 - a probe reports, it never crashes
             connection.close()  # a broken connection is not reused by the next look
-            return False, f"unhealthy: {what}: the database does not answer ({type(exc).__name__})"
+            return False, f"unhealthy: {what}: cannot read the marks ({type(exc).__name__})"
         if age is None:
             return False, f"unhealthy: {what}: no liveness mark (never started here)"
         seconds = age.total_seconds()
