@@ -9,7 +9,7 @@ import datetime as dt
 from collections.abc import Iterable
 
 from django.db import connection
-from django.db.models import Max, QuerySet
+from django.db.models import DurationField, ExpressionWrapper, Max, QuerySet
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -82,10 +82,11 @@ def database_now() -> dt.datetime:
 
 def mark_age(*, prefix: str) -> dt.timedelta | None:
     """How long ago the freshest liveness mark whose name begins with ``prefix``
-    (``outbox.liveness.mark_prefix``) was renewed, on the database's clock; None when
-    there is no such mark. Two short statements over a table of a few rows."""
+    (``outbox.liveness.mark_prefix``) was renewed, on the database's clock (the clock
+    the marks are written on); None when there is no such mark. One short statement
+    over a table of a few rows."""
     marks = DispatcherBeat.objects.filter(name__startswith=prefix)
-    last = marks.aggregate(last=Max("beat_at"))["last"]
-    if last is None:
-        return None
-    return max(dt.timedelta(0), database_now() - last)
+    age = marks.aggregate(
+        age=ExpressionWrapper(Now() - Max("beat_at"), output_field=DurationField())
+    )["age"]
+    return None if age is None else max(dt.timedelta(0), age)
