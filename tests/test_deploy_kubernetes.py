@@ -232,10 +232,13 @@ HEALTH_OF = {
 }
 
 
-def _health_argv(probe: dict) -> tuple[str, ...]:
+def _health_argv(probe: dict, kind: str) -> tuple[str, ...]:
+    """What a probe's ``manage.py health`` checks. Startup and liveness pass while the
+    database does not answer (an outage restarts nothing); readiness does not."""
     command = probe["exec"]["command"]
     assert command[:3] == ["python", "manage.py", "health"], command
     parsed = HealthCommand().create_parser("manage.py", "health").parse_args(command[3:])
+    assert parsed.ok_if_database_down is (kind != "readinessProbe"), (kind, command)
     return tuple(arg for arg in (parsed.process, parsed.queue) if arg)
 
 
@@ -250,7 +253,7 @@ def test_every_deployment_is_probed_by_a_real_endpoint_or_its_own_health_check(d
             port = probe["httpGet"]["port"]
             assert port in {p["name"] for p in container["ports"]}
         else:
-            assert HEALTH_OF[_health_argv(probe)] == container["command"], (deployment, kind)
+            assert HEALTH_OF[_health_argv(probe, kind)] == container["command"], (deployment, kind)
     if "httpGet" in container["readinessProbe"]:  # the web: ready means the database is
         assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"

@@ -20,7 +20,7 @@ from django.db.models.functions import Now
 
 from outbox import liveness
 from outbox.models import DispatcherBeat
-from tests.processes import REPO, current_database_url
+from tests.processes import REPO, current_database_url, free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -138,3 +138,37 @@ def test_the_command_line_exits_1_with_one_line_on_a_stale_mark(postgres):
     assert stale.returncode == 1, stale.stdout + stale.stderr
     assert stale.stderr.strip().startswith("unhealthy: dispatcher on "), stale.stderr
     assert len(stale.stderr.strip().splitlines()) == 1, stale.stderr
+
+
+DATABASE_DOWN = """
+import django
+django.setup()
+from django.core.management import call_command
+for flags in ([], ["--ok-if-database-down"]):
+    try:
+        call_command("health", "monitor", *flags)
+        print("exit 0")
+    except SystemExit as stop:
+        print("exit", stop.code)
+"""
+
+
+def test_a_database_that_does_not_answer_fails_the_check_unless_asked_to_pass():
+    """Liveness passes it (a database outage restarts no process), readiness does not; the
+    check connects directly, not through the pool (which would hold it for 30 s)."""
+    env = {**os.environ, "DATABASE_URL": f"postgres://postgres@127.0.0.1:{free_port()}/gobrave"}
+    env.pop("DATABASE_POOL_MAX", None)  # the pool is on, as in production
+    done = subprocess.run(
+        [sys.executable, "-c", DATABASE_DOWN],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    unknown = (
+        f"unknown: monitor on {socket.gethostname()}: cannot read the marks (OperationalError)"
+    )
+    assert done.stdout.splitlines() == [
+        "exit 1",
+        f"{unknown}; passing (--ok-if-database-down)",
+        "exit 0",
+    ], done.stdout + done.stderr
+    assert done.stderr.strip() == unknown

@@ -5,8 +5,10 @@ Built on the liveness marks the processes already renew every ``poll_interval``
 monitor's. Healthy when a mark of that process on this host (``--host``; every host with
 ``--any-host``) was renewed within ``--max-age`` seconds (default: the window in which
 ``outbox.liveness`` counts a process as alive, ten poll intervals). Prints one line and
-exits 0 when healthy, 1 when not (stale, never beaten, or the database cannot be read),
-2 on a usage error. ``--wait`` polls until healthy or the time is up (a start check).
+exits 0 when healthy, 1 when not (stale, never beaten, or the marks cannot be read), 2
+on a usage error. ``--ok-if-database-down`` passes when the marks cannot be read (a
+liveness check restarts a process only on a mark seen stale, never for a database
+outage). ``--wait`` polls until healthy or the time is up (a start check).
 
 Used by the liveness and readiness probes of deploy/kubernetes/ (a Pod's hostname is its
 name, so a probe sees its own container's process) and by the systemd units' start
@@ -27,6 +29,7 @@ from outbox.selectors import mark_age
 
 PROCESSES = ("dispatcher", "monitor", "cluster")
 WAIT_STEP = 0.5  # seconds between two looks while --wait runs
+CONNECT_TIMEOUT = 5  # seconds; a probe's own timeout is longer (deploy/kubernetes: 10 s)
 
 
 class Command(BaseCommand):
@@ -51,14 +54,23 @@ class Command(BaseCommand):
             "--any-host", action="store_true", help="Healthy when any host's process is."
         )
         parser.add_argument(
+            "--ok-if-database-down",
+            action="store_true",
+            help="Exit 0 when the marks cannot be read: only a mark seen stale fails "
+            "(a liveness check: a database outage restarts no process).",
+        )
+        parser.add_argument(
             "--wait",
             type=float,
             default=0.0,
             help="Look again until healthy, for at most this many seconds (default: look once).",
         )
 
-    def handle(self, *args, process, queue, max_age, host, any_host, wait, **options):
+    def handle(
+        self, *args, process, queue, max_age, host, any_host, ok_if_database_down, wait, **options
+    ):
         kind = self._kind(process, queue)
+        self._connect_directly()
         if max_age is not None and max_age <= 0:
             raise CommandError("--max-age must be a positive number of seconds", returncode=2)
         if wait < 0:
@@ -72,10 +84,24 @@ class Command(BaseCommand):
             if healthy or time.monotonic() >= deadline:
                 break
             time.sleep(WAIT_STEP)
+        if healthy is None and ok_if_database_down:
+            self.stdout.write(f"{line}; passing (--ok-if-database-down)")
+            return
         if not healthy:
             self.stderr.write(line)
             sys.exit(1)
         self.stdout.write(line)
+
+    @staticmethod
+    def _connect_directly() -> None:
+        """In a process of its own (not yet connected), connect once, directly, within
+        ``CONNECT_TIMEOUT``: through the pool, a database that does not answer would hold
+        the check for the pool's 30 s, and the probe would time out instead of knowing."""
+        if connection.vendor != "postgresql" or connection.connection is not None:
+            return
+        options = connection.settings_dict["OPTIONS"]
+        options.pop("pool", None)
+        options.setdefault("connect_timeout", CONNECT_TIMEOUT)
 
     @staticmethod
     def _kind(process: str, queue: str | None) -> str:
@@ -96,12 +122,13 @@ class Command(BaseCommand):
         return liveness.cluster_kind(queue)
 
     @staticmethod
-    def _look(kind: str, host: str | None, limit: float, what: str) -> tuple[bool, str]:
+    def _look(kind: str, host: str | None, limit: float, what: str) -> tuple[bool | None, str]:
+        """(healthy, the line to print); healthy is None when the marks cannot be read."""
         try:
             age = mark_age(prefix=liveness.mark_prefix(kind, host))
         except Exception as exc:  # noqa: BLE001 - a probe reports, it never crashes
             connection.close()  # a broken connection is not reused by the next look
-            return False, f"unhealthy: {what}: cannot read the marks ({type(exc).__name__})"
+            return None, f"unknown: {what}: cannot read the marks ({type(exc).__name__})"
         if age is None:
             return False, f"unhealthy: {what}: no liveness mark (never started here)"
         seconds = age.total_seconds()
