@@ -13,9 +13,11 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.db.models.functions import Now
 
 from outbox import liveness
@@ -143,13 +145,16 @@ def test_the_command_line_exits_1_with_one_line_on_a_stale_mark(postgres):
 DATABASE_DOWN = """
 import django
 django.setup()
-from django.core.management import call_command
-for flags in ([], ["--ok-if-database-down"]):
+from django.core.management import execute_from_command_line
+from django.db import connection
+print("pool", "pool" in connection.settings_dict["OPTIONS"])
+for flags in ([], ["--ok-if-database-down"]):  # as manage.py runs it, twice in one process
     try:
-        call_command("health", "monitor", *flags)
+        execute_from_command_line(["manage.py", "health", "monitor", *flags])
         print("exit 0")
     except SystemExit as stop:
         print("exit", stop.code)
+print("pool", "pool" in connection.settings_dict["OPTIONS"])
 """
 
 
@@ -167,8 +172,41 @@ def test_a_database_that_does_not_answer_fails_the_check_unless_asked_to_pass():
         f"unknown: monitor on {socket.gethostname()}: cannot read the marks (OperationalError)"
     )
     assert done.stdout.splitlines() == [
+        "pool True",  # the process's settings have the pool on ...
         "exit 1",
         f"{unknown}; passing (--ok-if-database-down)",
         "exit 0",
+        "pool False",  # ... and the check connected without it
     ], done.stdout + done.stderr
     assert done.stderr.strip() == unknown
+
+
+@pytest.mark.django_db(transaction=True)
+def test_wait_passes_once_the_process_beats_after_the_first_look(postgres, monkeypatch):
+    """The systemd units' start check: the mark comes after the check began."""
+    from outbox.management.commands import health as command
+
+    looked = threading.Event()
+    real = command.mark_age
+
+    def spied(**kwargs):
+        age = real(**kwargs)
+        looked.set()
+        return age
+
+    monkeypatch.setattr(command, "mark_age", spied)
+
+    def process_starts() -> None:
+        looked.wait(timeout=60)
+        try:
+            beat(liveness.MONITOR)  # its own connection, committed
+        finally:
+            connection.close()
+
+    writer = threading.Thread(target=process_starts)
+    writer.start()
+    try:
+        code, line = health("monitor", "--wait", "60")
+    finally:
+        writer.join(timeout=60)
+    assert code == 0, line

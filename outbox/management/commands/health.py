@@ -70,7 +70,6 @@ class Command(BaseCommand):
         self, *args, process, queue, max_age, host, any_host, ok_if_database_down, wait, **options
     ):
         kind = self._kind(process, queue)
-        self._connect_directly()
         if max_age is not None and max_age <= 0:
             raise CommandError("--max-age must be a positive number of seconds", returncode=2)
         if wait < 0:
@@ -92,11 +91,16 @@ class Command(BaseCommand):
             sys.exit(1)
         self.stdout.write(line)
 
+    def run_from_argv(self, argv):
+        self._connect_directly()
+        super().run_from_argv(argv)
+
     @staticmethod
     def _connect_directly() -> None:
-        """In a process of its own (not yet connected), connect once, directly, within
-        ``CONNECT_TIMEOUT``: through the pool, a database that does not answer would hold
-        the check for the pool's 30 s, and the probe would time out instead of knowing."""
+        """Run as a process of its own (``manage.py health``, not ``call_command``): connect
+        once, directly, within ``CONNECT_TIMEOUT``. Through the pool, a database that does
+        not answer would hold the check for the pool's 30 s, and the probe would time out
+        instead of knowing. The process ends with the check, and its settings with it."""
         if connection.vendor != "postgresql" or connection.connection is not None:
             return
         options = connection.settings_dict["OPTIONS"]
