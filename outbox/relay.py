@@ -278,7 +278,7 @@ def _begun(*, id: int, token: uuid.UUID, lease: dt.timedelta):
     return rows, {"started_at": Now(), "lease_expires_at": Now() + lease}
 
 
-def begin(event_id: int, token: uuid.UUID) -> OutboxEvent | None:
+def begin(event_id: int, token: uuid.UUID | str) -> OutboxEvent | None:
     """Compare-and-set ``started_at`` for this claim; the row, or None for a duplicate
     delivery (or a claim whose lease ran out).
 
@@ -287,6 +287,9 @@ def begin(event_id: int, token: uuid.UUID) -> OutboxEvent | None:
     however long the row waited in the worker queue. On PostgreSQL one statement (a
     queryset's update compiled once, returning the row: ``core.prepared.update_returning``).
     """
+    # A token as a task's args carry it (a string) is made a uuid first: the statement is
+    # compiled once, with a stand-in of the first call's type.
+    token = uuid.UUID(str(token))
     return prepared.update_returning(
         "relay.begin", _begun, id=event_id, token=token, lease=conf.started_lease()
     )
