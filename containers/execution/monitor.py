@@ -328,10 +328,11 @@ class Follower:
             try:
                 with self.monitor.db():
                     runtime = Runtime.objects.filter(pk=self.runtime_id, enabled=True).first()
-                if runtime is None:
-                    log.info("runtime %s is disabled or gone; no longer followed", self.name)
-                    return
-                self.session(runtime)
+                    if runtime is None:
+                        log.info("runtime %s is disabled or gone; no longer followed", self.name)
+                        return
+                    cursor = cursor_for(runtime)
+                self.session(runtime, cursor)
                 if stopping.is_set():
                     return
                 problem = "event stream dropped"
@@ -372,15 +373,17 @@ class Follower:
         except Exception:  # noqa: BLE001 - the follower outlives a failed write (DB away)
             log.warning("runtime %s: health not recorded", self.name, exc_info=True)
 
-    def session(self, runtime: Runtime) -> int:
-        """One connection: open the stream from the cursor, ask for a reconcile, hand
-        events to the appliers until the stream ends, wait until they are applied, store
-        the cursor. Returns how many events arrived."""
-        with self.monitor.db():
-            cursor = cursor_for(runtime)
-            if not cursor.time_nano:  # first run: from now; the reconcile covers the past
-                cursor.time_nano = time.time_ns()
-                cursor.save(update_fields=["time_nano", "updated_at"])
+    def session(self, runtime: Runtime, cursor: MonitorCursor | None = None) -> int:
+        """One connection: open the stream from the cursor (``cursor``: the runtime's,
+        read already), ask for a reconcile, hand events to the appliers until the stream
+        ends, wait until they are applied, store the cursor. Returns how many events
+        arrived."""
+        if cursor is None or not cursor.time_nano:
+            with self.monitor.db():
+                cursor = cursor or cursor_for(runtime)
+                if not cursor.time_nano:  # first run: from now; the reconcile covers the past
+                    cursor.time_nano = time.time_ns()
+                    cursor.save(update_fields=["time_nano", "updated_at"])
         stream = engine_for(runtime).events(self.monitor.installation, cursor.time_nano)
         with self.step:
             self.cursor, self.runtime, self.seen = cursor, runtime, StreamSeen()

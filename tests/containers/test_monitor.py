@@ -684,8 +684,14 @@ def test_an_exit_while_the_monitor_is_down_is_applied_after_it_restarts(dock, pi
     pipeline.monitor("monitor-2")
     row = reaches(instance, "stopped", timeout=15)
     assert row.exit_code == 0
-    cursor = MonitorCursor.objects.get(runtime=dock.runtime)
-    assert cursor.time_nano > before_exit  # the stream resumed past the missed events
+    # The stream resumed past the missed events (the cursor is stored just after the
+    # apply, which the reconcile at the connect may have beaten).
+    wait_for(
+        lambda: MonitorCursor.objects.get(runtime=dock.runtime).time_nano > before_exit,
+        timeout=10,
+        message="the cursor past the exit",
+        describe=lambda: str(MonitorCursor.objects.get(runtime=dock.runtime)),
+    )
 
 
 @_docker
