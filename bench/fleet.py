@@ -90,14 +90,20 @@ def start_engines(count: int, pki: Pki) -> list[PrivateDockerd]:
     return engines
 
 
-def tls_client(engine: PrivateDockerd, pki: Pki) -> docker.DockerClient:
+class _APIClient(docker.APIClient):
+    """The SDK's client, never reading the environment: ``REQUESTS_CA_BUNDLE`` or
+    ``CURL_CA_BUNDLE`` would replace the engine's CA (``requests.Session`` sets
+    ``trust_env`` in its constructor, before the version negotiation)."""
+
+    trust_env = property(lambda self: False, lambda self, value: None)
+
+
+def tls_client(engine: PrivateDockerd, pki: Pki) -> docker.APIClient:
     """The bare SDK on the engine's TLS address, as gobrave reaches it."""
     tls = docker.tls.TLSConfig(
         client_cert=(pki.cert("client"), pki.key("client")), ca_cert=pki.cert("ca"), verify=True
     )
-    client = docker.DockerClient(base_url=engine.url, tls=tls, version="auto", timeout=60)
-    client.api.trust_env = False
-    return client
+    return _APIClient(base_url=engine.url, tls=tls, version="auto", timeout=60)
 
 
 # --- fixtures ----------------------------------------------------------------------------
@@ -151,14 +157,14 @@ def bare_round(clients: list, bench_id: str, n: int, threads: int, tag: str) -> 
             if i is None:
                 return
             try:
-                container = clients[i % len(clients)].containers.create(
+                client = clients[i % len(clients)]
+                container = client.create_container(
                     IMAGE,
                     command=COMMAND,
                     name=f"{bench_id}-bare-{tag}-{i}",
                     labels={"io.gobrave.installation": bench_id},
-                    detach=True,
                 )
-                container.start()
+                client.start(container["Id"])
             except BaseException as exc:  # noqa: BLE001 - reported after the join
                 errors.append(exc)
                 return
@@ -211,12 +217,8 @@ def gobrave_round(port: int, token: str, k: int, n: int, procs, timeout: float) 
 
     c.wait_until(all_running, timeout=timeout, interval=0.2, what=f"{n} instances running")
     last = max(running.values_list("created_at", flat=True))
-    spread = sorted(
-        ContainerInstance.objects.filter(pk__in=ids)
-        .values_list("runtime__name", flat=True)
-        .distinct()
-    )
-    return {"total": last.timestamp() - t0, "ids": ids, "engines": len(spread)}
+    placed = ContainerInstance.objects.filter(pk__in=ids).values_list("runtime_id", flat=True)
+    return {"total": last.timestamp() - t0, "ids": ids, "engines": len(set(placed))}
 
 
 def reset(bench_id: str, clients: list, since: float) -> None:
@@ -237,8 +239,8 @@ def remove_ours(bench_id: str, clients: list) -> None:
     label = f"io.gobrave.installation={bench_id}"
 
     def clean(client) -> None:
-        for container in client.containers.list(all=True, filters={"label": label}):
-            container.remove(force=True)
+        for container in client.containers(all=True, filters={"label": label}):
+            client.remove_container(container["Id"], force=True)
 
     with concurrent.futures.ThreadPoolExecutor(len(clients)) as pool:
         list(pool.map(clean, clients))
@@ -247,7 +249,7 @@ def remove_ours(bench_id: str, clients: list) -> None:
 def engine_events(client, bench_id: str, since: float, actions: list[str]) -> list[dict]:
     """The engine's own events of our containers since ``since`` (a Unix time), to now."""
     return list(
-        client.api.events(
+        client.events(
             since=int(since),
             until=f"{time.time() + 0.001:.6f}",
             filters={
@@ -291,7 +293,7 @@ def monitor_lag(bench_id: str, clients: list, ids: list[str], timeout: float) ->
 
     def stop_all(i: int) -> None:
         for name in by_engine[i]:
-            clients[i].api.kill(name, signal="SIGTERM")
+            clients[i].kill(name, signal="SIGTERM")
 
     with concurrent.futures.ThreadPoolExecutor(len(by_engine)) as pool:
         list(pool.map(stop_all, by_engine))

@@ -118,7 +118,8 @@ class Sampler:
             while not self.done.wait(0.02):
                 with connection.cursor() as cursor:
                     cursor.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                        "SELECT count(*) FROM pg_stat_activity"
+                        " WHERE application_name = %s AND datname = current_database()",
                         [self.application_name],
                     )
                     self.connections = max(self.connections, cursor.fetchone()[0])
@@ -162,8 +163,9 @@ def test_one_monitor_follows_ten_engines_within_its_connection_pool(fleet, insta
         container_monitor_appliers=APPLIERS,
     ) as app:
         app.env.pop("DATABASE_POOL_MAX")  # the monitor runs with gobrave's default pool
-        process = app.monitor()
-        with Sampler("gobrave-test-monitor", process.pid) as sampled:
+        name = f"gobrave-test-fleet-{uuid.uuid4().hex[:8]}"  # this process's alone
+        process = app.monitor(GOBRAVE_APP_NAME=name)
+        with Sampler(name, process.pid) as sampled:
             wait_for(
                 lambda: Runtime.objects.filter(health="reachable").count() == ENGINES,
                 timeout=30,
