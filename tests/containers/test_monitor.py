@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 import uuid
 
@@ -18,6 +19,7 @@ from django.db.models import F
 from containers.engines import engine_for
 from containers.engines.base import ContainerSpec, EngineEvent
 from containers.execution.monitor import (
+    BATCH,
     CURSOR_STORE_EVERY,
     DUPLICATE,
     IGNORED,
@@ -818,3 +820,36 @@ def test_the_engine_s_own_die_of_a_clean_exit_is_applied_without_an_inspect(
     row = stored(instance)
     assert (row.status, row.exit_code) == ("stopped", 0), _describe(instance)
     assert OutboxEvent.objects.filter(aggregate_id=str(instance.pk), status="pending").exists()
+
+
+# -- appliers -----------------------------------------------------------------------------------
+
+
+def test_appliers_keep_each_engine_s_order_and_a_busy_engine_does_not_starve_another():
+    """One applier, two engines: 200 events of A wait, then one of B; B's is applied
+    after A's first batch, not after all of A's, and each engine's come in its order."""
+    monitor = Monitor(installation="test", appliers=1)
+    busy, quiet = (Follower(monitor, Runtime(pk=n, name=n)) for n in ("busy", "quiet"))
+    applied: list[tuple[str, int]] = []
+    quiet_delivered = threading.Event()
+
+    def recorder(follower):
+        def apply(event):
+            if not applied:  # hold the applier in A's first batch until B's event waits
+                assert quiet_delivered.wait(10)
+            applied.append((follower.name, event.time_nano))
+
+        return apply
+
+    busy.apply, quiet.apply = recorder(busy), recorder(quiet)
+    for n in range(200):
+        busy.deliver(EngineEvent("die", "a", "n", {}, n))
+    quiet.deliver(EngineEvent("die", "b", "n", {}, 0))
+    quiet_delivered.set()
+    busy.drained()
+    quiet.drained()
+    monitor.stop()
+
+    assert applied.index(("quiet", 0)) == BATCH, applied[: BATCH + 2]
+    assert [n for name, n in applied if name == "busy"] == list(range(200))
+    assert monitor.appliers.threads <= 1
