@@ -423,7 +423,9 @@ class Follower:
 
     def apply_batch(self) -> None:
         """Apply up to ``BATCH`` waiting events in order (an applier's turn); if more
-        wait, get in line again. Never runs twice at once for one follower."""
+        wait, get in line again. Never runs twice at once for one follower. An event
+        that fails (the engine or the database away) is logged and a reconcile asked
+        for, which compares every instance with its engine: the next events still go."""
         with self.step:
             for _ in range(BATCH):
                 with self.changed:
@@ -436,8 +438,11 @@ class Follower:
                     return
                 try:
                     self.apply(event)
-                except EngineError as exc:  # the engine went away mid-look: reconcile later
+                except EngineError as exc:  # the engine went away mid-look
                     log.warning("runtime %s: event not applied (%s)", self.name, exc)
+                    self.monitor.reconcile_soon()  # the reconcile repairs what it missed
+                except Exception:  # noqa: BLE001 - the next events still come (DB away...)
+                    log.exception("runtime %s: event %s not applied", self.name, event.action)
                     self.monitor.reconcile_soon()
         with self.changed:
             self.changed.notify_all()

@@ -853,3 +853,25 @@ def test_appliers_keep_each_engine_s_order_and_a_busy_engine_does_not_starve_ano
     assert applied.index(("quiet", 0)) == BATCH, applied[: BATCH + 2]
     assert [n for name, n in applied if name == "busy"] == list(range(200))
     assert monitor.appliers.threads <= 1
+
+
+def test_an_event_that_fails_to_apply_asks_for_a_reconcile_and_the_next_ones_still_go(caplog):
+    monitor = Monitor(installation="test", appliers=1)
+    follower = Follower(monitor, Runtime(pk=1, name="one"))
+    applied = []
+
+    def apply(event):
+        if event.time_nano == 0:
+            raise RuntimeError("the database went away")
+        applied.append(event.time_nano)
+
+    follower.apply = apply
+    with caplog.at_level(logging.ERROR, logger="containers.execution.monitor"):
+        for n in range(3):
+            follower.deliver(EngineEvent("die", "a", "n", {}, n))
+        follower.drained()
+    monitor.stop()
+
+    assert applied == [1, 2]
+    assert monitor.reconcile_wanted.is_set()
+    assert "runtime one: event die not applied" in caplog.text
