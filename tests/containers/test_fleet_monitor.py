@@ -1,7 +1,7 @@
 """The monitor and the reconciler at fleet size (issue 27, item 6).
 
-Ten private ``dockerd``s (``tests/private_engine.py``, each in a network namespace of
-its own; started in parallel they take about a second together), shared by the module:
+Private ``dockerd``s (``tests/private_engine.py``, each in a network namespace of its
+own; ten started in parallel take about a second together):
 
 - one ``run_monitor`` process, with ``DATABASE_POOL_MAX`` at its default, follows all
   ten: every engine's events reach their instance rows (and move that engine's cursor),
@@ -46,15 +46,26 @@ APPLIERS = 2  # the monitor's, in this test: its connections are bounded by it
 
 @pytest.fixture(scope="module")
 def fleet() -> Iterator[list[PrivateDockerd]]:
+    yield from _engines(ENGINES)
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[list[PrivateDockerd]]:
+    """Two engines of their own for the reconciler's test (a parallel run that gives it
+    to another worker starts two, not ten)."""
+    yield from _engines(2)
+
+
+def _engines(count: int) -> Iterator[list[PrivateDockerd]]:
     if reason := missing_tools():
         _unavailable(reason)
-    engines = [PrivateDockerd(f"fleet{i}") for i in range(ENGINES)]
+    engines = [PrivateDockerd(f"fleet{i}") for i in range(count)]
     try:
-        with concurrent.futures.ThreadPoolExecutor(ENGINES) as pool:
+        with concurrent.futures.ThreadPoolExecutor(count) as pool:
             list(pool.map(_started, engines))
         yield engines
     finally:
-        with concurrent.futures.ThreadPoolExecutor(ENGINES) as pool:
+        with concurrent.futures.ThreadPoolExecutor(count) as pool:
             list(pool.map(lambda engine: engine.destroy(), engines))
 
 
@@ -216,10 +227,10 @@ def test_one_monitor_follows_ten_engines_within_its_connection_pool(fleet, insta
 
 
 @pytest.fixture
-def frozen(fleet) -> Iterator[PrivateDockerd]:
-    """The fleet's last engine, its dockerd stopped (SIGSTOP): connections are accepted,
-    nothing answers. Thawed afterwards."""
-    engine = fleet[-1]
+def frozen(pair) -> Iterator[PrivateDockerd]:
+    """The pair's second engine, its dockerd stopped (SIGSTOP): connections are
+    accepted, nothing answers. Thawed afterwards."""
+    engine = pair[-1]
     os.kill(engine.process.pid, signal.SIGSTOP)
     try:
         yield engine
@@ -229,9 +240,9 @@ def frozen(fleet) -> Iterator[PrivateDockerd]:
 
 
 def test_a_frozen_engine_costs_a_reconcile_pass_its_timeout_and_holds_up_no_other(
-    fleet, installation, frozen
+    pair, installation, frozen
 ):
-    healthy_engine = fleet[0]
+    healthy_engine = pair[0]
     [healthy] = _runtimes([healthy_engine])
     ice = Runtime.objects.create(name="frozen", driver="docker", base_url=frozen.url)
     exited = _place(healthy_engine, healthy, installation, "exit 0")
