@@ -35,6 +35,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -461,6 +462,7 @@ def main() -> int:
     finally:
         with concurrent.futures.ThreadPoolExecutor(max(1, len(engines))) as pool:
             list(pool.map(lambda engine: engine.destroy(), engines))
+        shutil.rmtree(pki.directory, ignore_errors=True)
     return 0
 
 
