@@ -282,6 +282,8 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "start_timeout": (_duration(1, 86400), 300.0),
         "stop_timeout": (_duration(0, 3600), 10.0),
         "reconcile_interval": (_duration(1, 86400), 30.0),
+        "reconcile_engine_timeout": (_duration(0.1, 3600), 20.0),
+        "monitor_appliers": (_integer(1, 64), 4),
         "orphan_policy": (_choice("report", "remove"), "report"),
         "workspace_root": (_text, "var/workspaces"),
         "allowed_volume_roots": (_absolute_paths, []),

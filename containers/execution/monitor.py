@@ -5,12 +5,18 @@
 1. At start, refresh the templates' image status (``refresh_image_status_on_start``).
 2. One follower thread per engine (enabled runtimes; rows sharing a daemon share one)
    opens the engine's event stream for our installation label from its stored cursor,
-   asks for a full reconcile (events alone are lossy), and applies each event with
+   asks for a full reconcile (events alone are lossy), and hands each event to the
+   appliers (``containers.execution.appliers``: ``monitor_appliers`` threads shared by
+   every engine), which apply one engine's events in the stream's order with
    ``event_apply``: map it to the instance (label ``io.gobrave.instance``), inspect the
    container and apply ``target_for`` of what the engine says now (more reliable than
    the event alone; only a clean exit of a container followed from its create is
    applied from the event: ``StreamSeen``), then advance the cursor (stored at most once
-   a second, ``CURSOR_STORE_EVERY``). A dropped stream
+   a second, ``CURSOR_STORE_EVERY``). A follower holds no database connection while it
+   waits on its stream: it takes one (``Monitor.db``, ``FOLLOWER_DB_SLOTS`` at once)
+   only for its own rows at each (re)connect. So N engines cost N follower threads and
+   at most 1 + ``monitor_appliers`` + ``FOLLOWER_DB_SLOTS`` connections, whatever N is
+   (docs/architecture.md, "The monitor at fleet size"). A dropped stream
    (the SDK just ends the iterator) or an unreachable engine is logged and retried with
    a backoff capped at ``BACKOFF_CAP``; the monitor never exits on engine trouble.
 3. The main thread renews the monitor's liveness mark every ``poll_interval`` (a live
@@ -22,20 +28,22 @@
    second apart), until the worker is done; and stores the cursor of a follower whose
    stream went quiet.
 4. SIGTERM sets a flag: the main thread finishes its step, waits until no follower is
-   inside one (a follower blocked reading its stream holds nothing), and returns, so the
-   process exits 0.
+   applying events (a follower blocked reading its stream holds nothing), and returns,
+   so the process exits 0.
 Each step calls ``close_old_connections()``; each thread closes its connections at exit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import threading
 import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
@@ -46,6 +54,7 @@ from containers.engines import engine_for
 from containers.engines.base import EngineError, EngineEvent
 from containers.engines.calls import engine_ping
 from containers.engines.labels import LABEL_INSTANCE
+from containers.execution.appliers import Appliers
 from containers.execution.health import runtime_health_record
 from containers.execution.images import template_images_refresh
 from containers.execution.reconciler import distinct_engines, reconcile
@@ -83,7 +92,9 @@ SEEN_MAX = 64  # keys remembered at the cursor's exact time (a handful in practi
 # one each (a monitor killed meanwhile replays the last second's events: each is applied
 # as the engine says now, which changes nothing).
 CURSOR_STORE_EVERY = 1.0
-CONNECTION_CHECK_EVERY = 1.0  # a follower drops an unusable connection this often
+BATCH = 64  # events an applier applies for one engine before the next engine's turn
+INBOX_MAX = 1024  # events read ahead of the appliers per engine
+FOLLOWER_DB_SLOTS = 2  # followers writing their own rows (at a reconnect) at once
 
 # event_apply outcomes, besides instance_sync's
 DUPLICATE = "duplicate"
@@ -281,14 +292,25 @@ def needs_recheck(event: EngineEvent, outcome: str) -> bool:
 
 
 class Follower:
-    """Follows one engine's event stream in its own thread (see the module docstring)."""
+    """Follows one engine's event stream in its own thread (see the module docstring).
+
+    The thread only reads: each event goes to ``inbox`` and the monitor's appliers
+    apply it (``apply_batch``), so while it waits on its stream it holds no database
+    connection; it takes one (a ``Monitor.db`` slot) only for its own few writes at
+    each (re)connect: the runtime row, the cursor, the health record.
+    """
 
     def __init__(self, monitor: Monitor, runtime: Runtime) -> None:
         self.monitor = monitor
         self.runtime_id = runtime.pk
+        self.runtime = runtime  # the session's row (event_apply's engine)
         self.name = runtime.name
-        self.step = threading.Lock()  # held while an event is being applied
+        self.step = threading.Lock()  # held while events are being applied
         self.cursor: MonitorCursor | None = None  # the session's, ahead of the stored one
+        self.seen = StreamSeen()  # the session's
+        self.inbox: deque[EngineEvent] = deque()
+        self.scheduled = False  # with an applier, or in line for one
+        self.changed = threading.Condition()  # guards inbox and scheduled
         self.thread = threading.Thread(target=self.run, name=f"monitor-{self.name}", daemon=True)
 
     def run(self) -> None:
@@ -304,12 +326,13 @@ class Follower:
             began = time.monotonic()
             runtime = None
             try:
-                close_old_connections()
-                runtime = Runtime.objects.filter(pk=self.runtime_id, enabled=True).first()
-                if runtime is None:
-                    log.info("runtime %s is disabled or gone; no longer followed", self.name)
-                    return
-                self.session(runtime)
+                with self.monitor.db():
+                    runtime = Runtime.objects.filter(pk=self.runtime_id, enabled=True).first()
+                    if runtime is None:
+                        log.info("runtime %s is disabled or gone; no longer followed", self.name)
+                        return
+                    cursor = cursor_for(runtime)
+                self.session(runtime, cursor)
                 if stopping.is_set():
                     return
                 problem = "event stream dropped"
@@ -334,53 +357,111 @@ class Follower:
     def health_record(self, runtime: Runtime, *, reachable: bool, error: str = "") -> None:
         """Record what the stream learnt of its engine on every row of that daemon: a
         stream that opened says it answers; a failed open is confirmed with a bounded ping
-        first (an engine that answered with an error is not away). So an engine that goes
-        away is recorded unreachable at the follower's next reconnect, seconds after its
-        stream dropped, not at the next reconcile pass. Never raises."""
+        first (an engine that answered with an error is not away; no connection held
+        meanwhile). So an engine that goes away is recorded unreachable at the
+        follower's next reconnect, seconds after its stream dropped, not at the next
+        reconcile pass. Never raises."""
         try:
             if not reachable:
                 reachable, error = engine_ping(runtime=runtime)
-            rows = Runtime.objects.filter(
-                enabled=True, driver=runtime.driver, base_url=runtime.base_url
-            )
-            for runtime_id in rows.values_list("pk", flat=True):
-                runtime_health_record(runtime_id=runtime_id, reachable=reachable, error=error)
+            with self.monitor.db():
+                rows = Runtime.objects.filter(
+                    enabled=True, driver=runtime.driver, base_url=runtime.base_url
+                )
+                for runtime_id in rows.values_list("pk", flat=True):
+                    runtime_health_record(runtime_id=runtime_id, reachable=reachable, error=error)
         except Exception:  # noqa: BLE001 - the follower outlives a failed write (DB away)
             log.warning("runtime %s: health not recorded", self.name, exc_info=True)
 
-    def session(self, runtime: Runtime) -> int:
-        """One connection: open the stream from the cursor, ask for a reconcile, apply
-        events until the stream ends. Returns how many events arrived."""
-        cursor = self.cursor = cursor_for(runtime)
-        if not cursor.time_nano:  # first run: from now; the reconcile covers the past
-            cursor.time_nano = time.time_ns()
-            cursor.save(update_fields=["time_nano", "updated_at"])
+    def session(self, runtime: Runtime, cursor: MonitorCursor | None = None) -> int:
+        """One connection: open the stream from the cursor (``cursor``: the runtime's,
+        read already), ask for a reconcile, hand events to the appliers until the stream
+        ends, wait until they are applied, store the cursor. Returns how many events
+        arrived."""
+        if cursor is None or not cursor.time_nano:
+            with self.monitor.db():
+                cursor = cursor or cursor_for(runtime)
+                if not cursor.time_nano:  # first run: from now; the reconcile covers the past
+                    cursor.time_nano = time.time_ns()
+                    cursor.save(update_fields=["time_nano", "updated_at"])
         stream = engine_for(runtime).events(self.monitor.installation, cursor.time_nano)
+        with self.step:
+            self.cursor, self.runtime, self.seen = cursor, runtime, StreamSeen()
         self.health_record(runtime, reachable=True)
         log.info("following runtime %s (%s) from cursor %s", runtime.name, runtime.base_url, cursor)
         self.monitor.reconcile_soon()
-        count, seen, fresh_until = 0, StreamSeen(), 0.0
+        count = 0
         try:
             for event in stream:
-                with self.step:
-                    if self.monitor.stopping.is_set():
-                        return count
-                    if time.monotonic() >= fresh_until:  # not per event: a burst has many
-                        close_old_connections()
-                        fresh_until = time.monotonic() + CONNECTION_CHECK_EVERY
-                    outcome = event_apply(
-                        runtime=runtime,
-                        cursor=cursor,
-                        event=event,
-                        seen=seen,
-                        store_every=CURSOR_STORE_EVERY,
-                    )
-                    if needs_recheck(event, outcome):
-                        self.monitor.recheck(event.labels[LABEL_INSTANCE])
-                    count += 1
+                if self.monitor.stopping.is_set():
+                    return count
+                self.deliver(event)
+                count += 1
         finally:
-            self.cursor_store()
+            self.drained()
+            with self.step, self.monitor.db():
+                self.cursor_store()
         return count
+
+    def deliver(self, event: EngineEvent) -> None:
+        """Hand one event to the appliers (in the stream's order); waits while
+        ``INBOX_MAX`` are waiting already (the engine then holds the rest)."""
+        with self.changed:
+            while len(self.inbox) >= INBOX_MAX and not self.monitor.stopping.is_set():
+                self.changed.wait(0.1)
+            self.inbox.append(event)
+            if self.scheduled:
+                return
+            self.scheduled = True
+        self.monitor.appliers.schedule(self)
+
+    def drained(self) -> None:
+        """Wait until every event handed over is applied (or the monitor stops)."""
+        with self.changed:
+            while self.scheduled and not self.monitor.stopping.is_set():
+                self.changed.wait(0.1)
+
+    def apply_batch(self) -> None:
+        """Apply up to ``BATCH`` waiting events in order (an applier's turn); if more
+        wait, get in line again. Never runs twice at once for one follower. An event
+        that fails (the engine or the database away) is logged and a reconcile asked
+        for, which compares every instance with its engine: the next events still go."""
+        with self.step:
+            for _ in range(BATCH):
+                with self.changed:
+                    if not self.inbox:
+                        self.scheduled = False
+                        self.changed.notify_all()
+                        return
+                    event = self.inbox.popleft()
+                if self.monitor.stopping.is_set():
+                    return
+                try:
+                    self.apply(event)
+                except EngineError as exc:  # the engine went away mid-look
+                    log.warning("runtime %s: event not applied (%s)", self.name, exc)
+                    self.monitor.reconcile_soon()  # the reconcile repairs what it missed
+                except Exception:  # noqa: BLE001 - the next events still come (DB away...)
+                    log.exception("runtime %s: event %s not applied", self.name, event.action)
+                    self.monitor.reconcile_soon()
+        with self.changed:
+            self.changed.notify_all()
+            if not self.inbox:
+                self.scheduled = False
+                return
+        self.monitor.appliers.schedule(self)
+
+    def apply(self, event: EngineEvent) -> None:
+        assert self.cursor is not None
+        outcome = event_apply(
+            runtime=self.runtime,
+            cursor=self.cursor,
+            event=event,
+            seen=self.seen,
+            store_every=CURSOR_STORE_EVERY,
+        )
+        if needs_recheck(event, outcome):
+            self.monitor.recheck(event.labels[LABEL_INSTANCE])
 
     def cursor_store(self, every: float = 0.0) -> None:
         """Store what the session's cursor reached, if that was not done in the last
@@ -404,16 +485,30 @@ class Monitor(StopOnSignal):
         installation: str | None = None,
         reconcile_interval: float | None = None,
         backoff_cap: float = BACKOFF_CAP,
+        appliers: int | None = None,
     ) -> None:
         self.installation = installation or installation_id()
         self.reconcile_interval = float(reconcile_interval or _config()["reconcile_interval"])
         self.backoff_cap = backoff_cap
         self.stopping = threading.Event()
+        self.appliers = Appliers(int(appliers or _config()["monitor_appliers"]), self.stopping)
+        self._db_slots = threading.BoundedSemaphore(FOLLOWER_DB_SLOTS)
         self.reconcile_wanted = threading.Event()
         self.followers: dict[tuple[str, str], Follower] = {}
         self._rechecks: dict[str, tuple[float, float, float]] = {}  # id -> (due, end, gap)
         self._rechecks_lock = threading.Lock()
         self.beat_name = liveness.beat_name(liveness.MONITOR)
+
+    @contextlib.contextmanager
+    def db(self) -> Iterator[None]:
+        """A follower's database work: one of ``FOLLOWER_DB_SLOTS`` at a time, and its
+        connection closed (given back to the pool) as soon as it is done."""
+        with self._db_slots:
+            try:
+                close_old_connections()
+                yield
+            finally:
+                connection.close()
 
     def reconcile_soon(self) -> None:
         self.reconcile_wanted.set()

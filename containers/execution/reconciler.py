@@ -29,7 +29,8 @@ from django.utils import timezone
 from containers.actors import RECONCILER
 from containers.engines import engine_for
 from containers.engines.base import ContainerState, Engine, EngineError
-from containers.engines.calls import engine_ping
+from containers.engines.calls import ENGINE_CALL_SECONDS
+from containers.engines.deadlines import EngineDeadline, engine_busy
 from containers.execution.health import runtime_health_record
 from containers.execution.sync import (
     WATCHED,
@@ -195,20 +196,82 @@ def distinct_engines(runtimes: Iterable[Runtime]) -> list[Runtime]:
     return list(seen.values())
 
 
+def engine_key(runtime: Runtime) -> str:
+    """The engine behind a row, as ``EngineDeadline`` names it (two rows, one daemon)."""
+    return f"{runtime.driver}:{runtime.base_url}"
+
+
+def engine_share(runtime: Runtime, seconds: float) -> EngineDeadline:
+    """The runtime's engine for one share of a pass: every call ends within ``seconds``
+    of now; raises ``EngineError`` at once when a call of an earlier share still hangs
+    there (one waiting thread per engine at most)."""
+    key = engine_key(runtime)
+    if engine_busy(key):
+        raise EngineError(
+            "the engine has not yet answered a call of an earlier pass "
+            f"(over its {seconds:g} s): skipped this pass"
+        )
+    return EngineDeadline(engine_for(runtime), key=key, seconds=seconds)
+
+
+def runtime_pass(
+    *,
+    runtime: Runtime,
+    instances: list[ContainerInstance],
+    installation: str,
+    actor: str,
+    seconds: float,
+    report: ReconcileReport,
+) -> None:
+    """Step 1 of ``reconcile`` for one runtime, its engine calls bounded by ``seconds``
+    in all (``EngineDeadline``); the database work runs on the caller's thread. Raises
+    ``EngineError`` when the engine does not answer (in time)."""
+    engine = engine_share(runtime, seconds)
+    # A ping first, bounded on its own too: a silently cut link fails fast.
+    engine.check(within=ENGINE_CALL_SECONDS)
+    listed = {s.runtime_id: s.status for s in engine.list_ours(installation)}
+    for instance in instances:
+        engine_status = listed.get(instance.container_id, "")
+        if running_as_recorded(instance, instance.container_id, engine_status):
+            report.checked += 1
+            continue
+        outcome = instance_sync(
+            instance_id=instance.id,
+            actor=actor,
+            engine=engine,
+            data={"source": "reconcile"},
+        )
+        report.checked += outcome != Sync.SKIPPED
+        report.changed += outcome == Sync.CHANGED
+        report.busy += outcome == Sync.BUSY
+    runtime_health_record(
+        runtime_id=runtime.pk,
+        reachable=True,
+        node_name=runtime.node_name or engine.node_name(),
+    )
+
+
 def reconcile(
     *,
     runtimes: Iterable[Runtime] | None = None,
     installation: str | None = None,
     actor: str = RECONCILER,
+    engine_timeout: float | None = None,
 ) -> ReconcileReport:
     """One full pass over ``runtimes`` (default: all). Must run outside a transaction.
+
+    Each engine gets at most ``engine_timeout`` seconds (``reconcile_engine_timeout``)
+    of engine calls in each of steps 1 and 3 (``EngineDeadline``): one that hangs costs
+    the pass that long and no more, and is skipped by later passes until the call left
+    waiting there ends. So a pass over N engines takes at most 2 × N × ``engine_timeout``
+    plus its database work, whatever the engines do.
 
     1. Per runtime: ping its engine, list our containers on it (one call), and
        ``instance_sync`` each watched instance (and failed ones without a node name),
        except one the list shows ``running_as_recorded`` (a look would change nothing);
        then store the engine's health record on the row (``containers.execution.health``). An
-       engine that does not answer is recorded ``unreachable`` with the reason and the
-       pass goes on.
+       engine that does not answer (in time) is recorded ``unreachable`` with the
+       reason and the pass goes on.
     2. Fail instances that held a create/start slot past ``start_timeout`` (neither
        leased nor waiting for a retry: ``instance_fail_stuck``), except on an engine
        this pass found unreachable: those keep their state until it answers.
@@ -216,6 +279,7 @@ def reconcile(
     Idempotent; safe to run while the monitor and workers run.
     """
     installation = installation or installation_id()
+    seconds = float(engine_timeout or _config()["reconcile_engine_timeout"])
     rows = list(Runtime.objects.all() if runtimes is None else runtimes)
     report = ReconcileReport()
     unreachable = set()
@@ -230,31 +294,14 @@ def reconcile(
         )
         if not instances and not runtime.enabled:
             continue
-        engine = engine_for(runtime)
         try:
-            # Bounded: a silently cut link must not hold the pass for the client's timeout.
-            answers, problem = engine_ping(runtime=runtime)
-            if not answers:
-                raise EngineError(problem)
-            listed = {s.runtime_id: s.status for s in engine.list_ours(installation)}
-            for instance in instances:
-                engine_status = listed.get(instance.container_id, "")
-                if running_as_recorded(instance, instance.container_id, engine_status):
-                    report.checked += 1
-                    continue
-                outcome = instance_sync(
-                    instance_id=instance.id,
-                    actor=actor,
-                    engine=engine,
-                    data={"source": "reconcile"},
-                )
-                report.checked += outcome != Sync.SKIPPED
-                report.changed += outcome == Sync.CHANGED
-                report.busy += outcome == Sync.BUSY
-            runtime_health_record(
-                runtime_id=runtime.pk,
-                reachable=True,
-                node_name=runtime.node_name or engine.node_name(),
+            runtime_pass(
+                runtime=runtime,
+                instances=instances,
+                installation=installation,
+                actor=actor,
+                seconds=seconds,
+                report=report,
             )
         except EngineError as exc:
             message = f"runtime {runtime.name} ({runtime.base_url}) unreachable: {exc}"
@@ -277,7 +324,7 @@ def reconcile(
         try:
             orphans_scan(
                 runtime=runtime,
-                engine=engine_for(runtime),
+                engine=engine_share(runtime, seconds),
                 installation=installation,
                 report=report,
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 import uuid
 
@@ -18,6 +19,7 @@ from django.db.models import F
 from containers.engines import engine_for
 from containers.engines.base import ContainerSpec, EngineEvent
 from containers.execution.monitor import (
+    BATCH,
     CURSOR_STORE_EVERY,
     DUPLICATE,
     IGNORED,
@@ -684,8 +686,14 @@ def test_an_exit_while_the_monitor_is_down_is_applied_after_it_restarts(dock, pi
     pipeline.monitor("monitor-2")
     row = reaches(instance, "stopped", timeout=15)
     assert row.exit_code == 0
-    cursor = MonitorCursor.objects.get(runtime=dock.runtime)
-    assert cursor.time_nano > before_exit  # the stream resumed past the missed events
+    # The stream resumed past the missed events (the cursor is stored just after the
+    # apply, which the reconcile at the connect may have beaten).
+    wait_for(
+        lambda: MonitorCursor.objects.get(runtime=dock.runtime).time_nano > before_exit,
+        timeout=10,
+        message="the cursor past the exit",
+        describe=lambda: str(MonitorCursor.objects.get(runtime=dock.runtime)),
+    )
 
 
 @_docker
@@ -812,3 +820,58 @@ def test_the_engine_s_own_die_of_a_clean_exit_is_applied_without_an_inspect(
     row = stored(instance)
     assert (row.status, row.exit_code) == ("stopped", 0), _describe(instance)
     assert OutboxEvent.objects.filter(aggregate_id=str(instance.pk), status="pending").exists()
+
+
+# -- appliers -----------------------------------------------------------------------------------
+
+
+def test_appliers_keep_each_engine_s_order_and_a_busy_engine_does_not_starve_another():
+    """One applier, two engines: 200 events of A wait, then one of B; B's is applied
+    after A's first batch, not after all of A's, and each engine's come in its order."""
+    monitor = Monitor(installation="test", appliers=1)
+    busy, quiet = (Follower(monitor, Runtime(pk=n, name=n)) for n in ("busy", "quiet"))
+    applied: list[tuple[str, int]] = []
+    quiet_delivered = threading.Event()
+
+    def recorder(follower):
+        def apply(event):
+            if not applied:  # hold the applier in A's first batch until B's event waits
+                assert quiet_delivered.wait(10)
+            applied.append((follower.name, event.time_nano))
+
+        return apply
+
+    busy.apply, quiet.apply = recorder(busy), recorder(quiet)
+    for n in range(200):
+        busy.deliver(EngineEvent("die", "a", "n", {}, n))
+    quiet.deliver(EngineEvent("die", "b", "n", {}, 0))
+    quiet_delivered.set()
+    busy.drained()
+    quiet.drained()
+    monitor.stop()
+
+    assert applied.index(("quiet", 0)) == BATCH, applied[: BATCH + 2]
+    assert [n for name, n in applied if name == "busy"] == list(range(200))
+    assert monitor.appliers.threads <= 1
+
+
+def test_an_event_that_fails_to_apply_asks_for_a_reconcile_and_the_next_ones_still_go(caplog):
+    monitor = Monitor(installation="test", appliers=1)
+    follower = Follower(monitor, Runtime(pk=1, name="one"))
+    applied = []
+
+    def apply(event):
+        if event.time_nano == 0:
+            raise RuntimeError("the database went away")
+        applied.append(event.time_nano)
+
+    follower.apply = apply
+    with caplog.at_level(logging.ERROR, logger="containers.execution.monitor"):
+        for n in range(3):
+            follower.deliver(EngineEvent("die", "a", "n", {}, n))
+        follower.drained()
+    monitor.stop()
+
+    assert applied == [1, 2]
+    assert monitor.reconcile_wanted.is_set()
+    assert "runtime one: event die not applied" in caplog.text
