@@ -83,6 +83,7 @@ class Emulator:
     def stop(self) -> None:
         if self._loop is None or self._runner is None:
             return
+        self.api.close_streams()
         asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:

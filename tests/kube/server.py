@@ -89,6 +89,11 @@ class Api:
         self.token = token
         self._calls: list[Call] = []
         self._calls_lock = threading.Lock()
+        self.closing = False  # set (then the store woken) to end every open stream
+
+    def close_streams(self) -> None:
+        self.closing = True
+        self.store.wake_all()
 
     def recorded(self) -> list[Call]:
         with self._calls_lock:
@@ -270,7 +275,7 @@ class Api:
                 items, since = self.store.list(resource, namespace)
                 for obj in filter(selected, items):
                     await send("ADDED", obj)
-            while True:
+            while not self.closing:
                 wake.clear()
                 try:
                     changes = self.store.changes_since(since)
@@ -303,14 +308,21 @@ class Api:
         """``pods/log``: the container's lines, ``tailLines``, ``sinceSeconds``,
         ``timestamps``, ``limitBytes``; with ``follow=true`` new lines as they are written,
         until the container terminates or the Pod goes. 400 while the container waits to
-        start (as the kubelet answers), and for ``previous`` (``restartPolicy`` aside, no
-        container here ever restarts)."""
+        start (as the kubelet answers) and for ``previous`` (no container here ever
+        restarts); 500 when its node is lost."""
         pod = self.store.get("pods", namespace, name)
         container = _container(pod, request.query.get("container"))
         q = request.query
         if q.get("previous") in TRUE:
             raise status.ApiError(
                 400, f'previous terminated container "{container}" in pod "{name}" not found'
+            )
+        if pod.get("status", {}).get("reason") == "NodeLost":  # the API server cannot reach it
+            host = pod["status"].get("hostIP", "")
+            raise status.ApiError(
+                500,
+                f'Get "https://{host}:10250/containerLogs/{namespace}/{name}/{container}":'
+                f" dial tcp {host}:10250: connect: no route to host",
             )
         state = _state(pod, container)
         if "waiting" in state or not state:
@@ -350,7 +362,7 @@ class Api:
         self.store.subscribe(notify)
         try:
             await response.write(body)
-            while True:
+            while not self.closing:
                 wake.clear()
                 fresh = self.store.log_lines(uid, container, sent)
                 sent += len(fresh)

@@ -32,7 +32,7 @@ KINDS = {
     "namespaces": "Namespace",
 }
 CLUSTER_SCOPED = {"namespaces"}
-DEFAULT_HISTORY = 1000
+DEFAULT_HISTORY = 10_000
 DEFAULT_GRACE_SECONDS = 30
 
 Key = tuple[str, str, str]  # resource, namespace ("" when cluster-scoped), name
@@ -87,6 +87,10 @@ class Store:
             if listener in self._listeners:
                 self._listeners.remove(listener)
 
+    def wake_all(self) -> None:
+        """Wake every listener (a server closing its streams)."""
+        self._notify()
+
     def _notify(self) -> None:
         with self._lock:
             listeners = list(self._listeners)
@@ -123,7 +127,12 @@ class Store:
         with self._lock:
             if rv < self._compacted:
                 raise status.expired(rv, self._compacted + 1)
-            return [c for c in self._history if c.rv > rv]
+            newer = []
+            for change in reversed(self._history):  # the newest first: stop at the cursor
+                if change.rv <= rv:
+                    break
+                newer.append(change)
+            return newer[::-1]
 
     # -- reads -----------------------------------------------------------------------------
 

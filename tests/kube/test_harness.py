@@ -116,6 +116,10 @@ def test_patches_merge_labels_annotations_and_status(core, kube):
     )  # fmt: skip
     core.patch_namespaced_pod_status("p", ns, {"status": {"conditions": [
         {"type": "Custom", "status": "True"}]}})  # fmt: skip
+    code, body = error_of(
+        lambda: core.patch_namespaced_pod("p", ns, {"metadata": {"labels": {"bad": "x" * 64}}})
+    )
+    assert (code, body["details"]["causes"][0]["field"]) == (422, "metadata.labels")
     got = core.read_namespaced_pod("p", ns)
     assert got.metadata.labels == {"keep": "1", "new": "2"}
     assert got.metadata.annotations == {"gobrave/name": "Full", "more": "x"}
@@ -374,6 +378,8 @@ def test_a_lost_node_makes_the_pod_unknown_and_it_lingers_until_forced(core, kub
     got = until(core, kube, "lost", lambda p: p.status.phase == "Unknown", "became Unknown")
     ready = next(c for c in got.status.conditions if c.type == "Ready")
     assert (ready.status, got.status.reason) == ("Unknown", "NodeLost")
+    code, body = error_of(lambda: core.read_namespaced_pod_log("lost", kube.namespace))
+    assert code == 500 and "10250" in body["message"]  # the API server cannot reach the node
     core.delete_namespaced_pod("lost", kube.namespace, grace_period_seconds=30)
     marked = core.read_namespaced_pod("lost", kube.namespace)
     assert marked.metadata.deletion_timestamp is not None
