@@ -125,6 +125,12 @@ class Api:
             return await self._handle(request, target, verb)
         except status.ApiError as error:
             return _json(error.body(), error.code)
+        except (AttributeError, KeyError, TypeError) as error:
+            # A body of the wrong shape (a list for an object, a string for a map): the API
+            # server cannot decode it either, and answers 400, never 500.
+            return _json(
+                status.ApiError(400, f"the object could not be decoded: {error!r}").body(), 400
+            )
 
     async def _handle(self, request: web.Request, t: Target, verb: str) -> web.StreamResponse:
         namespace = "" if t.resource in CLUSTER_SCOPED else t.namespace
@@ -142,7 +148,8 @@ class Api:
         if verb == "watch":
             return await self._watch(request, t.resource, namespace)
         if verb == "create":
-            return _json(self.store.create(t.resource, namespace, await self._body(request)), 201)
+            body = _object(await self._body(request), namespace, None)
+            return _json(self.store.create(t.resource, namespace, body), 201)
         if verb == "get":
             return _json(self.store.get(t.resource, namespace, name))
         if verb == "update":
@@ -208,10 +215,8 @@ class Api:
                       "metadata": {"resourceVersion": str(rv)}, "items": gone})  # fmt: skip
 
     async def _replace(self, request: web.Request, t: Target, namespace: str) -> dict[str, Any]:
-        body = await self._body(request)
-        if not isinstance(body, dict):
-            raise status.ApiError(400, "the body must be an object")
-        expect = (body.get("metadata") or {}).get("resourceVersion")
+        body = _object(await self._body(request), namespace, t.name)
+        expect = body["metadata"].get("resourceVersion")
 
         def replace(obj: dict[str, Any]) -> dict[str, Any]:
             if t.subresource == "status":
@@ -416,6 +421,25 @@ class Api:
             "window": "10s",
             "containers": [{"name": c, "usage": u} for c, u in usage.items()],
         }  # fmt: skip
+
+
+def _object(body: Any, namespace: str, name: str | None) -> dict[str, Any]:
+    """A create's or an update's body, checked as the API server checks it before anything
+    else: an object, whose namespace and name (if given) are the URL's."""
+    if not isinstance(body, dict) or not isinstance(body.setdefault("metadata", {}), dict):
+        raise status.ApiError(400, "the object could not be decoded: not a JSON object")
+    meta = body["metadata"]
+    if meta.get("namespace") and namespace and meta["namespace"] != namespace:
+        raise status.ApiError(
+            400,
+            "the namespace of the provided object does not match the namespace sent on the request",
+        )
+    if name is not None and meta.get("name") != name:
+        raise status.ApiError(
+            400, f"the name of the object ({meta.get('name')}) does not match the name on the URL"
+            f" ({name})"
+        )  # fmt: skip
+    return body
 
 
 def _keep_status(resource: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

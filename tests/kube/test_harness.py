@@ -174,6 +174,29 @@ def test_an_invalid_pod_answers_422_with_its_cause(core, kube, body, field):
     assert core.list_namespaced_pod(kube.namespace).items == []
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        [],
+        {"metadata": "pod"},
+        {"metadata": {"name": "p", "namespace": "elsewhere"}, "spec": pod("p")["spec"]},
+        {"metadata": {"name": "p"}, "spec": {"containers": "main"}},
+        {"metadata": {"name": "p", "labels": ["a"]}, "spec": pod("p")["spec"]},
+    ],
+)
+def test_a_body_of_the_wrong_shape_answers_400_and_stores_nothing(core, kube, body):
+    # Sent raw: the client's own models would refuse most of these before sending.
+    api = core.api_client
+    method, url, headers, data, _ = api.param_serialize(
+        "POST", f"/api/v1/namespaces/{kube.namespace}/pods", body=body,
+        header_params={"Content-Type": "application/json"}, auth_settings=["BearerToken"],
+    )  # fmt: skip
+    response = api.call_api(method, url, headers, data)
+    answer = json.loads(response.read())
+    assert (response.status, answer["reason"]) == (400, "BadRequest"), answer
+    assert core.list_namespaced_pod(kube.namespace).items == []
+
+
 def test_a_container_without_an_image_answers_422(core, kube):
     body = pod("no-image")
     body["spec"]["containers"][0]["image"] = " "
