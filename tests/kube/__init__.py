@@ -6,7 +6,9 @@ What it is
   reaches it through the kubeconfig that ``write_kubeconfig`` writes.
 - ``kubelet.FakeKubelet``: a thread that schedules and runs the emulator's Pods on one node,
   on rules the test sets (unschedulable, image pull error, exit code, OOM, node lost, log
-  lines, metrics), writing their status as the real scheduler and kubelet do.
+  lines, metrics), writing their status and Events as the real scheduler and kubelet do;
+  it also holds a Pod back for a missing claim or Secret and for a ``nodeSelector`` the
+  node's labels do not meet.
 - ``fixtures``: ``kube_cluster`` (per module) and ``kube`` (per test, emptied), or a real
   cluster's throwaway namespace when ``GOBRAVE_KUBE_REAL=1`` and ``KUBECONFIG`` are set.
 
@@ -26,7 +28,9 @@ What the emulator serves (``/api/v1``; ``server.py``)
 - Checks (``validation.py``): DNS-1123 names, label keys and values, a Pod's containers
   (name and image), a claim's access modes and size: 422 Invalid with the causes.
   ResourceQuota admission (``quota.py``): 403 "exceeded quota", and "must specify" for a
-  compute quota the Pod does not request.
+  compute quota the Pod does not request. Pod Security admission (``podsecurity.py``) in
+  a namespace labelled ``pod-security.kubernetes.io/enforce``: 403 "violates PodSecurity".
+  A body that is not an object of the right shape answers 400, never 500.
 - ``pods/log``: ``container``, ``tailLines``, ``sinceSeconds``, ``timestamps``,
   ``limitBytes``, ``follow`` (new lines as written, until the container ends); 400 while
   the container waits to start.

@@ -5,7 +5,7 @@ made, a kubeconfig written; or, when ``GOBRAVE_KUBE_REAL=1`` and ``KUBECONFIG`` 
 real cluster's throwaway namespace (``kube_cluster.emulator`` and ``.kubelet`` then skip the
 test that asks for them: the fake kubelet's rules have no real counterpart). ``kube`` (one
 per test): the same cluster, its namespace emptied and its rules, quotas, history limit and
-recorded calls forgotten.
+recorded calls forgotten, its Pod Security level lifted.
 
 Every test that uses them is marked ``kube_real``: ``-m kube_real`` selects the suite that
 an opt-in run sends to a real cluster (docs/kubernetes.md, "How the driver is tested")."""
@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.kube import podsecurity
 from tests.kube.emulator import Emulator
 from tests.kube.kubelet import FakeKubelet
 
@@ -58,6 +59,17 @@ class KubeCluster:
 
         return config.new_client_from_config(self.kubeconfig_path, context=self.context)
 
+    def enforce_pod_security(self, level: str = "restricted") -> None:
+        """Label the namespace so that the API server's Pod Security admission enforces
+        ``level`` (baseline or restricted) on its Pods, here and on a real cluster alike;
+        ``reset`` lifts it."""
+        from kubernetes import client
+
+        with self.api_client() as api_client:
+            client.CoreV1Api(api_client).patch_namespace(
+                self.namespace, {"metadata": {"labels": {podsecurity.LABEL: level}}}
+            )
+
     def reset(self) -> None:
         if self._emulator is not None and self._kubelet is not None:
             self._kubelet.reset()
@@ -76,6 +88,7 @@ def _empty_real_namespace(cluster: KubeCluster) -> None:
         core.delete_collection_namespaced_secret(ns)
         core.delete_collection_namespaced_persistent_volume_claim(ns)
         core.delete_collection_namespaced_resource_quota(ns)
+        core.patch_namespace(ns, {"metadata": {"labels": {podsecurity.LABEL: None}}})
 
 
 def _real_cluster() -> Iterator[KubeCluster]:

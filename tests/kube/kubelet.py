@@ -104,6 +104,7 @@ class FakeKubelet:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._ips = 0
+        self.node_labels = _node_labels(node)
         self._cursor = 0  # the store's version the kubelet has seen up to
         self._rescan = True
         self._pending: set[PodKey] = set()  # looked at on the next step
@@ -123,6 +124,14 @@ class FakeKubelet:
             self._rescan = True
         self._poke()
         return rule
+
+    def set_node_labels(self, **labels: str) -> None:
+        """Add labels to the node (``set_node_labels(disktype="ssd")``): Pods waiting for a
+        ``nodeSelector`` they meet are scheduled."""
+        with self._wake:
+            self.node_labels.update(labels)
+            self._rescan = True
+        self._poke()
 
     def trigger(self, namespace: str, name: str) -> None:
         """Let the outcome of an ``on_trigger`` rule happen to Pod ``name`` now."""
@@ -163,6 +172,7 @@ class FakeKubelet:
             self._triggers.clear()
             self._due.clear()
             self._blocked.clear()
+            self.node_labels = _node_labels(self.node)
             self._rescan = True
 
     # -- life ------------------------------------------------------------------------------
@@ -286,7 +296,7 @@ class FakeKubelet:
         if not spec.get("nodeName"):
             missing = self._missing_claim(pod)
             self._block((ns, name), missing is not None)
-            message = rule.unschedulable or missing
+            message = rule.unschedulable or missing or self._unmatched(pod)
             if message is None:
                 self._bind_claims(pod)
                 self._bind(pod)
@@ -421,6 +431,15 @@ class FakeKubelet:
             else:
                 self._blocked.discard(key)
 
+    def _unmatched(self, pod: dict[str, Any]) -> str | None:
+        """The scheduler's message for a ``nodeSelector`` the node's labels do not meet."""
+        with self._wake:
+            labels = dict(self.node_labels)
+        wanted = pod["spec"].get("nodeSelector") or {}
+        if all(labels.get(k) == v for k, v in wanted.items()):
+            return None
+        return "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+
     def _missing_claim(self, pod: dict[str, Any]) -> str | None:
         """The scheduler's message for a claim that does not exist, if one does not."""
         ns = pod["metadata"]["namespace"]
@@ -546,6 +565,11 @@ class FakeKubelet:
         except ApiError as error:
             if error.code != 404:  # deleted meanwhile: nothing to do
                 raise
+
+
+def _node_labels(node: str) -> dict[str, str]:
+    return {"kubernetes.io/hostname": node, "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64"}  # fmt: skip
 
 
 def _scheduled_message(status: dict[str, Any]) -> str | None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from tests.kube import quota, status, validation
+from tests.kube import podsecurity, quota, status, validation
 
 # resource (the URL's plural) -> kind; namespaces are the only cluster-scoped resource.
 KINDS = {
@@ -175,6 +175,9 @@ class Store:
             key = (resource, namespace, meta["name"])
             if key in self._objects:
                 raise status.already_exists(resource, meta["name"])
+            if resource == "pods":
+                labels = self._objects[("namespaces", "", namespace)]["metadata"].get("labels")
+                podsecurity.admit((labels or {}).get(podsecurity.LABEL), obj)
             quotas, _ = self.list("resourcequotas", namespace)
             if quotas and resource != "resourcequotas":
                 quota.admit(resource, obj, quotas, self.list(resource, namespace)[0])
@@ -302,6 +305,8 @@ class Store:
                 for key, obj in self._objects.items()
                 if key[0] == "namespaces" and key[2] in keep_namespaces
             }
+            for obj in self._objects.values():
+                obj["metadata"].pop("labels", None)  # the Pod Security level among them
             self._history.clear()
             self._rv += 1  # the forgetting is a change no watch can be given
             self._compacted = self._rv

@@ -223,6 +223,55 @@ def test_a_cpu_quota_refuses_a_pod_over_it_and_one_without_requests(core, kube):
     assert code == 403 and "must specify requests.cpu" in body["message"], body["message"]
 
 
+HARDENED = {
+    "allowPrivilegeEscalation": False,
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def test_a_restricted_namespace_refuses_a_pod_that_breaks_the_profile_with_403(core, kube):
+    kube.enforce_pod_security("restricted")
+    code, body = error_of(lambda: core.create_namespaced_pod(kube.namespace, pod("loose")))
+    assert (code, body["reason"]) == (403, "Forbidden")
+    assert 'violates PodSecurity "restricted:latest"' in body["message"]
+    for reason in ("allowPrivilegeEscalation != false", "unrestricted capabilities",
+                   "runAsNonRoot != true", "seccompProfile"):  # fmt: skip
+        assert reason in body["message"], body["message"]
+    assert core.list_namespaced_pod(kube.namespace).items == []
+
+
+@pytest.mark.parametrize(
+    ("change", "refused"),
+    [
+        ({}, None),
+        ({"capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}, '"SYS_ADMIN"'),
+        ({"runAsUser": 0}, "runAsUser=0"),
+        ({"privileged": True}, "privileged"),
+    ],
+)
+def test_a_restricted_namespace_admits_only_a_hardened_pod(core, kube, change, refused):
+    kube.enforce_pod_security("restricted")
+    body = pod("hard")
+    body["spec"]["containers"][0]["securityContext"] = HARDENED | change
+    if refused is None:
+        core.create_namespaced_pod(kube.namespace, body)
+        return
+    code, answer = error_of(lambda: core.create_namespaced_pod(kube.namespace, body))
+    assert code == 403 and refused in answer["message"], answer["message"]
+
+
+def test_a_restricted_namespace_refuses_a_host_path_volume(core, kube):
+    kube.enforce_pod_security("restricted")
+    body = pod("host")
+    body["spec"]["containers"][0]["securityContext"] = HARDENED
+    body["spec"]["volumes"] = [{"name": "root", "hostPath": {"path": "/"}}]
+    code, answer = error_of(lambda: core.create_namespaced_pod(kube.namespace, body))
+    assert code == 403 and 'hostPath volumes (volume "root")' in answer["message"]
+
+
 # -- watches ---------------------------------------------------------------------------------
 
 
@@ -417,6 +466,15 @@ def test_a_delete_of_a_pod_not_yet_on_a_node_is_immediate(core, kube):
     assert core.list_namespaced_pod(kube.namespace).items == []
 
 
+def test_a_pod_waits_for_a_node_its_node_selector_matches(core, kube):
+    kube.kubelet  # noqa: B018
+    core.create_namespaced_pod(kube.namespace, pod("picky", nodeSelector={"disktype": "ssd"}))
+    waiting = until(core, kube, "picky", lambda p: bool(p.status.conditions), "waited")
+    assert "didn't match Pod's node affinity/selector" in waiting.status.conditions[0].message
+    kube.kubelet.set_node_labels(disktype="ssd")
+    until(core, kube, "picky", lambda p: p.status.phase == "Running", "ran")
+
+
 def test_a_pod_waits_for_its_claim_which_is_bound_when_it_is_scheduled(core, kube):
     kube.kubelet  # noqa: B018
     ns = kube.namespace
@@ -570,9 +628,12 @@ def test_a_reset_forgets_objects_calls_and_every_version_before_it(core, kube_cl
     kube_cluster.reset()
     made = core.create_namespaced_secret(kube_cluster.namespace, {"metadata": {"name": "gone"}})
     kube_cluster.kubelet.add_rule(name="any", exit_code=1)
+    kube_cluster.enforce_pod_security("restricted")
     kube_cluster.reset()
     assert kube_cluster.emulator.calls == []
     assert core.list_namespaced_secret(kube_cluster.namespace).items == []
+    core.create_namespaced_pod(kube_cluster.namespace, pod("any"))  # no Pod Security any more
+    until(core, kube_cluster, "any", lambda p: p.status.phase == "Running", "ran (no rule)")
     with pytest.raises(client.ApiException) as raised:
         list(watch.Watch().stream(core.list_namespaced_secret, kube_cluster.namespace,
                                   resource_version=made.metadata.resource_version,
