@@ -17,13 +17,15 @@ import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.kube import podsecurity
-from tests.kube.emulator import Emulator
-from tests.kube.kubelet import FakeKubelet
+
+if TYPE_CHECKING:  # imported when a test asks for the cluster: every session loads this
+    from tests.kube.emulator import Emulator
+    from tests.kube.kubelet import FakeKubelet
 
 REAL = os.environ.get("GOBRAVE_KUBE_REAL") == "1" and bool(os.environ.get("KUBECONFIG"))
 NAMESPACE = "gobrave-test"
@@ -114,6 +116,9 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeClust
     if REAL:
         yield from _real_cluster()
         return
+    from tests.kube.emulator import Emulator
+    from tests.kube.kubelet import FakeKubelet
+
     directory: Path = tmp_path_factory.mktemp("kube")
     emulator = Emulator(directory).start()
     kubelet = FakeKubelet(emulator.store).start()
