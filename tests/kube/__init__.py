@@ -13,8 +13,9 @@ What it is
   cluster's throwaway namespace when ``GOBRAVE_KUBE_REAL=1`` and ``KUBECONFIG`` are set.
 
 What the emulator serves (``/api/v1``; ``server.py``)
-- Namespaces (cluster-wide) and, in a namespace, Pods (with ``status`` and ``log``),
-  Secrets, PersistentVolumeClaims, Events, ResourceQuotas: create (409 AlreadyExists;
+- Namespaces (cluster-wide, each with its ``default`` ServiceAccount) and, in a
+  namespace, Pods (with ``status`` and ``log``), Secrets, PersistentVolumeClaims, Events,
+  ResourceQuotas, ServiceAccounts: create (409 AlreadyExists;
   ``generateName``), get (404 NotFound), list and watch with label selectors (``=``, ``!=``,
   ``in``, ``notin``, ``key``, ``!key``) and field selectors (``metadata.name`` and the
   fields the API indexes, ``selectors.FIELDS``), update (409 Conflict on a stale

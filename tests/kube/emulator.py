@@ -117,8 +117,9 @@ class Emulator:
     def create_namespace(self, name: str) -> None:
         self.store.create("namespaces", "", {"metadata": {"name": name}})
 
-    def reset(self, keep_namespaces: set[str]) -> None:
-        """Forget every object (but the namespaces kept), every change and every call."""
+    def reset(self, keep_namespaces: set[str] | None = None) -> None:
+        """Forget every object (but the namespaces kept, all by default), every change and
+        every call."""
         self.store.reset(keep_namespaces)
         self.api.forget_calls()
 

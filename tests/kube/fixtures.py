@@ -90,11 +90,14 @@ def _empty_real_namespace(cluster: KubeCluster) -> None:
         core.delete_collection_namespaced_secret(ns)
         core.delete_collection_namespaced_persistent_volume_claim(ns)
         core.delete_collection_namespaced_resource_quota(ns)
+        core.delete_collection_namespaced_event(ns)
         core.patch_namespace(ns, {"metadata": {"labels": {podsecurity.LABEL: None}}})
 
 
 def _real_cluster() -> Iterator[KubeCluster]:
-    from kubernetes import client, config
+    """A throwaway namespace on the cluster ``KUBECONFIG`` names, once its ``default``
+    service account exists (a Pod made before it would be refused), deleted at the end."""
+    from kubernetes import client, config, watch
 
     path = os.environ["KUBECONFIG"].split(os.pathsep)[0]
     context = (
@@ -105,6 +108,12 @@ def _real_cluster() -> Iterator[KubeCluster]:
         core = client.CoreV1Api(api_client)
         core.create_namespace({"metadata": {"name": cluster.namespace}})
         try:
+            accounts = watch.Watch().stream(
+                core.list_namespaced_service_account, cluster.namespace,
+                field_selector="metadata.name=default", timeout_seconds=60,
+            )  # fmt: skip
+            if not any(event["type"] == "ADDED" for event in accounts):
+                pytest.fail(f"no default service account in {cluster.namespace} after 60 s")
             yield cluster
         finally:
             core.delete_namespace(cluster.namespace)

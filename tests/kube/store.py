@@ -29,6 +29,7 @@ KINDS = {
     "persistentvolumeclaims": "PersistentVolumeClaim",
     "events": "Event",
     "resourcequotas": "ResourceQuota",
+    "serviceaccounts": "ServiceAccount",
     "namespaces": "Namespace",
 }
 CLUSTER_SCOPED = {"namespaces"}
@@ -188,6 +189,8 @@ class Store:
             self._objects[key] = obj
             self._record("ADDED", key, None, obj)
             created = copy.deepcopy(obj)
+            if resource == "namespaces":  # the service account controller's part
+                self.create("serviceaccounts", meta["name"], {"metadata": {"name": "default"}})
         self._notify()
         return created
 
@@ -296,14 +299,18 @@ class Store:
         self._notify()
         return copy.deepcopy(obj)
 
-    def reset(self, keep_namespaces: set[str]) -> None:
-        """Forget every object but the namespaces kept, and every change so far: a watch
-        from any earlier version answers 410. The version counter goes on."""
+    def reset(self, keep_namespaces: set[str] | None = None) -> None:
+        """Forget every object but the namespaces kept (all by default) and their service
+        accounts, and every change so far: a watch from any earlier version answers 410.
+        The version counter goes on."""
         with self._lock:
+            if keep_namespaces is None:
+                keep_namespaces = {k[2] for k in self._objects if k[0] == "namespaces"}
             self._objects = {
                 key: obj
                 for key, obj in self._objects.items()
-                if key[0] == "namespaces" and key[2] in keep_namespaces
+                if (key[0] == "namespaces" and key[2] in keep_namespaces)
+                or (key[0] == "serviceaccounts" and key[1] in keep_namespaces)
             }
             for obj in self._objects.values():
                 obj["metadata"].pop("labels", None)  # the Pod Security level among them

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client, watch
 from urllib3.exceptions import MaxRetryError
 
-from tests.kube.fixtures import KubeCluster
+from tests.kube import fixtures
 from tests.kube.server import Call
 
 DEADLINE = 10  # seconds: a condition not met by then fails the test, with the Pod printed
@@ -641,12 +641,25 @@ def test_a_reset_forgets_objects_calls_and_every_version_before_it(core, kube_cl
     assert raised.value.status == 410
 
 
-def test_a_real_cluster_skips_what_needs_the_emulator_or_the_kubelet():
-    real = KubeCluster("/nonexistent/kubeconfig", "ctx", "ns", real=True)
+def test_the_real_cluster_variant_makes_empties_and_deletes_its_own_namespace(
+    core, kube, monkeypatch
+):
+    # The emulator stands in for the real cluster: this checks the variant's own steps.
+    monkeypatch.setenv("KUBECONFIG", kube.kubeconfig_path)
+    variant = fixtures._real_cluster()
+    real = next(variant)
+    assert real.real and real.namespace.startswith("gobrave-test-")
     with pytest.raises(pytest.skip.Exception):
         real.kubelet  # noqa: B018
     with pytest.raises(pytest.skip.Exception):
         real.emulator  # noqa: B018
+    core.create_namespaced_secret(real.namespace, {"metadata": {"name": "left"}})
+    real.enforce_pod_security("restricted")
+    real.reset()
+    assert core.list_namespaced_secret(real.namespace).items == []
+    assert not core.read_namespace(real.namespace).metadata.labels
+    next(variant, None)  # its teardown
+    assert real.namespace not in names(core.list_namespace())
 
 
 def test_pod_metrics_report_the_rule_s_usage(core, kube):
