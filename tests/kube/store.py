@@ -239,7 +239,8 @@ class Store:
             new = copy.deepcopy(old)
             new = change(new) or new
             # Identity is the server's: a change never moves or renames the object.
-            for field in ("name", "namespace", "uid", "creationTimestamp", "resourceVersion"):
+            for field in ("name", "namespace", "uid", "creationTimestamp", "resourceVersion",
+                          "deletionTimestamp", "deletionGracePeriodSeconds"):  # fmt: skip
                 if field in old["metadata"]:
                     new.setdefault("metadata", {})[field] = old["metadata"][field]
             new["kind"], new["apiVersion"] = old["kind"], old["apiVersion"]

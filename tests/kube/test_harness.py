@@ -321,17 +321,17 @@ def test_a_watch_with_a_selector_sees_objects_enter_and_leave_it(core, kube):
 
 def test_a_watch_from_before_the_history_gets_410_and_a_relist_resumes(core, kube):
     ns = kube.namespace
-    kube.emulator.set_history_limit(2)
+    kube.emulator.set_history_limit(5)  # room for the relist's two changes, and slack
     old = core.create_namespaced_secret(ns, {"metadata": {"name": "a"}}).metadata
-    for name in ("b", "c", "d"):
+    for name in "bcdefgh":
         core.create_namespaced_secret(ns, {"metadata": {"name": name}})
     with pytest.raises(client.ApiException) as raised:
         events(core, kube, old.resource_version)
     assert raised.value.status == 410
     relisted = core.list_namespaced_secret(ns)
-    assert [n for n in names(relisted) if not n.startswith("end-")] == ["a", "b", "c", "d"]
-    core.create_namespaced_secret(ns, {"metadata": {"name": "e"}})
-    assert events(core, kube, relisted.metadata.resource_version) == [("ADDED", "e")]
+    assert [n for n in names(relisted) if not n.startswith("end-")] == list("abcdefgh")
+    core.create_namespaced_secret(ns, {"metadata": {"name": "i"}})
+    assert events(core, kube, relisted.metadata.resource_version) == [("ADDED", "i")]
 
 
 def test_a_watch_ends_at_its_timeout_with_a_bookmark_when_allowed(core, kube):
