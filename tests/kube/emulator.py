@@ -102,6 +102,12 @@ class Emulator:
         """Every authenticated request so far (since the last ``reset``)."""
         return self.api.recorded()
 
+    @property
+    def busy_seconds(self) -> float:
+        """Time spent answering requests so far (watch and follow streams left out), for a
+        benchmark to tell the emulator's share from the client's."""
+        return self.api.busy_seconds
+
     def set_history_limit(self, limit: int) -> None:
         """Keep only the last ``limit`` changes: a watch from an older version gets 410."""
         self.store.set_history_limit(limit)

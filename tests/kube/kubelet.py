@@ -2,15 +2,18 @@
 the emulator holds, writing their status as the real ones write it.
 
 A Pod goes, one write (one watch event) per step:
-1. unbound -> bound: ``spec.nodeName``, condition ``PodScheduled`` True (or, on an
-   ``unschedulable`` rule, ``PodScheduled`` False with reason ``Unschedulable`` and the
-   rule's message, and nothing more);
+1. unbound -> bound: ``spec.nodeName``, condition ``PodScheduled`` True, its Pending
+   claims Bound, an Event ``Scheduled`` (or, on an ``unschedulable`` rule, a missing
+   claim or a ``nodeSelector`` the node's labels do not meet: ``PodScheduled`` False with
+   reason ``Unschedulable`` and the message, an Event ``FailedScheduling``, and nothing
+   more until that changes);
 2. ``Pending`` with the containers ``waiting: ContainerCreating``, ``hostIP``,
    ``startTime`` (an ``image_error`` rule stops here with ``waiting: ErrImagePull`` ->
    ``ImagePullBackOff``, or ``InvalidImageName``; an image reference with upper-case
-   letters or blanks is always ``InvalidImageName``);
-3. ``Running``: containers ``running``, ``ready``, ``podIP``, condition Ready True; the
-   rule's log lines are written;
+   letters or blanks is always ``InvalidImageName``; a Secret or key an env var needs
+   and lacks gives ``CreateContainerConfigError`` until it exists);
+3. ``Running``: containers ``running``, ``ready``, ``podIP``, condition Ready True, an
+   Event ``Started``; the rule's log lines are written;
 4. on the rule's outcome, after ``after_ms`` or on ``trigger()``: ``Succeeded`` (exit 0,
    ``Completed``) or ``Failed`` (``Error`` with the exit code, or ``OOMKilled`` with 137),
    or a lost node: phase ``Unknown``, reason ``NodeLost``, condition Ready ``Unknown``;
@@ -110,6 +113,7 @@ class FakeKubelet:
         self._pending: set[PodKey] = set()  # looked at on the next step
         self._due: dict[PodKey, float] = {}  # looked at when the time comes (monotonic)
         self._blocked: set[PodKey] = set()  # waiting for a Secret or a claim
+        self.busy_seconds = 0.0  # time spent stepping Pods (a benchmark subtracts it)
         self.errors: list[str] = []  # writes the store refused, for a failing test to print
 
     # -- what a test sets ------------------------------------------------------------------
@@ -202,7 +206,9 @@ class FakeKubelet:
                 if self._stopping:
                     return
                 self._woken = False
+            started = time.perf_counter()
             next_due = self._step()
+            self.busy_seconds += time.perf_counter() - started
             with self._wake:
                 if self._stopping:
                     return

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -90,6 +91,7 @@ class Api:
         self._calls: list[Call] = []
         self._calls_lock = threading.Lock()
         self.closing = False  # set (then the store woken) to end every open stream
+        self.busy_seconds = 0.0  # time spent answering requests (streams left out)
 
     def close_streams(self) -> None:
         self.closing = True
@@ -113,6 +115,15 @@ class Api:
         return _json({"major": "1", "minor": "34", "gitVersion": "v1.34.0-gobrave-emulator"})
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        try:
+            return await self._answer(request)
+        finally:
+            if request.query.get("watch") not in TRUE and request.query.get("follow") not in TRUE:
+                with self._calls_lock:  # a stream's time is waiting, not work
+                    self.busy_seconds += time.perf_counter() - started
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         try:
             if request.headers.get("Authorization") != f"Bearer {self.token}":
                 raise status.ApiError(401, "Unauthorized")

@@ -591,6 +591,7 @@ def test_every_request_is_recorded_as_rbac_sees_it(core, kube):
     core.list_namespaced_pod(kube.namespace, label_selector="app")
     core.delete_namespaced_pod("rec", kube.namespace, grace_period_seconds=0)
     calls = set(kube.emulator.calls)
+    assert kube.emulator.busy_seconds > 0 and kube.kubelet.busy_seconds > 0
     ns = kube.namespace
     assert {
         Call("create", "pods", "", ns), Call("get", "pods", "", ns),
