@@ -37,7 +37,8 @@ What the emulator serves (``/api/v1``; ``server.py``)
   the container waits to start.
 - ``metrics.k8s.io/v1beta1`` PodMetrics (get, list) for running Pods with a usage rule.
 - Errors are ``Status`` bodies (``status.py``); every authenticated request is recorded
-  as ``Call(verb, resource, subresource, namespace)`` in RBAC's words (``Emulator.calls``).
+  as ``Call(verb, resource, subresource, namespace, group)`` in RBAC's words
+  (``Emulator.calls``); ``rbac.uncovered(calls, role)`` lists those a Role does not grant.
 
 What it does not do
 - No other resources or API groups (Deployments, NetworkPolicies, ...), no discovery beyond

@@ -28,12 +28,14 @@ TRUE = ("true", "True", "1")
 
 @dataclass(frozen=True)
 class Call:
-    """One API request as RBAC sees it (``namespace`` is "" for cluster-wide ones)."""
+    """One API request as RBAC sees it (``namespace`` is "" for cluster-wide ones, ``group``
+    "" for the core API)."""
 
     verb: str
     resource: str
     subresource: str
     namespace: str
+    group: str = ""
 
 
 @dataclass
@@ -131,7 +133,13 @@ class Api:
             verb = _verb(request, target)
             with self._calls_lock:
                 self._calls.append(
-                    Call(verb, target.resource, target.subresource, target.namespace or "")
+                    Call(
+                        verb,
+                        target.resource,
+                        target.subresource,
+                        target.namespace or "",
+                        target.group,
+                    )  # fmt: skip
                 )
             return await self._handle(request, target, verb)
         except status.ApiError as error:

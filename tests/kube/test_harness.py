@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client, watch
 from urllib3.exceptions import MaxRetryError
 
-from tests.kube import fixtures
+from tests.kube import fixtures, rbac
 from tests.kube.server import Call
 
 DEADLINE = 10  # seconds: a condition not met by then fails the test, with the Pod printed
@@ -598,6 +598,28 @@ def test_every_request_is_recorded_as_rbac_sees_it(core, kube):
         Call("list", "pods", "", ns), Call("get", "pods", "log", ns),
         Call("delete", "pods", "", ns),
     } <= calls, calls  # fmt: skip
+
+
+def test_a_role_covers_the_calls_its_rules_grant_and_no_other(core, kube):
+    kube.kubelet.add_rule(name="ruled", logs=["x"])
+    ns = kube.namespace
+    core.create_namespaced_pod(ns, pod("ruled"))
+    until(core, kube, "ruled", lambda p: p.status.phase == "Running", "ran")
+    core.read_namespaced_pod_log("ruled", ns)
+    core.list_namespace()  # cluster-wide: no Role grants it
+    role = {
+        "kind": "Role",
+        "metadata": {"name": "gobrave", "namespace": ns},
+        "rules": [{"apiGroups": [""], "resources": ["pods"],
+                   "verbs": ["create", "get", "list", "watch"]}],
+    }  # fmt: skip
+    assert rbac.uncovered(kube.emulator.calls, role) == [
+        Call("list", "namespaces", "", ""), Call("get", "pods", "log", ns),
+    ]  # fmt: skip
+    role["rules"].append({"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]})
+    assert rbac.uncovered(kube.emulator.calls, role) == [Call("list", "namespaces", "", "")]
+    role["metadata"]["namespace"] = "elsewhere"
+    assert Call("create", "pods", "", ns) in rbac.uncovered(kube.emulator.calls, role)
 
 
 def test_a_wrong_token_answers_401(kube):
