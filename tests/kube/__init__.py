@@ -36,6 +36,8 @@ What the emulator serves (``/api/v1``; ``server.py``)
   ``limitBytes``, ``follow`` (new lines as written, until the container ends); 400 while
   the container waits to start.
 - ``metrics.k8s.io/v1beta1`` PodMetrics (get, list) for running Pods with a usage rule.
+- Faults on demand: ``Emulator.drop_watches()`` (every open watch ends),
+  ``Emulator.outage()`` (every request answers 503 meanwhile).
 - Errors are ``Status`` bodies (``status.py``); every authenticated request is recorded
   as ``Call(verb, resource, subresource, namespace, group)`` in RBAC's words
   (``Emulator.calls``); ``rbac.uncovered(calls, role)`` lists those a Role does not grant.

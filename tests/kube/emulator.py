@@ -12,6 +12,7 @@ import secrets
 import socket
 import ssl
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,22 @@ class Emulator:
         """Time spent answering requests so far (watch and follow streams left out), for a
         benchmark to tell the emulator's share from the client's."""
         return self.api.busy_seconds
+
+    def drop_watches(self) -> None:
+        """End every open watch now, as a restarting API server or a proxy's idle timeout
+        does (the client sees its stream end, with no event)."""
+        self.api.drop_watches()
+
+    @contextlib.contextmanager
+    def outage(self, code: int = 503) -> Iterator[None]:
+        """While inside, every request answers ``code`` (ServiceUnavailable by default)
+        and changes nothing; open watches are dropped when it begins."""
+        self.api.refusing = code
+        self.api.drop_watches()
+        try:
+            yield
+        finally:
+            self.api.refusing = None
 
     def set_history_limit(self, limit: int) -> None:
         """Keep only the last ``limit`` changes: a watch from an older version gets 410."""

@@ -94,9 +94,15 @@ class Api:
         self._calls_lock = threading.Lock()
         self.closing = False  # set (then the store woken) to end every open stream
         self.busy_seconds = 0.0  # time spent answering requests (streams left out)
+        self.refusing: int | None = None  # an outage: every request answers this code
+        self.dropped = 0  # bumped (then the store woken) to end the open watches
 
     def close_streams(self) -> None:
         self.closing = True
+        self.store.wake_all()
+
+    def drop_watches(self) -> None:
+        self.dropped += 1
         self.store.wake_all()
 
     def recorded(self) -> list[Call]:
@@ -127,6 +133,9 @@ class Api:
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         try:
+            if self.refusing is not None:
+                raise status.ApiError(self.refusing, "the server is currently unable to handle"
+                                      " the request", reason="ServiceUnavailable")  # fmt: skip
             if request.headers.get("Authorization") != f"Bearer {self.token}":
                 raise status.ApiError(401, "Unauthorized")
             target = _parse(request.path)
@@ -293,13 +302,14 @@ class Api:
             await response.write(json.dumps({"type": type_, "object": obj}).encode() + b"\n")
 
         deadline = None if timeout is None else loop.time() + timeout
+        generation = self.dropped
         self.store.subscribe(notify)
         try:
             if since is None:
                 items, since = self.store.list(resource, namespace)
                 for obj in filter(selected, items):
                     await send("ADDED", obj)
-            while not self.closing:
+            while not self.closing and self.dropped == generation:
                 wake.clear()
                 try:
                     changes = self.store.changes_since(since)

@@ -350,6 +350,29 @@ def test_a_watch_without_a_version_starts_with_what_exists(core, kube):
     assert events(core, kube, "") == [("ADDED", "alpha")]
 
 
+def test_a_dropped_watch_ends_and_resumes_from_its_last_version(core, kube):
+    ns = kube.namespace
+    start = core.list_namespaced_secret(ns).metadata.resource_version
+    core.create_namespaced_secret(ns, {"metadata": {"name": "before"}})
+    stream = watch.Watch().stream(core.list_namespaced_secret, ns, resource_version=start,
+                                  timeout_seconds=DEADLINE)  # fmt: skip
+    first = next(stream)
+    kube.emulator.drop_watches()
+    assert list(stream) == []  # ended early, with nothing more
+    core.create_namespaced_secret(ns, {"metadata": {"name": "after"}})
+    last = first["raw_object"]["metadata"]["resourceVersion"]
+    assert events(core, kube, last) == [("ADDED", "after")]
+
+
+def test_an_outage_answers_503_and_changes_nothing(core, kube):
+    with kube.emulator.outage():
+        code, body = error_of(
+            lambda: core.create_namespaced_secret(kube.namespace, {"metadata": {"name": "x"}})
+        )
+    assert (code, body["reason"]) == (503, "ServiceUnavailable")
+    assert core.list_namespaced_secret(kube.namespace).items == []
+
+
 # -- the fake kubelet ------------------------------------------------------------------------
 
 
