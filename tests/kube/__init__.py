@@ -16,7 +16,7 @@ What the emulator serves (``/api/v1``; ``server.py``)
 - Namespaces (cluster-wide, each with its ``default`` ServiceAccount) and, in a
   namespace, Pods (with ``status`` and ``log``), Secrets, PersistentVolumeClaims, Events,
   ResourceQuotas, ServiceAccounts: create (409 AlreadyExists;
-  ``generateName``), get (404 NotFound), list and watch with label selectors (``=``, ``!=``,
+  ``generateName``; ``dryRun=All``), get (404 NotFound), list and watch with label selectors (``=``, ``!=``,
   ``in``, ``notin``, ``key``, ``!key``) and field selectors (``metadata.name`` and the
   fields the API indexes, ``selectors.FIELDS``), update (409 Conflict on a stale
   ``resourceVersion``), patch (merge and strategic merge; ``patches.py``), delete (with
@@ -44,7 +44,7 @@ What the emulator serves (``/api/v1``; ``server.py``)
 
 What it does not do
 - No other resources or API groups (Deployments, NetworkPolicies, ...), no discovery beyond
-  ``/version``, no RBAC (the token is all-powerful; check ``calls`` against a Role), no
+  ``/version``, ``/api`` and ``/api/v1``, no RBAC (the token is all-powerful; check ``calls`` against a Role), no
   admission but quotas and Pod Security, no JSON Patch (415), no server-side apply, no
   ``$patch`` directives, no immutable-field checks but a Pod's spec, no ``status.used``
   on quotas, no finalizers,

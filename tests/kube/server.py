@@ -24,6 +24,11 @@ from tests.kube.store import CLUSTER_SCOPED, KINDS, Change, Store
 
 METRICS_GROUP = ("apis", "metrics.k8s.io", "v1beta1")
 TRUE = ("true", "True", "1")
+VERSION = {
+    "major": "1", "minor": "34", "gitVersion": "v1.34.0-gobrave-emulator", "gitCommit": "",
+    "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "",
+    "compiler": "", "platform": "linux/amd64",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -116,11 +121,34 @@ class Api:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/version", self.version)
+        app.router.add_get("/version/", self.version)
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
         return app
 
     async def version(self, request: web.Request) -> web.Response:
-        return _json({"major": "1", "minor": "34", "gitVersion": "v1.34.0-gobrave-emulator"})
+        if self.refusing is not None:
+            return _json(_unavailable(self.refusing).body(), self.refusing)
+        return _json(VERSION)
+
+    async def discovery(self, request: web.Request) -> web.StreamResponse:
+        """``/api`` and ``/api/v1``: what the core group serves, for a client's health
+        check or discovery."""
+        if request.path.rstrip("/") == "/api":
+            return _json({"kind": "APIVersions", "versions": ["v1"]})
+        resources = []
+        for plural, kind in KINDS.items():
+            namespaced = plural not in CLUSTER_SCOPED
+            verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update",
+                     "watch"]  # fmt: skip
+            resources.append({"name": plural, "kind": kind, "namespaced": namespaced,
+                              "singularName": "", "verbs": verbs})  # fmt: skip
+        resources += [
+            {"name": "pods/log", "kind": "Pod", "namespaced": True, "singularName": "",
+             "verbs": ["get"]},
+            {"name": "pods/status", "kind": "Pod", "namespaced": True, "singularName": "",
+             "verbs": ["get", "patch", "update"]},
+        ]  # fmt: skip
+        return _json({"kind": "APIResourceList", "groupVersion": "v1", "resources": resources})
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
@@ -134,10 +162,13 @@ class Api:
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         try:
             if self.refusing is not None:
-                raise status.ApiError(self.refusing, "the server is currently unable to handle"
-                                      " the request", reason="ServiceUnavailable")  # fmt: skip
+                raise _unavailable(self.refusing)
             if request.headers.get("Authorization") != f"Bearer {self.token}":
                 raise status.ApiError(401, "Unauthorized")
+            if request.path.rstrip("/") in ("/api", "/api/v1"):
+                # Not recorded: every authenticated user may read discovery (the cluster's
+                # system:discovery binding), so no Role of the driver's needs to grant it.
+                return await self.discovery(request)
             target = _parse(request.path)
             verb = _verb(request, target)
             with self._calls_lock:
@@ -177,7 +208,8 @@ class Api:
             return await self._watch(request, t.resource, namespace)
         if verb == "create":
             body = _object(await self._body(request), namespace, None)
-            return _json(self.store.create(t.resource, namespace, body), 201)
+            dry_run = request.query.get("dryRun") == "All"
+            return _json(self.store.create(t.resource, namespace, body, dry_run=dry_run), 201)
         if verb == "get":
             return _json(self.store.get(t.resource, namespace, name))
         if verb == "update":
@@ -450,6 +482,12 @@ class Api:
             "window": "10s",
             "containers": [{"name": c, "usage": u} for c, u in usage.items()],
         }  # fmt: skip
+
+
+def _unavailable(code: int) -> status.ApiError:
+    return status.ApiError(
+        code, "the server is currently unable to handle the request", reason="ServiceUnavailable"
+    )
 
 
 def _object(body: Any, namespace: str, name: str | None) -> dict[str, Any]:

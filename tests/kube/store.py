@@ -157,9 +157,12 @@ class Store:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def create(self, resource: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Validate, admit (quota) and store a new object: 404 for a missing namespace, 409
-        for a taken name, 422 for an invalid object, 403 past a quota."""
+    def create(
+        self, resource: str, namespace: str, body: dict[str, Any], *, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Validate, admit (quota, Pod Security) and store a new object: 404 for a missing
+        namespace, 409 for a taken name, 422 for an invalid object, 403 past a quota or the
+        namespace's Pod Security level. ``dry_run``: every check, and nothing stored."""
         kind = KINDS[resource]
         obj = copy.deepcopy(body)
         obj["kind"], obj["apiVersion"] = kind, "v1"
@@ -185,6 +188,8 @@ class Store:
             meta.update(uid=str(uuid.uuid4()), creationTimestamp=now())
             meta.pop("resourceVersion", None)
             self._defaults(resource, obj)
+            if dry_run:
+                return copy.deepcopy(obj)
             self._stamp(obj)
             self._objects[key] = obj
             self._record("ADDED", key, None, obj)

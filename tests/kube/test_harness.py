@@ -69,6 +69,24 @@ def names(pods) -> list[str]:
 # -- the API ---------------------------------------------------------------------------------
 
 
+def test_a_dry_run_create_checks_everything_and_stores_nothing(core, kube):
+    made = core.create_namespaced_pod(kube.namespace, pod("trial"), dry_run="All")
+    assert made.metadata.name == "trial" and made.metadata.resource_version is None
+    assert core.list_namespaced_pod(kube.namespace).items == []
+    kube.enforce_pod_security("restricted")
+    code, _ = error_of(lambda: core.create_namespaced_pod(kube.namespace, pod("t"), dry_run="All"))
+    assert code == 403
+
+
+def test_discovery_and_version_answer_for_a_health_check(core, kube):
+    names = {r.name for r in core.get_api_resources().resources}
+    assert {"pods", "pods/log", "secrets", "persistentvolumeclaims"} <= names
+    assert client.VersionApi(core.api_client).get_code().major == "1"
+    with kube.emulator.outage():
+        code, _ = error_of(lambda: client.VersionApi(core.api_client).get_code())
+    assert code == 503
+
+
 def test_a_second_create_answers_409_already_exists(core, kube):
     core.create_namespaced_pod(kube.namespace, pod("twice"))
     code, body = error_of(lambda: core.create_namespaced_pod(kube.namespace, pod("twice")))
