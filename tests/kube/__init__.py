@@ -15,10 +15,10 @@ What it is
 What the emulator serves (``/api/v1``; ``server.py``)
 - Namespaces (cluster-wide, each with its ``default`` ServiceAccount) and, in a
   namespace, Pods (with ``status`` and ``log``), Secrets, PersistentVolumeClaims, Events,
-  ResourceQuotas, ServiceAccounts: create (409 AlreadyExists;
-  ``generateName``; ``dryRun=All``), get (404 NotFound), list and watch with label selectors (``=``, ``!=``,
-  ``in``, ``notin``, ``key``, ``!key``) and field selectors (``metadata.name`` and the
-  fields the API indexes, ``selectors.FIELDS``), update (409 Conflict on a stale
+  ResourceQuotas, ServiceAccounts: create (409 AlreadyExists; ``generateName``;
+  ``dryRun=All``), get (404 NotFound), list and watch with label selectors (``=``,
+  ``!=``, ``in``, ``notin``, ``key``, ``!key``) and field selectors (``metadata.name`` and
+  the fields the API indexes, ``selectors.FIELDS``), update (409 Conflict on a stale
   ``resourceVersion``), patch (merge and strategic merge; ``patches.py``), delete (with
   ``gracePeriodSeconds``) and deletecollection.
 - ``resourceVersion``: one global counter, written on every object it changes; a bounded
@@ -44,12 +44,12 @@ What the emulator serves (``/api/v1``; ``server.py``)
 
 What it does not do
 - No other resources or API groups (Deployments, NetworkPolicies, ...), no discovery beyond
-  ``/version``, ``/api`` and ``/api/v1``, no RBAC (the token is all-powerful; check ``calls`` against a Role), no
-  admission but quotas and Pod Security, no JSON Patch (415), no server-side apply, no
-  ``$patch`` directives, no immutable-field checks but a Pod's spec, no ``status.used``
-  on quotas, no finalizers,
-  no owner references or garbage collection, no list ``limit``/``continue`` and no list at
-  an older ``resourceVersion`` (a list is always of now).
+  ``/version``, ``/api`` and ``/api/v1``, no RBAC (the token is all-powerful; check
+  ``calls`` against a Role), no admission but quotas and Pod Security, no JSON Patch
+  (415), no server-side apply, no ``$patch`` directives, no immutable-field checks but a
+  Pod's spec, no ``status.used`` on quotas, no finalizers, no owner references or garbage
+  collection, no list ``limit``/``continue`` and no list at an older ``resourceVersion``
+  (a list is always of now).
 - The kubelet has one node and no restarts (``restartPolicy`` is not acted on), stops a
   deleted Pod's containers at once (the grace period is accepted, not waited out), runs
   no init containers or probes, and never pulls anything: an image is "present" unless a
