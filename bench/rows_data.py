@@ -61,10 +61,14 @@ def _copy(model, objs: Iterable, using: str) -> int:
     written = 0
     iterator: Iterator = iter(objs)
     while batch := list(islice(iterator, BATCH)):
-        with transaction.atomic(using=using), connection.cursor() as cursor:
-            with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-                for obj in batch:
-                    copy.write_row([_value(field, obj, connection) for field in fields])
+        sql = f"COPY {table} ({columns}) FROM STDIN"
+        with (
+            transaction.atomic(using=using),
+            connection.cursor() as cursor,
+            cursor.cursor.copy(sql) as copy,
+        ):
+            for obj in batch:
+                copy.write_row([_value(field, obj, connection) for field in fields])
         written += len(batch)
     return written
 
@@ -156,9 +160,15 @@ def make_rows(
     n_events = _copy(ContainerEvent, events(), using)
     outbox = (
         OutboxEvent(
-            kind="ContainerCreateRequest", queue="create", aggregate_id=str(row.id),
-            fairness_key=str(row.owner_id), status=OutboxStatus.SENT, outcome="sent",
-            available_at=row.created_at, created_at=row.created_at, sent_at=row.created_at,
+            kind="ContainerCreateRequest",
+            queue="create",
+            aggregate_id=str(row.id),
+            fairness_key=str(row.owner_id),
+            status=OutboxStatus.SENT,
+            outcome="sent",
+            available_at=row.created_at,
+            created_at=row.created_at,
+            sent_at=row.created_at,
             attempts=1,
         )  # fmt: skip
         for row in instances
@@ -166,8 +176,11 @@ def make_rows(
     n_outbox = _copy(OutboxEvent, outbox, using)
     runs = [
         DagRun(
-            id=uuid.uuid4(), template_name="rows-dag", owner_id=row.owner_id,
-            status="running" if i % 10 == 0 else "succeeded", created_at=row.created_at,
+            id=uuid.uuid4(),
+            template_name="rows-dag",
+            owner_id=row.owner_id,
+            status="running" if i % 10 == 0 else "succeeded",
+            created_at=row.created_at,
             status_changed_at=row.created_at,
         )  # fmt: skip
         for i, row in enumerate(instances[::20])
