@@ -251,7 +251,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PARSER_CLASSES": ["core.api.defaults.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "core.api.schema.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "core.api.defaults.Pagination",
+    "DEFAULT_PAGINATION_CLASS": "core.api.pagination.CursorPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "core.api.errors.exception_handler",
 }
