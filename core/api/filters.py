@@ -65,6 +65,16 @@ def ordering(*fields: str, default: str) -> Ordering:
     )
 
 
+def statuses(choices) -> django_filters.MultipleChoiceFilter:
+    """``status`` (repeatable): rows in any of the given states. Without ``DISTINCT``
+    (django-filter's default for a multiple choice): the rows' own column joins nothing
+    that could repeat a row, and a ``DISTINCT`` makes the database read every match
+    before it can return the first page."""
+    return django_filters.MultipleChoiceFilter(
+        choices=choices, distinct=False, help_text="One or more statuses (repeat the parameter)."
+    )
+
+
 class UTCDateTimeField(IsoDateTimeField):
     """An ISO 8601 date-time, turned into UTC here: PostgreSQL refuses offsets past
     ±15:59 that Python accepts (a 500 otherwise); one that leaves the calendar is a 400."""
