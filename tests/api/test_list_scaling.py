@@ -74,7 +74,8 @@ def test_a_filtered_instance_list_is_flat(staff, owner):
         InstanceFactory.create_batch(n, owner=owner, status="running")
 
     url = f"/api/containers/?owner={owner.username}&status=running&ordering=-status_changed_at"
-    assert_flat(staff, url, make, AUTH + 1)
+    # ... + the owner's id by their name (core.api.filters.NameOrIdFilter), the page
+    assert_flat(staff, url, make, AUTH + 2)
 
 
 def test_an_instances_history_is_flat(alice, make_instance):
