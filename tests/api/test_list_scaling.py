@@ -45,7 +45,7 @@ def assert_flat(client, url: str, make, pinned: int) -> None:
     make(27)
     thirty, body = _queries(client, url)
     assert len(body["results"]) >= 30
-    page = client.get(url, {"limit": 10}).json()
+    page = client.get(f"{url}{'&' if '?' in url else '?'}limit=10").json()
     later, body = _queries(client, page["next"])
     assert len(body["results"]) == 10 and body["previous"]
     for name, sql in (("3 rows", three), ("30 rows", thirty), ("a cursor's page", later)):
