@@ -262,7 +262,10 @@ SPECTACULAR_SETTINGS = {
         "Container lifecycles through a transactional outbox. Authenticate with "
         "`Authorization: Token <key>` (make one on `/account/tokens/` or with "
         "`POST /api/tokens/`). This document lists only what you may call. Every error "
-        'answers `{"error": {"code", "message", "details"}}`.'
+        'answers `{"error": {"code", "message", "details"}}`. Every list is paged by '
+        'cursor: `{"next", "previous", "results"}`, no count and no offset; follow the '
+        "`next` link to walk it (each row that existed when the walk began comes once, "
+        "whatever is inserted meanwhile); `limit` sets the page size."
     ),
     "VERSION": "0.1.0",
     "COMPONENT_SPLIT_REQUEST": True,
