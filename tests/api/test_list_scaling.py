@@ -162,7 +162,7 @@ def _walk(client, url: str, between=lambda: None) -> list[str]:
     return seen
 
 
-@pytest.mark.parametrize("ordering", ["", "name", "-name", "status", "created_at"])
+@pytest.mark.parametrize("ordering", ["", "-name", "status"])
 def test_a_walk_along_next_sees_every_row_once_while_rows_are_inserted(staff, owner, ordering):
     """Rows inserted between pages, newest, oldest and in the middle of the order (by
     time and by name), never make the walk miss or repeat a row that was there."""
