@@ -238,3 +238,20 @@ def test_dashboard_query_count_is_pinned(as_user, root, django_assert_num_querie
     InstanceFactory.create_batch(27, status="pending")
     with django_assert_num_queries(15):
         client.get(url)
+
+
+@pytest.mark.parametrize(
+    "model, query",
+    [
+        ("containers_containerinstance", {"owner": "a\x00b"}),
+        ("containers_containerinstance", {"template": "a\x00b"}),
+        ("containers_containerevent", {"actor": "a\x00b"}),
+        ("containers_containerevent", {"kind": "a\x00b"}),
+        ("outbox_outboxevent", {"queue": "a\x00b"}),
+    ],
+)
+def test_a_filter_value_the_database_cannot_compare_is_the_invalid_filter_page(
+    as_user, root, model, query
+):
+    response = as_user(root).get(reverse(f"admin:{model}_changelist"), query)
+    assert response.status_code == 302 and response.url.endswith("?e=1"), response
