@@ -21,11 +21,12 @@ from containers.actors import user_actor
 from containers.admin.admins import RedactedFieldsMixin
 from containers.spec import redaction
 from core.admin_helpers import ReadOnlyAdminMixin, badge
+from core.admin_lists import FlatChangelistMixin, choices_filter, related_filter
 from core.errors import DomainError
 from dags import selectors
 from dags.errors import DagInvalid
 from dags.graph_layout import COLOURS, layout
-from dags.history import dag_event_kind_display
+from dags.history import DAG_EVENT_KIND_WORDS, dag_event_kind_display
 from dags.models import DagEvent, DagRun, DagTemplate
 from dags.services import (
     dag_nodes_clean,
@@ -126,9 +127,9 @@ class DagTemplateAdmin(RedactedFieldsMixin, admin.ModelAdmin):
 
 
 @admin.register(DagRun)
-class DagRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class DagRunAdmin(FlatChangelistMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("short_id", "template_name", "owner", "status_display", "nodes", "created_at")
-    list_filter = ("status",)
+    list_filter = ("status", related_filter("owner", name_field="username", title="owner"))
     list_select_related = ("owner",)
     search_fields = ("template_name", "owner__username")
     actions = ["cancel_runs", "retry_failed_runs"]
@@ -265,7 +266,7 @@ class DagRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(DagEvent)
-class DagEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class DagEventAdmin(FlatChangelistMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "created_at",
         "run_id",
@@ -275,7 +276,13 @@ class DagEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "to_status",
         "actor",
     )
-    list_filter = ("kind",)
+    list_filter = (
+        choices_filter(
+            "kind",
+            lambda: sorted((k, dag_event_kind_display(k)) for k in DAG_EVENT_KIND_WORDS),
+            title="kind",
+        ),
+    )
     search_fields = ("run_id", "node", "message")
 
     @admin.display(description="kind", ordering="kind")

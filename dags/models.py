@@ -74,9 +74,11 @@ class DagRun(FSMModelMixin, models.Model):
     class Meta:
         ordering = ["-created_at"]
         verbose_name = "DAG run"
-        indexes = [
+        indexes = [  # as ContainerInstance's: one per filter, in the lists' order
             models.Index(fields=["status"]),
             models.Index(fields=["owner", "-created_at"]),
+            models.Index(fields=["created_at", "id"], name="dagrun_created"),
+            models.Index(fields=["status", "created_at", "id"], name="dagrun_status_created"),
         ]
 
     def __str__(self) -> str:
@@ -235,6 +237,10 @@ class DagEvent(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
         verbose_name = "DAG event"
+        indexes = [
+            # A run's history page, newest first, however long the history.
+            models.Index(fields=["run_id", "created_at", "id"], name="dagevent_run_history"),
+        ]
 
     def __str__(self) -> str:
         return (

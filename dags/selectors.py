@@ -117,8 +117,9 @@ def node_output_spec(run: DagRun, key: str) -> dict[str, Any]:
     return {"env": env, "secret_env": snapshot.get("secret_env") or []}
 
 
-def run_events(run: DagRun, *, limit: int = 500) -> list[DagEvent]:
-    return list(DagEvent.objects.filter(run_id=run.id).order_by("-created_at", "-id")[:limit])
+def run_events(run: DagRun) -> QuerySet[DagEvent]:
+    """The run's history, newest first (the API pages it by cursor)."""
+    return DagEvent.objects.filter(run_id=run.id).order_by("-created_at", "-id")
 
 
 def run_history_after(*, run_id: uuid.UUID | str, after_id: int = 0) -> QuerySet[DagEvent]:

@@ -254,7 +254,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PARSER_CLASSES": ["core.api.defaults.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "core.api.schema.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "core.api.defaults.Pagination",
+    "DEFAULT_PAGINATION_CLASS": "core.api.pagination.CursorPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "core.api.errors.exception_handler",
 }
@@ -265,7 +265,10 @@ SPECTACULAR_SETTINGS = {
         "Container lifecycles through a transactional outbox. Authenticate with "
         "`Authorization: Token <key>` (make one on `/account/tokens/` or with "
         "`POST /api/tokens/`). This document lists only what you may call. Every error "
-        'answers `{"error": {"code", "message", "details"}}`.'
+        'answers `{"error": {"code", "message", "details"}}`. Every list is paged by '
+        'cursor: `{"next", "previous", "results"}`, no count and no offset; follow the '
+        "`next` link to walk it (each row that existed when the walk began comes once, "
+        "whatever is inserted meanwhile); `limit` sets the page size."
     ),
     "VERSION": "0.1.0",
     "COMPONENT_SPLIT_REQUEST": True,

@@ -16,8 +16,11 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince
 
 from core.admin_helpers import GREY, ActionsOnlyAdminMixin, badge, first_line
+from core.admin_lists import FlatChangelistMixin, choices_filter
 from core.errors import DomainError
+from outbox import registry
 from outbox.models import OutboxEvent, OutboxStatus
+from outbox.outcomes import Outcome
 from outbox.services import outbox_retry_now
 
 STATUS_COLOURS = {
@@ -45,7 +48,7 @@ def history_link_for(event: OutboxEvent) -> str | None:
 
 
 @admin.register(OutboxEvent)
-class OutboxEventAdmin(ActionsOnlyAdminMixin, admin.ModelAdmin):
+class OutboxEventAdmin(FlatChangelistMixin, ActionsOnlyAdminMixin, admin.ModelAdmin):
     """Outbox rows: filter by status and kind; "retry now" for rows waiting on backoff."""
 
     list_display = (
@@ -60,7 +63,13 @@ class OutboxEventAdmin(ActionsOnlyAdminMixin, admin.ModelAdmin):
         "outcome",
         "error_display",
     )
-    list_filter = ("status", "kind", "queue", "outcome")
+    # Kinds, queues and outcomes as the code registers them, not a DISTINCT over the rows.
+    list_filter = (
+        "status",
+        choices_filter("kind", lambda: [(k, k) for k in registry.kinds()], title="kind"),
+        choices_filter("queue", lambda: [(q, q) for q in sorted(registry.queues())], title="queue"),
+        choices_filter("outcome", lambda: [(o.value, o.value) for o in Outcome], title="outcome"),
+    )
     search_fields = ("=aggregate_id", "kind")
     actions = ("retry_now",)
     fieldsets = (

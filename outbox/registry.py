@@ -137,6 +137,11 @@ def route(kind: str) -> Route | None:
     return _routes.get(kind)
 
 
+def kinds() -> list[str]:
+    """Every registered request kind, sorted."""
+    return sorted(_routes)
+
+
 def queues() -> dict[str, int]:
     """Queue name → worker count."""
     return dict(_queues)

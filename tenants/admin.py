@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django_q.models import Failure, OrmQ, Schedule, Success
 from knox.models import AuthToken as KnoxAuthToken
 
+from core.admin_lists import FlatChangelistMixin
 from tenants import services
 from tenants.models import ApiToken, GroupQuota, UserQuota
 
@@ -77,7 +78,7 @@ _unregister(KnoxAuthToken)
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(FlatChangelistMixin, admin.ModelAdmin):
     """Users' API tokens: superusers see them (never the key: only its digest is stored)
     and revoke them, whatever permissions a staff account holds. Nobody adds one here: a
     user makes their own (the key is shown to them once), an operator runs

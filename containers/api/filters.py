@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import django_filters
-
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
 from containers.states import Status
-from core.api.filters import ListFilterSet, NameOrIdFilter, ordering
+from core.api.filters import ListFilterSet, NameOrIdFilter, ordering, statuses
 
 
 class InstanceFilter(ListFilterSet):
-    status = django_filters.MultipleChoiceFilter(
-        choices=Status.choices, help_text="One or more statuses (repeat the parameter)."
-    )
+    status = statuses(Status.choices)
     owner = NameOrIdFilter(name_field="username", help_text="The owner's id or username.")
     template = NameOrIdFilter(help_text="The template's id or name.")
     runtime = NameOrIdFilter(help_text="The runtime's id or name.")

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import django_filters
-
-from core.api.filters import ListFilterSet, NameOrIdFilter, ordering
+from core.api.filters import ListFilterSet, NameOrIdFilter, ordering, statuses
 from dags.models import DagRun, DagTemplate
 from dags.states import RunStatus
 
 
 class DagRunFilter(ListFilterSet):
-    status = django_filters.MultipleChoiceFilter(
-        choices=RunStatus.choices, help_text="One or more statuses (repeat the parameter)."
-    )
+    status = statuses(RunStatus.choices)
     owner = NameOrIdFilter(name_field="username", help_text="The owner's id or username.")
     template = NameOrIdFilter(help_text="The DAG template's id or name.")
     runtime = NameOrIdFilter(help_text="The runtime's id or name.")

@@ -226,7 +226,8 @@ class DagRunViewSet(viewsets.GenericViewSet):
     )
     @action(detail=True, methods=["get"])
     def events(self, request, pk: str):
-        rows = selectors.run_events(self._run(pk))
+        # The run only for its id and the caller's right to see it: not its nodes.
+        rows = selectors.run_events(selectors.dag_run_get(run_id=pk, user=request.user))
         page = self.paginate_queryset(rows)
         return self.get_paginated_response(
             s.DagEventOutputSerializer(page, many=True, context=self._viewer()).data

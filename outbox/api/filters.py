@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import django_filters
 
-from core.api.filters import ListFilterSet, ordering
+from core.api.filters import ListFilterSet, ordering, statuses
 from outbox.models import OutboxEvent, OutboxStatus
 
 
 class OutboxFilter(ListFilterSet):
-    status = django_filters.MultipleChoiceFilter(
-        choices=OutboxStatus.choices, help_text="One or more statuses (repeat the parameter)."
-    )
+    status = statuses(OutboxStatus.choices)
     kind = django_filters.CharFilter(max_length=64, help_text="The request kind.")
     queue = django_filters.CharFilter(max_length=32, help_text="The worker queue.")
     aggregate_id = django_filters.CharFilter(

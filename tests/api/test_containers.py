@@ -144,10 +144,11 @@ def test_list_shows_own_instances_paginated(alice, make_instance, other_user):
     response = alice.get("/api/containers/?limit=2")
     assert response.status_code == 200
     body = response.json()
-    assert body["count"] == 3
+    assert "count" not in body  # pages never count the table (core.api.pagination)
     assert len(body["results"]) == 2
     assert body["next"] and body["previous"] is None
     second = alice.get(body["next"]).json()
+    assert len(second["results"]) == 1 and second["next"] is None and second["previous"]
     ids = {row["id"] for row in body["results"] + second["results"]}
     assert ids == {str(instance.pk) for instance in mine}
 
@@ -196,8 +197,10 @@ def test_list_orders_by_name_both_ways(alice, make_instance):
         ("status=bogus", "status"),
         ("ordering=owner__password", "ordering"),
         ("limit=-1", "limit"),
-        ("offset=99999999999999999999999", "offset"),
-        ("offset=abc", "offset"),
+        ("limit=501", "limit"),
+        ("offset=2", "offset"),
+        ("cursor=abc", "cursor"),
+        ("cursor=" + "A" * 1001, "cursor"),
     ],
 )
 def test_list_with_invalid_query_is_400(alice, make_instance, query, field):
@@ -267,7 +270,6 @@ def test_events_list_history_newest_first(alice, template):
     ContainerInstance.objects.filter(pk=created["id"]).update(status="running")
     alice.post(f"/api/containers/{created['id']}/stop/")
     body = alice.get(f"/api/containers/{created['id']}/events/").json()
-    assert body["count"] == 2
     kinds = [row["kind"] for row in body["results"]]
     assert kinds == ["ContainerStopRequest", "ContainerCreateRequest"]
     assert body["results"][0]["from_status"] == "running"
@@ -426,7 +428,7 @@ def test_logs_when_runtime_raises_runtime_failure_is_503(alice, make_instance, m
 def test_history_entries_are_not_counted_as_instances(alice, template):
     alice.post("/api/containers/", {"template": "sleeper"}, format="json")
     assert ContainerEvent.objects.count() == 1
-    assert alice.get("/api/containers/").json()["count"] == 1
+    assert len(alice.get("/api/containers/").json()["results"]) == 1
 
 
 @pytest.mark.parametrize(
