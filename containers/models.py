@@ -408,20 +408,21 @@ class OrphanContainer(models.Model):
 class MonitorCursor(models.Model):
     """Where the monitor's event stream for one engine resumes (contract §5).
 
-    ``time_nano`` is the engine time of the last applied event; the stream is reopened
-    from it (``since`` is inclusive, at whole-second granularity on Docker), and
-    ``seen`` holds the keys of the events already applied at exactly ``time_nano`` so
-    that their replay is recognised as a duplicate. Written only by
-    ``containers.execution.monitor``.
+    ``position`` is the ``EngineEvent.cursor`` of the last applied event, opaque to
+    everything but the driver that made it (Docker: its nanosecond time as a string;
+    Kubernetes: a ``resourceVersion``); empty: no cursor yet. The stream is reopened from
+    it (Docker's ``since`` is inclusive), and ``seen`` holds the keys of the events
+    already applied at exactly ``position`` so that their replay is recognised as a
+    duplicate. Written only by ``containers.execution.monitor``.
     """
 
     runtime = models.OneToOneField(Runtime, on_delete=models.CASCADE, related_name="cursor")
-    time_nano = models.BigIntegerField(default=0)
+    position = models.CharField(max_length=200, default="", blank=True)
     seen = models.JSONField(default=list, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
-        return f"{self.runtime} @ {self.time_nano}"
+        return f"{self.runtime} @ {self.position or '(none)'}"
 
 
 class Installation(models.Model):

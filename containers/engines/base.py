@@ -2,7 +2,13 @@
 
 Every call to an engine goes through an ``Engine``. Docker is the first
 implementation (``docker.py``); ``fake.py`` is a file-backed engine that tests
-drive across processes. A Kubernetes engine would plug in here.
+drive across processes; ``kubernetes/`` runs each container as a Pod.
+
+Where drivers really differ, the driver declares it as a capability (an attribute every
+driver sets, read above the seam), never as a test of its name: ``stop_removes`` (a
+stop deletes the engine's object: a stopped Kubernetes instance has no Pod, which is
+normal, not "missing"), ``honours_node_constraints`` (constraints prefixed ``node.``
+become the engine's node selection).
 
 Errors: ``EngineError`` is retriable (the relay backs off and tries again),
 ``PermanentEngineError`` is not (the request goes dead and the instance fails). Either
@@ -90,6 +96,12 @@ class ContainerSpec:
     tmpfs_size: int | None = None  # bytes of the /tmp tmpfs when the root is read-only
     network: str | None = None  # bridge | none | a network name; None: the engine's default
     oci_runtime: str | None = None  # e.g. runsc; None: the engine's default
+    # Keys of ``env`` whose values are secret (the template's ``secret_env``): a driver that
+    # can keep them apart does (Kubernetes: a Secret per instance, ``secretKeyRef``).
+    secret_env: list[str] = field(default_factory=list)
+    # Constraints prefixed ``node.`` without the prefix (``disktype: ssd``): the engine's
+    # node selection, on drivers that ``honours_node_constraints``.
+    node_selector: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -113,8 +125,10 @@ class EngineEvent:
     """One lifecycle event of one of our containers, as the engine reported it.
 
     ``action`` is one of: ``start``, ``die``, ``oom``, ``pause``, ``unpause``,
-    ``destroy``, ``stop``, ``kill``, ``create``. ``time_nano`` orders events and
-    is the monitor's resume cursor.
+    ``destroy``, ``stop``, ``kill``, ``create``. ``time_nano`` is when it happened (the
+    engine's clock, or when the driver saw it). ``cursor`` is the monitor's resume point,
+    opaque to everything but the driver that made it (Docker: ``time_nano`` as a string;
+    Kubernetes: a ``resourceVersion``); empty means ``str(time_nano)``.
     """
 
     action: str
@@ -123,10 +137,27 @@ class EngineEvent:
     labels: dict[str, str]
     time_nano: int
     exit_code: int | None = None
+    cursor: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.cursor:
+            object.__setattr__(self, "cursor", str(self.time_nano))
 
 
 class Engine(Protocol):
-    """What gobrave asks of an engine. One instance per process; never shared across fork."""
+    """What gobrave asks of an engine. One instance per process; never shared across fork.
+
+    Declared capabilities (class attributes, read above the seam):
+
+    - ``stop_removes``: a stop deletes the engine's object (a Kubernetes Pod). A stopped
+      instance with no object is then normal, not "missing"; ``start`` makes the object
+      again from the stored spec.
+    - ``honours_node_constraints``: constraints prefixed ``node.`` become the engine's own
+      node selection (a ``nodeSelector``); placement skips engines that cannot honour them.
+    """
+
+    stop_removes: bool
+    honours_node_constraints: bool
 
     def ping(self) -> bool:
         """True when the engine answers."""
@@ -162,10 +193,13 @@ class Engine(Protocol):
         permanent error.
         """
 
-    def start(self, ref: str) -> None:
+    def start(self, ref: str, spec: ContainerSpec | None = None) -> None:
         """Start (or unpause) the container. Idempotent on a running container.
 
-        ``StaleTaskError`` when the engine can no longer start this container.
+        ``spec`` is the instance's stored spec (the one its create used): a driver whose
+        stop removes its object (``stop_removes``) makes the object again from it; the
+        others ignore it. ``StaleTaskError`` when the engine can no longer start this
+        container.
         """
 
     def stop(self, ref: str, timeout: int) -> None:
@@ -222,10 +256,18 @@ class Engine(Protocol):
         one of ``labels``, filtered by the engine): its id, name, status and labels, as
         the engine lists them (no exit code, node or times: ``inspect`` has those)."""
 
-    def events(self, installation: str, since_nano: int | None = None) -> Iterator[EngineEvent]:
-        """Follow lifecycle events of our containers, from ``since_nano`` (inclusive).
+    def event_cursor_now(self) -> str:
+        """A cursor at this moment: ``events`` from it gives what happens after this call
+        (the monitor's first session starts here; its reconcile covers the past)."""
 
-        The iterator ends when the stream drops; the caller reconnects. Blocking, unlike
+    def events(self, installation: str, since: str | None = None) -> Iterator[EngineEvent]:
+        """Follow lifecycle events of our containers, from the cursor ``since`` (an
+        ``EngineEvent.cursor`` or ``event_cursor_now()``, opaque to the caller).
+
+        Never an event from before ``since``; events *at* it may come again (Docker's
+        ``since`` is inclusive and whole-second): the caller drops those it applied, by
+        cursor and ``(runtime_id, action)``. Without ``since``, only new events. The
+        iterator ends when the stream drops; the caller reconnects. Blocking, unlike
         ``follow_logs``: its one reader is the monitor, a sync process with one thread per
         engine, so an async stream would buy nothing there.
         """

@@ -119,7 +119,7 @@ _SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(ContainerSpec))
 
 
 def _spec(instance: ContainerInstance) -> ContainerSpec:
-    """The runtime's part of the stored spec (``secret_env`` and the like stay ours)."""
+    """The runtime's part of the stored spec (with which env keys are secret)."""
     data = {k: v for k, v in instance.spec.items() if k in _SPEC_FIELDS}
     data["mounts"] = [Mount(**m) for m in data.get("mounts", [])]
     return ContainerSpec(**data)
@@ -204,7 +204,7 @@ def handle_create(event: OutboxEvent) -> Outcome:
     if not _record_created(instance, engine, runtime_id):
         return Outcome.SUPERSEDED
     try:
-        engine.start(runtime_id)
+        engine.start(runtime_id, spec)
     except StaleTaskError as exc:
         runtime_id = _replace_stale(instance, engine, spec, runtime_id, exc)
         if not runtime_id:
@@ -252,7 +252,7 @@ def _replace_stale(
     runtime_id = engine.create(spec)
     if not _record_created(instance, engine, runtime_id):
         return ""
-    engine.start(runtime_id)
+    engine.start(runtime_id, spec)
     return runtime_id
 
 
@@ -345,20 +345,26 @@ def _remove_abandoned(instance_id: str) -> None:
 
 
 def handle_start(event: OutboxEvent) -> Outcome:
-    """Start the instance's existing container (contract §4); one the engine can no
-    longer start (``StaleTaskError``) fails the start at once, saying so."""
+    """Start the instance's container (contract §4) from its stored spec; one the engine
+    can no longer start (``StaleTaskError``) fails the start at once, saying so.
+
+    On an engine whose stop removes its object (``stop_removes``: a Kubernetes Pod) a
+    stopped instance has none, and the start makes it again from the stored spec;
+    elsewhere a missing container is permanent ("removed outside gobrave").
+    """
     instance = _begin(event, ready=Status.START_PENDING, doing=Status.STARTING, gated=True)
     if instance is None:
         return Outcome.SUPERSEDED
     engine = engine_for(instance.runtime)
     state = engine.inspect(_ref(instance))
-    if state is None:
+    if state is None and not engine.stop_removes:
         raise PermanentFailure(
             f"container {instance.container_name} is missing (removed outside gobrave)"
         )
     _prepare(instance, engine)
+    ref = state.runtime_id if state else instance.container_name
     try:
-        engine.start(state.runtime_id)
+        engine.start(ref, _spec(instance))
     except StaleTaskError as exc:
         # Unlike a create's, this container holds the user's files and logs: it is not
         # replaced, and no retry can start it (the engine keeps the stale task through
@@ -368,11 +374,14 @@ def handle_start(event: OutboxEvent) -> Outcome:
             " engine keeps a stale task for it (a daemon restart cut an earlier start"
             " short); delete the instance and create a new one"
         ) from exc
-    _apply(instance, engine, state.runtime_id, Status.STARTING)
+    _apply(instance, engine, ref, Status.STARTING)
     return Outcome.SENT
 
 
 def handle_stop(event: OutboxEvent) -> Outcome:
+    """Stop the instance's container with ``stop_timeout`` and record ``stopped``; on an
+    engine whose stop removes its object (``stop_removes``), finding none after it is
+    normal, not "missing"."""
     instance = _begin(event, ready=Status.STOP_PENDING, doing=Status.STOPPING, gated=False)
     if instance is None:
         return Outcome.SUPERSEDED
@@ -382,7 +391,9 @@ def handle_stop(event: OutboxEvent) -> Outcome:
     with transaction.atomic():
         instance = instance_lock(instance.id)
         if instance is not None and instance.status == Status.STOPPING:
-            instance.runtime_missing = state is None
+            # On an engine whose stop removes its object, none is what a stop leaves.
+            gone = state is None and not engine.stop_removes
+            instance.runtime_missing = gone
             instance.save(update_fields=["runtime_missing"])
             exit_code = state.exit_code if state else None
             move(
@@ -390,7 +401,7 @@ def handle_stop(event: OutboxEvent) -> Outcome:
                 Status.STOPPED,
                 actor=WORKER,
                 exit_code=exit_code,
-                message="stopped" if state else "stopped (container was already gone)",
+                message="stopped (container was already gone)" if gone else "stopped",
             )
     return Outcome.SENT
 

@@ -139,8 +139,10 @@ def instance_sync(
     3. Lock the row; if its state moved meanwhile, stop (``RACED``).
     4. Backfill the node name and container id.
     5. Apply ``target_for`` by the shortest true path. Not applied: a container missing
-       for a ``deleting`` instance (our own delete did it), and a ``stopped`` instance
-       already marked missing (recorded once, when first seen).
+       for a ``deleting`` instance (our own delete did it), for a ``stopped`` instance
+       on an engine whose stop removes its object (``Engine.stop_removes``: normal),
+       and a ``stopped`` instance already marked missing (recorded once, when first
+       seen).
     ``data`` (e.g. the engine event that prompted the look) goes on the history entries.
     """
     instance = read or instance_read(instance_id)
@@ -172,7 +174,7 @@ def instance_sync(
             return Sync.UNCHANGED
         if state is None and (
             locked.status == Status.DELETING
-            or (locked.status == Status.STOPPED and locked.runtime_missing)
+            or (locked.status == Status.STOPPED and (locked.runtime_missing or engine.stop_removes))
         ):
             return Sync.UNCHANGED
         changed = state_apply(locked, state, actor=actor, data=data)
