@@ -10,7 +10,7 @@ from django.db import models
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
-from containers.addresses import engine_address_problems
+from containers.addresses import engine_address_problems, kube_target_problems
 from containers.states import Status, sources_of
 
 
@@ -43,7 +43,12 @@ class Runtime(models.Model):
 
     class Driver(models.TextChoices):
         DOCKER = "docker"
+        KUBERNETES = "kubernetes"
         FAKE = "fake", "fake (tests)"
+
+    class AccessMode(models.TextChoices):
+        RWO = "ReadWriteOnce", "ReadWriteOnce (an owner's Pods share its claim's node)"
+        RWX = "ReadWriteMany", "ReadWriteMany (anywhere)"
 
     class Health(models.TextChoices):
         UNKNOWN = "unknown"  # never checked
@@ -80,6 +85,37 @@ class Runtime(models.Model):
         blank=True,
         help_text="tcp:// only: path of the client certificate's private key (a file no other "
         "user may read; its content is never stored, shown or logged).",
+    )
+    # Kubernetes (driver ``kubernetes``): the namespace, and how its API is reached: a
+    # kubeconfig file's path and context (not secrets: the file is, and never enters the
+    # database), or, with no file, the service account of the Pod gobrave runs in.
+    kube_namespace = models.CharField(
+        "namespace", max_length=63, blank=True, help_text="kubernetes only: the namespace."
+    )
+    kube_config = models.CharField(
+        "kubeconfig",
+        max_length=1024,
+        blank=True,
+        help_text="kubernetes only: path of the kubeconfig file on gobrave's hosts; empty: "
+        "the in-cluster service account. Certificate verification is always on.",
+    )
+    kube_context = models.CharField(
+        "context",
+        max_length=253,
+        blank=True,
+        help_text="kubernetes only: the context (empty: the file's current one).",
+    )
+    kube_storage_class = models.CharField(
+        "storage class",
+        max_length=253,
+        blank=True,
+        help_text="kubernetes only: of owners' workspace claims (empty: the cluster's default).",
+    )
+    kube_volume_size = models.CharField(
+        "workspace size", max_length=32, default="1Gi", help_text="kubernetes only: e.g. 1Gi."
+    )
+    kube_access_mode = models.CharField(
+        "access mode", max_length=16, choices=AccessMode.choices, default=AccessMode.RWO
     )
     node_name = models.CharField(max_length=255, blank=True)
     # The engine's health as last checked (``containers.execution.health``): pages show these and
@@ -124,9 +160,31 @@ class Runtime(models.Model):
             return None
         return (self.tls_ca_cert, self.tls_client_cert, self.tls_client_key)
 
+    @property
+    def kube_address(self) -> str:
+        """What a ``kubernetes`` row's ``base_url`` is set to (rows of one namespace of
+        one context are one engine)."""
+        return f"kubernetes://{self.kube_context or 'in-cluster'}/{self.kube_namespace}"
+
     def clean(self) -> None:
-        """Refuses an address gobrave cannot reach safely (``engine_address_problems``)
-        and a directory workspace on a remote engine."""
+        """Refuses an address gobrave cannot reach safely (``engine_address_problems``;
+        a ``kubernetes`` row: ``kube_target_problems``, its ``base_url`` derived) and a
+        directory workspace on a remote engine."""
+        if self.driver == self.Driver.KUBERNETES:
+            self.base_url = self.kube_address
+            problems = kube_target_problems(
+                namespace=self.kube_namespace,
+                kubeconfig=self.kube_config,
+                context=self.kube_context,
+                storage_class=self.kube_storage_class,
+                volume_size=self.kube_volume_size,
+                access_mode=self.kube_access_mode,
+            )
+            if self.workspace_driver == self.WorkspaceDriver.DIRECTORY:
+                problems["workspace_driver"] = "A Kubernetes runtime uses workspace claims."
+            if problems:
+                raise ValidationError(problems)
+            return
         problems = engine_address_problems(
             driver=self.driver,
             base_url=self.base_url,

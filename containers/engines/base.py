@@ -36,6 +36,12 @@ class PermanentEngineError(EngineError):
     """An error that retrying cannot fix (image missing under pull policy never, bad spec)."""
 
 
+class EngineFullError(EngineError):
+    """The engine refuses for lack of room of its own (a Kubernetes namespace's
+    ``ResourceQuota``): the request waits and is tried again, with no attempt counted and
+    the reason shown on the instance (the handlers turn it into the relay's ``Defer``)."""
+
+
 class StaleTaskError(EngineError):
     """The engine holds a task for a container it does not run, so it can never start
     that container again: a daemon restarted while a start of it was in flight.
@@ -110,7 +116,10 @@ class ContainerState:
 
     runtime_id: str
     name: str
-    status: str  # created | running | paused | restarting | removing | exited | dead
+    # Docker's words: created | running | paused | restarting | removing | exited | dead;
+    # also rejected (the engine will never run it: ``error`` says why) and unknown (no
+    # word from its node: nothing new).
+    status: str
     labels: dict[str, str] = field(default_factory=dict)
     exit_code: int | None = None
     oom_killed: bool = False
@@ -169,8 +178,9 @@ class Engine(Protocol):
     def node_name(self) -> str:
         """The engine host's name (for backfilling ``runtime_node_name``)."""
 
-    def image_present(self, image: str) -> bool:
-        """True when the image is in the engine's local store."""
+    def image_present(self, image: str) -> bool | None:
+        """True when the image is in the engine's local store; None when the engine cannot
+        tell (a cluster: whichever node runs the Pod pulls it, per ``imagePullPolicy``)."""
 
     def ensure_image(self, image: str, pull_policy: str) -> None:
         """Make the image available per policy; missing under ``never`` is permanent."""

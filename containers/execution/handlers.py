@@ -24,6 +24,7 @@ from containers.engines.base import (
     ContainerSpec,
     Engine,
     EngineError,
+    EngineFullError,
     Mount,
     PermanentEngineError,
     StaleTaskError,
@@ -511,14 +512,29 @@ def on_retry(event: OutboxEvent, retry: Retry) -> None:
     log.info("instance %s %s request #%s: %s", instance.id, instance.status, event.id, reason)
 
 
+def _waiting_reason(event: OutboxEvent, reason: str) -> None:
+    """Show why a request waits on its instance (the next transition replaces it), if the
+    request still owns it."""
+    with transaction.atomic():
+        instance = instance_lock(event.aggregate_id)
+        if instance is not None and instance.status in REQUEST_STATES.get(event.kind, ()):
+            instance.status_reason = reason[:1000]
+            instance_save(instance, ("status_reason",))
+
+
 def _translated(handler: Callable[[OutboxEvent], Outcome]) -> Callable[[OutboxEvent], Outcome]:
     """Map the engine's error classes onto the relay's (the relay knows no engine): a
-    permanent one goes dead at once, any other is retried with its message as the reason
-    (``RetryLater``, the engine's Retry-After as the backoff's floor)."""
+    full engine (``EngineFullError``: a namespace quota) defers the request with the
+    reason shown, a permanent error goes dead at once, any other is retried with its
+    message as the reason (``RetryLater``, the engine's Retry-After as the backoff's
+    floor)."""
 
     def run(event: OutboxEvent) -> Outcome:
         try:
             return handler(event)
+        except EngineFullError as exc:  # the engine's own room: wait, no attempt counted
+            _waiting_reason(event, f"waiting: {exc}")
+            raise Defer(str(exc), delay=exc.retry_after or ENGINE_AWAY_RECHECK_SECONDS) from exc
         except PermanentEngineError as exc:
             raise PermanentFailure(str(exc)) from exc
         except EngineError as exc:
