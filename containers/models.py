@@ -112,10 +112,19 @@ class Runtime(models.Model):
         help_text="kubernetes only: of owners' workspace claims (empty: the cluster's default).",
     )
     kube_volume_size = models.CharField(
-        "workspace size", max_length=32, default="1Gi", help_text="kubernetes only: e.g. 1Gi."
+        "workspace size",
+        max_length=32,
+        default="1Gi",
+        blank=True,
+        help_text="kubernetes only: of each owner's workspace claim, e.g. 1Gi (empty: 1Gi).",
     )
     kube_access_mode = models.CharField(
-        "access mode", max_length=16, choices=AccessMode.choices, default=AccessMode.RWO
+        "access mode",
+        max_length=16,
+        choices=AccessMode.choices,
+        default=AccessMode.RWO,
+        blank=True,
+        help_text="kubernetes only: ReadWriteOnce places an owner's Pods on its claim's node.",
     )
     node_name = models.CharField(max_length=255, blank=True)
     # The engine's health as last checked (``containers.execution.health``): pages show these and
@@ -172,6 +181,8 @@ class Runtime(models.Model):
         directory workspace on a remote engine."""
         if self.driver == self.Driver.KUBERNETES:
             self.base_url = self.kube_address
+            self.kube_volume_size = self.kube_volume_size or "1Gi"
+            self.kube_access_mode = self.kube_access_mode or self.AccessMode.RWO
             problems = kube_target_problems(
                 namespace=self.kube_namespace,
                 kubeconfig=self.kube_config,

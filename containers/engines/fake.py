@@ -182,6 +182,12 @@ class FakeEngine:
         with self._locked():
             existing = self._load(spec.name)
             if existing:
+                theirs = existing["labels"].get("io.gobrave.instance")
+                if theirs != spec.labels.get("io.gobrave.instance"):
+                    raise PermanentEngineError(
+                        f"create {spec.name}: the name is held by container"
+                        f" {existing['runtime_id'][:12]} of instance {theirs!r}"
+                    )
                 return existing["runtime_id"]
             data = {
                 "runtime_id": uuid.uuid4().hex,

@@ -82,5 +82,7 @@ def runtime_update(*, runtime_id: int, **fields: Any) -> Runtime:
         for field, value in fields.items():
             setattr(runtime, field, value)
         _checked(runtime)
-        runtime.save(update_fields=sorted({*fields, "base_url"}))  # kubernetes: derived
+        # clean() derives a kubernetes row's base_url and fills its blank defaults.
+        derived = {"base_url", "kube_volume_size", "kube_access_mode"}
+        runtime.save(update_fields=sorted({*fields, *derived}))
     return runtime
