@@ -14,6 +14,9 @@ from tests.factories import RuntimeFactory, TemplateFactory, UserFactory
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
+# The Kubernetes emulator's fixtures (kube_cluster, kube): tests/kube/fixtures.py.
+pytest_plugins = ["tests.kube.fixtures"]
+
 
 # The longest tests first: a parallel run (pytest-xdist, ``--dist load``) hands tests out
 # in this order, so the soak and the browser runs start at once and the short tests fill

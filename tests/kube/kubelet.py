@@ -1,0 +1,412 @@
+"""``FakeKubelet``: a thread that plays the scheduler and one node's kubelet for the Pods
+the emulator holds, writing their status as the real ones write it.
+
+A Pod goes, one write (one watch event) per step:
+1. unbound -> bound: ``spec.nodeName``, condition ``PodScheduled`` True (or, on an
+   ``unschedulable`` rule, ``PodScheduled`` False with reason ``Unschedulable`` and the
+   rule's message, and nothing more);
+2. ``Pending`` with the containers ``waiting: ContainerCreating``, ``hostIP``,
+   ``startTime`` (an ``image_error`` rule stops here with ``waiting: ErrImagePull`` ->
+   ``ImagePullBackOff``, or ``InvalidImageName``; an image reference with upper-case
+   letters or blanks is always ``InvalidImageName``);
+3. ``Running``: containers ``running``, ``ready``, ``podIP``, condition Ready True; the
+   rule's log lines are written;
+4. on the rule's outcome, after ``after_ms`` or on ``trigger()``: ``Succeeded`` (exit 0,
+   ``Completed``) or ``Failed`` (``Error`` with the exit code, or ``OOMKilled`` with 137),
+   or a lost node: phase ``Unknown``, reason ``NodeLost``, condition Ready ``Unknown``;
+   with no outcome the Pod runs until deleted.
+A Pod marked for deletion (``deletionTimestamp``) is removed on the next step, its
+containers having stopped at once (the grace period is not waited out); a Pod on a lost
+node stays until a delete with grace period 0, as on a cluster.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.kube.status import ApiError
+from tests.kube.store import Store, now
+
+NODE = "kube-node-1"
+NODE_IP = "172.18.0.2"  # status strings only: nothing connects to these addresses
+IMAGE_ERRORS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+_VALID_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
+
+
+@dataclass
+class Rule:
+    """What happens to the Pods a rule matches (by ``name``, or by every label in
+    ``labels``); the most recent matching rule wins."""
+
+    name: str | None = None
+    labels: dict[str, str] | None = None
+    unschedulable: str | None = None  # PodScheduled False with this message
+    image_error: str | None = None  # one of IMAGE_ERRORS
+    exit_code: int | None = None  # the containers terminate with this code
+    oom: bool = False  # the containers are OOMKilled (exit 137)
+    node_lost: bool = False  # the node stops reporting: phase Unknown
+    after_ms: int = 0  # when the outcome comes, counted from Running
+    on_trigger: bool = False  # the outcome waits for trigger(pod name)
+    logs: list[str] = field(default_factory=list)  # written when the Pod runs
+    usage: dict[str, str] | None = None  # PodMetrics usage, {"cpu": "50m", "memory": "64Mi"}
+
+    def matches(self, pod: dict[str, Any]) -> bool:
+        meta = pod["metadata"]
+        if self.name is not None and meta["name"] != self.name:
+            return False
+        labels = meta.get("labels") or {}
+        return all(labels.get(k) == v for k, v in (self.labels or {}).items())
+
+    @property
+    def has_outcome(self) -> bool:
+        return self.exit_code is not None or self.oom or self.node_lost
+
+
+@dataclass
+class _Seen:
+    """The kubelet's own memory of one Pod (by uid)."""
+
+    due: float | None = None  # monotonic time of the outcome
+    triggered: bool = False
+    lost: bool = False
+
+
+class FakeKubelet:
+    """Start with ``start()``; ``add_rule(...)`` before the Pod is created. Woken by every
+    change in the store (and by its own deadlines); it writes through the store, so its
+    writes appear in watches but not in ``Emulator.calls``."""
+
+    def __init__(self, store: Store, node: str = NODE) -> None:
+        self.store = store
+        self.node = node
+        self._rules: list[Rule] = []
+        self._seen: dict[str, _Seen] = {}
+        self._triggers: set[tuple[str, str]] = set()
+        self._wake = threading.Condition()
+        self._woken = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._ips = 0
+        self.errors: list[str] = []  # writes the store refused, for a failing test to print
+
+    # -- what a test sets ------------------------------------------------------------------
+
+    def add_rule(self, **kwargs: Any) -> Rule:
+        """``add_rule(name="p", exit_code=3, after_ms=50)``; see ``Rule``."""
+        rule = Rule(**kwargs)
+        if rule.image_error not in (None, *IMAGE_ERRORS):
+            raise ValueError(f"image_error must be one of {IMAGE_ERRORS}")
+        with self._wake:
+            self._rules.append(rule)
+        self._poke()
+        return rule
+
+    def trigger(self, namespace: str, name: str) -> None:
+        """Let the outcome of an ``on_trigger`` rule happen to Pod ``name`` now."""
+        with self._wake:
+            self._triggers.add((namespace, name))
+        self._poke()
+
+    def finish(self, namespace: str, name: str, exit_code: int = 0, *, oom: bool = False) -> None:
+        """Terminate a running Pod's containers now (``Succeeded``/``Failed``)."""
+        self._finish(namespace, name, 137 if oom else exit_code, oom)
+
+    def lose_node(self, namespace: str, name: str) -> None:
+        """The node under Pod ``name`` stops reporting: phase ``Unknown`` from now on."""
+        pod = self.store.get("pods", namespace, name)
+        with self._wake:
+            self._seen.setdefault(pod["metadata"]["uid"], _Seen()).lost = True
+        self._lose(namespace, name)
+
+    def write_log(self, namespace: str, name: str, text: str, container: str | None = None) -> None:
+        """Append lines to a Pod's container log (its first container by default)."""
+        pod = self.store.get("pods", namespace, name)
+        container = container or pod["spec"]["containers"][0]["name"]
+        self.store.append_log(pod["metadata"]["uid"], container, text)
+
+    def reset(self) -> None:
+        with self._wake:
+            self._rules.clear()
+            self._seen.clear()
+            self._triggers.clear()
+
+    # -- life ------------------------------------------------------------------------------
+
+    def start(self) -> FakeKubelet:
+        self.store.subscribe(self._poke)
+        self._thread = threading.Thread(target=self._run, name="fake-kubelet", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.store.unsubscribe(self._poke)
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _poke(self) -> None:
+        with self._wake:
+            self._woken = True
+            self._wake.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                if self._stopping:
+                    return
+                self._woken = False
+            next_due = self._step()
+            with self._wake:
+                if self._stopping:
+                    return
+                if not self._woken:
+                    timeout = None if next_due is None else max(0.0, next_due - time.monotonic())
+                    self._wake.wait(timeout)
+
+    # -- the steps -------------------------------------------------------------------------
+
+    def _rule(self, pod: dict[str, Any]) -> Rule:
+        with self._wake:
+            for rule in reversed(self._rules):
+                if rule.matches(pod):
+                    return rule
+        return Rule()
+
+    def _step(self) -> float | None:
+        """Move every Pod one step; return the next deadline (monotonic) if any."""
+        deadlines = []
+        live = set()
+        for pod in self.store.pods():
+            uid = pod["metadata"]["uid"]
+            live.add(uid)
+            with self._wake:
+                seen = self._seen.setdefault(uid, _Seen())
+            try:
+                due = self._advance(pod, self._rule(pod), seen)
+            except ApiError as error:
+                self.errors.append(f"{pod['metadata']['name']}: {error.message}")
+                due = time.monotonic()  # refused (changed under us): look again
+            if due is not None:
+                deadlines.append(due)
+        with self._wake:
+            for uid in set(self._seen) - live:
+                del self._seen[uid]
+        return min(deadlines, default=None)
+
+    def _advance(self, pod: dict[str, Any], rule: Rule, seen: _Seen) -> float | None:
+        meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
+        ns, name = meta["namespace"], meta["name"]
+        phase = status.get("phase")
+        if seen.lost:
+            return None
+        if meta.get("deletionTimestamp"):
+            self._remove(ns, name)
+            return None
+        if phase in ("Succeeded", "Failed"):
+            return None
+        if not spec.get("nodeName"):
+            if rule.unschedulable is not None:
+                if not status.get("conditions"):
+                    self._unschedulable(ns, name, rule.unschedulable)
+            else:
+                self._bind(ns, name)
+            return None
+        states = [s.get("state") or {} for s in status.get("containerStatuses") or []]
+        if not states:
+            self._creating(ns, name)
+            return None
+        if all("waiting" in s for s in states):
+            return self._start(pod, rule, states)
+        if phase == "Running" and rule.has_outcome:
+            if seen.due is None:
+                seen.due = time.monotonic() + rule.after_ms / 1000
+            with self._wake:
+                triggered = (ns, name) in self._triggers
+                self._triggers.discard((ns, name))
+            if rule.on_trigger and not triggered:
+                return None
+            if not rule.on_trigger and time.monotonic() < seen.due:
+                return seen.due
+            if rule.node_lost:
+                seen.lost = True
+                self._lose(ns, name)
+            else:
+                self._finish(ns, name, 137 if rule.oom else rule.exit_code or 0, rule.oom)
+        return None
+
+    def _unschedulable(self, ns: str, name: str, message: str) -> None:
+        def write(pod: dict[str, Any]) -> None:
+            pod["status"]["conditions"] = [
+                _condition("PodScheduled", "False", "Unschedulable", message)
+            ]
+
+        self._update(ns, name, write)
+
+    def _bind(self, ns: str, name: str) -> None:
+        def write(pod: dict[str, Any]) -> None:
+            pod["spec"]["nodeName"] = self.node
+            pod["status"]["conditions"] = [_condition("PodScheduled", "True")]
+
+        self._update(ns, name, write)
+
+    def _creating(self, ns: str, name: str) -> None:
+        def write(pod: dict[str, Any]) -> None:
+            status = pod["status"]
+            status.update(hostIP=NODE_IP, hostIPs=[{"ip": NODE_IP}], startTime=now())
+            status["conditions"] = [
+                _condition("PodReadyToStartContainers", "True"),
+                _condition("Initialized", "True"),
+                _condition("Ready", "False", "ContainersNotReady",
+                           "containers with unready status: " + _names(pod)),
+                _condition("ContainersReady", "False", "ContainersNotReady",
+                           "containers with unready status: " + _names(pod)),
+                _condition("PodScheduled", "True"),
+            ]  # fmt: skip
+            status["containerStatuses"] = [
+                _container(c, {"waiting": {"reason": "ContainerCreating"}})
+                for c in pod["spec"]["containers"]
+            ]
+
+        self._update(ns, name, write)
+
+    def _start(self, pod: dict[str, Any], rule: Rule, states: list[dict]) -> None:
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        images = [c["image"] for c in pod["spec"]["containers"]]
+        invalid = next((i for i in images if not _VALID_IMAGE.match(i)), None)
+        reason = "InvalidImageName" if invalid else rule.image_error
+        if reason is not None:
+            current = states[0]["waiting"].get("reason")
+            if reason == "ImagePullBackOff" and current == "ContainerCreating":
+                reason = "ErrImagePull"  # the kubelet reports the pull error first
+            if current != reason:
+                self._waiting(ns, name, reason)
+            return
+        uid = pod["metadata"]["uid"]
+        if rule.usage:
+            self.store.set_usage(
+                uid, {c["name"]: dict(rule.usage) for c in pod["spec"]["containers"]}
+            )
+        self._ips += 1
+        ip = f"10.244.0.{self._ips % 250 + 2}"
+
+        def write(pod: dict[str, Any]) -> None:
+            status = pod["status"]
+            status.update(phase="Running", podIP=ip, podIPs=[{"ip": ip}])
+            _set_condition(status, "Ready", "True")
+            _set_condition(status, "ContainersReady", "True")
+            started = now()
+            status["containerStatuses"] = [
+                {**_container(c, {"running": {"startedAt": started}}), "ready": True,
+                 "started": True, "containerID": "containerd://" + secrets.token_hex(32)}
+                for c in pod["spec"]["containers"]
+            ]  # fmt: skip
+
+        self._update(ns, name, write)
+        for line in rule.logs:
+            self.store.append_log(uid, pod["spec"]["containers"][0]["name"], line)
+
+    def _waiting(self, ns: str, name: str, reason: str) -> None:
+        messages = {
+            "ErrImagePull": "rpc error: code = NotFound desc = failed to pull and unpack image"
+            ' "{image}": not found',
+            "ImagePullBackOff": 'Back-off pulling image "{image}"',
+            "InvalidImageName": 'Failed to apply default image tag "{image}": couldn\'t parse'
+            ' image name "{image}": invalid reference format',
+        }
+
+        def write(pod: dict[str, Any]) -> None:
+            for status, container in zip(
+                pod["status"]["containerStatuses"], pod["spec"]["containers"], strict=True
+            ):
+                message = messages[reason].format(image=container["image"])
+                status["state"] = {"waiting": {"reason": reason, "message": message}}
+
+        self._update(ns, name, write)
+
+    def _finish(self, ns: str, name: str, code: int, oom: bool) -> None:
+        reason = "OOMKilled" if oom else ("Completed" if code == 0 else "Error")
+
+        def write(pod: dict[str, Any]) -> None:
+            status = pod["status"]
+            status["phase"] = "Succeeded" if code == 0 else "Failed"
+            _set_condition(status, "Ready", "False", "PodCompleted")
+            _set_condition(status, "ContainersReady", "False", "PodCompleted")
+            for container in status["containerStatuses"]:
+                started = container["state"].get("running", {}).get("startedAt", now())
+                container.update(ready=False, started=False)
+                container["state"] = {"terminated": {
+                    "exitCode": code, "reason": reason, "startedAt": started,
+                    "finishedAt": now(), "containerID": container.get("containerID", ""),
+                }}  # fmt: skip
+
+        self._update(ns, name, write)
+
+    def _lose(self, ns: str, name: str) -> None:
+        def write(pod: dict[str, Any]) -> None:
+            status = pod["status"]
+            status.update(
+                phase="Unknown",
+                reason="NodeLost",
+                message=f"Node {self.node} which was running pod {name} is unresponsive",
+            )
+            _set_condition(status, "Ready", "Unknown", "NodeStatusUnknown",
+                           "Kubelet stopped posting node status.")  # fmt: skip
+
+        self._update(ns, name, write)
+
+    def _remove(self, ns: str, name: str) -> None:
+        try:
+            self.store.remove("pods", ns, name)
+        except ApiError as error:
+            if error.code != 404:
+                raise
+
+    def _update(self, ns: str, name: str, write) -> None:
+        try:
+            self.store.update("pods", ns, name, write)
+        except ApiError as error:
+            if error.code != 404:  # deleted meanwhile: nothing to do
+                raise
+
+
+def _names(pod: dict[str, Any]) -> str:
+    return "[" + " ".join(c["name"] for c in pod["spec"]["containers"]) + "]"
+
+
+def _container(container: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": container["name"],
+        "image": container["image"],
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "started": False,
+        "state": state,
+        "lastState": {},
+    }
+
+
+def _condition(type_: str, status: str, reason: str | None = None, message: str | None = None):
+    condition = {"type": type_, "status": status, "lastProbeTime": None,
+                 "lastTransitionTime": now()}  # fmt: skip
+    if reason:
+        condition["reason"] = reason
+    if message:
+        condition["message"] = message
+    return condition
+
+
+def _set_condition(status: dict[str, Any], type_: str, value: str, reason=None, message=None):
+    conditions = status.setdefault("conditions", [])
+    for i, condition in enumerate(conditions):
+        if condition["type"] == type_:
+            conditions[i] = _condition(type_, value, reason, message)
+            return
+    conditions.append(_condition(type_, value, reason, message))

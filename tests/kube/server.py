@@ -1,0 +1,456 @@
+"""The emulator's HTTP API (aiohttp): the paths and verbs of ``/api/v1`` for the resources
+in ``store.KINDS`` and ``pods/log``, ``pods/status``, and ``metrics.k8s.io`` PodMetrics.
+
+A request is authenticated by its bearer token (401 otherwise), recorded as
+``Call(verb, resource, subresource, namespace)`` (RBAC's words: get, list, watch, create,
+update, patch, delete, deletecollection) and answered with the object, a list, a watch
+stream or a ``Status``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiohttp import web
+
+from tests.kube import patches, selectors, status
+from tests.kube.store import CLUSTER_SCOPED, KINDS, Change, Store
+
+METRICS_GROUP = ("apis", "metrics.k8s.io", "v1beta1")
+TRUE = ("true", "True", "1")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One API request as RBAC sees it (``namespace`` is "" for cluster-wide ones)."""
+
+    verb: str
+    resource: str
+    subresource: str
+    namespace: str
+
+
+@dataclass
+class Target:
+    group: str  # "" for the core API, "metrics.k8s.io"
+    resource: str
+    namespace: str | None
+    name: str | None
+    subresource: str
+
+
+def _parse(path: str) -> Target:
+    parts = [p for p in path.split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        group, rest = "", parts[2:]
+    elif tuple(parts[:3]) == METRICS_GROUP:
+        group, rest = "metrics.k8s.io", parts[3:]
+    else:
+        raise status.ApiError(404, f"the server could not find the requested resource ({path})")
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 3:
+        raise status.ApiError(404, f"the server could not find the requested resource ({path})")
+    resource, name, sub = rest[0], (rest[1:2] or [None])[0], (rest[2:3] or [""])[0]
+    known = {"pods"} if group else set(KINDS)
+    if resource not in known:
+        raise status.ApiError(404, f"the server could not find the requested resource ({path})")
+    if resource == "namespaces" and namespace is not None:
+        raise status.ApiError(404, f"the server could not find the requested resource ({path})")
+    return Target(group, resource, namespace, name, sub)
+
+
+def _verb(request: web.Request, target: Target) -> str:
+    method = request.method
+    if target.name is None:
+        if method == "GET":
+            return "watch" if request.query.get("watch") in TRUE else "list"
+        return {"POST": "create", "DELETE": "deletecollection"}.get(method, method.lower())
+    return {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
+        method, method.lower()
+    )
+
+
+def _json(data: Any, code: int = 200) -> web.Response:
+    return web.json_response(data, status=code)
+
+
+class Api:
+    """The handlers, over one ``Store``; ``recorded()`` is every authenticated request."""
+
+    def __init__(self, store: Store, token: str) -> None:
+        self.store = store
+        self.token = token
+        self._calls: list[Call] = []
+        self._calls_lock = threading.Lock()
+
+    def recorded(self) -> list[Call]:
+        with self._calls_lock:
+            return list(self._calls)
+
+    def forget_calls(self) -> None:
+        with self._calls_lock:
+            self._calls.clear()
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/version", self.version)
+        app.router.add_route("*", "/{tail:.*}", self.dispatch)
+        return app
+
+    async def version(self, request: web.Request) -> web.Response:
+        return _json({"major": "1", "minor": "34", "gitVersion": "v1.34.0-gobrave-emulator"})
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        try:
+            if request.headers.get("Authorization") != f"Bearer {self.token}":
+                raise status.ApiError(401, "Unauthorized")
+            target = _parse(request.path)
+            verb = _verb(request, target)
+            with self._calls_lock:
+                self._calls.append(
+                    Call(verb, target.resource, target.subresource, target.namespace or "")
+                )
+            return await self._handle(request, target, verb)
+        except status.ApiError as error:
+            return _json(error.body(), error.code)
+
+    async def _handle(self, request: web.Request, t: Target, verb: str) -> web.StreamResponse:
+        namespace = "" if t.resource in CLUSTER_SCOPED else t.namespace
+        if t.group == "metrics.k8s.io":
+            return self._metrics(request, t, verb)
+        if t.subresource == "log" and t.resource == "pods" and verb == "get":
+            return await self._log(request, t.namespace or "", t.name or "")
+        if t.subresource not in ("", "status") or (t.subresource and t.resource != "pods"):
+            raise status.ApiError(404, f"{t.resource}/{t.subresource} is not served")
+        if namespace is None and verb not in ("list", "watch"):
+            raise status.ApiError(404, f"{t.resource} are namespaced")
+        name = t.name or ""
+        if verb == "list":
+            return self._list(request, t.resource, namespace)
+        if verb == "watch":
+            return await self._watch(request, t.resource, namespace)
+        if verb == "create":
+            return _json(self.store.create(t.resource, namespace, await self._body(request)), 201)
+        if verb == "get":
+            return _json(self.store.get(t.resource, namespace, name))
+        if verb == "update":
+            return _json(await self._replace(request, t, namespace))
+        if verb == "patch":
+            return _json(await self._patch(request, t, namespace))
+        if verb == "delete":
+            return _json(self.store.delete(t.resource, namespace, name, await self._grace(request)))
+        if verb == "deletecollection":
+            return self._delete_collection(request, t.resource, namespace)
+        raise status.ApiError(405, f"{request.method} is not allowed here")
+
+    # -- bodies and parameters -----------------------------------------------------------
+
+    @staticmethod
+    async def _body(request: web.Request) -> Any:
+        try:
+            return json.loads(await request.read() or b"null")
+        except ValueError as error:
+            raise status.ApiError(400, f"the body is not JSON: {error}") from error
+
+    async def _grace(self, request: web.Request) -> int | None:
+        raw = request.query.get("gracePeriodSeconds")
+        if raw is None and request.can_read_body:
+            options = await self._body(request)
+            if isinstance(options, dict):
+                raw = options.get("gracePeriodSeconds")
+        try:
+            return None if raw is None else int(raw)
+        except ValueError as error:
+            raise status.ApiError(400, f"gracePeriodSeconds: {raw!r} is not a number") from error
+
+    @staticmethod
+    def _selected(request: web.Request, resource: str):
+        labels = selectors.label_selector(request.query.get("labelSelector"))
+        fields = selectors.field_selector(resource, request.query.get("fieldSelector"))
+        return lambda obj: selectors.matches(obj, labels, fields)
+
+    # -- verbs -----------------------------------------------------------------------------
+
+    def _list(self, request: web.Request, resource: str, namespace: str | None) -> web.Response:
+        selected = self._selected(request, resource)
+        items, rv = self.store.list(resource, namespace)
+        return _json(
+            {
+                "kind": KINDS[resource] + "List",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(rv)},
+                "items": [obj for obj in items if selected(obj)],
+            }
+        )
+
+    def _delete_collection(
+        self, request: web.Request, resource: str, namespace: str
+    ) -> web.Response:
+        selected = self._selected(request, resource)
+        items, rv = self.store.list(resource, namespace)
+        gone = []
+        for obj in filter(selected, items):
+            with contextlib.suppress(status.ApiError):  # removed meanwhile
+                gone.append(self.store.delete(resource, namespace, obj["metadata"]["name"]))
+        return _json({"kind": KINDS[resource] + "List", "apiVersion": "v1",
+                      "metadata": {"resourceVersion": str(rv)}, "items": gone})  # fmt: skip
+
+    async def _replace(self, request: web.Request, t: Target, namespace: str) -> dict[str, Any]:
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise status.ApiError(400, "the body must be an object")
+        expect = (body.get("metadata") or {}).get("resourceVersion")
+
+        def replace(obj: dict[str, Any]) -> dict[str, Any]:
+            if t.subresource == "status":
+                obj["status"] = body.get("status") or {}
+                return obj
+            new = dict(body)
+            new["status"] = obj.get("status")  # the main resource never writes status
+            return new
+
+        return self.store.update(t.resource, namespace, t.name or "", replace, expect_rv=expect)
+
+    async def _patch(self, request: web.Request, t: Target, namespace: str) -> dict[str, Any]:
+        body = await self._body(request)
+        content_type = request.headers.get("Content-Type", "")
+
+        def patch(obj: dict[str, Any]) -> dict[str, Any]:
+            new = patches.apply(obj, body, content_type)
+            if t.resource == "pods":
+                if t.subresource == "status":
+                    return {**obj, "status": new.get("status")}
+                new["status"] = obj.get("status")
+            return new
+
+        return self.store.update(t.resource, namespace, t.name or "", patch)
+
+    # -- watch -----------------------------------------------------------------------------
+
+    async def _watch(
+        self, request: web.Request, resource: str, namespace: str | None
+    ) -> web.StreamResponse:
+        """1. Parse the selectors and ``resourceVersion`` (empty or "0": start with every
+           matching object as ADDED).
+        2. Stream the changes after that version that concern the selection: an object
+           that starts matching is ADDED, stops matching is DELETED, as the API server
+           does; a version older than the history answers an ERROR event with code 410.
+        3. End after ``timeoutSeconds`` (with a BOOKMARK first when allowed)."""
+        selected = self._selected(request, resource)
+        raw_rv = request.query.get("resourceVersion", "")
+        try:
+            since = int(raw_rv) if raw_rv not in ("", "0") else None
+            timeout = (
+                float(request.query["timeoutSeconds"])
+                if "timeoutSeconds" in request.query
+                else None
+            )
+        except ValueError as error:
+            raise status.ApiError(400, f"invalid watch parameter: {error}") from error
+        bookmarks = request.query.get("allowWatchBookmarks") in TRUE
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+
+        def notify() -> None:
+            loop.call_soon_threadsafe(wake.set)
+
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+
+        async def send(type_: str, obj: dict[str, Any]) -> None:
+            await response.write(json.dumps({"type": type_, "object": obj}).encode() + b"\n")
+
+        deadline = None if timeout is None else loop.time() + timeout
+        self.store.subscribe(notify)
+        try:
+            if since is None:
+                items, since = self.store.list(resource, namespace)
+                for obj in filter(selected, items):
+                    await send("ADDED", obj)
+            while True:
+                wake.clear()
+                try:
+                    changes = self.store.changes_since(since)
+                except status.ApiError as error:
+                    await send("ERROR", error.body())
+                    break
+                for change in changes:
+                    since = change.rv
+                    event = _event(change, resource, namespace, selected)
+                    if event:
+                        await send(*event)
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    if bookmarks:
+                        mark = {"resourceVersion": str(since)}
+                        kind = {"kind": KINDS[resource], "apiVersion": "v1"}
+                        await send("BOOKMARK", {**kind, "metadata": mark})
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), remaining)
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.store.unsubscribe(notify)
+        return response
+
+    # -- logs ------------------------------------------------------------------------------
+
+    async def _log(self, request: web.Request, namespace: str, name: str) -> web.StreamResponse:
+        """``pods/log``: the container's lines, ``tailLines``, ``sinceSeconds``,
+        ``timestamps``, ``limitBytes``; with ``follow=true`` new lines as they are written,
+        until the container terminates or the Pod goes. 400 while the container waits to
+        start (as the kubelet answers), and for ``previous`` (``restartPolicy`` aside, no
+        container here ever restarts)."""
+        pod = self.store.get("pods", namespace, name)
+        container = _container(pod, request.query.get("container"))
+        q = request.query
+        if q.get("previous") in TRUE:
+            raise status.ApiError(
+                400, f'previous terminated container "{container}" in pod "{name}" not found'
+            )
+        state = _state(pod, container)
+        if "waiting" in state or not state:
+            reason = (state.get("waiting") or {}).get("reason", "ContainerCreating")
+            raise status.ApiError(
+                400, f'container "{container}" in pod "{name}" is waiting to start: {reason}'
+            )
+        try:
+            tail = int(q["tailLines"]) if "tailLines" in q else None
+            since = int(q["sinceSeconds"]) if "sinceSeconds" in q else None
+            limit = int(q["limitBytes"]) if "limitBytes" in q else None
+        except ValueError as error:
+            raise status.ApiError(400, f"invalid log parameter: {error}") from error
+        stamps = q.get("timestamps") in TRUE
+        uid = pod["metadata"]["uid"]
+        lines = self.store.log_lines(uid, container)
+        sent = len(lines)
+        if since is not None:
+            cut = datetime.now(UTC) - timedelta(seconds=since)
+            lines = [line for line in lines if line.time >= cut]
+        if tail is not None:
+            lines = lines[-tail:] if tail > 0 else []
+        body = b"".join(_line(line, stamps) for line in lines)
+        if limit is not None:
+            body = body[:limit]
+        if q.get("follow") not in TRUE:
+            return web.Response(body=body, content_type="text/plain")
+
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+
+        def notify() -> None:
+            loop.call_soon_threadsafe(wake.set)
+
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        self.store.subscribe(notify)
+        try:
+            await response.write(body)
+            while True:
+                wake.clear()
+                fresh = self.store.log_lines(uid, container, sent)
+                sent += len(fresh)
+                for line in fresh:
+                    await response.write(_line(line, stamps))
+                try:
+                    pod = self.store.get("pods", namespace, name)
+                except status.ApiError:
+                    break
+                if pod["metadata"]["uid"] != uid or "terminated" in _state(pod, container):
+                    for line in self.store.log_lines(uid, container, sent):
+                        await response.write(_line(line, stamps))
+                    break
+                await wake.wait()
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.store.unsubscribe(notify)
+        return response
+
+    # -- metrics.k8s.io --------------------------------------------------------------------
+
+    def _metrics(self, request: web.Request, t: Target, verb: str) -> web.Response:
+        """PodMetrics of running Pods whose usage the kubelet reports (get and list)."""
+        if verb not in ("get", "list"):
+            raise status.ApiError(405, f"{verb} is not served by metrics.k8s.io")
+        if verb == "get":
+            pod = self.store.get("pods", t.namespace or "", t.name or "")
+            metrics = self._pod_metrics(pod)
+            if metrics is None:
+                raise status.ApiError(404, f'podmetrics.metrics.k8s.io "{t.name}" not found')
+            return _json(metrics)
+        selected = self._selected(request, "pods")
+        items, _ = self.store.list("pods", t.namespace)
+        found = [m for m in (self._pod_metrics(p) for p in items if selected(p)) if m]
+        return _json({"kind": "PodMetricsList", "apiVersion": "metrics.k8s.io/v1beta1",
+                      "metadata": {}, "items": found})  # fmt: skip
+
+    def _pod_metrics(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        usage = self.store.usage(pod["metadata"]["uid"])
+        if usage is None or pod.get("status", {}).get("phase") != "Running":
+            return None
+        meta = pod["metadata"]
+        return {
+            "kind": "PodMetrics",
+            "apiVersion": "metrics.k8s.io/v1beta1",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                         "labels": meta.get("labels") or {},
+                         "creationTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")},
+            "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "window": "10s",
+            "containers": [{"name": c, "usage": u} for c, u in usage.items()],
+        }  # fmt: skip
+
+
+def _event(change: Change, resource: str, namespace: str | None, selected) -> tuple | None:
+    """What a watch on (resource, namespace, selection) sees of one change, if anything."""
+    if change.resource != resource or (namespace and change.namespace != namespace):
+        return None
+    was, now = selected(change.old), selected(change.new)
+    if change.type == "DELETED":
+        return ("DELETED", change.new) if was else None
+    if was and now:
+        return ("MODIFIED", change.new)
+    if now:
+        return ("ADDED", change.new)
+    if was:
+        return ("DELETED", change.new)
+    return None
+
+
+def _container(pod: dict[str, Any], wanted: str | None) -> str:
+    names = [c["name"] for c in pod["spec"]["containers"]]
+    name = pod["metadata"]["name"]
+    if wanted is None:
+        if len(names) > 1:
+            raise status.ApiError(
+                400,
+                f"a container name must be specified for pod {name}, choose one of: "
+                f"[{' '.join(names)}]",
+            )
+        return names[0]
+    if wanted not in names:
+        raise status.ApiError(400, f"container {wanted} is not valid for pod {name}")
+    return wanted
+
+
+def _state(pod: dict[str, Any], container: str) -> dict[str, Any]:
+    for found in pod.get("status", {}).get("containerStatuses") or []:
+        if found["name"] == container:
+            return found.get("state") or {}
+    return {}
+
+
+def _line(line, stamps: bool) -> bytes:
+    text = line.text + "\n"
+    if stamps:
+        text = line.time.strftime("%Y-%m-%dT%H:%M:%S.%f000Z ") + text
+    return text.encode()
