@@ -79,14 +79,12 @@ class Harness:
         )
 
     def run(self, spec: ContainerSpec, program: str = "serve") -> str:
-        ref = self.engine.create(spec)
         self.before_start(spec, program)
+        ref = self.engine.create(spec)
         self.engine.start(ref, spec)
         return ref
 
-    def wait(
-        self, ref: str, statuses: set[str], *, timeout: float = 20
-    ) -> ContainerState | None:
+    def wait(self, ref: str, statuses: set[str], *, timeout: float = 20) -> ContainerState | None:
         """Wait (a deadline, not a sleep) until ``ref``'s status is one of ``statuses``
         ("gone": no object)."""
         deadline = time.monotonic() + timeout * PATIENCE
@@ -99,7 +97,9 @@ class Harness:
                 raise AssertionError(f"{self.driver} {ref}: wanted {statuses}, still {state}")
             time.sleep(0.05)
 
-    def events(self, since: str, *, until: Callable[[list[EngineEvent]], bool]) -> list[EngineEvent]:
+    def events(
+        self, since: str, *, until: Callable[[list[EngineEvent]], bool]
+    ) -> list[EngineEvent]:
         """Events from ``since`` until ``until(events so far)`` holds, the stream ends
         (the fake's replay, a watch's end) or the deadline passes."""
         seen: list[EngineEvent] = []
@@ -109,7 +109,8 @@ class Harness:
             fresh = [
                 e
                 for e in self.engine.events(self.installation, cursor, **self.event_until())
-                if not seen or (e.cursor, e.runtime_id, e.action)
+                if not seen
+                or (e.cursor, e.runtime_id, e.action)
                 not in {(s.cursor, s.runtime_id, s.action) for s in seen}
             ]
             seen.extend(fresh)
@@ -209,10 +210,11 @@ def _text(chunks: Iterator[bytes]) -> str:
 # --- create, adopt, refuse ---------------------------------------------------------------
 
 
-def test_a_second_create_of_the_same_spec_adopts_the_first_object(harness: Harness) -> None:
+def test_a_retried_create_and_start_adopt_what_the_first_made(harness: Harness) -> None:
+    """At-least-once delivery: create and start run again after a crash; one object."""
     spec = harness.spec()
-    first = harness.engine.create(spec)
-    assert harness.engine.create(spec) == first
+    first = harness.run(spec)
+    assert harness.run(spec) == first
     ours = [s for s in harness.engine.list_ours(harness.installation) if s.name == spec.name]
     assert len(ours) == 1, ours
     state = harness.engine.inspect(first)
@@ -231,7 +233,7 @@ def test_a_foreign_object_holding_our_name_is_a_permanent_error(harness: Harness
 
 def test_a_second_instance_cannot_adopt_anothers_object(harness: Harness) -> None:
     spec = harness.spec()
-    harness.engine.create(spec)
+    harness.run(spec)
     other = harness.spec(name=spec.name)  # same name, another instance
     with pytest.raises(PermanentEngineError):
         harness.engine.create(other)
@@ -300,8 +302,8 @@ def test_an_exit_gives_its_exit_code(harness: Harness) -> None:
 def test_list_ours_lists_only_this_installation_and_the_labels_asked(harness: Harness) -> None:
     mine = harness.spec(labels={"io.gobrave.run": "r1"})
     other = harness.spec()
-    harness.engine.create(mine)
-    harness.engine.create(other)
+    harness.run(mine)
+    harness.run(other)
     names = {s.name for s in harness.engine.list_ours(harness.installation)}
     assert names == {mine.name, other.name}
     asked = harness.engine.list_ours(harness.installation, {"io.gobrave.run": "r1"})

@@ -2,11 +2,11 @@
 
 How each method maps (docs/kubernetes.md):
 
-- ``create``: the instance's Secret (its secret env values, when it has any), then its
-  Pod (``pods.pod_manifest``), both named from ``spec.name``. A name already held by
-  our object for the same instance is adopted (a retried create); one held by anything
-  else is a permanent error. The engine-side id is the Pod's name (a Pod made again by a
-  start keeps it).
+- ``create``: the instance's Secret (its secret env values, when it has any), named from
+  ``spec.name``; ``start`` makes the Pod (``pods.pod_manifest``) from the stored spec (a
+  Pod runs as soon as it exists). A name already held by our object for the same
+  instance is adopted (a retried create or start); one held by anything else is a
+  permanent error. The engine-side id is the Pod's name (a Pod made again keeps it).
 - ``start``: nothing when the Pod is pending or running; a Pod that ended (it cannot
   restart: ``restartPolicy: Never``) or none at all is made again from the stored spec.
 - ``stop``: delete the Pod with ``timeout`` as its grace period and wait until it is
@@ -48,6 +48,7 @@ from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE
 
 GONE_POLL_FIRST = 0.05  # how soon a deleted Pod is looked for again, doubling...
 GONE_POLL_CAP = 1.0  # ...up to this
+FOLLOW_READ_SECONDS = 86400  # a followed log's idle read; the follow's ``until`` ends it
 GONE_SLACK = 30.0  # beyond the grace period, how long a stop waits for the Pod to go
 
 
@@ -62,9 +63,12 @@ class KubernetesEngine:
     stop_removes = True  # a stop deletes the Pod; a start makes it again
     honours_node_constraints = True  # ``node.`` constraints become the nodeSelector
 
-    def __init__(self, target: KubeTarget, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, target: KubeTarget, *, timeout: float = 30.0, watch_seconds: int = 300
+    ) -> None:
         self.target = target
         self.timeout = timeout
+        self.watch_seconds = watch_seconds  # a watch stream ends after this; reopened
         self.namespace = target.namespace
         self._api: client.ApiClient | None = None
         self._pid: int | None = None
@@ -180,9 +184,21 @@ class KubernetesEngine:
     # --- containers ------------------------------------------------------------------------
 
     def create(self, spec: ContainerSpec) -> str:
-        """See the module docstring. Idempotent; returns the Pod's name."""
-        body = pods.pod_manifest(spec, access_mode=self.target.access_mode)
+        """Check the spec, refuse a name held by a Pod that is not this instance's, and
+        make the instance's Secret (its secret env values, when it has any). The Pod
+        itself is made by ``start``: on a cluster a Pod runs as soon as it exists, so
+        ``create`` then ``start`` make exactly one run, as on Docker. Idempotent (a
+        retried create adopts its Secret); returns the Pod's name."""
+        pods.pod_manifest(spec, access_mode=self.target.access_mode)  # refusals raise here
         instance = spec.labels.get(LABEL_INSTANCE, "")
+        held = self._read(spec.name)
+        if held is not None:
+            theirs = names.labels_of(held.get("metadata") or {}).get(LABEL_INSTANCE)
+            if theirs != instance:
+                raise PermanentEngineError(
+                    f"create {spec.name}: the name is held by another Pod"
+                    f" ({LABEL_INSTANCE}={theirs!r}, not {instance!r})"
+                )
         secret = pods.secret_manifest(spec)
         if secret is not None:
             name = secret["metadata"]["name"]
@@ -197,10 +213,20 @@ class KubernetesEngine:
                     self.namespace,
                     {"stringData": secret["stringData"]},
                 )
-        self._create_or_adopt(
-            f"create {spec.name}", "pod", body, owner_key=LABEL_INSTANCE, owner=instance
-        )
         return spec.name
+
+    def _make_pod(self, spec: ContainerSpec) -> None:
+        """The Pod of ``spec`` (its Secret first); one already there for this instance is
+        adopted, anything else holding the name is a permanent error."""
+        self.create(spec)
+        body = pods.pod_manifest(spec, access_mode=self.target.access_mode)
+        self._create_or_adopt(
+            f"create {spec.name}",
+            "pod",
+            body,
+            owner_key=LABEL_INSTANCE,
+            owner=spec.labels.get(LABEL_INSTANCE, ""),
+        )
 
     def _read(self, ref: str) -> dict[str, Any] | None:
         return self._call(
@@ -212,8 +238,9 @@ class KubernetesEngine:
         return state_of(pod) if pod is not None else None
 
     def start(self, ref: str, spec: ContainerSpec | None = None) -> None:
-        """Nothing when the Pod is pending or running; otherwise (ended, being deleted,
-        none) wait until no Pod holds the name and make it again from ``spec``."""
+        """Make the Pod from ``spec`` (the stored spec). Nothing when it is pending or
+        running; one that ended (a Pod never restarts: ``restartPolicy: Never``) or is
+        being deleted is deleted and made again, as Docker restarts an exited container."""
         state = self.inspect(ref)
         if state is not None and state.status in ("created", "running", "unknown"):
             return
@@ -222,7 +249,7 @@ class KubernetesEngine:
         if state is not None:
             self._delete_pod(ref, grace=0)
             self._wait_gone(ref, grace=0)
-        self.create(spec)
+        self._make_pod(spec)
 
     def _delete_pod(self, ref: str, *, grace: int) -> None:
         self._call(
@@ -289,7 +316,10 @@ class KubernetesEngine:
                     tail_lines=tail,
                     follow=follow,
                     _preload_content=False,
-                    _request_timeout=(self.timeout, None) if follow else self.timeout,
+                    # A follow's read may be idle for long: ``until`` bounds it (the adapter).
+                    _request_timeout=(self.timeout, FOLLOW_READ_SECONDS)
+                    if follow
+                    else self.timeout,
                 )
             except ApiException as exc:
                 if exc.status in (400, 404):
@@ -333,6 +363,7 @@ class KubernetesEngine:
             selector=selector,
             since=cursor,
             timeout=self.timeout,
+            seconds=self.watch_seconds,
         )
 
 

@@ -2,7 +2,7 @@
 ``resourceVersion`` (the event's ``cursor``).
 
 1. The stream opens at the cursor (``since``; none: the list's ``resourceVersion`` now)
-   and ends after ``WATCH_SECONDS`` or when it drops: the monitor reconnects from the
+   and ends after ``seconds`` (``WATCH_SECONDS``) or when it drops: the monitor reconnects from the
    last cursor it applied.
 2. Each watch event becomes the engine-neutral events of what changed (``transitions``):
    the Pod's state (``states.state_of``) against the last one this process saw of it.
@@ -31,7 +31,7 @@ from kubernetes.client.exceptions import ApiException
 from containers.engines.base import ContainerState, EngineEvent
 from containers.engines.kubernetes.states import state_of
 
-WATCH_SECONDS = 300  # a stream ends after this; the monitor reopens it from its cursor
+WATCH_SECONDS = 300  # a stream ends after this (the default); the monitor reopens it
 NO_CONTAINER = "resync"  # an event that only moves the cursor
 
 
@@ -121,6 +121,7 @@ def stream(
     selector: str,
     since: str,
     timeout: float,
+    seconds: int = WATCH_SECONDS,
 ) -> Iterator[EngineEvent]:
     """Follow Pod changes from ``since`` (see the module docstring). ``list_pods`` is the
     client's ``list_namespaced_pod``; ``list_json`` lists every Pod of the selector as the
@@ -135,9 +136,9 @@ def stream(
                 namespace,
                 label_selector=selector,
                 resource_version=cursor,
-                timeout_seconds=WATCH_SECONDS,
+                timeout_seconds=seconds,
                 allow_watch_bookmarks=True,
-                _request_timeout=(timeout, WATCH_SECONDS + timeout),
+                _request_timeout=(timeout, seconds + timeout),
             ):
                 raw = item.get("raw_object") or {}
                 kind = item.get("type", "")
