@@ -27,20 +27,18 @@ NETWORKS = (None, "bridge")  # the Pod network; ``none`` and named networks have
 
 def refusals(spec: ContainerSpec) -> list[str]:
     """What in ``spec`` this driver cannot run under Pod Security "restricted", in a
-    user's words (empty: nothing). The same rules check templates before any create
-    (``containers.spec.kubernetes_fit``)."""
+    user's words (empty: nothing). Templates are checked before any create
+    (``containers.spec.kubernetes_fit``, which also refuses a template's added
+    capabilities other than ``NET_BIND_SERVICE``); this is the worker's last check.
+    Capabilities are not refused here: the configured set Docker keeps
+    (``container.security.capabilities``) is dropped on a Pod, and only
+    ``NET_BIND_SERVICE`` is added back when the spec has it."""
     problems = []
     uid, _gid = _ids(spec)
     if uid is None:
         problems.append("running as the image's user is refused on Kubernetes (runAsNonRoot)")
     elif uid == 0:
         problems.append("running as root is refused on Kubernetes")
-    extra = sorted(set(spec.cap_add) - ALLOWED_CAPABILITIES)
-    if extra:
-        problems.append(
-            f"capabilities {', '.join(extra)} are refused on Kubernetes"
-            " (only NET_BIND_SERVICE is allowed)"
-        )
     if any(m.type == "bind" for m in spec.mounts):
         problems.append("host paths (bind mounts) are refused on Kubernetes")
     if spec.network == "host":
@@ -110,7 +108,10 @@ def pod_manifest(spec: ContainerSpec, *, access_mode: str = "ReadWriteOnce") -> 
             "allowPrivilegeEscalation": False,
             "privileged": False,
             "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"], "add": sorted(set(spec.cap_add))},
+            "capabilities": {
+                "drop": ["ALL"],
+                "add": sorted(set(spec.cap_add) & ALLOWED_CAPABILITIES),
+            },
             "readOnlyRootFilesystem": bool(spec.read_only_rootfs),
             "seccompProfile": {"type": "RuntimeDefault"},
         },
