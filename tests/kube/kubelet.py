@@ -22,11 +22,13 @@ node stays until a delete with grace period 0, as on a cluster.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from tests.kube.status import ApiError
@@ -35,6 +37,13 @@ from tests.kube.store import Store, now
 NODE = "kube-node-1"
 NODE_IP = "172.18.0.2"  # status strings only: nothing connects to these addresses
 IMAGE_ERRORS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+_MESSAGES = {
+    "ErrImagePull": "rpc error: code = NotFound desc = failed to pull and unpack image"
+    ' "{image}": not found',
+    "ImagePullBackOff": 'Back-off pulling image "{image}"',
+    "InvalidImageName": 'Failed to apply default image tag "{image}": couldn\'t parse image'
+    ' name "{image}": invalid reference format',
+}
 _VALID_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 
 
@@ -123,11 +132,19 @@ class FakeKubelet:
             self._seen.setdefault(pod["metadata"]["uid"], _Seen()).lost = True
         self._lose(namespace, name)
 
-    def write_log(self, namespace: str, name: str, text: str, container: str | None = None) -> None:
-        """Append lines to a Pod's container log (its first container by default)."""
+    def write_log(
+        self,
+        namespace: str,
+        name: str,
+        text: str,
+        container: str | None = None,
+        at: datetime | None = None,
+    ) -> None:
+        """Append lines to a Pod's container log (its first container by default), written
+        ``at`` a time of the test's choosing (now by default)."""
         pod = self.store.get("pods", namespace, name)
         container = container or pod["spec"]["containers"][0]["name"]
-        self.store.append_log(pod["metadata"]["uid"], container, text)
+        self.store.append_log(pod["metadata"]["uid"], container, text, at)
 
     def reset(self) -> None:
         with self._wake:
@@ -207,16 +224,20 @@ class FakeKubelet:
         if seen.lost:
             return None
         if meta.get("deletionTimestamp"):
+            for container in spec["containers"]:
+                self._event(pod, "Normal", "Killing", f"Stopping container {container['name']}")
             self._remove(ns, name)
             return None
         if phase in ("Succeeded", "Failed"):
             return None
         if not spec.get("nodeName"):
-            if rule.unschedulable is not None:
-                if not status.get("conditions"):
-                    self._unschedulable(ns, name, rule.unschedulable)
-            else:
-                self._bind(ns, name)
+            message = rule.unschedulable or self._missing_claim(pod)
+            if message is None:
+                self._bind_claims(pod)
+                self._bind(pod)
+            elif _scheduled_message(status) != message:
+                self._unschedulable(ns, name, message)
+                self._event(pod, "Warning", "FailedScheduling", message)
             return None
         states = [s.get("state") or {} for s in status.get("containerStatuses") or []]
         if not states:
@@ -249,12 +270,16 @@ class FakeKubelet:
 
         self._update(ns, name, write)
 
-    def _bind(self, ns: str, name: str) -> None:
+    def _bind(self, pod: dict[str, Any]) -> None:
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+
         def write(pod: dict[str, Any]) -> None:
             pod["spec"]["nodeName"] = self.node
             pod["status"]["conditions"] = [_condition("PodScheduled", "True")]
 
         self._update(ns, name, write)
+        message = f"Successfully assigned {ns}/{name} to {self.node}"
+        self._event(pod, "Normal", "Scheduled", message, source="default-scheduler")
 
     def _creating(self, ns: str, name: str) -> None:
         def write(pod: dict[str, Any]) -> None:
@@ -281,12 +306,19 @@ class FakeKubelet:
         images = [c["image"] for c in pod["spec"]["containers"]]
         invalid = next((i for i in images if not _VALID_IMAGE.match(i)), None)
         reason = "InvalidImageName" if invalid else rule.image_error
+        current = states[0]["waiting"].get("reason")
         if reason is not None:
-            current = states[0]["waiting"].get("reason")
             if reason == "ImagePullBackOff" and current == "ContainerCreating":
                 reason = "ErrImagePull"  # the kubelet reports the pull error first
             if current != reason:
                 self._waiting(ns, name, reason)
+                self._event(pod, "Warning", "Failed", _MESSAGES[reason].format(image=images[0]))
+            return
+        missing = self._missing_secret(pod)
+        if missing is not None:
+            if states[0]["waiting"].get("message") != missing:
+                self._waiting(ns, name, "CreateContainerConfigError", missing)
+                self._event(pod, "Warning", "Failed", f"Error: {missing}")
             return
         uid = pod["metadata"]["uid"]
         if rule.usage:
@@ -309,26 +341,103 @@ class FakeKubelet:
             ]  # fmt: skip
 
         self._update(ns, name, write)
+        for container in pod["spec"]["containers"]:
+            self._event(pod, "Normal", "Started", f"Started container {container['name']}")
         for line in rule.logs:
             self.store.append_log(uid, pod["spec"]["containers"][0]["name"], line)
 
-    def _waiting(self, ns: str, name: str, reason: str) -> None:
-        messages = {
-            "ErrImagePull": "rpc error: code = NotFound desc = failed to pull and unpack image"
-            ' "{image}": not found',
-            "ImagePullBackOff": 'Back-off pulling image "{image}"',
-            "InvalidImageName": 'Failed to apply default image tag "{image}": couldn\'t parse'
-            ' image name "{image}": invalid reference format',
-        }
-
+    def _waiting(self, ns: str, name: str, reason: str, message: str | None = None) -> None:
         def write(pod: dict[str, Any]) -> None:
             for status, container in zip(
                 pod["status"]["containerStatuses"], pod["spec"]["containers"], strict=True
             ):
-                message = messages[reason].format(image=container["image"])
-                status["state"] = {"waiting": {"reason": reason, "message": message}}
+                text = message or _MESSAGES[reason].format(image=container["image"])
+                status["state"] = {"waiting": {"reason": reason, "message": text}}
 
         self._update(ns, name, write)
+
+    # -- what the Pod refers to ----------------------------------------------------------
+
+    def _missing_claim(self, pod: dict[str, Any]) -> str | None:
+        """The scheduler's message for a claim that does not exist, if one does not."""
+        ns = pod["metadata"]["namespace"]
+        for volume in pod["spec"].get("volumes") or []:
+            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim:
+                try:
+                    self.store.get("persistentvolumeclaims", ns, claim)
+                except ApiError:
+                    return f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found.'
+        return None
+
+    def _bind_claims(self, pod: dict[str, Any]) -> None:
+        """Bind the Pod's Pending claims (a WaitForFirstConsumer class binds on the first
+        Pod scheduled)."""
+        ns = pod["metadata"]["namespace"]
+        for volume in pod["spec"].get("volumes") or []:
+            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            if not claim:
+                continue
+
+            def bind(pvc: dict[str, Any]) -> None:
+                if pvc.get("status", {}).get("phase") == "Bound":
+                    return
+                pvc["spec"]["volumeName"] = "pvc-" + pvc["metadata"]["uid"]
+                pvc["status"] = {
+                    "phase": "Bound",
+                    "accessModes": pvc["spec"]["accessModes"],
+                    "capacity": {"storage": pvc["spec"]["resources"]["requests"]["storage"]},
+                }
+
+            with contextlib.suppress(ApiError):  # deleted meanwhile
+                self.store.update("persistentvolumeclaims", ns, claim, bind)
+
+    def _missing_secret(self, pod: dict[str, Any]) -> str | None:
+        """The kubelet's message for a Secret (or key) an env var needs and lacks."""
+        ns = pod["metadata"]["namespace"]
+        for container in pod["spec"]["containers"]:
+            refs = [
+                (e["valueFrom"]["secretKeyRef"], True)
+                for e in container.get("env") or []
+                if (e.get("valueFrom") or {}).get("secretKeyRef")
+            ] + [
+                (e["secretRef"], False)
+                for e in container.get("envFrom") or []
+                if e.get("secretRef")
+            ]
+            for ref, keyed in refs:
+                if ref.get("optional"):
+                    continue
+                try:
+                    secret = self.store.get("secrets", ns, ref["name"])
+                except ApiError:
+                    return f'secret "{ref["name"]}" not found'
+                if keyed and ref["key"] not in (secret.get("data") or {}):
+                    return f"couldn't find key {ref['key']} in Secret {ns}/{ref['name']}"
+        return None
+
+    def _event(
+        self,
+        pod: dict[str, Any],
+        type_: str,
+        reason: str,
+        message: str,
+        source: str = "kubelet",
+    ) -> None:
+        """An Event about the Pod, as the scheduler and the kubelet write them."""
+        meta = pod["metadata"]
+        stamp = now()
+        body = {
+            "metadata": {"generateName": meta["name"] + "."},
+            "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": meta["namespace"],
+                               "name": meta["name"], "uid": meta.get("uid", "")},
+            "type": type_, "reason": reason, "message": message, "count": 1,
+            "firstTimestamp": stamp, "lastTimestamp": stamp,
+            "source": {"component": source, "host": self.node},
+            "reportingComponent": source, "reportingInstance": self.node,
+        }  # fmt: skip
+        with contextlib.suppress(ApiError):  # the namespace is going
+            self.store.create("events", meta["namespace"], body)
 
     def _finish(self, ns: str, name: str, code: int, oom: bool) -> None:
         reason = "OOMKilled" if oom else ("Completed" if code == 0 else "Error")
@@ -374,6 +483,13 @@ class FakeKubelet:
         except ApiError as error:
             if error.code != 404:  # deleted meanwhile: nothing to do
                 raise
+
+
+def _scheduled_message(status: dict[str, Any]) -> str | None:
+    for condition in status.get("conditions") or []:
+        if condition["type"] == "PodScheduled" and condition["status"] == "False":
+            return condition.get("message")
+    return None
 
 
 def _names(pod: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.kube import patches, selectors, status
+from tests.kube import patches, selectors, status, validation
 from tests.kube.store import CLUSTER_SCOPED, KINDS, Change, Store
 
 METRICS_GROUP = ("apis", "metrics.k8s.io", "v1beta1")
@@ -212,9 +212,7 @@ class Api:
             if t.subresource == "status":
                 obj["status"] = body.get("status") or {}
                 return obj
-            new = dict(body)
-            new["status"] = obj.get("status")  # the main resource never writes status
-            return new
+            return _keep_status(t.resource, obj, dict(body))
 
         return self.store.update(t.resource, namespace, t.name or "", replace, expect_rv=expect)
 
@@ -224,11 +222,9 @@ class Api:
 
         def patch(obj: dict[str, Any]) -> dict[str, Any]:
             new = patches.apply(obj, body, content_type)
-            if t.resource == "pods":
-                if t.subresource == "status":
-                    return {**obj, "status": new.get("status")}
-                new["status"] = obj.get("status")
-            return new
+            if t.subresource == "status":
+                return {**obj, "status": new.get("status")}
+            return _keep_status(t.resource, obj, new)
 
         return self.store.update(t.resource, namespace, t.name or "", patch)
 
@@ -408,6 +404,18 @@ class Api:
             "window": "10s",
             "containers": [{"name": c, "usage": u} for c, u in usage.items()],
         }  # fmt: skip
+
+
+def _keep_status(resource: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The main resource never writes ``status`` (its subresource does), and a Pod's spec
+    changes only where the API allows."""
+    if "status" in old:
+        new["status"] = old["status"]
+    else:
+        new.pop("status", None)
+    if resource == "pods":
+        validation.pod_update(old, new)
+    return new
 
 
 def _event(change: Change, resource: str, namespace: str | None, selected) -> tuple | None:

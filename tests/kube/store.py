@@ -294,6 +294,7 @@ class Store:
                 if key[0] == "namespaces" and key[2] in keep_namespaces
             }
             self._history.clear()
+            self._rv += 1  # the forgetting is a change no watch can be given
             self._compacted = self._rv
             self._history_limit = DEFAULT_HISTORY
             self._logs.clear()
@@ -302,10 +303,10 @@ class Store:
 
     # -- logs and metrics (the kubelet writes, the log and metrics endpoints read) --------
 
-    def append_log(self, uid: str, container: str, text: str) -> None:
+    def append_log(self, uid: str, container: str, text: str, at: datetime | None = None) -> None:
         with self._lock:
             lines = self._logs.setdefault((uid, container), [])
-            lines.extend(LogLine(datetime.now(UTC), line) for line in text.splitlines())
+            lines.extend(LogLine(at or datetime.now(UTC), line) for line in text.splitlines())
         self._notify()
 
     def log_lines(self, uid: str, container: str, start: int = 0) -> list[LogLine]:

@@ -4,13 +4,17 @@ seen through the official client: what the driver's tests lean on."""
 from __future__ import annotations
 
 import base64
+import json
 import threading
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from kubernetes import client, watch
+from urllib3.exceptions import MaxRetryError
 
+from tests.kube.fixtures import KubeCluster
 from tests.kube.server import Call
 
 DEADLINE = 10  # seconds: a condition not met by then fails the test, with the Pod printed
@@ -33,8 +37,6 @@ def pod(name: str, labels: dict[str, str] | None = None, **spec: Any) -> dict[st
 def error_of(call: Callable[[], Any]) -> tuple[int, dict[str, Any]]:
     with pytest.raises(client.ApiException) as raised:
         call()
-    import json
-
     return raised.value.status, json.loads(raised.value.body)
 
 
@@ -118,6 +120,20 @@ def test_patches_merge_labels_annotations_and_status(core, kube):
     assert got.metadata.labels == {"keep": "1", "new": "2"}
     assert got.metadata.annotations == {"gobrave/name": "Full", "more": "x"}
     assert "Custom" in [c.type for c in got.status.conditions or []]
+
+
+def test_a_change_to_a_pod_s_spec_answers_422_but_its_image_may_change(core, kube):
+    ns = kube.namespace
+    core.create_namespaced_pod(ns, pod("fixed"))
+    code, body = error_of(
+        lambda: core.patch_namespaced_pod("fixed", ns, {"spec": {"restartPolicy": "Always"}})
+    )
+    assert code == 422 and "pod updates may not change fields" in body["message"]
+    core.patch_namespaced_pod(
+        "fixed", ns, {"spec": {"containers": [{"name": "main", "image": "busybox:2"}]}}
+    )
+    got = core.read_namespaced_pod("fixed", ns)
+    assert (got.spec.restart_policy, got.spec.containers[0].image) == ("Never", "busybox:2")
 
 
 def test_resource_versions_grow_per_object_and_across_the_store(core, kube):
@@ -365,6 +381,60 @@ def test_a_lost_node_makes_the_pod_unknown_and_it_lingers_until_forced(core, kub
     assert core.list_namespaced_pod(kube.namespace).items == []
 
 
+def test_a_delete_of_a_pod_not_yet_on_a_node_is_immediate(core, kube):
+    kube.kubelet.add_rule(name="nowhere", unschedulable="0/1 nodes are available.")
+    core.create_namespaced_pod(kube.namespace, pod("nowhere"))
+    core.delete_namespaced_pod("nowhere", kube.namespace, grace_period_seconds=30)
+    assert core.list_namespaced_pod(kube.namespace).items == []
+
+
+def test_a_pod_waits_for_its_claim_which_is_bound_when_it_is_scheduled(core, kube):
+    kube.kubelet  # noqa: B018
+    ns = kube.namespace
+    body = pod("mounts")
+    body["spec"]["volumes"] = [{"name": "w", "persistentVolumeClaim": {"claimName": "work"}}]
+    core.create_namespaced_pod(ns, body)
+    waiting = until(core, kube, "mounts", lambda p: bool(p.status.conditions), "waited")
+    assert 'persistentvolumeclaim "work" not found' in waiting.status.conditions[0].message
+    core.create_namespaced_persistent_volume_claim(ns, {
+        "metadata": {"name": "work"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    })  # fmt: skip
+    until(core, kube, "mounts", lambda p: p.status.phase == "Running", "ran")
+    claim = core.read_namespaced_persistent_volume_claim("work", ns)
+    assert (claim.status.phase, claim.status.capacity) == ("Bound", {"storage": "1Gi"})
+
+
+def test_a_container_waits_for_the_secret_its_env_refers_to(core, kube):
+    kube.kubelet  # noqa: B018
+    ns = kube.namespace
+    body = pod("needs")
+    body["spec"]["containers"][0]["env"] = [
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "env", "key": "TOKEN"}}}
+    ]
+    core.create_namespaced_pod(ns, body)
+
+    def config_error(p) -> bool:
+        states = p.status.container_statuses or []
+        waiting = states[0].state.waiting if states else None
+        return bool(waiting) and waiting.reason == "CreateContainerConfigError"
+
+    got = until(core, kube, "needs", config_error, "waited for its Secret")
+    assert got.status.container_statuses[0].state.waiting.message == 'secret "env" not found'
+    core.create_namespaced_secret(ns, {"metadata": {"name": "env"}, "stringData": {"TOKEN": "x"}})
+    until(core, kube, "needs", lambda p: p.status.phase == "Running", "ran")
+
+
+def test_the_scheduler_and_the_kubelet_write_events_about_the_pod(core, kube):
+    kube.kubelet.add_rule(name="told", exit_code=0)
+    core.create_namespaced_pod(kube.namespace, pod("told"))
+    until(core, kube, "told", lambda p: p.status.phase == "Succeeded", "succeeded")
+    found = core.list_namespaced_event(kube.namespace, field_selector="involvedObject.name=told")
+    written = sorted(found.items, key=lambda e: int(e.metadata.resource_version))
+    assert [e.reason for e in written] == ["Scheduled", "Started"]
+    assert written[0].source.component == "default-scheduler"
+
+
 # -- logs ------------------------------------------------------------------------------------
 
 
@@ -378,6 +448,17 @@ def test_logs_answer_tail_lines_and_timestamps(core, kube):
     stamped = core.read_namespaced_pod_log("talk", ns, tail_lines=1, timestamps=True)
     assert stamped.endswith("Z three\n") and stamped[:4].isdigit(), stamped
     assert core.read_namespaced_pod_log("talk", ns, since_seconds=3600).count("\n") == 3
+
+
+def test_logs_since_seconds_leave_older_lines_out(core, kube):
+    kube.kubelet.add_rule(name="old")
+    core.create_namespaced_pod(kube.namespace, pod("old"))
+    until(core, kube, "old", lambda p: p.status.phase == "Running", "ran")
+    long_ago = datetime.now(UTC) - timedelta(hours=2)
+    kube.kubelet.write_log(kube.namespace, "old", "stale", at=long_ago)
+    kube.kubelet.write_log(kube.namespace, "old", "fresh")
+    assert core.read_namespaced_pod_log("old", kube.namespace, since_seconds=3600) == "fresh\n"
+    assert core.read_namespaced_pod_log("old", kube.namespace, limit_bytes=3) == "sta"
 
 
 def test_logs_of_a_container_still_waiting_answer_400(core, kube):
@@ -440,6 +521,42 @@ def test_a_wrong_token_answers_401(kube):
         code, body = error_of(lambda: client.CoreV1Api(api_client).list_namespaced_pod("x"))
     assert (code, body["reason"]) == (401, "Unauthorized")
     assert kube.emulator.calls == []
+
+
+def test_the_client_refuses_a_server_it_cannot_verify(kube):
+    configuration = client.Configuration()
+    configuration.host = kube.emulator.url  # no CA given: the system's, which never signed it
+    configuration.retries = False
+    # The client raises its ApiException (status 0) or urllib3's error, as the retry goes.
+    with (
+        client.ApiClient(configuration) as api_client,
+        pytest.raises((client.ApiException, MaxRetryError)) as raised,
+    ):
+        client.CoreV1Api(api_client).list_namespaced_pod("x")
+    assert "CERTIFICATE_VERIFY_FAILED" in str(raised.value)
+    assert kube.emulator.calls == []
+
+
+def test_a_reset_forgets_objects_calls_and_every_version_before_it(core, kube_cluster):
+    kube_cluster.reset()
+    made = core.create_namespaced_secret(kube_cluster.namespace, {"metadata": {"name": "gone"}})
+    kube_cluster.kubelet.add_rule(name="any", exit_code=1)
+    kube_cluster.reset()
+    assert kube_cluster.emulator.calls == []
+    assert core.list_namespaced_secret(kube_cluster.namespace).items == []
+    with pytest.raises(client.ApiException) as raised:
+        list(watch.Watch().stream(core.list_namespaced_secret, kube_cluster.namespace,
+                                  resource_version=made.metadata.resource_version,
+                                  timeout_seconds=DEADLINE))  # fmt: skip
+    assert raised.value.status == 410
+
+
+def test_a_real_cluster_skips_what_needs_the_emulator_or_the_kubelet():
+    real = KubeCluster("/nonexistent/kubeconfig", "ctx", "ns", real=True)
+    with pytest.raises(pytest.skip.Exception):
+        real.kubelet  # noqa: B018
+    with pytest.raises(pytest.skip.Exception):
+        real.emulator  # noqa: B018
 
 
 def test_pod_metrics_report_the_rule_s_usage(core, kube):

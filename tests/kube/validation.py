@@ -2,8 +2,9 @@
 the causes in ``details.causes`` (field, reason, message), as kube-apiserver does: names are
 DNS-1123 (a label for namespaces, a subdomain for the rest), label keys and values are at
 most 63 characters of the allowed alphabet, a Pod has containers with a name and an image,
-a PersistentVolumeClaim has access modes and a storage request. The API's other checks
-(immutable Pod spec fields, probes, volumes, ...) are not made."""
+a PersistentVolumeClaim has access modes and a storage request, and an update of a Pod
+changes no field of its spec but the ones the API lets change (``pod_update``). The API's
+other checks (probes, volumes, security contexts, ...) are not made."""
 
 from __future__ import annotations
 
@@ -152,3 +153,30 @@ def validate(kind: str, resource: str, obj: dict[str, Any]) -> None:
                 "causes": [{"reason": r, "message": m, "field": f} for f, r, m in causes],
             },
         )
+
+
+def _mutable_masked(spec: dict[str, Any]) -> dict[str, Any]:
+    """A Pod spec without the fields an update may change."""
+    masked = {k: v for k, v in spec.items() if k not in ("activeDeadlineSeconds", "tolerations")}
+    masked["containers"] = [
+        {k: v for k, v in c.items() if k != "image"} for c in spec.get("containers") or []
+    ]
+    return masked
+
+
+def pod_update(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """422 when an update of a Pod changes its spec other than the containers' images,
+    ``activeDeadlineSeconds`` and ``tolerations`` (the API server's rule)."""
+    if _mutable_masked(old.get("spec") or {}) != _mutable_masked(new.get("spec") or {}):
+        name = old["metadata"]["name"]
+        message = (
+            "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
+            " `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing"
+            " tolerations)"
+        )
+        raise ApiError(
+            422,
+            f'Pod "{name}" is invalid: spec: {message}',
+            details={"name": name, "kind": "Pod", "causes": [
+                {"reason": "FieldValueForbidden", "message": message, "field": "spec"}]},
+        )  # fmt: skip
