@@ -60,9 +60,7 @@ def _clean(fields: dict[str, Any], current: ContainerTemplate | None = None) -> 
     return cleaned
 
 
-def template_kubernetes_check(
-    cleaned: dict[str, Any], current: ContainerTemplate | None
-) -> None:
+def template_kubernetes_check(cleaned: dict[str, Any], current: ContainerTemplate | None) -> None:
     """``InvalidSpec`` when the template (as it will be) could be placed on a Kubernetes
     runtime and asks what Pod Security "restricted" forbids (``spec.kubernetes_fit``).
     The API's writes and the admin's form both ask it. Reads the runtimes."""

@@ -20,7 +20,7 @@ import yaml
 from kubernetes import client
 
 from containers.engines.base import ContainerSpec, EngineEvent, Mount, PermanentEngineError
-from containers.engines.kubernetes import names, pods, states
+from containers.engines.kubernetes import pods, states
 from containers.engines.kubernetes.engine import KubernetesEngine
 from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE, LABEL_TEMPLATE
 from containers.execution.observe import target_for
@@ -125,9 +125,7 @@ def test_a_readwritemany_claim_places_the_pod_anywhere():
     assert "affinity" in pods.pod_manifest(made, access_mode="ReadWriteOnce")["spec"]
 
 
-def test_secret_env_goes_into_a_secret_never_into_the_pod_and_goes_with_the_instance(
-    kube, engine
-):
+def test_secret_env_goes_into_a_secret_never_into_the_pod_and_goes_with_the_instance(kube, engine):
     made = spec(env={"TOKEN": SECRET_VALUE, "MODE": "on"}, secret_env=["TOKEN"])
     engine.start(engine.create(made), made)
     pod = raw_pod(kube, "gb-pod")
@@ -440,12 +438,12 @@ def test_a_namespace_quota_that_refuses_the_pod_defers_the_create(kube, kube_run
 def test_a_template_that_could_run_on_kubernetes_is_refused_what_restricted_forbids(
     gobrave_config, fields, refusal
 ):
+    from django.conf import settings
+
     from containers.errors import InvalidSpec
     from containers.models import ContainerTemplate, Runtime
     from containers.spec.template_services import template_create
     from tests.factories import RuntimeFactory
-
-    from django.conf import settings
 
     security = {
         **settings.GOBRAVE["container"]["security"],
