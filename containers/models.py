@@ -322,6 +322,10 @@ class ContainerInstance(FSMModelMixin, models.Model):
     runtime_missing = models.BooleanField(
         default=False, help_text="The engine no longer has this container."
     )
+    # The engine accepted the container and waits for room of its own (a Pod waiting for a
+    # node) since then: the instance holds no create/start slot and ``start_timeout`` does
+    # not run; ``unschedulable_timeout`` may bound it. Written by ``execution.sync`` only.
+    engine_waiting_since = models.DateTimeField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     status_reason = models.TextField(blank=True)
     spec = models.JSONField(default=dict, blank=True)

@@ -127,6 +127,9 @@ class ContainerState:
     node_name: str = ""
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
+    # The engine accepted it and waits for room of its own (a Pod waiting for a node);
+    # ``error`` says why ("waiting for a node: ...").
+    waiting: bool = False
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,8 @@ class EngineEvent:
     """One lifecycle event of one of our containers, as the engine reported it.
 
     ``action`` is one of: ``start``, ``die``, ``oom``, ``pause``, ``unpause``,
-    ``destroy``, ``stop``, ``kill``, ``create``. ``time_nano`` is when it happened (the
+    ``destroy``, ``stop``, ``kill``, ``create``, ``wait`` (the engine waits for room of
+    its own: ``ContainerState.waiting``). ``time_nano`` is when it happened (the
     engine's clock, or when the driver saw it). ``cursor`` is the monitor's resume point,
     opaque to everything but the driver that made it (Docker: ``time_nano`` as a string;
     Kubernetes: a ``resourceVersion``); empty means ``str(time_nano)``.

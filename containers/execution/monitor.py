@@ -67,7 +67,8 @@ from outbox import liveness
 log = logging.getLogger(__name__)
 
 # Events after which the container's state may differ from what the instance says.
-APPLIED_ACTIONS = frozenset({"start", "die", "oom", "pause", "unpause", "destroy"})
+# ``wait``: the engine waits for room of its own (a Pod waiting for a node).
+APPLIED_ACTIONS = frozenset({"start", "die", "oom", "pause", "unpause", "destroy", "wait"})
 BACKOFF_FIRST = 1.0
 BACKOFF_CAP = 30.0
 HEALTHY_STREAM = 60.0  # a stream that lasted this long restarts the backoff

@@ -28,6 +28,7 @@ import uuid
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from containers.engines import engine_for
 from containers.engines.base import ContainerState, Engine
@@ -35,7 +36,7 @@ from containers.engines.labels import LABEL_INSTANCE
 from containers.execution.observe import apply_observation, target_for
 from containers.models import ContainerEvent, ContainerInstance
 from containers.queues import RequestKind
-from containers.states import IN_FLIGHT, Status
+from containers.states import ACTIVE_SLOTS, IN_FLIGHT, Status
 from core import prepared
 from outbox.models import UNFINISHED, OutboxEvent
 
@@ -246,6 +247,25 @@ def _recorded_after(instance: ContainerInstance, time_nano: int | None) -> bool:
     return instance.status_changed_at > died
 
 
+def _engine_wait_record(instance: ContainerInstance, state: ContainerState | None) -> None:
+    """Record whether the engine waits for room of its own for this instance (a Pod
+    waiting for a node: ``ContainerState.waiting``), on the locked row: from when
+    (``engine_waiting_since``, which frees its slot and pauses ``start_timeout``) and
+    why (its ``status_reason``, until the next transition). Cleared once it no longer
+    waits."""
+    waiting = state is not None and state.waiting and instance.status in ACTIVE_SLOTS
+    if waiting and instance.engine_waiting_since is None:
+        instance.engine_waiting_since = timezone.now()
+        instance.status_reason = state.error[:1000] if state else ""
+        instance.save(update_fields=["engine_waiting_since", "status_reason"])
+    elif waiting and state is not None and instance.status_reason != state.error[:1000]:
+        instance.status_reason = state.error[:1000]
+        instance.save(update_fields=["status_reason"])
+    elif not waiting and instance.engine_waiting_since is not None:
+        instance.engine_waiting_since = None
+        instance.save(update_fields=["engine_waiting_since"])
+
+
 def state_apply(
     instance: ContainerInstance,
     state: ContainerState | None,
@@ -259,6 +279,7 @@ def state_apply(
     when the instance's state changed; an observation that cannot be applied is recorded
     on the history with the reason (see ``observe.apply_observation``).
     """
+    _engine_wait_record(instance, state)
     observation = target_for(
         state, instance.status, memory_limited=bool(instance.spec.get("memory"))
     )

@@ -458,3 +458,47 @@ def test_a_template_that_could_run_on_kubernetes_is_refused_what_restricted_forb
     assert not ContainerTemplate.objects.filter(name="t").exists()
     # The same template for Docker runtimes only is fine.
     template_create(**{**base, "constraints": {"engine": "docker"}}, **fields)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pod_waiting_for_a_node_holds_no_slot_and_only_unschedulable_timeout_fails_it(
+    kube, kube_runtime, owner, gobrave_config
+):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from containers.execution.reconciler import reconcile
+    from containers.models import ContainerInstance
+    from containers.requests.services import container_create_by_template
+    from containers.requests.slots import slot_count
+    from outbox.models import OutboxEvent
+    from tests.factories import TemplateFactory
+    from tests.processes import relay_drain
+
+    kube.kubelet.add_rule(labels={}, unschedulable="0/1 nodes are available: 1 Insufficient cpu.")
+    template = TemplateFactory(name="kube-big", constraints={"engine": "kube"})
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert relay_drain() == ["sent"]
+    deadline = time.monotonic() + 10 * PATIENCE
+    while True:
+        reconcile()
+        row = ContainerInstance.objects.get(pk=instance.pk)
+        if row.engine_waiting_since is not None or time.monotonic() > deadline:
+            break
+    assert row.status == "creating", (row.status, row.status_reason)
+    assert row.status_reason == "waiting for a node: 0/1 nodes are available: 1 Insufficient cpu."
+    assert slot_count() == 0  # the API server accepted it: gobrave's work is done
+    # Long past start_timeout: it does not run while the cluster waits for a node.
+    long_ago = timezone.now() - dt.timedelta(hours=1)
+    OutboxEvent.objects.filter(aggregate_id=str(instance.pk)).update(started_at=long_ago)
+    reconcile()
+    assert ContainerInstance.objects.get(pk=instance.pk).status == "creating"
+    # unschedulable_timeout (empty by default) bounds the wait.
+    gobrave_config(container={"unschedulable_timeout": 60.0})
+    ContainerInstance.objects.filter(pk=instance.pk).update(engine_waiting_since=long_ago)
+    reconcile()
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert row.status == "failed" and row.status_reason.startswith("unschedulable_timeout"), (
+        row.status_reason
+    )

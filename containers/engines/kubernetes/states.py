@@ -116,5 +116,8 @@ def state_of(pod: dict[str, Any]) -> ContainerState:
         return ContainerState(
             status="rejected", error=f"cannot pull image: {reason}: {message}".strip(), **base
         )
-    error = _unschedulable(pod) or (f"{reason}: {message}".strip(": ") if reason else "")
+    unschedulable = _unschedulable(pod)
+    if unschedulable:
+        return ContainerState(status="created", error=unschedulable, waiting=True, **base)
+    error = f"{reason}: {message}".strip(": ") if reason else ""
     return ContainerState(status="created", error=error, **base)

@@ -7,8 +7,8 @@
 2. Each watch event becomes the engine-neutral events of what changed (``transitions``):
    the Pod's state (``states.state_of``) against the last one this process saw of it.
    ``ADDED`` gives ``create`` (and what it already is), a new state gives ``start``,
-   ``die`` (after ``oom`` when killed for memory) for an exit or a rejection, ``DELETED``
-   gives ``destroy``.
+   ``die`` (after ``oom`` when killed for memory) for an exit or a rejection, ``wait``
+   when the Pod starts waiting for a node, ``DELETED`` gives ``destroy``.
 3. ``410 Gone`` (the cursor is older than the API server keeps): list again with the
    same selector and emit what changed against what this process saw (a Pod gone since:
    ``destroy``), then a ``resync`` event carrying the list's ``resourceVersion`` (no
@@ -35,6 +35,11 @@ WATCH_SECONDS = 300  # a stream ends after this (the default); the monitor reope
 NO_CONTAINER = "resync"  # an event that only moves the cursor
 
 
+def _shape(state: ContainerState) -> str:
+    """What of a Pod's state makes an event: its status, and whether it waits for room."""
+    return f"{state.status}/waiting" if state.waiting else state.status
+
+
 def _nano(at: dt.datetime | None) -> int:
     return int(at.timestamp() * 1e9) if at else time.time_ns()
 
@@ -58,7 +63,7 @@ class PodWatch:
             if kind == "DELETED":
                 self.seen.pop(name, None)
             else:
-                self.seen[name] = (uid, state.status)
+                self.seen[name] = (uid, _shape(state))
 
         def event(action: str, at: int | None = None) -> EngineEvent:
             return EngineEvent(
@@ -77,7 +82,7 @@ class PodWatch:
         fresh = before is None or before[0] != uid
         if kind == "ADDED" and fresh:
             events.append(event("create"))
-        if not fresh and before is not None and before[1] == state.status:
+        if not fresh and before is not None and before[1] == _shape(state):
             return events
         events.extend(self._state_events(state, event))
         return events
@@ -86,6 +91,8 @@ class PodWatch:
     def _state_events(
         state: ContainerState, event: Callable[..., EngineEvent]
     ) -> list[EngineEvent]:
+        if state.status == "created":
+            return [event("wait")] if state.waiting else []
         if state.status == "running":
             return [event("start")]
         if state.status == "exited":
