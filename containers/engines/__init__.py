@@ -28,6 +28,22 @@ def fake_driver_allowed() -> bool:
     return bool(getattr(settings, "GOBRAVE_FAKE_RUNTIME", False))
 
 
+def driver_class(driver: str) -> type:
+    """The engine class of ``driver``: its declared capabilities (``stop_removes``,
+    ``honours_node_constraints``), read without making an engine."""
+    if driver == "kubernetes":
+        from containers.engines.kubernetes import KubernetesEngine
+
+        return KubernetesEngine
+    if driver == "fake":
+        from containers.engines.fake import FakeEngine
+
+        return FakeEngine
+    from containers.engines.docker import DockerEngine
+
+    return DockerEngine
+
+
 def engine_for(runtime: Runtime) -> Engine:
     """The engine behind a ``Runtime`` row, cached per process (and per daemon).
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from containers.models import Runtime
+from containers.spec.resolve import NODE_CONSTRAINT_PREFIX
 from core.config import container_user
 
 ALLOWED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
@@ -46,7 +47,7 @@ def kubernetes_problems(
 def kubernetes_runtimes_for(constraints: Mapping[str, str]) -> list[str]:
     """Names of the ``kubernetes`` runtimes whose labels satisfy ``constraints`` (those
     prefixed ``node.`` are the cluster's to match)."""
-    wanted = {k: v for k, v in constraints.items() if not k.startswith("node.")}
+    wanted = {k: v for k, v in constraints.items() if not k.startswith(NODE_CONSTRAINT_PREFIX)}
     return [
         runtime.name
         for runtime in Runtime.objects.filter(driver=Runtime.Driver.KUBERNETES)

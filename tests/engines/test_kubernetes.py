@@ -502,3 +502,23 @@ def test_a_pod_waiting_for_a_node_holds_no_slot_and_only_unschedulable_timeout_f
     assert row.status == "failed" and row.status_reason.startswith("unschedulable_timeout"), (
         row.status_reason
     )
+
+
+@pytest.mark.django_db
+def test_node_constraints_go_to_engines_that_honour_them_and_into_the_node_selector(tmp_path):
+    from containers.errors import NoMatchingRuntime
+    from containers.models import Runtime
+    from containers.placement.choice import runtime_select
+    from tests.factories import RuntimeFactory, TemplateFactory
+
+    RuntimeFactory(name="a-fake", base_url=f"fake://{tmp_path}", labels={"zone": "eu"})
+    template = TemplateFactory(name="ssd", constraints={"zone": "eu", "node.disktype": "ssd"})
+    with pytest.raises(NoMatchingRuntime):  # the fake (like Docker) cannot honour node.*
+        runtime_select(template=template)
+    kube = RuntimeFactory(
+        name="k", driver=Runtime.Driver.KUBERNETES, kube_namespace="ns", labels={"zone": "eu"}
+    )
+    assert runtime_select(template=template) == kube  # node.* is not a runtime label
+    from containers.spec.resolve import node_selector
+
+    assert node_selector({"zone": "eu", "node.disktype": "ssd"}) == {"disktype": "ssd"}
