@@ -47,7 +47,20 @@ def translated_error(what: str, where: str, exc: Exception) -> EngineError:
         if status in _RETRIABLE or status >= 500:
             return EngineError(text)
         return PermanentEngineError(text)
-    return EngineError(f"{what}: the Kubernetes API of {where} did not answer: {exc}")
+    return EngineError(f"{what}: the Kubernetes API of {where} did not answer: {_why(exc)}")
+
+
+def _why(exc: Exception) -> str:
+    """A transport error in an operator's words (refused, TLS, timed out), else as is."""
+    reason = getattr(exc, "reason", None) or exc
+    text = str(reason)
+    if isinstance(reason, urllib3.exceptions.SSLError) or "CERTIFICATE_VERIFY_FAILED" in text:
+        return f"its certificate was not accepted (check the kubeconfig's CA): {text}"
+    if "Connection refused" in text:
+        return "connection refused (nothing listens at the server's address)"
+    if isinstance(reason, (urllib3.exceptions.TimeoutError, TimeoutError)):
+        return "it timed out"
+    return text
 
 
 TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
