@@ -13,7 +13,7 @@ import yaml
 from containers.engines.base import ContainerSpec, Engine
 from containers.engines.kubernetes import KubernetesEngine, KubeTarget
 
-WATCH_SECONDS = 2  # the tests' watch streams end soon (the monitor reopens them)
+WATCH_SECONDS = 1  # the tests' watch streams end soon (the monitor reopens them)
 
 
 def engine_for_cluster(cluster: Any, **target: Any) -> KubernetesEngine:

@@ -103,19 +103,21 @@ class Harness:
         """Events from ``since`` until ``until(events so far)`` holds, the stream ends
         (the fake's replay, a watch's end) or the deadline passes."""
         seen: list[EngineEvent] = []
+        keys: set[tuple[str, str, str]] = set()
         deadline = time.monotonic() + 20 * PATIENCE
         while time.monotonic() < deadline:
             cursor = seen[-1].cursor if seen else since
-            fresh = [
-                e
-                for e in self.engine.events(self.installation, cursor, **self.event_until())
-                if not seen
-                or (e.cursor, e.runtime_id, e.action)
-                not in {(s.cursor, s.runtime_id, s.action) for s in seen}
-            ]
-            seen.extend(fresh)
-            if until(seen):
-                return seen
+            stream = self.engine.events(self.installation, cursor, **self.event_until())
+            try:
+                for event in stream:
+                    if (event.cursor, event.runtime_id, event.action) not in keys:
+                        keys.add((event.cursor, event.runtime_id, event.action))
+                        seen.append(event)
+                    if until(seen):
+                        return seen
+            finally:
+                getattr(stream, "close", lambda: None)()  # a watch ends with its reader
+        return seen
         return seen
 
     def cleanup(self) -> None:
@@ -329,7 +331,7 @@ def test_a_follow_gives_the_output_then_ends_at_until(harness: Harness) -> None:
     harness.wait(ref, {"running"})
 
     async def follow() -> str:
-        stream = await harness.engine.follow_logs(ref, tail=10, until=time.time() + 2)
+        stream = await harness.engine.follow_logs(ref, tail=10, until=time.time() + 1)
         chunks = [chunk async for chunk in stream]
         return b"".join(chunks).decode(errors="replace")
 

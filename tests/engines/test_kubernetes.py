@@ -222,9 +222,15 @@ def _drain(engine: KubernetesEngine, since: str, until: Callable[[list], bool]) 
     deadline = time.monotonic() + 15 * PATIENCE
     cursor = since
     while not until(seen) and time.monotonic() < deadline:
-        fresh = list(engine.events("inst1", cursor))
-        seen += fresh
-        cursor = fresh[-1].cursor if fresh else cursor
+        stream = engine.events("inst1", cursor)
+        try:
+            for event in stream:
+                seen.append(event)
+                cursor = event.cursor
+                if until(seen):
+                    break
+        finally:
+            stream.close()  # the watch ends with its reader
     return seen
 
 
