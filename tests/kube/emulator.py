@@ -12,6 +12,7 @@ import secrets
 import socket
 import ssl
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,7 @@ class Emulator:
     def stop(self) -> None:
         if self._loop is None or self._runner is None:
             return
+        self.api.close_streams()
         asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
@@ -101,6 +103,28 @@ class Emulator:
         """Every authenticated request so far (since the last ``reset``)."""
         return self.api.recorded()
 
+    @property
+    def busy_seconds(self) -> float:
+        """Time spent answering requests so far (watch and follow streams left out), for a
+        benchmark to tell the emulator's share from the client's."""
+        return self.api.busy_seconds
+
+    def drop_watches(self) -> None:
+        """End every open watch now, as a restarting API server or a proxy's idle timeout
+        does (the client sees its stream end, with no event)."""
+        self.api.drop_watches()
+
+    @contextlib.contextmanager
+    def outage(self, code: int = 503) -> Iterator[None]:
+        """While inside, every request answers ``code`` (ServiceUnavailable by default)
+        and changes nothing; open watches are dropped when it begins."""
+        self.api.refusing = code
+        self.api.drop_watches()
+        try:
+            yield
+        finally:
+            self.api.refusing = None
+
     def set_history_limit(self, limit: int) -> None:
         """Keep only the last ``limit`` changes: a watch from an older version gets 410."""
         self.store.set_history_limit(limit)
@@ -116,8 +140,9 @@ class Emulator:
     def create_namespace(self, name: str) -> None:
         self.store.create("namespaces", "", {"metadata": {"name": name}})
 
-    def reset(self, keep_namespaces: set[str]) -> None:
-        """Forget every object (but the namespaces kept), every change and every call."""
+    def reset(self, keep_namespaces: set[str] | None = None) -> None:
+        """Forget every object (but the namespaces kept, all by default), every change and
+        every call."""
         self.store.reset(keep_namespaces)
         self.api.forget_calls()
 

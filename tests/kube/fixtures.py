@@ -5,7 +5,7 @@ made, a kubeconfig written; or, when ``GOBRAVE_KUBE_REAL=1`` and ``KUBECONFIG`` 
 real cluster's throwaway namespace (``kube_cluster.emulator`` and ``.kubelet`` then skip the
 test that asks for them: the fake kubelet's rules have no real counterpart). ``kube`` (one
 per test): the same cluster, its namespace emptied and its rules, quotas, history limit and
-recorded calls forgotten.
+recorded calls forgotten, its Pod Security level lifted.
 
 Every test that uses them is marked ``kube_real``: ``-m kube_real`` selects the suite that
 an opt-in run sends to a real cluster (docs/kubernetes.md, "How the driver is tested")."""
@@ -17,12 +17,15 @@ import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.kube.emulator import Emulator
-from tests.kube.kubelet import FakeKubelet
+from tests.kube import podsecurity
+
+if TYPE_CHECKING:  # imported when a test asks for the cluster: every session loads this
+    from tests.kube.emulator import Emulator
+    from tests.kube.kubelet import FakeKubelet
 
 REAL = os.environ.get("GOBRAVE_KUBE_REAL") == "1" and bool(os.environ.get("KUBECONFIG"))
 NAMESPACE = "gobrave-test"
@@ -58,6 +61,17 @@ class KubeCluster:
 
         return config.new_client_from_config(self.kubeconfig_path, context=self.context)
 
+    def enforce_pod_security(self, level: str = "restricted") -> None:
+        """Label the namespace so that the API server's Pod Security admission enforces
+        ``level`` (baseline or restricted) on its Pods, here and on a real cluster alike;
+        ``reset`` lifts it."""
+        from kubernetes import client
+
+        with self.api_client() as api_client:
+            client.CoreV1Api(api_client).patch_namespace(
+                self.namespace, {"metadata": {"labels": {podsecurity.LABEL: level}}}
+            )
+
     def reset(self) -> None:
         if self._emulator is not None and self._kubelet is not None:
             self._kubelet.reset()
@@ -76,10 +90,14 @@ def _empty_real_namespace(cluster: KubeCluster) -> None:
         core.delete_collection_namespaced_secret(ns)
         core.delete_collection_namespaced_persistent_volume_claim(ns)
         core.delete_collection_namespaced_resource_quota(ns)
+        core.delete_collection_namespaced_event(ns)
+        core.patch_namespace(ns, {"metadata": {"labels": {podsecurity.LABEL: None}}})
 
 
 def _real_cluster() -> Iterator[KubeCluster]:
-    from kubernetes import client, config
+    """A throwaway namespace on the cluster ``KUBECONFIG`` names, once its ``default``
+    service account exists (a Pod made before it would be refused), deleted at the end."""
+    from kubernetes import client, config, watch
 
     path = os.environ["KUBECONFIG"].split(os.pathsep)[0]
     context = (
@@ -90,6 +108,12 @@ def _real_cluster() -> Iterator[KubeCluster]:
         core = client.CoreV1Api(api_client)
         core.create_namespace({"metadata": {"name": cluster.namespace}})
         try:
+            accounts = watch.Watch().stream(
+                core.list_namespaced_service_account, cluster.namespace,
+                field_selector="metadata.name=default", timeout_seconds=60,
+            )  # fmt: skip
+            if not any(event["type"] == "ADDED" for event in accounts):
+                pytest.fail(f"no default service account in {cluster.namespace} after 60 s")
             yield cluster
         finally:
             core.delete_namespace(cluster.namespace)
@@ -101,6 +125,9 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeClust
     if REAL:
         yield from _real_cluster()
         return
+    from tests.kube.emulator import Emulator
+    from tests.kube.kubelet import FakeKubelet
+
     directory: Path = tmp_path_factory.mktemp("kube")
     emulator = Emulator(directory).start()
     kubelet = FakeKubelet(emulator.store).start()

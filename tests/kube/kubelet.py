@@ -2,15 +2,18 @@
 the emulator holds, writing their status as the real ones write it.
 
 A Pod goes, one write (one watch event) per step:
-1. unbound -> bound: ``spec.nodeName``, condition ``PodScheduled`` True (or, on an
-   ``unschedulable`` rule, ``PodScheduled`` False with reason ``Unschedulable`` and the
-   rule's message, and nothing more);
+1. unbound -> bound: ``spec.nodeName``, condition ``PodScheduled`` True, its Pending
+   claims Bound, an Event ``Scheduled`` (or, on an ``unschedulable`` rule, a missing
+   claim or a ``nodeSelector`` the node's labels do not meet: ``PodScheduled`` False with
+   reason ``Unschedulable`` and the message, an Event ``FailedScheduling``, and nothing
+   more until that changes);
 2. ``Pending`` with the containers ``waiting: ContainerCreating``, ``hostIP``,
    ``startTime`` (an ``image_error`` rule stops here with ``waiting: ErrImagePull`` ->
    ``ImagePullBackOff``, or ``InvalidImageName``; an image reference with upper-case
-   letters or blanks is always ``InvalidImageName``);
-3. ``Running``: containers ``running``, ``ready``, ``podIP``, condition Ready True; the
-   rule's log lines are written;
+   letters or blanks is always ``InvalidImageName``; a Secret or key an env var needs
+   and lacks gives ``CreateContainerConfigError`` until it exists);
+3. ``Running``: containers ``running``, ``ready``, ``podIP``, condition Ready True, an
+   Event ``Started``; the rule's log lines are written;
 4. on the rule's outcome, after ``after_ms`` or on ``trigger()``: ``Succeeded`` (exit 0,
    ``Completed``) or ``Failed`` (``Error`` with the exit code, or ``OOMKilled`` with 137),
    or a lost node: phase ``Unknown``, reason ``NodeLost``, condition Ready ``Unknown``;
@@ -45,6 +48,9 @@ _MESSAGES = {
     ' name "{image}": invalid reference format',
 }
 _VALID_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
+
+
+PodKey = tuple[str, str]  # namespace, name
 
 
 @dataclass
@@ -101,6 +107,13 @@ class FakeKubelet:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._ips = 0
+        self.node_labels = _node_labels(node)
+        self._cursor = 0  # the store's version the kubelet has seen up to
+        self._rescan = True
+        self._pending: set[PodKey] = set()  # looked at on the next step
+        self._due: dict[PodKey, float] = {}  # looked at when the time comes (monotonic)
+        self._blocked: set[PodKey] = set()  # waiting for a Secret or a claim
+        self.busy_seconds = 0.0  # time spent stepping Pods (a benchmark subtracts it)
         self.errors: list[str] = []  # writes the store refused, for a failing test to print
 
     # -- what a test sets ------------------------------------------------------------------
@@ -112,13 +125,23 @@ class FakeKubelet:
             raise ValueError(f"image_error must be one of {IMAGE_ERRORS}")
         with self._wake:
             self._rules.append(rule)
+            self._rescan = True
         self._poke()
         return rule
+
+    def set_node_labels(self, **labels: str) -> None:
+        """Add labels to the node (``set_node_labels(disktype="ssd")``): Pods waiting for a
+        ``nodeSelector`` they meet are scheduled."""
+        with self._wake:
+            self.node_labels.update(labels)
+            self._rescan = True
+        self._poke()
 
     def trigger(self, namespace: str, name: str) -> None:
         """Let the outcome of an ``on_trigger`` rule happen to Pod ``name`` now."""
         with self._wake:
             self._triggers.add((namespace, name))
+            self._pending.add((namespace, name))
         self._poke()
 
     def finish(self, namespace: str, name: str, exit_code: int = 0, *, oom: bool = False) -> None:
@@ -151,6 +174,10 @@ class FakeKubelet:
             self._rules.clear()
             self._seen.clear()
             self._triggers.clear()
+            self._due.clear()
+            self._blocked.clear()
+            self.node_labels = _node_labels(self.node)
+            self._rescan = True
 
     # -- life ------------------------------------------------------------------------------
 
@@ -179,7 +206,9 @@ class FakeKubelet:
                 if self._stopping:
                     return
                 self._woken = False
+            started = time.perf_counter()
             next_due = self._step()
+            self.busy_seconds += time.perf_counter() - started
             with self._wake:
                 if self._stopping:
                     return
@@ -196,26 +225,66 @@ class FakeKubelet:
                     return rule
         return Rule()
 
+    def _work(self) -> set[PodKey] | None:
+        """The Pods to look at now: the ones changed since the last step, due, triggered
+        or waiting for a Secret or claim that changed; None for every Pod (at the start,
+        after a new rule, or when the store's history no longer reaches back)."""
+        with self._wake:
+            rescan, self._rescan = self._rescan, False
+            keys, self._pending = self._pending, set()
+            moment = time.monotonic()
+            for key, at in list(self._due.items()):
+                if at <= moment:
+                    keys.add(key)
+                    del self._due[key]
+        if not rescan:
+            try:
+                changes = self.store.changes_since(self._cursor)
+            except ApiError:
+                rescan = True
+                changes = []
+            for change in changes:
+                self._cursor = change.rv
+                if change.resource == "pods":
+                    keys.add((change.namespace, change.new["metadata"]["name"]))
+                    if change.type == "DELETED":
+                        with self._wake:
+                            self._seen.pop(change.new["metadata"]["uid"], None)
+                elif change.resource in ("secrets", "persistentvolumeclaims"):
+                    keys |= self._blocked
+        if rescan:
+            self._cursor = self.store.resource_version
+            return None
+        return keys
+
     def _step(self) -> float | None:
-        """Move every Pod one step; return the next deadline (monotonic) if any."""
-        deadlines = []
-        live = set()
-        for pod in self.store.pods():
-            uid = pod["metadata"]["uid"]
-            live.add(uid)
+        """Move each Pod that needs it one step; return the next deadline (monotonic)."""
+        keys = self._work()
+        if keys is None:
+            pods = list(self.store.pods())
+            live = {p["metadata"]["uid"] for p in pods}
             with self._wake:
-                seen = self._seen.setdefault(uid, _Seen())
+                for uid in set(self._seen) - live:
+                    del self._seen[uid]
+        else:
+            pods = []
+            for ns, name in keys:
+                with contextlib.suppress(ApiError):  # gone meanwhile
+                    pods.append(self.store.get("pods", ns, name))
+        for pod in pods:
+            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            with self._wake:
+                seen = self._seen.setdefault(pod["metadata"]["uid"], _Seen())
             try:
                 due = self._advance(pod, self._rule(pod), seen)
             except ApiError as error:
-                self.errors.append(f"{pod['metadata']['name']}: {error.message}")
-                due = time.monotonic()  # refused (changed under us): look again
+                self.errors.append(f"{key[1]}: {error.message}")
+                due = time.monotonic() + 0.05  # refused (changed under us): look again
             if due is not None:
-                deadlines.append(due)
+                with self._wake:
+                    self._due[key] = due
         with self._wake:
-            for uid in set(self._seen) - live:
-                del self._seen[uid]
-        return min(deadlines, default=None)
+            return min(self._due.values(), default=None)
 
     def _advance(self, pod: dict[str, Any], rule: Rule, seen: _Seen) -> float | None:
         meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
@@ -231,7 +300,9 @@ class FakeKubelet:
         if phase in ("Succeeded", "Failed"):
             return None
         if not spec.get("nodeName"):
-            message = rule.unschedulable or self._missing_claim(pod)
+            missing = self._missing_claim(pod)
+            self._block((ns, name), missing is not None)
+            message = rule.unschedulable or missing or self._unmatched(pod)
             if message is None:
                 self._bind_claims(pod)
                 self._bind(pod)
@@ -315,6 +386,7 @@ class FakeKubelet:
                 self._event(pod, "Warning", "Failed", _MESSAGES[reason].format(image=images[0]))
             return
         missing = self._missing_secret(pod)
+        self._block((ns, name), missing is not None)
         if missing is not None:
             if states[0]["waiting"].get("message") != missing:
                 self._waiting(ns, name, "CreateContainerConfigError", missing)
@@ -357,6 +429,22 @@ class FakeKubelet:
         self._update(ns, name, write)
 
     # -- what the Pod refers to ----------------------------------------------------------
+
+    def _block(self, key: PodKey, blocked: bool) -> None:
+        with self._wake:
+            if blocked:
+                self._blocked.add(key)
+            else:
+                self._blocked.discard(key)
+
+    def _unmatched(self, pod: dict[str, Any]) -> str | None:
+        """The scheduler's message for a ``nodeSelector`` the node's labels do not meet."""
+        with self._wake:
+            labels = dict(self.node_labels)
+        wanted = pod["spec"].get("nodeSelector") or {}
+        if all(labels.get(k) == v for k, v in wanted.items()):
+            return None
+        return "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
 
     def _missing_claim(self, pod: dict[str, Any]) -> str | None:
         """The scheduler's message for a claim that does not exist, if one does not."""
@@ -483,6 +571,11 @@ class FakeKubelet:
         except ApiError as error:
             if error.code != 404:  # deleted meanwhile: nothing to do
                 raise
+
+
+def _node_labels(node: str) -> dict[str, str]:
+    return {"kubernetes.io/hostname": node, "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64"}  # fmt: skip
 
 
 def _scheduled_message(status: dict[str, Any]) -> str | None:

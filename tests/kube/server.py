@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,16 +24,23 @@ from tests.kube.store import CLUSTER_SCOPED, KINDS, Change, Store
 
 METRICS_GROUP = ("apis", "metrics.k8s.io", "v1beta1")
 TRUE = ("true", "True", "1")
+VERSION = {
+    "major": "1", "minor": "34", "gitVersion": "v1.34.0-gobrave-emulator", "gitCommit": "",
+    "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "",
+    "compiler": "", "platform": "linux/amd64",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Call:
-    """One API request as RBAC sees it (``namespace`` is "" for cluster-wide ones)."""
+    """One API request as RBAC sees it (``namespace`` is "" for cluster-wide ones, ``group``
+    "" for the core API)."""
 
     verb: str
     resource: str
     subresource: str
     namespace: str
+    group: str = ""
 
 
 @dataclass
@@ -89,6 +97,18 @@ class Api:
         self.token = token
         self._calls: list[Call] = []
         self._calls_lock = threading.Lock()
+        self.closing = False  # set (then the store woken) to end every open stream
+        self.busy_seconds = 0.0  # time spent answering requests (streams left out)
+        self.refusing: int | None = None  # an outage: every request answers this code
+        self.dropped = 0  # bumped (then the store woken) to end the open watches
+
+    def close_streams(self) -> None:
+        self.closing = True
+        self.store.wake_all()
+
+    def drop_watches(self) -> None:
+        self.dropped += 1
+        self.store.wake_all()
 
     def recorded(self) -> list[Call]:
         with self._calls_lock:
@@ -101,25 +121,75 @@ class Api:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/version", self.version)
+        app.router.add_get("/version/", self.version)
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
         return app
 
     async def version(self, request: web.Request) -> web.Response:
-        return _json({"major": "1", "minor": "34", "gitVersion": "v1.34.0-gobrave-emulator"})
+        if self.refusing is not None:
+            return _json(_unavailable(self.refusing).body(), self.refusing)
+        return _json(VERSION)
+
+    async def discovery(self, request: web.Request) -> web.StreamResponse:
+        """``/api`` and ``/api/v1``: what the core group serves, for a client's health
+        check or discovery."""
+        if request.path.rstrip("/") == "/api":
+            return _json({"kind": "APIVersions", "versions": ["v1"]})
+        resources = []
+        for plural, kind in KINDS.items():
+            namespaced = plural not in CLUSTER_SCOPED
+            verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update",
+                     "watch"]  # fmt: skip
+            resources.append({"name": plural, "kind": kind, "namespaced": namespaced,
+                              "singularName": "", "verbs": verbs})  # fmt: skip
+        resources += [
+            {"name": "pods/log", "kind": "Pod", "namespaced": True, "singularName": "",
+             "verbs": ["get"]},
+            {"name": "pods/status", "kind": "Pod", "namespaced": True, "singularName": "",
+             "verbs": ["get", "patch", "update"]},
+        ]  # fmt: skip
+        return _json({"kind": "APIResourceList", "groupVersion": "v1", "resources": resources})
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
         try:
+            return await self._answer(request)
+        finally:
+            if request.query.get("watch") not in TRUE and request.query.get("follow") not in TRUE:
+                with self._calls_lock:  # a stream's time is waiting, not work
+                    self.busy_seconds += time.perf_counter() - started
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
+        try:
+            if self.refusing is not None:
+                raise _unavailable(self.refusing)
             if request.headers.get("Authorization") != f"Bearer {self.token}":
                 raise status.ApiError(401, "Unauthorized")
+            if request.path.rstrip("/") in ("/api", "/api/v1"):
+                # Not recorded: every authenticated user may read discovery (the cluster's
+                # system:discovery binding), so no Role of the driver's needs to grant it.
+                return await self.discovery(request)
             target = _parse(request.path)
             verb = _verb(request, target)
             with self._calls_lock:
                 self._calls.append(
-                    Call(verb, target.resource, target.subresource, target.namespace or "")
+                    Call(
+                        verb,
+                        target.resource,
+                        target.subresource,
+                        target.namespace or "",
+                        target.group,
+                    )  # fmt: skip
                 )
             return await self._handle(request, target, verb)
         except status.ApiError as error:
             return _json(error.body(), error.code)
+        except (AttributeError, KeyError, TypeError) as error:
+            # A body of the wrong shape (a list for an object, a string for a map): the API
+            # server cannot decode it either, and answers 400, never 500.
+            return _json(
+                status.ApiError(400, f"the object could not be decoded: {error!r}").body(), 400
+            )
 
     async def _handle(self, request: web.Request, t: Target, verb: str) -> web.StreamResponse:
         namespace = "" if t.resource in CLUSTER_SCOPED else t.namespace
@@ -137,7 +207,9 @@ class Api:
         if verb == "watch":
             return await self._watch(request, t.resource, namespace)
         if verb == "create":
-            return _json(self.store.create(t.resource, namespace, await self._body(request)), 201)
+            body = _object(await self._body(request), namespace, None)
+            dry_run = request.query.get("dryRun") == "All"
+            return _json(self.store.create(t.resource, namespace, body, dry_run=dry_run), 201)
         if verb == "get":
             return _json(self.store.get(t.resource, namespace, name))
         if verb == "update":
@@ -203,10 +275,8 @@ class Api:
                       "metadata": {"resourceVersion": str(rv)}, "items": gone})  # fmt: skip
 
     async def _replace(self, request: web.Request, t: Target, namespace: str) -> dict[str, Any]:
-        body = await self._body(request)
-        if not isinstance(body, dict):
-            raise status.ApiError(400, "the body must be an object")
-        expect = (body.get("metadata") or {}).get("resourceVersion")
+        body = _object(await self._body(request), namespace, t.name)
+        expect = body["metadata"].get("resourceVersion")
 
         def replace(obj: dict[str, Any]) -> dict[str, Any]:
             if t.subresource == "status":
@@ -264,13 +334,14 @@ class Api:
             await response.write(json.dumps({"type": type_, "object": obj}).encode() + b"\n")
 
         deadline = None if timeout is None else loop.time() + timeout
+        generation = self.dropped
         self.store.subscribe(notify)
         try:
             if since is None:
                 items, since = self.store.list(resource, namespace)
                 for obj in filter(selected, items):
                     await send("ADDED", obj)
-            while True:
+            while not self.closing and self.dropped == generation:
                 wake.clear()
                 try:
                     changes = self.store.changes_since(since)
@@ -303,14 +374,21 @@ class Api:
         """``pods/log``: the container's lines, ``tailLines``, ``sinceSeconds``,
         ``timestamps``, ``limitBytes``; with ``follow=true`` new lines as they are written,
         until the container terminates or the Pod goes. 400 while the container waits to
-        start (as the kubelet answers), and for ``previous`` (``restartPolicy`` aside, no
-        container here ever restarts)."""
+        start (as the kubelet answers) and for ``previous`` (no container here ever
+        restarts); 500 when its node is lost."""
         pod = self.store.get("pods", namespace, name)
         container = _container(pod, request.query.get("container"))
         q = request.query
         if q.get("previous") in TRUE:
             raise status.ApiError(
                 400, f'previous terminated container "{container}" in pod "{name}" not found'
+            )
+        if pod.get("status", {}).get("reason") == "NodeLost":  # the API server cannot reach it
+            host = pod["status"].get("hostIP", "")
+            raise status.ApiError(
+                500,
+                f'Get "https://{host}:10250/containerLogs/{namespace}/{name}/{container}":'
+                f" dial tcp {host}:10250: connect: no route to host",
             )
         state = _state(pod, container)
         if "waiting" in state or not state:
@@ -350,7 +428,7 @@ class Api:
         self.store.subscribe(notify)
         try:
             await response.write(body)
-            while True:
+            while not self.closing:
                 wake.clear()
                 fresh = self.store.log_lines(uid, container, sent)
                 sent += len(fresh)
@@ -404,6 +482,31 @@ class Api:
             "window": "10s",
             "containers": [{"name": c, "usage": u} for c, u in usage.items()],
         }  # fmt: skip
+
+
+def _unavailable(code: int) -> status.ApiError:
+    return status.ApiError(
+        code, "the server is currently unable to handle the request", reason="ServiceUnavailable"
+    )
+
+
+def _object(body: Any, namespace: str, name: str | None) -> dict[str, Any]:
+    """A create's or an update's body, checked as the API server checks it before anything
+    else: an object, whose namespace and name (if given) are the URL's."""
+    if not isinstance(body, dict) or not isinstance(body.setdefault("metadata", {}), dict):
+        raise status.ApiError(400, "the object could not be decoded: not a JSON object")
+    meta = body["metadata"]
+    if meta.get("namespace") and namespace and meta["namespace"] != namespace:
+        raise status.ApiError(
+            400,
+            "the namespace of the provided object does not match the namespace sent on the request",
+        )
+    if name is not None and meta.get("name") != name:
+        raise status.ApiError(
+            400, f"the name of the object ({meta.get('name')}) does not match the name on the URL"
+            f" ({name})"
+        )  # fmt: skip
+    return body
 
 
 def _keep_status(resource: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from tests.kube import quota, status, validation
+from tests.kube import podsecurity, quota, status, validation
 
 # resource (the URL's plural) -> kind; namespaces are the only cluster-scoped resource.
 KINDS = {
@@ -29,10 +29,11 @@ KINDS = {
     "persistentvolumeclaims": "PersistentVolumeClaim",
     "events": "Event",
     "resourcequotas": "ResourceQuota",
+    "serviceaccounts": "ServiceAccount",
     "namespaces": "Namespace",
 }
 CLUSTER_SCOPED = {"namespaces"}
-DEFAULT_HISTORY = 1000
+DEFAULT_HISTORY = 10_000
 DEFAULT_GRACE_SECONDS = 30
 
 Key = tuple[str, str, str]  # resource, namespace ("" when cluster-scoped), name
@@ -87,6 +88,10 @@ class Store:
             if listener in self._listeners:
                 self._listeners.remove(listener)
 
+    def wake_all(self) -> None:
+        """Wake every listener (a server closing its streams)."""
+        self._notify()
+
     def _notify(self) -> None:
         with self._lock:
             listeners = list(self._listeners)
@@ -123,7 +128,12 @@ class Store:
         with self._lock:
             if rv < self._compacted:
                 raise status.expired(rv, self._compacted + 1)
-            return [c for c in self._history if c.rv > rv]
+            newer = []
+            for change in reversed(self._history):  # the newest first: stop at the cursor
+                if change.rv <= rv:
+                    break
+                newer.append(change)
+            return newer[::-1]
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -147,9 +157,12 @@ class Store:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def create(self, resource: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Validate, admit (quota) and store a new object: 404 for a missing namespace, 409
-        for a taken name, 422 for an invalid object, 403 past a quota."""
+    def create(
+        self, resource: str, namespace: str, body: dict[str, Any], *, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Validate, admit (quota, Pod Security) and store a new object: 404 for a missing
+        namespace, 409 for a taken name, 422 for an invalid object, 403 past a quota or the
+        namespace's Pod Security level. ``dry_run``: every check, and nothing stored."""
         kind = KINDS[resource]
         obj = copy.deepcopy(body)
         obj["kind"], obj["apiVersion"] = kind, "v1"
@@ -166,16 +179,23 @@ class Store:
             key = (resource, namespace, meta["name"])
             if key in self._objects:
                 raise status.already_exists(resource, meta["name"])
+            if resource == "pods":
+                labels = self._objects[("namespaces", "", namespace)]["metadata"].get("labels")
+                podsecurity.admit((labels or {}).get(podsecurity.LABEL), obj)
             quotas, _ = self.list("resourcequotas", namespace)
             if quotas and resource != "resourcequotas":
                 quota.admit(resource, obj, quotas, self.list(resource, namespace)[0])
             meta.update(uid=str(uuid.uuid4()), creationTimestamp=now())
             meta.pop("resourceVersion", None)
             self._defaults(resource, obj)
+            if dry_run:
+                return copy.deepcopy(obj)
             self._stamp(obj)
             self._objects[key] = obj
             self._record("ADDED", key, None, obj)
             created = copy.deepcopy(obj)
+            if resource == "namespaces":  # the service account controller's part
+                self.create("serviceaccounts", meta["name"], {"metadata": {"name": "default"}})
         self._notify()
         return created
 
@@ -224,7 +244,8 @@ class Store:
             new = copy.deepcopy(old)
             new = change(new) or new
             # Identity is the server's: a change never moves or renames the object.
-            for field in ("name", "namespace", "uid", "creationTimestamp", "resourceVersion"):
+            for field in ("name", "namespace", "uid", "creationTimestamp", "resourceVersion",
+                          "deletionTimestamp", "deletionGracePeriodSeconds"):  # fmt: skip
                 if field in old["metadata"]:
                     new.setdefault("metadata", {})[field] = old["metadata"][field]
             new["kind"], new["apiVersion"] = old["kind"], old["apiVersion"]
@@ -284,15 +305,21 @@ class Store:
         self._notify()
         return copy.deepcopy(obj)
 
-    def reset(self, keep_namespaces: set[str]) -> None:
-        """Forget every object but the namespaces kept, and every change so far: a watch
-        from any earlier version answers 410. The version counter goes on."""
+    def reset(self, keep_namespaces: set[str] | None = None) -> None:
+        """Forget every object but the namespaces kept (all by default) and their service
+        accounts, and every change so far: a watch from any earlier version answers 410.
+        The version counter goes on."""
         with self._lock:
+            if keep_namespaces is None:
+                keep_namespaces = {k[2] for k in self._objects if k[0] == "namespaces"}
             self._objects = {
                 key: obj
                 for key, obj in self._objects.items()
-                if key[0] == "namespaces" and key[2] in keep_namespaces
+                if (key[0] == "namespaces" and key[2] in keep_namespaces)
+                or (key[0] == "serviceaccounts" and key[1] in keep_namespaces)
             }
+            for obj in self._objects.values():
+                obj["metadata"].pop("labels", None)  # the Pod Security level among them
             self._history.clear()
             self._rv += 1  # the forgetting is a change no watch can be given
             self._compacted = self._rv

@@ -14,10 +14,17 @@ import pytest
 from kubernetes import client, watch
 from urllib3.exceptions import MaxRetryError
 
-from tests.kube.fixtures import KubeCluster
+from tests.kube import fixtures, rbac
 from tests.kube.server import Call
 
 DEADLINE = 10  # seconds: a condition not met by then fails the test, with the Pod printed
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _emulated(kube_cluster) -> None:
+    """These tests are of the emulator: on a real cluster they skip (some of what they pin
+    down, one BOOKMARK exactly at the timeout, is the emulator's choice, not the API's)."""
+    kube_cluster.emulator  # noqa: B018 - skips on a real cluster
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +67,24 @@ def names(pods) -> list[str]:
 
 
 # -- the API ---------------------------------------------------------------------------------
+
+
+def test_a_dry_run_create_checks_everything_and_stores_nothing(core, kube):
+    made = core.create_namespaced_pod(kube.namespace, pod("trial"), dry_run="All")
+    assert made.metadata.name == "trial" and made.metadata.resource_version is None
+    assert core.list_namespaced_pod(kube.namespace).items == []
+    kube.enforce_pod_security("restricted")
+    code, _ = error_of(lambda: core.create_namespaced_pod(kube.namespace, pod("t"), dry_run="All"))
+    assert code == 403
+
+
+def test_discovery_and_version_answer_for_a_health_check(core, kube):
+    names = {r.name for r in core.get_api_resources().resources}
+    assert {"pods", "pods/log", "secrets", "persistentvolumeclaims"} <= names
+    assert client.VersionApi(core.api_client).get_code().major == "1"
+    with kube.emulator.outage():
+        code, _ = error_of(lambda: client.VersionApi(core.api_client).get_code())
+    assert code == 503
 
 
 def test_a_second_create_answers_409_already_exists(core, kube):
@@ -116,6 +141,10 @@ def test_patches_merge_labels_annotations_and_status(core, kube):
     )  # fmt: skip
     core.patch_namespaced_pod_status("p", ns, {"status": {"conditions": [
         {"type": "Custom", "status": "True"}]}})  # fmt: skip
+    code, body = error_of(
+        lambda: core.patch_namespaced_pod("p", ns, {"metadata": {"labels": {"bad": "x" * 64}}})
+    )
+    assert (code, body["details"]["causes"][0]["field"]) == (422, "metadata.labels")
     got = core.read_namespaced_pod("p", ns)
     assert got.metadata.labels == {"keep": "1", "new": "2"}
     assert got.metadata.annotations == {"gobrave/name": "Full", "more": "x"}
@@ -170,6 +199,29 @@ def test_an_invalid_pod_answers_422_with_its_cause(core, kube, body, field):
     assert core.list_namespaced_pod(kube.namespace).items == []
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        [],
+        {"metadata": "pod"},
+        {"metadata": {"name": "p", "namespace": "elsewhere"}, "spec": pod("p")["spec"]},
+        {"metadata": {"name": "p"}, "spec": {"containers": "main"}},
+        {"metadata": {"name": "p", "labels": ["a"]}, "spec": pod("p")["spec"]},
+    ],
+)
+def test_a_body_of_the_wrong_shape_answers_400_and_stores_nothing(core, kube, body):
+    # Sent raw: the client's own models would refuse most of these before sending.
+    api = core.api_client
+    method, url, headers, data, _ = api.param_serialize(
+        "POST", f"/api/v1/namespaces/{kube.namespace}/pods", body=body,
+        header_params={"Content-Type": "application/json"}, auth_settings=["BearerToken"],
+    )  # fmt: skip
+    response = api.call_api(method, url, headers, data)
+    answer = json.loads(response.read())
+    assert (response.status, answer["reason"]) == (400, "BadRequest"), answer
+    assert core.list_namespaced_pod(kube.namespace).items == []
+
+
 def test_a_container_without_an_image_answers_422(core, kube):
     body = pod("no-image")
     body["spec"]["containers"][0]["image"] = " "
@@ -194,6 +246,55 @@ def test_a_cpu_quota_refuses_a_pod_over_it_and_one_without_requests(core, kube):
     assert code == 403 and "requested: requests.cpu=600m" in body["message"], body["message"]
     code, body = error_of(lambda: core.create_namespaced_pod(kube.namespace, pod("bare")))
     assert code == 403 and "must specify requests.cpu" in body["message"], body["message"]
+
+
+HARDENED = {
+    "allowPrivilegeEscalation": False,
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def test_a_restricted_namespace_refuses_a_pod_that_breaks_the_profile_with_403(core, kube):
+    kube.enforce_pod_security("restricted")
+    code, body = error_of(lambda: core.create_namespaced_pod(kube.namespace, pod("loose")))
+    assert (code, body["reason"]) == (403, "Forbidden")
+    assert 'violates PodSecurity "restricted:latest"' in body["message"]
+    for reason in ("allowPrivilegeEscalation != false", "unrestricted capabilities",
+                   "runAsNonRoot != true", "seccompProfile"):  # fmt: skip
+        assert reason in body["message"], body["message"]
+    assert core.list_namespaced_pod(kube.namespace).items == []
+
+
+@pytest.mark.parametrize(
+    ("change", "refused"),
+    [
+        ({}, None),
+        ({"capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}, '"SYS_ADMIN"'),
+        ({"runAsUser": 0}, "runAsUser=0"),
+        ({"privileged": True}, "privileged"),
+    ],
+)
+def test_a_restricted_namespace_admits_only_a_hardened_pod(core, kube, change, refused):
+    kube.enforce_pod_security("restricted")
+    body = pod("hard")
+    body["spec"]["containers"][0]["securityContext"] = HARDENED | change
+    if refused is None:
+        core.create_namespaced_pod(kube.namespace, body)
+        return
+    code, answer = error_of(lambda: core.create_namespaced_pod(kube.namespace, body))
+    assert code == 403 and refused in answer["message"], answer["message"]
+
+
+def test_a_restricted_namespace_refuses_a_host_path_volume(core, kube):
+    kube.enforce_pod_security("restricted")
+    body = pod("host")
+    body["spec"]["containers"][0]["securityContext"] = HARDENED
+    body["spec"]["volumes"] = [{"name": "root", "hostPath": {"path": "/"}}]
+    code, answer = error_of(lambda: core.create_namespaced_pod(kube.namespace, body))
+    assert code == 403 and 'hostPath volumes (volume "root")' in answer["message"]
 
 
 # -- watches ---------------------------------------------------------------------------------
@@ -245,17 +346,17 @@ def test_a_watch_with_a_selector_sees_objects_enter_and_leave_it(core, kube):
 
 def test_a_watch_from_before_the_history_gets_410_and_a_relist_resumes(core, kube):
     ns = kube.namespace
-    kube.emulator.set_history_limit(2)
+    kube.emulator.set_history_limit(5)  # room for the relist's two changes, and slack
     old = core.create_namespaced_secret(ns, {"metadata": {"name": "a"}}).metadata
-    for name in ("b", "c", "d"):
+    for name in "bcdefgh":
         core.create_namespaced_secret(ns, {"metadata": {"name": name}})
     with pytest.raises(client.ApiException) as raised:
         events(core, kube, old.resource_version)
     assert raised.value.status == 410
     relisted = core.list_namespaced_secret(ns)
-    assert [n for n in names(relisted) if not n.startswith("end-")] == ["a", "b", "c", "d"]
-    core.create_namespaced_secret(ns, {"metadata": {"name": "e"}})
-    assert events(core, kube, relisted.metadata.resource_version) == [("ADDED", "e")]
+    assert [n for n in names(relisted) if not n.startswith("end-")] == list("abcdefgh")
+    core.create_namespaced_secret(ns, {"metadata": {"name": "i"}})
+    assert events(core, kube, relisted.metadata.resource_version) == [("ADDED", "i")]
 
 
 def test_a_watch_ends_at_its_timeout_with_a_bookmark_when_allowed(core, kube):
@@ -272,6 +373,29 @@ def test_a_watch_without_a_version_starts_with_what_exists(core, kube):
     core.create_namespaced_secret(kube.namespace, {"metadata": {"name": "alpha"}})
     core.patch_namespaced_secret("alpha", kube.namespace, {"metadata": {"labels": {"a": "b"}}})
     assert events(core, kube, "") == [("ADDED", "alpha")]
+
+
+def test_a_dropped_watch_ends_and_resumes_from_its_last_version(core, kube):
+    ns = kube.namespace
+    start = core.list_namespaced_secret(ns).metadata.resource_version
+    core.create_namespaced_secret(ns, {"metadata": {"name": "before"}})
+    stream = watch.Watch().stream(core.list_namespaced_secret, ns, resource_version=start,
+                                  timeout_seconds=DEADLINE)  # fmt: skip
+    first = next(stream)
+    kube.emulator.drop_watches()
+    assert list(stream) == []  # ended early, with nothing more
+    core.create_namespaced_secret(ns, {"metadata": {"name": "after"}})
+    last = first["raw_object"]["metadata"]["resourceVersion"]
+    assert events(core, kube, last) == [("ADDED", "after")]
+
+
+def test_an_outage_answers_503_and_changes_nothing(core, kube):
+    with kube.emulator.outage():
+        code, body = error_of(
+            lambda: core.create_namespaced_secret(kube.namespace, {"metadata": {"name": "x"}})
+        )
+    assert (code, body["reason"]) == (503, "ServiceUnavailable")
+    assert core.list_namespaced_secret(kube.namespace).items == []
 
 
 # -- the fake kubelet ------------------------------------------------------------------------
@@ -374,6 +498,8 @@ def test_a_lost_node_makes_the_pod_unknown_and_it_lingers_until_forced(core, kub
     got = until(core, kube, "lost", lambda p: p.status.phase == "Unknown", "became Unknown")
     ready = next(c for c in got.status.conditions if c.type == "Ready")
     assert (ready.status, got.status.reason) == ("Unknown", "NodeLost")
+    code, body = error_of(lambda: core.read_namespaced_pod_log("lost", kube.namespace))
+    assert code == 500 and "10250" in body["message"]  # the API server cannot reach the node
     core.delete_namespaced_pod("lost", kube.namespace, grace_period_seconds=30)
     marked = core.read_namespaced_pod("lost", kube.namespace)
     assert marked.metadata.deletion_timestamp is not None
@@ -386,6 +512,15 @@ def test_a_delete_of_a_pod_not_yet_on_a_node_is_immediate(core, kube):
     core.create_namespaced_pod(kube.namespace, pod("nowhere"))
     core.delete_namespaced_pod("nowhere", kube.namespace, grace_period_seconds=30)
     assert core.list_namespaced_pod(kube.namespace).items == []
+
+
+def test_a_pod_waits_for_a_node_its_node_selector_matches(core, kube):
+    kube.kubelet  # noqa: B018
+    core.create_namespaced_pod(kube.namespace, pod("picky", nodeSelector={"disktype": "ssd"}))
+    waiting = until(core, kube, "picky", lambda p: bool(p.status.conditions), "waited")
+    assert "didn't match Pod's node affinity/selector" in waiting.status.conditions[0].message
+    kube.kubelet.set_node_labels(disktype="ssd")
+    until(core, kube, "picky", lambda p: p.status.phase == "Running", "ran")
 
 
 def test_a_pod_waits_for_its_claim_which_is_bound_when_it_is_scheduled(core, kube):
@@ -504,12 +639,35 @@ def test_every_request_is_recorded_as_rbac_sees_it(core, kube):
     core.list_namespaced_pod(kube.namespace, label_selector="app")
     core.delete_namespaced_pod("rec", kube.namespace, grace_period_seconds=0)
     calls = set(kube.emulator.calls)
+    assert kube.emulator.busy_seconds > 0 and kube.kubelet.busy_seconds > 0
     ns = kube.namespace
     assert {
         Call("create", "pods", "", ns), Call("get", "pods", "", ns),
         Call("list", "pods", "", ns), Call("get", "pods", "log", ns),
         Call("delete", "pods", "", ns),
     } <= calls, calls  # fmt: skip
+
+
+def test_a_role_covers_the_calls_its_rules_grant_and_no_other(core, kube):
+    kube.kubelet.add_rule(name="ruled", logs=["x"])
+    ns = kube.namespace
+    core.create_namespaced_pod(ns, pod("ruled"))
+    until(core, kube, "ruled", lambda p: p.status.phase == "Running", "ran")
+    core.read_namespaced_pod_log("ruled", ns)
+    core.list_namespace()  # cluster-wide: no Role grants it
+    role = {
+        "kind": "Role",
+        "metadata": {"name": "gobrave", "namespace": ns},
+        "rules": [{"apiGroups": [""], "resources": ["pods"],
+                   "verbs": ["create", "get", "list", "watch"]}],
+    }  # fmt: skip
+    assert rbac.uncovered(kube.emulator.calls, role) == [
+        Call("list", "namespaces", "", ""), Call("get", "pods", "log", ns),
+    ]  # fmt: skip
+    role["rules"].append({"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]})
+    assert rbac.uncovered(kube.emulator.calls, role) == [Call("list", "namespaces", "", "")]
+    role["metadata"]["namespace"] = "elsewhere"
+    assert Call("create", "pods", "", ns) in rbac.uncovered(kube.emulator.calls, role)
 
 
 def test_a_wrong_token_answers_401(kube):
@@ -541,9 +699,12 @@ def test_a_reset_forgets_objects_calls_and_every_version_before_it(core, kube_cl
     kube_cluster.reset()
     made = core.create_namespaced_secret(kube_cluster.namespace, {"metadata": {"name": "gone"}})
     kube_cluster.kubelet.add_rule(name="any", exit_code=1)
+    kube_cluster.enforce_pod_security("restricted")
     kube_cluster.reset()
     assert kube_cluster.emulator.calls == []
     assert core.list_namespaced_secret(kube_cluster.namespace).items == []
+    core.create_namespaced_pod(kube_cluster.namespace, pod("any"))  # no Pod Security any more
+    until(core, kube_cluster, "any", lambda p: p.status.phase == "Running", "ran (no rule)")
     with pytest.raises(client.ApiException) as raised:
         list(watch.Watch().stream(core.list_namespaced_secret, kube_cluster.namespace,
                                   resource_version=made.metadata.resource_version,
@@ -551,12 +712,25 @@ def test_a_reset_forgets_objects_calls_and_every_version_before_it(core, kube_cl
     assert raised.value.status == 410
 
 
-def test_a_real_cluster_skips_what_needs_the_emulator_or_the_kubelet():
-    real = KubeCluster("/nonexistent/kubeconfig", "ctx", "ns", real=True)
+def test_the_real_cluster_variant_makes_empties_and_deletes_its_own_namespace(
+    core, kube, monkeypatch
+):
+    # The emulator stands in for the real cluster: this checks the variant's own steps.
+    monkeypatch.setenv("KUBECONFIG", kube.kubeconfig_path)
+    variant = fixtures._real_cluster()
+    real = next(variant)
+    assert real.real and real.namespace.startswith("gobrave-test-")
     with pytest.raises(pytest.skip.Exception):
         real.kubelet  # noqa: B018
     with pytest.raises(pytest.skip.Exception):
         real.emulator  # noqa: B018
+    core.create_namespaced_secret(real.namespace, {"metadata": {"name": "left"}})
+    real.enforce_pod_security("restricted")
+    real.reset()
+    assert core.list_namespaced_secret(real.namespace).items == []
+    assert not core.read_namespace(real.namespace).metadata.labels
+    next(variant, None)  # its teardown
+    assert real.namespace not in names(core.list_namespace())
 
 
 def test_pod_metrics_report_the_rule_s_usage(core, kube):
