@@ -41,7 +41,7 @@ from containers.engines.base import (
 from containers.engines.follows import EngineStream, follow_in_thread
 from containers.engines.kubernetes import names, pods, watch
 from containers.engines.kubernetes.config import KubeTarget, api_client
-from containers.engines.kubernetes.errors import translated, translated_error
+from containers.engines.kubernetes.errors import translated
 from containers.engines.kubernetes.logs import LogStream
 from containers.engines.kubernetes.states import state_of
 from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE
@@ -367,4 +367,4 @@ class KubernetesEngine:
         )
 
 
-__all__ = ["KubernetesEngine", "translated_error"]
+__all__ = ["KubernetesEngine"]
