@@ -266,6 +266,25 @@ def _engine_wait_record(instance: ContainerInstance, state: ContainerState | Non
         instance.save(update_fields=["engine_waiting_since"])
 
 
+# The reason a container whose node stopped reporting shows (its instance keeps its state).
+SILENT_PREFIX = "no word from its node: "
+
+
+def _engine_silence_record(instance: ContainerInstance, state: ContainerState | None) -> None:
+    """A container whose node stopped reporting (``unknown``: a Kubernetes Pod on a lost
+    node) is no failure, as an unreachable engine is none: its instance keeps its state
+    and says why in ``status_reason``, cleared when the engine hears from it again.
+    ``engine_lost_after`` is the only bound. On the locked row."""
+    if state is not None and state.status == "unknown":
+        reason = f"{SILENT_PREFIX}{state.error or 'the engine cannot tell its state'}"[:1000]
+        if instance.status_reason != reason:
+            instance.status_reason = reason
+            instance.save(update_fields=["status_reason"])
+    elif state is not None and instance.status_reason.startswith(SILENT_PREFIX):
+        instance.status_reason = ""
+        instance.save(update_fields=["status_reason"])
+
+
 def state_apply(
     instance: ContainerInstance,
     state: ContainerState | None,
@@ -280,6 +299,7 @@ def state_apply(
     on the history with the reason (see ``observe.apply_observation``).
     """
     _engine_wait_record(instance, state)
+    _engine_silence_record(instance, state)
     observation = target_for(
         state, instance.status, memory_limited=bool(instance.spec.get("memory"))
     )

@@ -518,3 +518,24 @@ def test_node_constraints_go_to_engines_that_honour_them_and_into_the_node_selec
     from containers.spec.resolve import node_selector
 
     assert node_selector({"zone": "eu", "node.disktype": "ssd"}) == {"disktype": "ssd"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lost_node_keeps_the_instance_running_with_the_reason(kube, kube_runtime, owner):
+    from containers.execution.reconciler import reconcile
+    from containers.models import ContainerInstance
+    from containers.requests.services import container_create_by_template
+    from tests.factories import TemplateFactory
+    from tests.processes import relay_drain
+
+    template = TemplateFactory(name="kube-lost", constraints={"engine": "kube"})
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert relay_drain() == ["sent"]
+    row = _settle(instance, "running")
+    kube.kubelet.lose_node(kube.namespace, row.container_name)
+    deadline = time.monotonic() + 10 * PATIENCE
+    while not row.status_reason and time.monotonic() < deadline:
+        reconcile()
+        row = ContainerInstance.objects.get(pk=instance.pk)
+    assert row.status == "running", (row.status, row.status_reason)
+    assert row.status_reason.startswith("no word from its node: "), row.status_reason
