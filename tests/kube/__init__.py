@@ -8,7 +8,8 @@ What it is
   on rules the test sets (unschedulable, image pull error, exit code, OOM, node lost, log
   lines, metrics), writing their status and Events as the real scheduler and kubelet do;
   it also holds a Pod back for a missing claim or Secret and for a ``nodeSelector`` the
-  node's labels do not meet.
+  node's labels do not meet. Its parts: ``podstatus`` (the status written at each step),
+  ``prerequisites`` (claims, Secrets, node labels), ``events``.
 - ``fixtures``: ``kube_cluster`` (per module) and ``kube`` (per test, emptied), or a real
   cluster's throwaway namespace when ``GOBRAVE_KUBE_REAL=1`` and ``KUBECONFIG`` are set.
 

@@ -27,26 +27,18 @@ from __future__ import annotations
 
 import contextlib
 import re
-import secrets
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tests.kube import events, podstatus, prerequisites
 from tests.kube.status import ApiError
-from tests.kube.store import Store, now
+from tests.kube.store import Store
 
 NODE = "kube-node-1"
-NODE_IP = "172.18.0.2"  # status strings only: nothing connects to these addresses
 IMAGE_ERRORS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
-_MESSAGES = {
-    "ErrImagePull": "rpc error: code = NotFound desc = failed to pull and unpack image"
-    ' "{image}": not found',
-    "ImagePullBackOff": 'Back-off pulling image "{image}"',
-    "InvalidImageName": 'Failed to apply default image tag "{image}": couldn\'t parse image'
-    ' name "{image}": invalid reference format',
-}
 _VALID_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 
 
@@ -146,14 +138,15 @@ class FakeKubelet:
 
     def finish(self, namespace: str, name: str, exit_code: int = 0, *, oom: bool = False) -> None:
         """Terminate a running Pod's containers now (``Succeeded``/``Failed``)."""
-        self._finish(namespace, name, 137 if oom else exit_code, oom)
+        code = 137 if oom else exit_code
+        self._update(namespace, name, lambda p: podstatus.terminated(p, code, oom))
 
     def lose_node(self, namespace: str, name: str) -> None:
         """The node under Pod ``name`` stops reporting: phase ``Unknown`` from now on."""
         pod = self.store.get("pods", namespace, name)
         with self._wake:
             self._seen.setdefault(pod["metadata"]["uid"], _Seen()).lost = True
-        self._lose(namespace, name)
+        self._update(namespace, name, lambda p: podstatus.node_lost(p, self.node))
 
     def write_log(
         self,
@@ -300,19 +293,11 @@ class FakeKubelet:
         if phase in ("Succeeded", "Failed"):
             return None
         if not spec.get("nodeName"):
-            missing = self._missing_claim(pod)
-            self._block((ns, name), missing is not None)
-            message = rule.unschedulable or missing or self._unmatched(pod)
-            if message is None:
-                self._bind_claims(pod)
-                self._bind(pod)
-            elif _scheduled_message(status) != message:
-                self._unschedulable(ns, name, message)
-                self._event(pod, "Warning", "FailedScheduling", message)
+            self._schedule(pod, rule)
             return None
         states = [s.get("state") or {} for s in status.get("containerStatuses") or []]
         if not states:
-            self._creating(ns, name)
+            self._update(ns, name, podstatus.creating)
             return None
         if all("waiting" in s for s in states):
             return self._start(pod, rule, states)
@@ -328,51 +313,31 @@ class FakeKubelet:
                 return seen.due
             if rule.node_lost:
                 seen.lost = True
-                self._lose(ns, name)
+                self._update(ns, name, lambda p: podstatus.node_lost(p, self.node))
             else:
-                self._finish(ns, name, 137 if rule.oom else rule.exit_code or 0, rule.oom)
+                code = 137 if rule.oom else rule.exit_code or 0
+                self._update(ns, name, lambda p: podstatus.terminated(p, code, rule.oom))
         return None
 
-    def _unschedulable(self, ns: str, name: str, message: str) -> None:
-        def write(pod: dict[str, Any]) -> None:
-            pod["status"]["conditions"] = [
-                _condition("PodScheduled", "False", "Unschedulable", message)
-            ]
-
-        self._update(ns, name, write)
-
-    def _bind(self, pod: dict[str, Any]) -> None:
+    def _schedule(self, pod: dict[str, Any], rule: Rule) -> None:
+        """Bind the Pod to the node, or say why it cannot be (once per reason)."""
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-
-        def write(pod: dict[str, Any]) -> None:
-            pod["spec"]["nodeName"] = self.node
-            pod["status"]["conditions"] = [_condition("PodScheduled", "True")]
-
-        self._update(ns, name, write)
-        message = f"Successfully assigned {ns}/{name} to {self.node}"
-        self._event(pod, "Normal", "Scheduled", message, source="default-scheduler")
-
-    def _creating(self, ns: str, name: str) -> None:
-        def write(pod: dict[str, Any]) -> None:
-            status = pod["status"]
-            status.update(hostIP=NODE_IP, hostIPs=[{"ip": NODE_IP}], startTime=now())
-            status["conditions"] = [
-                _condition("PodReadyToStartContainers", "True"),
-                _condition("Initialized", "True"),
-                _condition("Ready", "False", "ContainersNotReady",
-                           "containers with unready status: " + _names(pod)),
-                _condition("ContainersReady", "False", "ContainersNotReady",
-                           "containers with unready status: " + _names(pod)),
-                _condition("PodScheduled", "True"),
-            ]  # fmt: skip
-            status["containerStatuses"] = [
-                _container(c, {"waiting": {"reason": "ContainerCreating"}})
-                for c in pod["spec"]["containers"]
-            ]
-
-        self._update(ns, name, write)
+        missing = prerequisites.missing_claim(self.store, pod)
+        self._block((ns, name), missing is not None)
+        with self._wake:
+            labels = dict(self.node_labels)
+        message = rule.unschedulable or missing or prerequisites.unmatched(labels, pod)
+        if message is None:
+            prerequisites.bind_claims(self.store, pod)
+            self._update(ns, name, lambda p: podstatus.bound(p, self.node))
+            assigned = f"Successfully assigned {ns}/{name} to {self.node}"
+            self._event(pod, "Normal", "Scheduled", assigned, source="default-scheduler")
+        elif podstatus.scheduled_message(pod.get("status") or {}) != message:
+            self._update(ns, name, lambda p: podstatus.unschedulable(p, message))
+            self._event(pod, "Warning", "FailedScheduling", message, source="default-scheduler")
 
     def _start(self, pod: dict[str, Any], rule: Rule, states: list[dict]) -> None:
+        """Start the containers, or keep them waiting for their image or their Secrets."""
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         images = [c["image"] for c in pod["spec"]["containers"]]
         invalid = next((i for i in images if not _VALID_IMAGE.match(i)), None)
@@ -382,181 +347,41 @@ class FakeKubelet:
             if reason == "ImagePullBackOff" and current == "ContainerCreating":
                 reason = "ErrImagePull"  # the kubelet reports the pull error first
             if current != reason:
-                self._waiting(ns, name, reason)
-                self._event(pod, "Warning", "Failed", _MESSAGES[reason].format(image=images[0]))
+                self._update(ns, name, lambda p: podstatus.waiting(p, reason))
+                message = podstatus.MESSAGES[reason].format(image=images[0])
+                self._event(pod, "Warning", "Failed", message)
             return
-        missing = self._missing_secret(pod)
+        missing = prerequisites.missing_secret(self.store, pod)
         self._block((ns, name), missing is not None)
         if missing is not None:
             if states[0]["waiting"].get("message") != missing:
-                self._waiting(ns, name, "CreateContainerConfigError", missing)
+                self._update(
+                    ns, name, lambda p: podstatus.waiting(p, "CreateContainerConfigError", missing)
+                )
                 self._event(pod, "Warning", "Failed", f"Error: {missing}")
             return
         uid = pod["metadata"]["uid"]
+        containers = [c["name"] for c in pod["spec"]["containers"]]
         if rule.usage:
-            self.store.set_usage(
-                uid, {c["name"]: dict(rule.usage) for c in pod["spec"]["containers"]}
-            )
+            self.store.set_usage(uid, {c: dict(rule.usage) for c in containers})
         self._ips += 1
         ip = f"10.244.0.{self._ips % 250 + 2}"
-
-        def write(pod: dict[str, Any]) -> None:
-            status = pod["status"]
-            status.update(phase="Running", podIP=ip, podIPs=[{"ip": ip}])
-            _set_condition(status, "Ready", "True")
-            _set_condition(status, "ContainersReady", "True")
-            started = now()
-            status["containerStatuses"] = [
-                {**_container(c, {"running": {"startedAt": started}}), "ready": True,
-                 "started": True, "containerID": "containerd://" + secrets.token_hex(32)}
-                for c in pod["spec"]["containers"]
-            ]  # fmt: skip
-
-        self._update(ns, name, write)
-        for container in pod["spec"]["containers"]:
-            self._event(pod, "Normal", "Started", f"Started container {container['name']}")
+        self._update(ns, name, lambda p: podstatus.running(p, ip))
+        for container in containers:
+            self._event(pod, "Normal", "Started", f"Started container {container}")
         for line in rule.logs:
-            self.store.append_log(uid, pod["spec"]["containers"][0]["name"], line)
-
-    def _waiting(self, ns: str, name: str, reason: str, message: str | None = None) -> None:
-        def write(pod: dict[str, Any]) -> None:
-            for status, container in zip(
-                pod["status"]["containerStatuses"], pod["spec"]["containers"], strict=True
-            ):
-                text = message or _MESSAGES[reason].format(image=container["image"])
-                status["state"] = {"waiting": {"reason": reason, "message": text}}
-
-        self._update(ns, name, write)
-
-    # -- what the Pod refers to ----------------------------------------------------------
+            self.store.append_log(uid, containers[0], line)
 
     def _block(self, key: PodKey, blocked: bool) -> None:
+        """Remember the Pods waiting for a Secret or a claim: a change to one wakes them."""
         with self._wake:
             if blocked:
                 self._blocked.add(key)
             else:
                 self._blocked.discard(key)
 
-    def _unmatched(self, pod: dict[str, Any]) -> str | None:
-        """The scheduler's message for a ``nodeSelector`` the node's labels do not meet."""
-        with self._wake:
-            labels = dict(self.node_labels)
-        wanted = pod["spec"].get("nodeSelector") or {}
-        if all(labels.get(k) == v for k, v in wanted.items()):
-            return None
-        return "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
-
-    def _missing_claim(self, pod: dict[str, Any]) -> str | None:
-        """The scheduler's message for a claim that does not exist, if one does not."""
-        ns = pod["metadata"]["namespace"]
-        for volume in pod["spec"].get("volumes") or []:
-            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
-            if claim:
-                try:
-                    self.store.get("persistentvolumeclaims", ns, claim)
-                except ApiError:
-                    return f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found.'
-        return None
-
-    def _bind_claims(self, pod: dict[str, Any]) -> None:
-        """Bind the Pod's Pending claims (a WaitForFirstConsumer class binds on the first
-        Pod scheduled)."""
-        ns = pod["metadata"]["namespace"]
-        for volume in pod["spec"].get("volumes") or []:
-            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
-            if not claim:
-                continue
-
-            def bind(pvc: dict[str, Any]) -> None:
-                if pvc.get("status", {}).get("phase") == "Bound":
-                    return
-                pvc["spec"]["volumeName"] = "pvc-" + pvc["metadata"]["uid"]
-                pvc["status"] = {
-                    "phase": "Bound",
-                    "accessModes": pvc["spec"]["accessModes"],
-                    "capacity": {"storage": pvc["spec"]["resources"]["requests"]["storage"]},
-                }
-
-            with contextlib.suppress(ApiError):  # deleted meanwhile
-                self.store.update("persistentvolumeclaims", ns, claim, bind)
-
-    def _missing_secret(self, pod: dict[str, Any]) -> str | None:
-        """The kubelet's message for a Secret (or key) an env var needs and lacks."""
-        ns = pod["metadata"]["namespace"]
-        for container in pod["spec"]["containers"]:
-            refs = [
-                (e["valueFrom"]["secretKeyRef"], True)
-                for e in container.get("env") or []
-                if (e.get("valueFrom") or {}).get("secretKeyRef")
-            ] + [
-                (e["secretRef"], False)
-                for e in container.get("envFrom") or []
-                if e.get("secretRef")
-            ]
-            for ref, keyed in refs:
-                if ref.get("optional"):
-                    continue
-                try:
-                    secret = self.store.get("secrets", ns, ref["name"])
-                except ApiError:
-                    return f'secret "{ref["name"]}" not found'
-                if keyed and ref["key"] not in (secret.get("data") or {}):
-                    return f"couldn't find key {ref['key']} in Secret {ns}/{ref['name']}"
-        return None
-
-    def _event(
-        self,
-        pod: dict[str, Any],
-        type_: str,
-        reason: str,
-        message: str,
-        source: str = "kubelet",
-    ) -> None:
-        """An Event about the Pod, as the scheduler and the kubelet write them."""
-        meta = pod["metadata"]
-        stamp = now()
-        body = {
-            "metadata": {"generateName": meta["name"] + "."},
-            "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": meta["namespace"],
-                               "name": meta["name"], "uid": meta.get("uid", "")},
-            "type": type_, "reason": reason, "message": message, "count": 1,
-            "firstTimestamp": stamp, "lastTimestamp": stamp,
-            "source": {"component": source, "host": self.node},
-            "reportingComponent": source, "reportingInstance": self.node,
-        }  # fmt: skip
-        with contextlib.suppress(ApiError):  # the namespace is going
-            self.store.create("events", meta["namespace"], body)
-
-    def _finish(self, ns: str, name: str, code: int, oom: bool) -> None:
-        reason = "OOMKilled" if oom else ("Completed" if code == 0 else "Error")
-
-        def write(pod: dict[str, Any]) -> None:
-            status = pod["status"]
-            status["phase"] = "Succeeded" if code == 0 else "Failed"
-            _set_condition(status, "Ready", "False", "PodCompleted")
-            _set_condition(status, "ContainersReady", "False", "PodCompleted")
-            for container in status["containerStatuses"]:
-                started = container["state"].get("running", {}).get("startedAt", now())
-                container.update(ready=False, started=False)
-                container["state"] = {"terminated": {
-                    "exitCode": code, "reason": reason, "startedAt": started,
-                    "finishedAt": now(), "containerID": container.get("containerID", ""),
-                }}  # fmt: skip
-
-        self._update(ns, name, write)
-
-    def _lose(self, ns: str, name: str) -> None:
-        def write(pod: dict[str, Any]) -> None:
-            status = pod["status"]
-            status.update(
-                phase="Unknown",
-                reason="NodeLost",
-                message=f"Node {self.node} which was running pod {name} is unresponsive",
-            )
-            _set_condition(status, "Ready", "Unknown", "NodeStatusUnknown",
-                           "Kubelet stopped posting node status.")  # fmt: skip
-
-        self._update(ns, name, write)
+    def _event(self, pod, type_: str, reason: str, message: str, source: str = "kubelet"):
+        events.record(self.store, pod, self.node, type_, reason, message, source)
 
     def _remove(self, ns: str, name: str) -> None:
         try:
@@ -576,46 +401,3 @@ class FakeKubelet:
 def _node_labels(node: str) -> dict[str, str]:
     return {"kubernetes.io/hostname": node, "kubernetes.io/os": "linux",
             "kubernetes.io/arch": "amd64"}  # fmt: skip
-
-
-def _scheduled_message(status: dict[str, Any]) -> str | None:
-    for condition in status.get("conditions") or []:
-        if condition["type"] == "PodScheduled" and condition["status"] == "False":
-            return condition.get("message")
-    return None
-
-
-def _names(pod: dict[str, Any]) -> str:
-    return "[" + " ".join(c["name"] for c in pod["spec"]["containers"]) + "]"
-
-
-def _container(container: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "name": container["name"],
-        "image": container["image"],
-        "imageID": "",
-        "ready": False,
-        "restartCount": 0,
-        "started": False,
-        "state": state,
-        "lastState": {},
-    }
-
-
-def _condition(type_: str, status: str, reason: str | None = None, message: str | None = None):
-    condition = {"type": type_, "status": status, "lastProbeTime": None,
-                 "lastTransitionTime": now()}  # fmt: skip
-    if reason:
-        condition["reason"] = reason
-    if message:
-        condition["message"] = message
-    return condition
-
-
-def _set_condition(status: dict[str, Any], type_: str, value: str, reason=None, message=None):
-    conditions = status.setdefault("conditions", [])
-    for i, condition in enumerate(conditions):
-        if condition["type"] == type_:
-            conditions[i] = _condition(type_, value, reason, message)
-            return
-    conditions.append(_condition(type_, value, reason, message))

@@ -1,10 +1,11 @@
 """The emulator's HTTP API (aiohttp): the paths and verbs of ``/api/v1`` for the resources
-in ``store.KINDS`` and ``pods/log``, ``pods/status``, and ``metrics.k8s.io`` PodMetrics.
+in ``store.KINDS``, ``pods/status``, ``pods/log`` (``logs.py``) and ``metrics.k8s.io``
+PodMetrics (``metrics.py``).
 
 A request is authenticated by its bearer token (401 otherwise), recorded as
-``Call(verb, resource, subresource, namespace)`` (RBAC's words: get, list, watch, create,
-update, patch, delete, deletecollection) and answered with the object, a list, a watch
-stream or a ``Status``."""
+``Call(verb, resource, subresource, namespace, group)`` (RBAC's words: get, list, watch,
+create, update, patch, delete, deletecollection) and answered with the object, a list, a
+watch stream or a ``Status``."""
 
 from __future__ import annotations
 
@@ -14,16 +15,15 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
 
-from tests.kube import patches, selectors, status, validation
+from tests.kube import logs, metrics, patches, selectors, status, validation
+from tests.kube.query import TRUE
 from tests.kube.store import CLUSTER_SCOPED, KINDS, Change, Store
 
 METRICS_GROUP = ("apis", "metrics.k8s.io", "v1beta1")
-TRUE = ("true", "True", "1")
 VERSION = {
     "major": "1", "minor": "34", "gitVersion": "v1.34.0-gobrave-emulator", "gitCommit": "",
     "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "",
@@ -368,120 +368,18 @@ class Api:
             self.store.unsubscribe(notify)
         return response
 
-    # -- logs ------------------------------------------------------------------------------
+    # -- logs and metrics ----------------------------------------------------------------
 
     async def _log(self, request: web.Request, namespace: str, name: str) -> web.StreamResponse:
-        """``pods/log``: the container's lines, ``tailLines``, ``sinceSeconds``,
-        ``timestamps``, ``limitBytes``; with ``follow=true`` new lines as they are written,
-        until the container terminates or the Pod goes. 400 while the container waits to
-        start (as the kubelet answers) and for ``previous`` (no container here ever
-        restarts); 500 when its node is lost."""
-        pod = self.store.get("pods", namespace, name)
-        container = _container(pod, request.query.get("container"))
-        q = request.query
-        if q.get("previous") in TRUE:
-            raise status.ApiError(
-                400, f'previous terminated container "{container}" in pod "{name}" not found'
-            )
-        if pod.get("status", {}).get("reason") == "NodeLost":  # the API server cannot reach it
-            host = pod["status"].get("hostIP", "")
-            raise status.ApiError(
-                500,
-                f'Get "https://{host}:10250/containerLogs/{namespace}/{name}/{container}":'
-                f" dial tcp {host}:10250: connect: no route to host",
-            )
-        state = _state(pod, container)
-        if "waiting" in state or not state:
-            reason = (state.get("waiting") or {}).get("reason", "ContainerCreating")
-            raise status.ApiError(
-                400, f'container "{container}" in pod "{name}" is waiting to start: {reason}'
-            )
-        try:
-            tail = int(q["tailLines"]) if "tailLines" in q else None
-            since = int(q["sinceSeconds"]) if "sinceSeconds" in q else None
-            limit = int(q["limitBytes"]) if "limitBytes" in q else None
-        except ValueError as error:
-            raise status.ApiError(400, f"invalid log parameter: {error}") from error
-        stamps = q.get("timestamps") in TRUE
-        uid = pod["metadata"]["uid"]
-        lines = self.store.log_lines(uid, container)
-        sent = len(lines)
-        if since is not None:
-            cut = datetime.now(UTC) - timedelta(seconds=since)
-            lines = [line for line in lines if line.time >= cut]
-        if tail is not None:
-            lines = lines[-tail:] if tail > 0 else []
-        body = b"".join(_line(line, stamps) for line in lines)
-        if limit is not None:
-            body = body[:limit]
-        if q.get("follow") not in TRUE:
-            return web.Response(body=body, content_type="text/plain")
-
-        loop = asyncio.get_running_loop()
-        wake = asyncio.Event()
-
-        def notify() -> None:
-            loop.call_soon_threadsafe(wake.set)
-
-        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
-        await response.prepare(request)
-        self.store.subscribe(notify)
-        try:
-            await response.write(body)
-            while not self.closing:
-                wake.clear()
-                fresh = self.store.log_lines(uid, container, sent)
-                sent += len(fresh)
-                for line in fresh:
-                    await response.write(_line(line, stamps))
-                try:
-                    pod = self.store.get("pods", namespace, name)
-                except status.ApiError:
-                    break
-                if pod["metadata"]["uid"] != uid or "terminated" in _state(pod, container):
-                    for line in self.store.log_lines(uid, container, sent):
-                        await response.write(_line(line, stamps))
-                    break
-                await wake.wait()
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
-        finally:
-            self.store.unsubscribe(notify)
-        return response
-
-    # -- metrics.k8s.io --------------------------------------------------------------------
+        return await logs.pod_log(self.store, request, namespace, name, lambda: self.closing)
 
     def _metrics(self, request: web.Request, t: Target, verb: str) -> web.Response:
-        """PodMetrics of running Pods whose usage the kubelet reports (get and list)."""
         if verb not in ("get", "list"):
             raise status.ApiError(405, f"{verb} is not served by metrics.k8s.io")
         if verb == "get":
-            pod = self.store.get("pods", t.namespace or "", t.name or "")
-            metrics = self._pod_metrics(pod)
-            if metrics is None:
-                raise status.ApiError(404, f'podmetrics.metrics.k8s.io "{t.name}" not found')
-            return _json(metrics)
+            return _json(metrics.pod_metrics(self.store, t.namespace or "", t.name or ""))
         selected = self._selected(request, "pods")
-        items, _ = self.store.list("pods", t.namespace)
-        found = [m for m in (self._pod_metrics(p) for p in items if selected(p)) if m]
-        return _json({"kind": "PodMetricsList", "apiVersion": "metrics.k8s.io/v1beta1",
-                      "metadata": {}, "items": found})  # fmt: skip
-
-    def _pod_metrics(self, pod: dict[str, Any]) -> dict[str, Any] | None:
-        usage = self.store.usage(pod["metadata"]["uid"])
-        if usage is None or pod.get("status", {}).get("phase") != "Running":
-            return None
-        meta = pod["metadata"]
-        return {
-            "kind": "PodMetrics",
-            "apiVersion": "metrics.k8s.io/v1beta1",
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"],
-                         "labels": meta.get("labels") or {},
-                         "creationTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")},
-            "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "window": "10s",
-            "containers": [{"name": c, "usage": u} for c, u in usage.items()],
-        }  # fmt: skip
+        return _json(metrics.pod_metrics_list(self.store, t.namespace, selected))
 
 
 def _unavailable(code: int) -> status.ApiError:
@@ -535,33 +433,3 @@ def _event(change: Change, resource: str, namespace: str | None, selected) -> tu
     if was:
         return ("DELETED", change.new)
     return None
-
-
-def _container(pod: dict[str, Any], wanted: str | None) -> str:
-    names = [c["name"] for c in pod["spec"]["containers"]]
-    name = pod["metadata"]["name"]
-    if wanted is None:
-        if len(names) > 1:
-            raise status.ApiError(
-                400,
-                f"a container name must be specified for pod {name}, choose one of: "
-                f"[{' '.join(names)}]",
-            )
-        return names[0]
-    if wanted not in names:
-        raise status.ApiError(400, f"container {wanted} is not valid for pod {name}")
-    return wanted
-
-
-def _state(pod: dict[str, Any], container: str) -> dict[str, Any]:
-    for found in pod.get("status", {}).get("containerStatuses") or []:
-        if found["name"] == container:
-            return found.get("state") or {}
-    return {}
-
-
-def _line(line, stamps: bool) -> bytes:
-    text = line.text + "\n"
-    if stamps:
-        text = line.time.strftime("%Y-%m-%dT%H:%M:%S.%f000Z ") + text
-    return text.encode()
