@@ -173,7 +173,9 @@ def monitor_settle(bench_id: str, since: float, timeout: float = 120) -> None:
         return
 
     def settled() -> bool:
-        return MonitorCursor.objects.filter(time_nano__gte=last).exists()
+        # Docker's cursor is its nanosecond time as text (opaque to everything else).
+        positions = MonitorCursor.objects.values_list("position", flat=True)
+        return any(p.isdigit() and int(p) >= last for p in positions)
 
     c.wait_until(settled, timeout=timeout, interval=0.05, what="the monitor to apply every event")
 

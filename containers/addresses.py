@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import ssl
 import stat
 from urllib.parse import urlsplit
@@ -143,4 +144,46 @@ def engine_address_problems(
             "Plain tcp:// (no TLS files) is refused to any host but a loopback one: "
             "give the CA, the client certificate and its key (docs/operations.md)."
         )
+    return problems
+
+
+KUBE_ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+
+
+def kube_target_problems(
+    *,
+    namespace: str,
+    kubeconfig: str = "",
+    context: str = "",
+    storage_class: str = "",
+    volume_size: str = "1Gi",
+    access_mode: str = "ReadWriteOnce",
+) -> dict[str, str]:
+    """Why a ``kubernetes`` runtime's target cannot be used, by field (empty: it can).
+
+    The kubeconfig, when given, must be an absolute path to a file gobrave can read (it
+    is never quoted; its certificate verification is checked when the engine connects);
+    none means the in-cluster service account.
+    """
+    problems: dict[str, str] = {}
+    if not _DNS_LABEL.match(namespace or ""):
+        problems["kube_namespace"] = (
+            "Give the namespace: lower-case letters, digits and '-', at most 63 characters."
+        )
+    if kubeconfig:
+        if not os.path.isabs(kubeconfig):
+            problems["kube_config"] = "Give an absolute path (empty: the in-cluster account)."
+        elif not os.path.isfile(kubeconfig) or not os.access(kubeconfig, os.R_OK):
+            problems["kube_config"] = f"{kubeconfig} is not a file gobrave can read."
+    if context and not kubeconfig:
+        problems["kube_context"] = "A context needs a kubeconfig file."
+    if storage_class and not _DNS_SUBDOMAIN.match(storage_class):
+        problems["kube_storage_class"] = "Not a storage class name (empty: the default)."
+    if not _QUANTITY.match(volume_size or ""):
+        problems["kube_volume_size"] = "A size such as 1Gi or 500Mi."
+    if access_mode not in KUBE_ACCESS_MODES:
+        problems["kube_access_mode"] = f"One of {', '.join(KUBE_ACCESS_MODES)}."
     return problems

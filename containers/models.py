@@ -10,7 +10,7 @@ from django.db import models
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
-from containers.addresses import engine_address_problems
+from containers.addresses import engine_address_problems, kube_target_problems
 from containers.states import Status, sources_of
 
 
@@ -43,7 +43,12 @@ class Runtime(models.Model):
 
     class Driver(models.TextChoices):
         DOCKER = "docker"
+        KUBERNETES = "kubernetes"
         FAKE = "fake", "fake (tests)"
+
+    class AccessMode(models.TextChoices):
+        RWO = "ReadWriteOnce", "ReadWriteOnce (an owner's Pods share its claim's node)"
+        RWX = "ReadWriteMany", "ReadWriteMany (anywhere)"
 
     class Health(models.TextChoices):
         UNKNOWN = "unknown"  # never checked
@@ -80,6 +85,46 @@ class Runtime(models.Model):
         blank=True,
         help_text="tcp:// only: path of the client certificate's private key (a file no other "
         "user may read; its content is never stored, shown or logged).",
+    )
+    # Kubernetes (driver ``kubernetes``): the namespace, and how its API is reached: a
+    # kubeconfig file's path and context (not secrets: the file is, and never enters the
+    # database), or, with no file, the service account of the Pod gobrave runs in.
+    kube_namespace = models.CharField(
+        "namespace", max_length=63, blank=True, help_text="kubernetes only: the namespace."
+    )
+    kube_config = models.CharField(
+        "kubeconfig",
+        max_length=1024,
+        blank=True,
+        help_text="kubernetes only: path of the kubeconfig file on gobrave's hosts; empty: "
+        "the in-cluster service account. Certificate verification is always on.",
+    )
+    kube_context = models.CharField(
+        "context",
+        max_length=253,
+        blank=True,
+        help_text="kubernetes only: the context (empty: the file's current one).",
+    )
+    kube_storage_class = models.CharField(
+        "storage class",
+        max_length=253,
+        blank=True,
+        help_text="kubernetes only: of owners' workspace claims (empty: the cluster's default).",
+    )
+    kube_volume_size = models.CharField(
+        "workspace size",
+        max_length=32,
+        default="1Gi",
+        blank=True,
+        help_text="kubernetes only: of each owner's workspace claim, e.g. 1Gi (empty: 1Gi).",
+    )
+    kube_access_mode = models.CharField(
+        "access mode",
+        max_length=16,
+        choices=AccessMode.choices,
+        default=AccessMode.RWO,
+        blank=True,
+        help_text="kubernetes only: ReadWriteOnce places an owner's Pods on its claim's node.",
     )
     node_name = models.CharField(max_length=255, blank=True)
     # The engine's health as last checked (``containers.execution.health``): pages show these and
@@ -124,9 +169,33 @@ class Runtime(models.Model):
             return None
         return (self.tls_ca_cert, self.tls_client_cert, self.tls_client_key)
 
+    @property
+    def kube_address(self) -> str:
+        """What a ``kubernetes`` row's ``base_url`` is set to (rows of one namespace of
+        one context are one engine)."""
+        return f"kubernetes://{self.kube_context or 'in-cluster'}/{self.kube_namespace}"
+
     def clean(self) -> None:
-        """Refuses an address gobrave cannot reach safely (``engine_address_problems``)
-        and a directory workspace on a remote engine."""
+        """Refuses an address gobrave cannot reach safely (``engine_address_problems``;
+        a ``kubernetes`` row: ``kube_target_problems``, its ``base_url`` derived) and a
+        directory workspace on a remote engine."""
+        if self.driver == self.Driver.KUBERNETES:
+            self.base_url = self.kube_address
+            self.kube_volume_size = self.kube_volume_size or "1Gi"
+            self.kube_access_mode = self.kube_access_mode or self.AccessMode.RWO
+            problems = kube_target_problems(
+                namespace=self.kube_namespace,
+                kubeconfig=self.kube_config,
+                context=self.kube_context,
+                storage_class=self.kube_storage_class,
+                volume_size=self.kube_volume_size,
+                access_mode=self.kube_access_mode,
+            )
+            if self.workspace_driver == self.WorkspaceDriver.DIRECTORY:
+                problems["workspace_driver"] = "A Kubernetes runtime uses workspace claims."
+            if problems:
+                raise ValidationError(problems)
+            return
         problems = engine_address_problems(
             driver=self.driver,
             base_url=self.base_url,
@@ -253,6 +322,10 @@ class ContainerInstance(FSMModelMixin, models.Model):
     runtime_missing = models.BooleanField(
         default=False, help_text="The engine no longer has this container."
     )
+    # The engine accepted the container and waits for room of its own (a Pod waiting for a
+    # node) since then: the instance holds no create/start slot and ``start_timeout`` does
+    # not run; ``unschedulable_timeout`` may bound it. Written by ``execution.sync`` only.
+    engine_waiting_since = models.DateTimeField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     status_reason = models.TextField(blank=True)
     spec = models.JSONField(default=dict, blank=True)
@@ -420,20 +493,21 @@ class OrphanContainer(models.Model):
 class MonitorCursor(models.Model):
     """Where the monitor's event stream for one engine resumes (contract §5).
 
-    ``time_nano`` is the engine time of the last applied event; the stream is reopened
-    from it (``since`` is inclusive, at whole-second granularity on Docker), and
-    ``seen`` holds the keys of the events already applied at exactly ``time_nano`` so
-    that their replay is recognised as a duplicate. Written only by
-    ``containers.execution.monitor``.
+    ``position`` is the ``EngineEvent.cursor`` of the last applied event, opaque to
+    everything but the driver that made it (Docker: its nanosecond time as a string;
+    Kubernetes: a ``resourceVersion``); empty: no cursor yet. The stream is reopened from
+    it (Docker's ``since`` is inclusive), and ``seen`` holds the keys of the events
+    already applied at exactly ``position`` so that their replay is recognised as a
+    duplicate. Written only by ``containers.execution.monitor``.
     """
 
     runtime = models.OneToOneField(Runtime, on_delete=models.CASCADE, related_name="cursor")
-    time_nano = models.BigIntegerField(default=0)
+    position = models.CharField(max_length=200, default="", blank=True)
     seen = models.JSONField(default=list, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
-        return f"{self.runtime} @ {self.time_nano}"
+        return f"{self.runtime} @ {self.position or '(none)'}"
 
 
 class Installation(models.Model):

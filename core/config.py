@@ -280,6 +280,8 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "create_queue_max_concurrency": (_integer(1, 1000), 3),
         "create_queue_max_pending": (_integer(1, 1_000_000), 50),
         "start_timeout": (_duration(1, 86400), 300.0),
+        # A Kubernetes Pod waiting for a node: how long before it fails (None: never).
+        "unschedulable_timeout": (_optional(_duration(1, 30 * 86400)), None),
         "stop_timeout": (_duration(0, 3600), 10.0),
         "reconcile_interval": (_duration(1, 86400), 30.0),
         "reconcile_engine_timeout": (_duration(0.1, 3600), 20.0),

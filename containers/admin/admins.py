@@ -68,7 +68,7 @@ from containers.spec.resolve import (
     clean_volumes,
     user_env_for,
 )
-from containers.spec.template_services import JSON_FIELDS, WRITABLE
+from containers.spec.template_services import JSON_FIELDS, WRITABLE, template_kubernetes_check
 from containers.states import NOTHING_TO_DO, OFFERED
 from core.admin_helpers import GREY, ActionsOnlyAdminMixin, ReadOnlyAdminMixin, badge
 from core.admin_lists import FlatChangelistMixin, choices_filter, related_filter, value_filter
@@ -548,6 +548,14 @@ class ContainerTemplateForm(forms.ModelForm):
                 clean_template_fields(env=cleaned["env"], secret_env=cleaned["secret_env"])
             except InvalidSpec as exc:
                 self.add_error("secret_env", exc.message)
+        if not self.errors:
+            try:
+                template_kubernetes_check(
+                    dict(cleaned), self.instance if self.instance.pk else None
+                )
+            except InvalidSpec as exc:
+                field = exc.details.get("field")
+                self.add_error(field if field in self.fields else None, exc.message)
         return cleaned
 
 

@@ -339,8 +339,9 @@ class RuntimeInputSerializer(InputSerializer):
     driver = serializers.ChoiceField(choices=Runtime.Driver.choices, default="docker")
     base_url = serializers.CharField(
         max_length=255,
-        help_text="unix:///path, tcp://host:port (with the three TLS files), or "
-        "ssh://user@host[:port].",
+        required=False,
+        help_text="docker: unix:///path, tcp://host:port (with the three TLS files), or "
+        "ssh://user@host[:port]. kubernetes: set by gobrave from the context and namespace.",
     )
     tls_ca_cert = serializers.CharField(max_length=1024, default="", allow_blank=True)
     tls_client_cert = serializers.CharField(max_length=1024, default="", allow_blank=True)
@@ -349,6 +350,22 @@ class RuntimeInputSerializer(InputSerializer):
         default="",
         allow_blank=True,
         help_text="The key file's path on gobrave's hosts; its content is never read back.",
+    )
+    kube_namespace = serializers.CharField(
+        max_length=63, default="", allow_blank=True, help_text="kubernetes: the namespace."
+    )
+    kube_config = serializers.CharField(
+        max_length=1024,
+        default="",
+        allow_blank=True,
+        help_text="kubernetes: the kubeconfig file's path on gobrave's hosts (empty: the "
+        "in-cluster service account); its content is never read back.",
+    )
+    kube_context = serializers.CharField(max_length=253, default="", allow_blank=True)
+    kube_storage_class = serializers.CharField(max_length=253, default="", allow_blank=True)
+    kube_volume_size = serializers.CharField(max_length=32, default="1Gi")
+    kube_access_mode = serializers.ChoiceField(
+        choices=Runtime.AccessMode.choices, default=Runtime.AccessMode.RWO
     )
     labels = StoredJSONField(default=dict, help_text="Label name: value (templates match them).")
     enabled = serializers.BooleanField(default=True)
@@ -372,6 +389,12 @@ class RuntimeOutputSerializer(serializers.ModelSerializer):
             "tls_ca_cert",
             "tls_client_cert",
             "tls_client_key",
+            "kube_namespace",
+            "kube_config",
+            "kube_context",
+            "kube_storage_class",
+            "kube_volume_size",
+            "kube_access_mode",
             "labels",
             "enabled",
             "workspace_driver",

@@ -1,4 +1,5 @@
-"""Engines: the objects that talk to container engines (the one seam to Docker).
+"""Engines: the objects that talk to container engines (the one seam to Docker and
+Kubernetes).
 
 Vocabulary, used the same way in every module: a ``Runtime`` is a database row (where
 gobrave may schedule); an *engine* is the object that talks to the daemon behind that
@@ -18,13 +19,29 @@ from containers.engines.base import Engine, PermanentEngineError
 if TYPE_CHECKING:
     from containers.models import Runtime
 
-_cache: dict[tuple[int, str, str, tuple[str, str, str] | None], Engine] = {}
+_cache: dict[tuple, Engine] = {}
 
 
 def fake_driver_allowed() -> bool:
     """The ``fake`` driver (an engine simulated in files) only where the settings allow it:
     the test and bench settings modules do; gobrave's own never does."""
     return bool(getattr(settings, "GOBRAVE_FAKE_RUNTIME", False))
+
+
+def driver_class(driver: str) -> type:
+    """The engine class of ``driver``: its declared capabilities (``stop_removes``,
+    ``honours_node_constraints``), read without making an engine."""
+    if driver == "kubernetes":
+        from containers.engines.kubernetes import KubernetesEngine
+
+        return KubernetesEngine
+    if driver == "fake":
+        from containers.engines.fake import FakeEngine
+
+        return FakeEngine
+    from containers.engines.docker import DockerEngine
+
+    return DockerEngine
 
 
 def engine_for(runtime: Runtime) -> Engine:
@@ -34,7 +51,19 @@ def engine_for(runtime: Runtime) -> Engine:
     row with TLS files reaches its engine over mutual TLS with them (``TLSFiles``): its
     certificate verified against that CA alone, whatever the environment says.
     """
-    key = (os.getpid(), runtime.driver, runtime.base_url, runtime.tls_files)
+    key: tuple = (os.getpid(), runtime.driver, runtime.base_url, runtime.tls_files)
+    if runtime.driver == "kubernetes":
+        from containers.engines.kubernetes import KubeTarget
+
+        target = KubeTarget(
+            namespace=runtime.kube_namespace,
+            kubeconfig=runtime.kube_config,
+            context=runtime.kube_context,
+            storage_class=runtime.kube_storage_class,
+            volume_size=runtime.kube_volume_size,
+            access_mode=runtime.kube_access_mode,
+        )
+        key = (os.getpid(), runtime.driver, target)
     if runtime.driver == "fake" and not fake_driver_allowed():
         raise PermanentEngineError(
             f"runtime {runtime.name}: the fake driver is for tests only (GOBRAVE_FAKE_RUNTIME)"
@@ -44,6 +73,10 @@ def engine_for(runtime: Runtime) -> Engine:
             from containers.engines.fake import FakeEngine
 
             _cache[key] = FakeEngine(runtime.base_url)
+        elif runtime.driver == "kubernetes":
+            from containers.engines.kubernetes import KubernetesEngine
+
+            _cache[key] = KubernetesEngine(target)
         else:
             from containers.engines.docker import DockerEngine, TLSFiles
 

@@ -2,7 +2,13 @@
 
 Every call to an engine goes through an ``Engine``. Docker is the first
 implementation (``docker.py``); ``fake.py`` is a file-backed engine that tests
-drive across processes. A Kubernetes engine would plug in here.
+drive across processes; ``kubernetes/`` runs each container as a Pod.
+
+Where drivers really differ, the driver declares it as a capability (an attribute every
+driver sets, read above the seam), never as a test of its name: ``stop_removes`` (a
+stop deletes the engine's object: a stopped Kubernetes instance has no Pod, which is
+normal, not "missing"), ``honours_node_constraints`` (constraints prefixed ``node.``
+become the engine's node selection).
 
 Errors: ``EngineError`` is retriable (the relay backs off and tries again),
 ``PermanentEngineError`` is not (the request goes dead and the instance fails). Either
@@ -28,6 +34,12 @@ class EngineError(Exception):
 
 class PermanentEngineError(EngineError):
     """An error that retrying cannot fix (image missing under pull policy never, bad spec)."""
+
+
+class EngineFullError(EngineError):
+    """The engine refuses for lack of room of its own (a Kubernetes namespace's
+    ``ResourceQuota``): the request waits and is tried again, with no attempt counted and
+    the reason shown on the instance (the handlers turn it into the relay's ``Defer``)."""
 
 
 class StaleTaskError(EngineError):
@@ -90,6 +102,12 @@ class ContainerSpec:
     tmpfs_size: int | None = None  # bytes of the /tmp tmpfs when the root is read-only
     network: str | None = None  # bridge | none | a network name; None: the engine's default
     oci_runtime: str | None = None  # e.g. runsc; None: the engine's default
+    # Keys of ``env`` whose values are secret (the template's ``secret_env``): a driver that
+    # can keep them apart does (Kubernetes: a Secret per instance, ``secretKeyRef``).
+    secret_env: list[str] = field(default_factory=list)
+    # Constraints prefixed ``node.`` without the prefix (``disktype: ssd``): the engine's
+    # node selection, on drivers that ``honours_node_constraints``.
+    node_selector: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -98,7 +116,10 @@ class ContainerState:
 
     runtime_id: str
     name: str
-    status: str  # created | running | paused | restarting | removing | exited | dead
+    # Docker's words: created | running | paused | restarting | removing | exited | dead;
+    # also rejected (the engine will never run it: ``error`` says why) and unknown (no
+    # word from its node: nothing new).
+    status: str
     labels: dict[str, str] = field(default_factory=dict)
     exit_code: int | None = None
     oom_killed: bool = False
@@ -106,6 +127,9 @@ class ContainerState:
     node_name: str = ""
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
+    # The engine accepted it and waits for room of its own (a Pod waiting for a node);
+    # ``error`` says why ("waiting for a node: ...").
+    waiting: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,8 +137,11 @@ class EngineEvent:
     """One lifecycle event of one of our containers, as the engine reported it.
 
     ``action`` is one of: ``start``, ``die``, ``oom``, ``pause``, ``unpause``,
-    ``destroy``, ``stop``, ``kill``, ``create``. ``time_nano`` orders events and
-    is the monitor's resume cursor.
+    ``destroy``, ``stop``, ``kill``, ``create``, ``wait`` (the engine waits for room of
+    its own: ``ContainerState.waiting``). ``time_nano`` is when it happened (the
+    engine's clock, or when the driver saw it). ``cursor`` is the monitor's resume point,
+    opaque to everything but the driver that made it (Docker: ``time_nano`` as a string;
+    Kubernetes: a ``resourceVersion``); empty means ``str(time_nano)``.
     """
 
     action: str
@@ -123,10 +150,27 @@ class EngineEvent:
     labels: dict[str, str]
     time_nano: int
     exit_code: int | None = None
+    cursor: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.cursor:
+            object.__setattr__(self, "cursor", str(self.time_nano))
 
 
 class Engine(Protocol):
-    """What gobrave asks of an engine. One instance per process; never shared across fork."""
+    """What gobrave asks of an engine. One instance per process; never shared across fork.
+
+    Declared capabilities (class attributes, read above the seam):
+
+    - ``stop_removes``: a stop deletes the engine's object (a Kubernetes Pod). A stopped
+      instance with no object is then normal, not "missing"; ``start`` makes the object
+      again from the stored spec.
+    - ``honours_node_constraints``: constraints prefixed ``node.`` become the engine's own
+      node selection (a ``nodeSelector``); placement skips engines that cannot honour them.
+    """
+
+    stop_removes: bool
+    honours_node_constraints: bool
 
     def ping(self) -> bool:
         """True when the engine answers."""
@@ -138,8 +182,9 @@ class Engine(Protocol):
     def node_name(self) -> str:
         """The engine host's name (for backfilling ``runtime_node_name``)."""
 
-    def image_present(self, image: str) -> bool:
-        """True when the image is in the engine's local store."""
+    def image_present(self, image: str) -> bool | None:
+        """True when the image is in the engine's local store; None when the engine cannot
+        tell (a cluster: whichever node runs the Pod pulls it, per ``imagePullPolicy``)."""
 
     def ensure_image(self, image: str, pull_policy: str) -> None:
         """Make the image available per policy; missing under ``never`` is permanent."""
@@ -162,10 +207,13 @@ class Engine(Protocol):
         permanent error.
         """
 
-    def start(self, ref: str) -> None:
+    def start(self, ref: str, spec: ContainerSpec | None = None) -> None:
         """Start (or unpause) the container. Idempotent on a running container.
 
-        ``StaleTaskError`` when the engine can no longer start this container.
+        ``spec`` is the instance's stored spec (the one its create used): a driver whose
+        stop removes its object (``stop_removes``) makes the object again from it; the
+        others ignore it. ``StaleTaskError`` when the engine can no longer start this
+        container.
         """
 
     def stop(self, ref: str, timeout: int) -> None:
@@ -222,10 +270,18 @@ class Engine(Protocol):
         one of ``labels``, filtered by the engine): its id, name, status and labels, as
         the engine lists them (no exit code, node or times: ``inspect`` has those)."""
 
-    def events(self, installation: str, since_nano: int | None = None) -> Iterator[EngineEvent]:
-        """Follow lifecycle events of our containers, from ``since_nano`` (inclusive).
+    def event_cursor_now(self) -> str:
+        """A cursor at this moment: ``events`` from it gives what happens after this call
+        (the monitor's first session starts here; its reconcile covers the past)."""
 
-        The iterator ends when the stream drops; the caller reconnects. Blocking, unlike
+    def events(self, installation: str, since: str | None = None) -> Iterator[EngineEvent]:
+        """Follow lifecycle events of our containers, from the cursor ``since`` (an
+        ``EngineEvent.cursor`` or ``event_cursor_now()``, opaque to the caller).
+
+        Never an event from before ``since``; events *at* it may come again (Docker's
+        ``since`` is inclusive and whole-second): the caller drops those it applied, by
+        cursor and ``(runtime_id, action)``. Without ``since``, only new events. The
+        iterator ends when the stream drops; the caller reconnects. Blocking, unlike
         ``follow_logs``: its one reader is the monitor, a sync process with one thread per
         engine, so an async stream would buy nothing there.
         """

@@ -291,6 +291,9 @@ class DockerEngine:
     runs the sync client's stream through ``follows.follow_in_thread``.
     """
 
+    stop_removes = False  # a stopped container stays, with its exit code and files
+    honours_node_constraints = False  # one host: a ``node.`` constraint cannot be met
+
     def __init__(
         self,
         base_url: str,
@@ -591,8 +594,9 @@ class DockerEngine:
             raise EngineError(f"create {spec.name}: the existing container is being removed")
         return existing.runtime_id
 
-    def start(self, ref: str) -> None:
+    def start(self, ref: str, spec: ContainerSpec | None = None) -> None:
         """Start the container, or unpause it when paused. Nothing when already running.
+        ``spec`` is not needed: a stopped container is still there.
 
         A missing container is a PermanentEngineError (HTTP 404), as is a command that
         cannot be executed (HTTP 400). When the engine answers that a task for this very
@@ -786,35 +790,48 @@ class DockerEngine:
 
     # -- events -----------------------------------------------------------------------------
 
+    def event_cursor_now(self) -> str:
+        """Now on this host's clock, in nanoseconds (the daemon's clock is the same
+        machine's or close to it; a skew only replays or skips what the reconcile
+        settles)."""
+        return str(time.time_ns())
+
     def events(
         self,
         installation: str,
-        since_nano: int | None = None,
+        since: str | int | None = None,
         *,
         until_nano: int | None = None,
     ) -> Iterator[EngineEvent]:
         """Follow lifecycle events of this installation's containers.
 
-        From ``since_nano`` inclusive, at whole-second granularity, so events at the
-        cursor's second may be delivered again (callers drop duplicates by time_nano).
-        Without ``since_nano`` only new events arrive. ``until_nano`` (not in the
-        protocol) ends the stream at that time instead of following. Raises
-        EngineError when the daemon is unreachable; the iterator simply ends when the
-        stream drops.
+        ``since`` is a cursor (nanoseconds as a string, ``EngineEvent.cursor``). Docker's
+        own ``since`` is inclusive and whole-second, so the stream is asked from the
+        cursor's second and events before the cursor are dropped here; events at exactly
+        the cursor come again (callers drop those they applied). Without ``since`` only
+        new events arrive. ``until_nano`` (not in the protocol) ends the stream at that
+        time instead of following. Raises EngineError when the daemon is unreachable;
+        the iterator simply ends when the stream drops.
         """
         filters = {
             "type": "container",
             "label": f"{LABEL_INSTALLATION}={installation}",
             "event": sorted(EVENT_ACTIONS),
         }
-        since = None if since_nano is None else since_nano // _NANO
+        try:
+            since_nano = None if since in (None, "") else int(since)  # type: ignore[arg-type]
+        except ValueError:
+            since_nano = None  # a cursor of another driver (the row changed driver): from now
+        since_second = None if since_nano is None else since_nano // _NANO
         until = None if until_nano is None else f"{until_nano // _NANO}.{until_nano % _NANO:09d}"
         with _translated("events"):
-            stream = self._api().events(since=since, until=until, filters=filters, decode=True)
-        return self._follow(stream)
+            stream = self._api().events(
+                since=since_second, until=until, filters=filters, decode=True
+            )
+        return self._follow(stream, since_nano or 0)
 
     @staticmethod
-    def _follow(stream: Any) -> Iterator[EngineEvent]:
+    def _follow(stream: Any, since_nano: int = 0) -> Iterator[EngineEvent]:
         try:
             while True:
                 try:
@@ -829,7 +846,7 @@ class DockerEngine:
                     event = _to_event(raw) if isinstance(raw, dict) else None
                 except (ValueError, TypeError):
                     event = None  # one malformed message must not stop the stream for good
-                if event is not None:
+                if event is not None and event.time_nano >= since_nano:
                     yield event
         finally:
             with contextlib.suppress(Exception):

@@ -53,6 +53,9 @@ FOLLOW_POLL = 0.05  # how often a follow looks whether its container still runs
 
 
 class FakeEngine:
+    stop_removes = False
+    honours_node_constraints = False
+
     def __init__(self, base_url: str) -> None:
         self.root = Path(base_url.removeprefix("fake://"))
         self.root.mkdir(parents=True, exist_ok=True)
@@ -179,6 +182,12 @@ class FakeEngine:
         with self._locked():
             existing = self._load(spec.name)
             if existing:
+                theirs = existing["labels"].get("io.gobrave.instance")
+                if theirs != spec.labels.get("io.gobrave.instance"):
+                    raise PermanentEngineError(
+                        f"create {spec.name}: the name is held by container"
+                        f" {existing['runtime_id'][:12]} of instance {theirs!r}"
+                    )
                 return existing["runtime_id"]
             data = {
                 "runtime_id": uuid.uuid4().hex,
@@ -194,7 +203,7 @@ class FakeEngine:
             self._emit("create", data)
             return data["runtime_id"]
 
-    def start(self, ref: str) -> None:
+    def start(self, ref: str, spec: ContainerSpec | None = None) -> None:
         self._gate("start", ref)
         with self._locked():
             data = self._load(ref)
@@ -321,21 +330,22 @@ class FakeEngine:
                 )
         return states
 
-    def events(self, installation: str, since_nano: int | None = None) -> Iterator[EngineEvent]:
-        """Replay logged events of ``installation`` from ``since_nano``, then end.
+    def event_cursor_now(self) -> str:
+        return str(time.time_ns())
 
-        Inclusive and at whole-second granularity (as Docker's ``since``), so events at
-        the cursor's second come again. Without ``since_nano`` nothing is replayed.
-        """
+    def events(self, installation: str, since: str | None = None) -> Iterator[EngineEvent]:
+        """Replay logged events of ``installation`` from the cursor ``since`` (nanoseconds
+        as a string, inclusive, as Docker's), then end. Without ``since`` nothing is
+        replayed."""
         self._gate("events", installation)
-        if since_nano is None:
+        if not since:
             return iter(())
-        floor = since_nano // 1_000_000_000 * 1_000_000_000
+        since_nano = int(since)
         return iter(
             [
                 event
                 for event in self.event_log()
-                if event.time_nano >= floor
+                if event.time_nano >= since_nano
                 and event.labels.get("io.gobrave.installation") == installation
             ]
         )

@@ -24,6 +24,7 @@ from containers.engines.base import (
     ContainerSpec,
     Engine,
     EngineError,
+    EngineFullError,
     Mount,
     PermanentEngineError,
     StaleTaskError,
@@ -119,7 +120,7 @@ _SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(ContainerSpec))
 
 
 def _spec(instance: ContainerInstance) -> ContainerSpec:
-    """The runtime's part of the stored spec (``secret_env`` and the like stay ours)."""
+    """The runtime's part of the stored spec (with which env keys are secret)."""
     data = {k: v for k, v in instance.spec.items() if k in _SPEC_FIELDS}
     data["mounts"] = [Mount(**m) for m in data.get("mounts", [])]
     return ContainerSpec(**data)
@@ -204,7 +205,7 @@ def handle_create(event: OutboxEvent) -> Outcome:
     if not _record_created(instance, engine, runtime_id):
         return Outcome.SUPERSEDED
     try:
-        engine.start(runtime_id)
+        engine.start(runtime_id, spec)
     except StaleTaskError as exc:
         runtime_id = _replace_stale(instance, engine, spec, runtime_id, exc)
         if not runtime_id:
@@ -252,7 +253,7 @@ def _replace_stale(
     runtime_id = engine.create(spec)
     if not _record_created(instance, engine, runtime_id):
         return ""
-    engine.start(runtime_id)
+    engine.start(runtime_id, spec)
     return runtime_id
 
 
@@ -345,20 +346,26 @@ def _remove_abandoned(instance_id: str) -> None:
 
 
 def handle_start(event: OutboxEvent) -> Outcome:
-    """Start the instance's existing container (contract §4); one the engine can no
-    longer start (``StaleTaskError``) fails the start at once, saying so."""
+    """Start the instance's container (contract §4) from its stored spec; one the engine
+    can no longer start (``StaleTaskError``) fails the start at once, saying so.
+
+    On an engine whose stop removes its object (``stop_removes``: a Kubernetes Pod) a
+    stopped instance has none, and the start makes it again from the stored spec;
+    elsewhere a missing container is permanent ("removed outside gobrave").
+    """
     instance = _begin(event, ready=Status.START_PENDING, doing=Status.STARTING, gated=True)
     if instance is None:
         return Outcome.SUPERSEDED
     engine = engine_for(instance.runtime)
     state = engine.inspect(_ref(instance))
-    if state is None:
+    if state is None and not engine.stop_removes:
         raise PermanentFailure(
             f"container {instance.container_name} is missing (removed outside gobrave)"
         )
     _prepare(instance, engine)
+    ref = state.runtime_id if state else instance.container_name
     try:
-        engine.start(state.runtime_id)
+        engine.start(ref, _spec(instance))
     except StaleTaskError as exc:
         # Unlike a create's, this container holds the user's files and logs: it is not
         # replaced, and no retry can start it (the engine keeps the stale task through
@@ -368,11 +375,14 @@ def handle_start(event: OutboxEvent) -> Outcome:
             " engine keeps a stale task for it (a daemon restart cut an earlier start"
             " short); delete the instance and create a new one"
         ) from exc
-    _apply(instance, engine, state.runtime_id, Status.STARTING)
+    _apply(instance, engine, ref, Status.STARTING)
     return Outcome.SENT
 
 
 def handle_stop(event: OutboxEvent) -> Outcome:
+    """Stop the instance's container with ``stop_timeout`` and record ``stopped``; on an
+    engine whose stop removes its object (``stop_removes``), finding none after it is
+    normal, not "missing"."""
     instance = _begin(event, ready=Status.STOP_PENDING, doing=Status.STOPPING, gated=False)
     if instance is None:
         return Outcome.SUPERSEDED
@@ -382,7 +392,9 @@ def handle_stop(event: OutboxEvent) -> Outcome:
     with transaction.atomic():
         instance = instance_lock(instance.id)
         if instance is not None and instance.status == Status.STOPPING:
-            instance.runtime_missing = state is None
+            # On an engine whose stop removes its object, none is what a stop leaves.
+            gone = state is None and not engine.stop_removes
+            instance.runtime_missing = gone
             instance.save(update_fields=["runtime_missing"])
             exit_code = state.exit_code if state else None
             move(
@@ -390,7 +402,7 @@ def handle_stop(event: OutboxEvent) -> Outcome:
                 Status.STOPPED,
                 actor=WORKER,
                 exit_code=exit_code,
-                message="stopped" if state else "stopped (container was already gone)",
+                message="stopped (container was already gone)" if gone else "stopped",
             )
     return Outcome.SENT
 
@@ -500,14 +512,29 @@ def on_retry(event: OutboxEvent, retry: Retry) -> None:
     log.info("instance %s %s request #%s: %s", instance.id, instance.status, event.id, reason)
 
 
+def _waiting_reason(event: OutboxEvent, reason: str) -> None:
+    """Show why a request waits on its instance (the next transition replaces it), if the
+    request still owns it."""
+    with transaction.atomic():
+        instance = instance_lock(event.aggregate_id)
+        if instance is not None and instance.status in REQUEST_STATES.get(event.kind, ()):
+            instance.status_reason = reason[:1000]
+            instance_save(instance, ("status_reason",))
+
+
 def _translated(handler: Callable[[OutboxEvent], Outcome]) -> Callable[[OutboxEvent], Outcome]:
     """Map the engine's error classes onto the relay's (the relay knows no engine): a
-    permanent one goes dead at once, any other is retried with its message as the reason
-    (``RetryLater``, the engine's Retry-After as the backoff's floor)."""
+    full engine (``EngineFullError``: a namespace quota) defers the request with the
+    reason shown, a permanent error goes dead at once, any other is retried with its
+    message as the reason (``RetryLater``, the engine's Retry-After as the backoff's
+    floor)."""
 
     def run(event: OutboxEvent) -> Outcome:
         try:
             return handler(event)
+        except EngineFullError as exc:  # the engine's own room: wait, no attempt counted
+            _waiting_reason(event, f"waiting: {exc}")
+            raise Defer(str(exc), delay=exc.retry_after or ENGINE_AWAY_RECHECK_SECONDS) from exc
         except PermanentEngineError as exc:
             raise PermanentFailure(str(exc)) from exc
         except EngineError as exc:

@@ -37,12 +37,15 @@ def runtimes_matching(*, template: ContainerTemplate, runtimes: Iterable[Runtime
 
 def template_image_status(*, template: ContainerTemplate, runtimes: Iterable[Runtime]) -> str:
     """``present`` when every reachable matching runtime has the image, ``missing`` when one
-    lacks it, ``unknown`` when no matching runtime answered. Makes engine calls; no DB writes.
+    lacks it, ``unknown`` when no matching runtime answered (or none can tell: a cluster).
+    Makes engine calls; no DB writes.
     """
     answers = []
     for runtime in runtimes_matching(template=template, runtimes=runtimes):
         try:
-            answers.append(engine_for(runtime).image_present(template.image))
+            answer = engine_for(runtime).image_present(template.image)
+            if answer is not None:
+                answers.append(answer)
         except EngineError as exc:
             log.warning(
                 "image check of %s on runtime %s failed: %s", template.image, runtime.name, exc

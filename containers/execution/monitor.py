@@ -76,7 +76,8 @@ from outbox import liveness
 log = logging.getLogger(__name__)
 
 # Events after which the container's state may differ from what the instance says.
-APPLIED_ACTIONS = frozenset({"start", "die", "oom", "pause", "unpause", "destroy"})
+# ``wait``: the engine waits for room of its own (a Pod waiting for a node).
+APPLIED_ACTIONS = frozenset({"start", "die", "oom", "pause", "unpause", "destroy", "wait"})
 BACKOFF_FIRST = 1.0
 BACKOFF_CAP = 30.0
 HEALTHY_STREAM = 60.0  # a stream that lasted this long restarts the backoff
@@ -110,32 +111,30 @@ def event_key(event: EngineEvent) -> str:
 
 
 def cursor_for(runtime: Runtime) -> MonitorCursor:
-    """The runtime's cursor row, made on first use at ``time_nano`` 0 (no cursor yet)."""
+    """The runtime's cursor row, made on first use with no position (no cursor yet)."""
     cursor, _ = MonitorCursor.objects.get_or_create(runtime=runtime)
     return cursor
 
 
 def is_duplicate(cursor: MonitorCursor, event: EngineEvent) -> bool:
-    """True for an event already applied: older than the cursor, or seen at its time.
+    """True for an event already applied: one seen at the cursor's exact position.
 
-    ``since`` is inclusive (and whole-second on Docker), so a reopened stream replays
-    the events around the cursor; their keys at exactly ``time_nano`` tell them apart
-    from a new event stamped the same nanosecond.
+    The cursor is opaque (``EngineEvent.cursor``): the driver never sends an event from
+    before it (``Engine.events``), but may send those *at* it again (Docker's ``since``
+    is inclusive); their keys at exactly ``position`` tell them apart from a new event
+    with the same cursor (Docker: stamped the same nanosecond).
     """
-    if event.time_nano < cursor.time_nano:
-        return True
-    return event.time_nano == cursor.time_nano and event_key(event) in cursor.seen
+    return event.cursor == cursor.position and event_key(event) in cursor.seen
 
 
 def cursor_advance(cursor: MonitorCursor, event: EngineEvent, *, store_every: float = 0.0) -> None:
-    """Move the cursor to ``event`` (never backwards); store it unless it was stored less
-    than ``store_every`` seconds ago (``cursor_store`` stores the rest)."""
-    if event.time_nano > cursor.time_nano:
-        cursor.time_nano, cursor.seen = event.time_nano, [event_key(event)]
-    elif event.time_nano == cursor.time_nano:
-        cursor.seen = [*cursor.seen, event_key(event)][-SEEN_MAX:]
+    """Move the cursor to ``event`` (the stream's order is the cursor's); store it unless
+    it was stored less than ``store_every`` seconds ago (``cursor_store`` stores the
+    rest)."""
+    if event.cursor != cursor.position:
+        cursor.position, cursor.seen = event.cursor, [event_key(event)]
     else:
-        return
+        cursor.seen = [*cursor.seen, event_key(event)][-SEEN_MAX:]
     cursor.unstored = True
     cursor_store(cursor, every=store_every)
 
@@ -145,7 +144,7 @@ def cursor_store(cursor: MonitorCursor, *, every: float = 0.0) -> None:
     more."""
     due = time.monotonic() - getattr(cursor, "stored_at", -math.inf) >= every
     if due and getattr(cursor, "unstored", False):
-        prepared.update(cursor, ("time_nano", "seen", "updated_at"))
+        prepared.update(cursor, ("position", "seen", "updated_at"))
         cursor.unstored, cursor.stored_at = False, time.monotonic()
 
 
@@ -378,13 +377,14 @@ class Follower:
         read already), ask for a reconcile, hand events to the appliers until the stream
         ends, wait until they are applied, store the cursor. Returns how many events
         arrived."""
-        if cursor is None or not cursor.time_nano:
+        engine = engine_for(runtime)
+        if cursor is None or not cursor.position:
             with self.monitor.db():
                 cursor = cursor or cursor_for(runtime)
-                if not cursor.time_nano:  # first run: from now; the reconcile covers the past
-                    cursor.time_nano = time.time_ns()
-                    cursor.save(update_fields=["time_nano", "updated_at"])
-        stream = engine_for(runtime).events(self.monitor.installation, cursor.time_nano)
+                if not cursor.position:  # first run: from now; the reconcile covers the past
+                    cursor.position = engine.event_cursor_now()
+                    cursor.save(update_fields=["position", "updated_at"])
+        stream = engine.events(self.monitor.installation, cursor.position)
         with self.step:
             self.cursor, self.runtime, self.seen = cursor, runtime, StreamSeen()
         self.health_record(runtime, reachable=True)

@@ -49,6 +49,8 @@ def target_for(
         return Observation(Status.RUNNING, started=True)
     if state.status == "paused":
         return Observation(Status.PAUSED, started=True)
+    if state.status == "rejected":  # the engine will never run it (an image it cannot pull)
+        return Observation(Status.FAILED, state.error or "the engine refused the container")
     if state.status in ("exited", "dead"):
         code = state.exit_code
         if current == Status.STOPPED:

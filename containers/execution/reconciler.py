@@ -57,7 +57,9 @@ def _config() -> dict[str, Any]:
 def instance_fail_stuck(*, instance_id: uuid.UUID | str) -> bool:
     """Fail an instance that has held a create/start slot past ``start_timeout``.
 
-    Slot-holding time only (``containers.requests.slots``), on the database's clock: never while
+    An instance its engine holds waiting for room of its own is judged by
+    ``unschedulable_timeout`` instead (``_fail_waited_too_long``). Slot-holding time
+    only (``containers.requests.slots``), on the database's clock: never while
     a worker holds its request under a live lease (the worker is still in its runtime
     calls and will apply what it finds), nor while the request waits for a retry
     (``max_attempts`` bounds that). Locks the instance row, moves it to ``failed`` with
@@ -70,6 +72,8 @@ def instance_fail_stuck(*, instance_id: uuid.UUID | str) -> bool:
         instance = ContainerInstance.objects.select_for_update().filter(id=instance_id).first()
         if instance is None or instance.status not in ACTIVE_SLOTS:
             return False
+        if instance.engine_waiting_since is not None:
+            return _fail_waited_too_long(instance)
         hold = slot_hold(instance_id=instance.id)
         if not hold.held or hold.leased or hold.seconds is None or hold.seconds < timeout:
             return False
@@ -84,6 +88,30 @@ def instance_fail_stuck(*, instance_id: uuid.UUID | str) -> bool:
             ),
         )
         return True
+
+
+def _fail_waited_too_long(instance: ContainerInstance) -> bool:
+    """An instance the engine holds waiting for room of its own (a Pod waiting for a
+    node): ``start_timeout`` does not run; ``unschedulable_timeout`` (empty: never), on
+    the app's clock from ``engine_waiting_since``, fails it. Inside the caller's
+    transaction, on the locked row."""
+    limit = _config().get("unschedulable_timeout")
+    if limit is None or instance.engine_waiting_since is None:
+        return False
+    waited = (timezone.now() - instance.engine_waiting_since).total_seconds()
+    if waited < float(limit):
+        return False
+    move(
+        instance,
+        Status.FAILED,
+        actor=RECONCILER,
+        kind="unschedulable_timeout",
+        reason=(
+            f"unschedulable_timeout: waited {waited:.0f}s for room on the engine (limit"
+            f" {float(limit):g}s): {instance.status_reason}"
+        )[:2000],
+    )
+    return True
 
 
 @dataclass

@@ -28,6 +28,7 @@ import uuid
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from containers.engines import engine_for
 from containers.engines.base import ContainerState, Engine
@@ -35,7 +36,7 @@ from containers.engines.labels import LABEL_INSTANCE
 from containers.execution.observe import apply_observation, target_for
 from containers.models import ContainerEvent, ContainerInstance
 from containers.queues import RequestKind
-from containers.states import IN_FLIGHT, Status
+from containers.states import ACTIVE_SLOTS, IN_FLIGHT, Status
 from core import prepared
 from outbox.models import UNFINISHED, OutboxEvent
 
@@ -139,8 +140,10 @@ def instance_sync(
     3. Lock the row; if its state moved meanwhile, stop (``RACED``).
     4. Backfill the node name and container id.
     5. Apply ``target_for`` by the shortest true path. Not applied: a container missing
-       for a ``deleting`` instance (our own delete did it), and a ``stopped`` instance
-       already marked missing (recorded once, when first seen).
+       for a ``deleting`` instance (our own delete did it), for a ``stopped`` instance
+       on an engine whose stop removes its object (``Engine.stop_removes``: normal),
+       and a ``stopped`` instance already marked missing (recorded once, when first
+       seen).
     ``data`` (e.g. the engine event that prompted the look) goes on the history entries.
     """
     instance = read or instance_read(instance_id)
@@ -172,7 +175,7 @@ def instance_sync(
             return Sync.UNCHANGED
         if state is None and (
             locked.status == Status.DELETING
-            or (locked.status == Status.STOPPED and locked.runtime_missing)
+            or (locked.status == Status.STOPPED and (locked.runtime_missing or engine.stop_removes))
         ):
             return Sync.UNCHANGED
         changed = state_apply(locked, state, actor=actor, data=data)
@@ -244,6 +247,44 @@ def _recorded_after(instance: ContainerInstance, time_nano: int | None) -> bool:
     return instance.status_changed_at > died
 
 
+def _engine_wait_record(instance: ContainerInstance, state: ContainerState | None) -> None:
+    """Record whether the engine waits for room of its own for this instance (a Pod
+    waiting for a node: ``ContainerState.waiting``), on the locked row: from when
+    (``engine_waiting_since``, which frees its slot and pauses ``start_timeout``) and
+    why (its ``status_reason``, until the next transition). Cleared once it no longer
+    waits."""
+    waiting = state is not None and state.waiting and instance.status in ACTIVE_SLOTS
+    if waiting and instance.engine_waiting_since is None:
+        instance.engine_waiting_since = timezone.now()
+        instance.status_reason = state.error[:1000] if state else ""
+        instance.save(update_fields=["engine_waiting_since", "status_reason"])
+    elif waiting and state is not None and instance.status_reason != state.error[:1000]:
+        instance.status_reason = state.error[:1000]
+        instance.save(update_fields=["status_reason"])
+    elif not waiting and instance.engine_waiting_since is not None:
+        instance.engine_waiting_since = None
+        instance.save(update_fields=["engine_waiting_since"])
+
+
+# The reason a container whose node stopped reporting shows (its instance keeps its state).
+SILENT_PREFIX = "no word from its node: "
+
+
+def _engine_silence_record(instance: ContainerInstance, state: ContainerState | None) -> None:
+    """A container whose node stopped reporting (``unknown``: a Kubernetes Pod on a lost
+    node) is no failure, as an unreachable engine is none: its instance keeps its state
+    and says why in ``status_reason``, cleared when the engine hears from it again.
+    ``engine_lost_after`` is the only bound. On the locked row."""
+    if state is not None and state.status == "unknown":
+        reason = f"{SILENT_PREFIX}{state.error or 'the engine cannot tell its state'}"[:1000]
+        if instance.status_reason != reason:
+            instance.status_reason = reason
+            instance.save(update_fields=["status_reason"])
+    elif state is not None and instance.status_reason.startswith(SILENT_PREFIX):
+        instance.status_reason = ""
+        instance.save(update_fields=["status_reason"])
+
+
 def state_apply(
     instance: ContainerInstance,
     state: ContainerState | None,
@@ -257,6 +298,8 @@ def state_apply(
     when the instance's state changed; an observation that cannot be applied is recorded
     on the history with the reason (see ``observe.apply_observation``).
     """
+    _engine_wait_record(instance, state)
+    _engine_silence_record(instance, state)
     observation = target_for(
         state, instance.status, memory_limited=bool(instance.spec.get("memory"))
     )

@@ -25,6 +25,12 @@ WRITABLE = (
     "tls_ca_cert",
     "tls_client_cert",
     "tls_client_key",
+    "kube_namespace",
+    "kube_config",
+    "kube_context",
+    "kube_storage_class",
+    "kube_volume_size",
+    "kube_access_mode",
     "labels",
     "enabled",
 )
@@ -76,5 +82,7 @@ def runtime_update(*, runtime_id: int, **fields: Any) -> Runtime:
         for field, value in fields.items():
             setattr(runtime, field, value)
         _checked(runtime)
-        runtime.save(update_fields=list(fields))
+        # clean() derives a kubernetes row's base_url and fills its blank defaults.
+        derived = {"base_url", "kube_volume_size", "kube_access_mode"}
+        runtime.save(update_fields=sorted({*fields, *derived}))
     return runtime

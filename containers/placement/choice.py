@@ -17,9 +17,10 @@ from typing import Any
 
 from django.db.models import Count
 
+from containers.engines import driver_class
 from containers.errors import NoMatchingRuntime, RuntimesCordoned
 from containers.models import ContainerInstance, Runtime
-from containers.spec.resolve import clean_constraints
+from containers.spec.resolve import NODE_CONSTRAINT_PREFIX, clean_constraints
 from containers.states import IN_FLIGHT, Status
 from core import prepared
 
@@ -59,10 +60,19 @@ def runtime_select(
     if among is not None:
         chosen = {r.pk for r in among}
         candidates = [runtime for runtime in candidates if runtime.pk in chosen]
+    # ``node.`` constraints are the cluster's to match (a nodeSelector), not labels: only
+    # a driver that honours them takes the template (a Docker engine cannot).
+    on_nodes = any(k.startswith(NODE_CONSTRAINT_PREFIX) for each in wanted for k in each)
     matching = [
         runtime
         for runtime in candidates
-        if all(str(runtime.labels.get(k)) == v for each in wanted for k, v in each.items())
+        if all(
+            str(runtime.labels.get(k)) == v
+            for each in wanted
+            for k, v in each.items()
+            if not k.startswith(NODE_CONSTRAINT_PREFIX)
+        )
+        and (not on_nodes or driver_class(runtime.driver).honours_node_constraints)
     ]
     cordoned = [runtime for runtime in matching if runtime.cordoned and not include_cordoned]
     if cordoned and len(cordoned) == len(matching):

@@ -8,7 +8,9 @@ An instance holds a slot while it is ``creating`` or ``starting`` and its reques
 in flight: ``processing`` under a live lease (claimed, whether or not a worker has begun
 it), or finished while the instance has not settled yet (the worker returned; the
 instance reaches ``running``, ``failed`` or ``stopped`` by the events or the reconciler).
-It holds none while its request waits: ``pending`` (a retry's backoff, a deferral, a claim
+It holds none while the engine, having accepted it, waits for room of its own (a
+Kubernetes Pod waiting for a node: ``engine_waiting_since``). It holds none while its
+request waits: ``pending`` (a retry's backoff, a deferral, a claim
 held back), or ``processing`` under a lease that ran out (its worker died; the row is due
 again). So the count never passes ``create_queue_max_concurrency``, because every way into
 a slot takes the capacity gate and counts the others first:
@@ -68,7 +70,10 @@ def _waiting_rows():
 
 def _holding(*, exclude: uuid.UUID | str | None = None):
     """The instances that hold a slot (the one definition; see the module docstring)."""
-    active = ContainerInstance.objects.filter(status__in=ACTIVE_SLOTS)
+    # One the engine accepted and that waits for room of its own holds none (section 9).
+    active = ContainerInstance.objects.filter(
+        status__in=ACTIVE_SLOTS, engine_waiting_since__isnull=True
+    )
     if exclude is not None:
         active = active.exclude(id=exclude)
     return active.filter(~Exists(_waiting_rows()))

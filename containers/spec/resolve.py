@@ -238,6 +238,21 @@ def clean_resources(resources: Any) -> dict[str, Any]:
     return cleaned
 
 
+# Constraints with this prefix are the cluster's to match (a Kubernetes ``nodeSelector``),
+# not runtime labels; only engines that honour them take such a template.
+NODE_CONSTRAINT_PREFIX = "node."
+
+
+def node_selector(constraints: dict[str, str]) -> dict[str, str]:
+    """The ``node.`` constraints without their prefix (``node.disktype: ssd`` ->
+    ``disktype: ssd``): the engine's node selection."""
+    return {
+        key.removeprefix(NODE_CONSTRAINT_PREFIX): value
+        for key, value in constraints.items()
+        if key.startswith(NODE_CONSTRAINT_PREFIX)
+    }
+
+
 def clean_constraints(constraints: Any) -> dict[str, str]:
     if constraints in (None, ""):
         return {}
@@ -554,6 +569,7 @@ def resolve_spec(
         "mounts": resolved_mounts,
         **hardening,
         "secret_env": secret,
+        "node_selector": node_selector(clean_constraints(getattr(template, "constraints", {}))),
         "workspace": (
             dict(workspace) if any(m.get("workspace") for m in resolved_mounts) else None
         ),

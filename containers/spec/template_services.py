@@ -18,6 +18,7 @@ from django.db.models import ProtectedError
 
 from containers.errors import InvalidSpec, NotFound, TemplateInUse
 from containers.models import ContainerTemplate
+from containers.spec.kubernetes_fit import kubernetes_problems, kubernetes_runtimes_for
 from containers.spec.resolve import check_volume_roots, clean_template_fields
 
 # The template's JSON fields, each checked by ``clean_template_fields``.
@@ -53,9 +54,36 @@ def _clean(fields: dict[str, Any], current: ContainerTemplate | None = None) -> 
             env=cleaned.get("env", current.env),
             secret_env=cleaned.get("secret_env", current.secret_env),
         )
+    template_kubernetes_check(cleaned, current)
     if groups is not None:
         cleaned["allowed_groups"] = _groups(groups)
     return cleaned
+
+
+def template_kubernetes_check(cleaned: dict[str, Any], current: ContainerTemplate | None) -> None:
+    """``InvalidSpec`` when the template (as it will be) could be placed on a Kubernetes
+    runtime and asks what Pod Security "restricted" forbids (``spec.kubernetes_fit``).
+    The API's writes and the admin's form both ask it. Reads the runtimes."""
+
+    def value(name: str, empty: Any) -> Any:
+        if name in cleaned:
+            return cleaned[name] or empty
+        return (getattr(current, name, None) or empty) if current is not None else empty
+
+    runtimes = kubernetes_runtimes_for(value("constraints", {}))
+    if not runtimes:
+        return
+    problems = kubernetes_problems(
+        security=value("security", {}),
+        volumes=value("volumes", []),
+        config=settings.GOBRAVE["container"]["security"],
+    )
+    if problems:
+        field = problems[0].split(":")[0].split(".")[0]
+        raise InvalidSpec(
+            f"{problems[0]} (the template may run on Kubernetes runtime {runtimes[0]})",
+            field=field,
+        )
 
 
 def _groups(names: list[str]) -> list[Group]:

@@ -90,3 +90,30 @@ def test_the_api_writes_exactly_the_fields_the_admin_form_writes():
     from containers.fleet import runtimes
 
     assert set(s.RuntimeInputSerializer().fields) == set(runtimes.WRITABLE)
+
+
+def test_a_kubernetes_runtime_is_added_with_its_namespace_and_kubeconfig_path(root, tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    body = {
+        "name": "cluster-1",
+        "driver": "kubernetes",
+        "kube_namespace": "users",
+        "kube_config": str(kubeconfig),
+        "kube_context": "prod",
+        "kube_access_mode": "ReadWriteMany",
+    }
+    response = root.post("/api/runtimes/", body, format="json")
+    assert response.status_code == 201, response.content
+    shown = response.json()
+    assert {k: shown[k] for k in body} == body, shown
+    assert shown["base_url"] == "kubernetes://prod/users"  # derived: one engine per namespace
+    assert shown["kube_volume_size"] == "1Gi"
+
+
+def test_a_kubernetes_runtime_without_a_namespace_is_a_400_and_saves_nothing(root):
+    body = {"name": "cluster-2", "driver": "kubernetes", "kube_config": "relative/kubeconfig"}
+    response = root.post("/api/runtimes/", body, format="json")
+    error = assert_error(response, 400, "invalid_runtime")
+    assert set(error["details"]["fields"]) == {"kube_namespace", "kube_config"}, error
+    assert not Runtime.objects.filter(name="cluster-2").exists()

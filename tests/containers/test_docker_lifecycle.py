@@ -187,11 +187,11 @@ def test_a_created_container_shows_on_its_instance_before_it_started(
     gobrave_config(outbox={"backoff_base": 600, "backoff_cap": 600})  # due only on retry now
     real_start, failures = DockerEngine.start, []
 
-    def start_once_refused(self, ref):
+    def start_once_refused(self, ref, spec=None):
         if not failures:
             failures.append(ref)
             raise EngineError("the engine went away between create and start")
-        return real_start(self, ref)
+        return real_start(self, ref, spec)
 
     monkeypatch.setattr(DockerEngine, "start", start_once_refused)
     instance = create(dock.template(["sleep", "1000"]), owner)

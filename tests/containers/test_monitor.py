@@ -171,7 +171,7 @@ def test_an_event_while_a_worker_holds_the_request_is_left_to_the_worker(
     event = engine.set_state(instance.container_id, "exited", exit_code=137)
     assert apply(fake_runtime, event) == Sync.BUSY
     assert stored(instance).status == "stopping"
-    assert cursor_for(fake_runtime).time_nano == event.time_nano  # the cursor moves on
+    assert cursor_for(fake_runtime).position == event.cursor  # the cursor moves on
 
 
 @pytest.mark.django_db
@@ -259,10 +259,10 @@ def test_a_cursor_is_stored_at_most_every_store_every_seconds_and_then_on_demand
         event=EngineEvent("die", "b", "n", {}, 200),
         store_every=3600,
     )
-    assert cursor.time_nano == 200
-    assert cursor_for(fake_runtime).time_nano == 100  # the first was stored, not the second
+    assert cursor.position == "200"
+    assert cursor_for(fake_runtime).position == "100"  # the first was stored, not the second
     cursor_store(cursor)
-    assert (cursor_for(fake_runtime).time_nano, cursor_for(fake_runtime).seen) == (200, ["b/die"])
+    assert (cursor_for(fake_runtime).position, cursor_for(fake_runtime).seen) == ("200", ["b/die"])
 
 
 @pytest.mark.django_db(transaction=True)  # a session closes old connections
@@ -277,7 +277,7 @@ def test_a_session_stores_where_its_cursor_got_when_its_stream_ends(place, engin
         for state, code in (("paused", None), ("running", None), ("exited", 0))
     ]
     assert follower.session(fake_runtime) >= 3
-    assert cursor_for(fake_runtime).time_nano == events[-1].time_nano, events
+    assert cursor_for(fake_runtime).position == events[-1].cursor, events
 
 
 @pytest.mark.django_db(transaction=True)
@@ -289,13 +289,13 @@ def test_a_quiet_streams_cursor_is_stored_by_the_main_thread_within_a_second(fak
     event_apply(runtime=fake_runtime, cursor=follower.cursor, event=event, store_every=3600)
     event = EngineEvent("die", "b", "n", {}, 200)
     event_apply(runtime=fake_runtime, cursor=follower.cursor, event=event, store_every=3600)
-    assert cursor_for(fake_runtime).time_nano == 100
+    assert cursor_for(fake_runtime).position == "100"
     with follower.step:  # a follower applying an event is never raced
         monitor._cursors_store()
-        assert cursor_for(fake_runtime).time_nano == 100
+        assert cursor_for(fake_runtime).position == "100"
     follower.cursor.stored_at -= CURSOR_STORE_EVERY  # its last store was a second ago
     monitor._cursors_store()
-    assert cursor_for(fake_runtime).time_nano == 200
+    assert cursor_for(fake_runtime).position == "200"
 
 
 @pytest.mark.django_db
@@ -303,7 +303,7 @@ def test_an_event_of_a_container_with_no_instance_only_moves_the_cursor(engine, 
     event = EngineEvent("start", "abc", "gb-x", {"io.gobrave.instance": str(uuid.uuid4())}, 5)
     assert apply(fake_runtime, event) == IGNORED
     assert apply(fake_runtime, EngineEvent("start", "abc", "x", {}, 6)) == IGNORED
-    assert cursor_for(fake_runtime).time_nano == 6
+    assert cursor_for(fake_runtime).position == "6"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -460,22 +460,23 @@ def test_a_replayed_event_is_a_duplicate_and_changes_nothing(place, engine, fake
     assert len(history(instance)) == 1
 
 
-def test_duplicates_are_older_than_the_cursor_or_seen_at_its_time():
-    cursor = MonitorCursor(time_nano=100, seen=["a/die"])
-    assert is_duplicate(cursor, EngineEvent("start", "a", "n", {}, 99))
+def test_duplicates_are_the_events_seen_at_the_cursors_exact_position():
+    cursor = MonitorCursor(position="100", seen=["a/die"])
     assert is_duplicate(cursor, EngineEvent("die", "a", "n", {}, 100))
+    assert is_duplicate(cursor, EngineEvent("die", "a", "n", {}, 7, cursor="100"))  # opaque
     assert not is_duplicate(cursor, EngineEvent("destroy", "a", "n", {}, 100))
     assert not is_duplicate(cursor, EngineEvent("die", "b", "n", {}, 100))
     assert not is_duplicate(cursor, EngineEvent("die", "a", "n", {}, 101))
 
 
 @pytest.mark.django_db
-def test_the_cursor_keeps_every_key_seen_at_its_time_and_never_goes_back(fake_runtime):
+def test_the_cursor_keeps_every_key_seen_at_its_position(fake_runtime):
     apply(fake_runtime, EngineEvent("die", "a", "n", {}, 100))
     apply(fake_runtime, EngineEvent("die", "b", "n", {}, 100))
-    apply(fake_runtime, EngineEvent("die", "c", "n", {}, 50))  # a duplicate: ignored
     cursor = cursor_for(fake_runtime)
-    assert (cursor.time_nano, cursor.seen) == (100, ["a/die", "b/die"])
+    assert (cursor.position, cursor.seen) == ("100", ["a/die", "b/die"])
+    apply(fake_runtime, EngineEvent("die", "a", "n", {}, 100))  # a replay: ignored
+    assert cursor_for(fake_runtime).seen == ["a/die", "b/die"]
 
 
 @pytest.mark.django_db(transaction=True)  # a session closes old connections
@@ -483,14 +484,14 @@ def test_a_session_resumes_from_the_cursor_and_drops_what_it_replays(place, engi
     instance = place(Status.RUNNING)
     follower = Follower(Monitor(), fake_runtime)
     follower.session(fake_runtime)  # first run: from now (this second's events are old)
-    assert cursor_for(fake_runtime).time_nano > 0
+    assert cursor_for(fake_runtime).position  # a cursor from now
     assert history(instance) == []
     # While no monitor runs, the container exits; the next session replays it.
     die = engine.set_state(instance.container_id, "exited", exit_code=0)
     assert follower.session(fake_runtime) >= 1
     assert stored(instance).status == "stopped"
     assert history(instance)[-1].data["event"] == "die"
-    assert cursor_for(fake_runtime).time_nano == die.time_nano
+    assert cursor_for(fake_runtime).position == die.cursor
     # The same second is replayed again (inclusive since): nothing new is recorded.
     follower.session(fake_runtime)
     assert len(history(instance)) == 1
@@ -676,7 +677,7 @@ def test_docker_rm_f_behind_our_back_fails_a_running_instance(dock, owner):
 def test_an_exit_while_the_monitor_is_down_is_applied_after_it_restarts(dock, pipeline, owner):
     instance = create(dock.template(EXIT_ON_TERM), owner)
     row = reaches(instance, "running")
-    wait_for(lambda: MonitorCursor.objects.filter(time_nano__gt=0).exists(), timeout=10)
+    wait_for(lambda: MonitorCursor.objects.exclude(position="").exists(), timeout=10)
     assert pipeline.stop("monitor", timeout=15) == 0
     before_exit = time.time_ns()
     dock.client.kill(row.container_id, signal="SIGTERM")  # exits 0 on its own
@@ -686,12 +687,15 @@ def test_an_exit_while_the_monitor_is_down_is_applied_after_it_restarts(dock, pi
     pipeline.monitor("monitor-2")
     row = reaches(instance, "stopped", timeout=15)
     assert row.exit_code == 0
-    # The stream resumed past the missed events (the cursor is stored just after the
-    # apply, which the reconcile at the connect may have beaten).
+
+    # The stream resumed past the missed events (the reconcile after the reconnect may
+    # have applied the exit first; the follower stores the cursor when it applies it).
+    def resumed_past() -> bool:
+        return int(MonitorCursor.objects.get(runtime=dock.runtime).position) > before_exit
+
     wait_for(
-        lambda: MonitorCursor.objects.get(runtime=dock.runtime).time_nano > before_exit,
+        resumed_past,
         timeout=10,
-        message="the cursor past the exit",
         describe=lambda: str(MonitorCursor.objects.get(runtime=dock.runtime)),
     )
 

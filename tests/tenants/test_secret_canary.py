@@ -125,12 +125,64 @@ def plant_runtime_tls_key(canary: str) -> None:
     runtime.save()
 
 
+def plant_kubeconfig_token(canary: str) -> None:
+    """A Kubernetes runtime whose kubeconfig file holds the canary as its bearer token, for
+    an API that refuses every connection (a closed loopback port): the admin's page checks
+    it (the file is loaded), every page and answer names its path only."""
+    import atexit
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    from tests.pki import Pki
+
+    directory = tempfile.mkdtemp(prefix="gobrave-canary-")
+    atexit.register(shutil.rmtree, directory, True)
+    pki = Pki(Path(directory))
+    pki.ca("ca")
+    kubeconfig = Path(directory) / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {
+                            "server": "https://127.0.0.1:1",
+                            "certificate-authority": pki.cert("ca"),
+                        },
+                    }
+                ],
+                "users": [{"name": "u", "user": {"token": canary}}],
+                "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "ctx",
+            }
+        )
+    )
+    kubeconfig.chmod(0o600)
+    runtime = Runtime(
+        name="kube-canary",
+        driver=Runtime.Driver.KUBERNETES,
+        kube_namespace="canary",
+        kube_config=str(kubeconfig),
+        kube_context="ctx",
+        enabled=False,  # no placement: the users' instances stay on the fake engine
+    )
+    runtime.full_clean()
+    runtime.save()
+
+
 PLACES = [
     Place("template env", plant_template_env),
     Place("DAG node env", plant_dag_node_env),
     Place("stored DAG node output", plant_dag_node_output),
     Place("API token", plant_api_token, operators_see_it=False),  # its key: shown to no one
     Place("runtime TLS key", plant_runtime_tls_key, operators_see_it=False),  # the file's
+    Place("kubeconfig token", plant_kubeconfig_token, operators_see_it=False),  # the file's
 ]
 
 

@@ -1,0 +1,73 @@
+"""How a Kubernetes runtime reaches its API: a kubeconfig file and context, or the
+service account of the Pod gobrave runs in. Certificate verification is always on: a
+kubeconfig that turns it off is refused, not obeyed.
+
+Calls go through the official ``kubernetes`` client (its ``ApiClient``, one per engine
+object and process); nothing here is hand-rolled HTTP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kubernetes import client, config
+from kubernetes.config.config_exception import ConfigException
+
+from containers.engines.base import EngineError
+
+
+@dataclass(frozen=True)
+class KubeTarget:
+    """One namespace of one cluster, and how owners' workspaces are claimed there.
+
+    Checked on the ``Runtime`` row (``containers.addresses.kube_target_problems``).
+    ``kubeconfig`` empty: the in-cluster service account (token and CA mounted in the
+    Pod). ``storage_class`` empty: the cluster's default class.
+    """
+
+    namespace: str
+    kubeconfig: str = ""
+    context: str = ""
+    storage_class: str = ""
+    volume_size: str = "1Gi"
+    access_mode: str = "ReadWriteOnce"
+
+    @property
+    def where(self) -> str:
+        """The target in an operator's words (never a credential)."""
+        source = (
+            f"kubeconfig {self.kubeconfig}" + (f" context {self.context}" if self.context else "")
+            if self.kubeconfig
+            else "in-cluster service account"
+        )
+        return f"namespace {self.namespace} ({source})"
+
+
+def api_client(target: KubeTarget, *, timeout: float) -> client.ApiClient:
+    """A client for ``target``, verification on. ``EngineError`` (with the reason an
+    operator reads on the runtime's health) when the configuration cannot be loaded or
+    turns verification off."""
+    configuration = client.Configuration()
+    try:
+        if target.kubeconfig:
+            config.load_kube_config(
+                config_file=target.kubeconfig,
+                context=target.context or None,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        else:
+            config.load_incluster_config(client_configuration=configuration)
+    except (ConfigException, OSError, TypeError, ValueError) as exc:
+        raise EngineError(
+            f"cannot load the Kubernetes configuration of {target.where}: {exc}"
+        ) from exc
+    if not configuration.verify_ssl:
+        raise EngineError(
+            f"the Kubernetes configuration of {target.where} turns certificate verification"
+            " off (insecure-skip-tls-verify); gobrave always verifies: give the cluster's CA"
+        )
+    configuration.retries = 0  # gobrave's relay retries, with its backoff
+    api = client.ApiClient(configuration)
+    api.user_agent = "gobrave"
+    return api

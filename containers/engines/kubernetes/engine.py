@@ -1,0 +1,370 @@
+"""``KubernetesEngine``: the ``Engine`` contract on Pods of one namespace.
+
+How each method maps (docs/kubernetes.md):
+
+- ``create``: the instance's Secret (its secret env values, when it has any), named from
+  ``spec.name``; ``start`` makes the Pod (``pods.pod_manifest``) from the stored spec (a
+  Pod runs as soon as it exists). A name already held by our object for the same
+  instance is adopted (a retried create or start); one held by anything else is a
+  permanent error. The engine-side id is the Pod's name (a Pod made again keeps it).
+- ``start``: nothing when the Pod is pending or running; a Pod that ended (it cannot
+  restart: ``restartPolicy: Never``) or none at all is made again from the stored spec.
+- ``stop``: delete the Pod with ``timeout`` as its grace period and wait until it is
+  gone (``stop_removes``); the workspace claim stays. ``remove``: the Pod and its Secret.
+- ``ensure_workspace``: the owner's PersistentVolumeClaim, made once and never deleted
+  by a stop; ``remove_volume`` deletes it. ``ensure_network``: nothing (isolation is the
+  NetworkPolicy of deploy/kubernetes). ``ensure_image``: nothing (the kubelet pulls per
+  ``imagePullPolicy``); ``image_present``: None (unknown on a cluster).
+- ``events``: ``watch.stream``; ``logs``/``follow_logs``: ``logs``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from containers.engines.base import (
+    ContainerSpec,
+    ContainerState,
+    EngineError,
+    EngineEvent,
+    PermanentEngineError,
+    Workspace,
+)
+from containers.engines.follows import EngineStream, follow_in_thread
+from containers.engines.kubernetes import names, pods, watch
+from containers.engines.kubernetes.config import KubeTarget, api_client
+from containers.engines.kubernetes.errors import translated
+from containers.engines.kubernetes.logs import LogStream
+from containers.engines.kubernetes.states import state_of
+from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE
+
+GONE_POLL_FIRST = 0.05  # how soon a deleted Pod is looked for again, doubling...
+GONE_POLL_CAP = 1.0  # ...up to this
+FOLLOW_READ_SECONDS = 86400  # a followed log's idle read; the follow's ``until`` ends it
+GONE_SLACK = 30.0  # beyond the grace period, how long a stop waits for the Pod to go
+
+
+def _json(response: Any) -> dict[str, Any]:
+    return json.loads(response.data or b"{}")
+
+
+class KubernetesEngine:
+    """``Engine`` for one namespace (``KubeTarget``). ``timeout`` bounds every call but
+    the watch and a follow (bounded by their own ends)."""
+
+    stop_removes = True  # a stop deletes the Pod; a start makes it again
+    honours_node_constraints = True  # ``node.`` constraints become the nodeSelector
+
+    def __init__(
+        self, target: KubeTarget, *, timeout: float = 30.0, watch_seconds: int = 300
+    ) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.watch_seconds = watch_seconds  # a watch stream ends after this; reopened
+        self.namespace = target.namespace
+        self._api: client.ApiClient | None = None
+        self._pid: int | None = None
+        self._lock = threading.Lock()
+        self._pods = watch.PodWatch()
+
+    # --- the client ----------------------------------------------------------------------
+
+    def _core(self) -> client.CoreV1Api:
+        with self._lock:
+            if self._api is None or self._pid != os.getpid():
+                self._api = api_client(self.target, timeout=self.timeout)
+                self._pid = os.getpid()
+            return client.CoreV1Api(self._api)
+
+    def _call(self, what: str, method: str, *args: Any, missing_ok: bool = False, **kwargs: Any):
+        """One API call as JSON (None: 404 and ``missing_ok``); errors translated."""
+        with translated(what, self.target.where):
+            core = self._core()
+            try:
+                response = getattr(core, method)(
+                    *args, _preload_content=False, _request_timeout=self.timeout, **kwargs
+                )
+            except ApiException as exc:
+                if exc.status == 404 and missing_ok:
+                    return None
+                raise
+            return _json(response)
+
+    # --- health ----------------------------------------------------------------------------
+
+    def ping(self) -> bool:
+        try:
+            self.check()
+        except EngineError:
+            return False
+        return True
+
+    def check(self) -> None:
+        """List one Pod of the namespace: the API answers and gobrave may read there."""
+        self._call("list pods", "list_namespaced_pod", self.namespace, limit=1)
+
+    def node_name(self) -> str:
+        return ""  # no one host: each Pod's node is its ``spec.nodeName`` (``inspect``)
+
+    # --- images, workspaces, networks -----------------------------------------------------
+
+    def image_present(self, image: str) -> bool | None:
+        return None  # whichever node runs the Pod pulls it: unknown here
+
+    def ensure_image(self, image: str, pull_policy: str) -> None:
+        """Nothing: the kubelet pulls per ``imagePullPolicy`` (``never``: ``Never``; a
+        missing image then fails the instance with the kubelet's reason)."""
+
+    def ensure_network(self, name: str, *, labels: dict[str, str]) -> None:
+        """Nothing: Pods share the cluster network; isolation is a NetworkPolicy."""
+
+    def ensure_workspace(self, workspace: Workspace, *, image: str) -> None:
+        """The owner's claim (``names.claim_name``), made once; ownership comes from the
+        Pod's ``fsGroup``, so ``image`` is not needed. A claim with that name that is not
+        ours (another installation's, or none's) is a permanent error."""
+        name = names.claim_name(workspace.source)
+        body = pods.claim_manifest(
+            name,
+            labels=workspace.labels,
+            size=self.target.volume_size,
+            access_mode=self.target.access_mode,
+            storage_class=self.target.storage_class,
+        )
+        self._create_or_adopt(
+            f"create claim {name}",
+            "persistent_volume_claim",
+            body,
+            owner_key=LABEL_INSTALLATION,
+            owner=workspace.labels.get(LABEL_INSTALLATION, ""),
+        )
+
+    def _create_or_adopt(
+        self, what: str, kind: str, body: dict[str, Any], *, owner_key: str, owner: str
+    ) -> bool:
+        """Create ``body`` (True); if its name is taken, the holder is adopted (False)
+        when its ``owner_key`` label is ``owner``, else a permanent error."""
+        name = body["metadata"]["name"]
+        try:
+            self._call(what, f"create_namespaced_{kind}", self.namespace, body)
+            return True
+        except EngineError as exc:
+            if "(HTTP 409)" not in str(exc):
+                raise
+        held = self._call(what, f"read_namespaced_{kind}", name, self.namespace, missing_ok=True)
+        if held is None:
+            raise EngineError(f"{what}: name conflict, but the holder vanished")
+        theirs = names.labels_of(held.get("metadata") or {}).get(owner_key)
+        if theirs != owner:
+            raise PermanentEngineError(
+                f"{what}: the name is held by another object ({owner_key}={theirs!r},"
+                f" not {owner!r})"
+            )
+        return False
+
+    def remove_volume(self, name: str) -> None:
+        self._call(
+            f"delete claim {name}",
+            "delete_namespaced_persistent_volume_claim",
+            names.claim_name(name),
+            self.namespace,
+            missing_ok=True,
+        )
+
+    def volume_sizes(self, names_: list[str]) -> dict[str, int]:
+        return {}  # the API does not say what a claim holds
+
+    # --- containers ------------------------------------------------------------------------
+
+    def create(self, spec: ContainerSpec) -> str:
+        """Check the spec, refuse a name held by a Pod that is not this instance's, and
+        make the instance's Secret (its secret env values, when it has any). The Pod
+        itself is made by ``start``: on a cluster a Pod runs as soon as it exists, so
+        ``create`` then ``start`` make exactly one run, as on Docker. Idempotent (a
+        retried create adopts its Secret); returns the Pod's name."""
+        pods.pod_manifest(spec, access_mode=self.target.access_mode)  # refusals raise here
+        instance = spec.labels.get(LABEL_INSTANCE, "")
+        held = self._read(spec.name)
+        if held is not None:
+            theirs = names.labels_of(held.get("metadata") or {}).get(LABEL_INSTANCE)
+            if theirs != instance:
+                raise PermanentEngineError(
+                    f"create {spec.name}: the name is held by another Pod"
+                    f" ({LABEL_INSTANCE}={theirs!r}, not {instance!r})"
+                )
+        secret = pods.secret_manifest(spec)
+        if secret is not None:
+            name = secret["metadata"]["name"]
+            made = self._create_or_adopt(
+                f"create secret {name}", "secret", secret, owner_key=LABEL_INSTANCE, owner=instance
+            )
+            if not made:  # adopted: its values become the stored spec's
+                self._call(
+                    f"update secret {name}",
+                    "patch_namespaced_secret",
+                    name,
+                    self.namespace,
+                    {"stringData": secret["stringData"]},
+                )
+        return spec.name
+
+    def _make_pod(self, spec: ContainerSpec) -> None:
+        """The Pod of ``spec`` (its Secret first); one already there for this instance is
+        adopted, anything else holding the name is a permanent error."""
+        self.create(spec)
+        body = pods.pod_manifest(spec, access_mode=self.target.access_mode)
+        self._create_or_adopt(
+            f"create {spec.name}",
+            "pod",
+            body,
+            owner_key=LABEL_INSTANCE,
+            owner=spec.labels.get(LABEL_INSTANCE, ""),
+        )
+
+    def _read(self, ref: str) -> dict[str, Any] | None:
+        return self._call(
+            f"inspect {ref}", "read_namespaced_pod", ref, self.namespace, missing_ok=True
+        )
+
+    def inspect(self, ref: str) -> ContainerState | None:
+        pod = self._read(ref)
+        return state_of(pod) if pod is not None else None
+
+    def start(self, ref: str, spec: ContainerSpec | None = None) -> None:
+        """Make the Pod from ``spec`` (the stored spec). Nothing when it is pending or
+        running; one that ended (a Pod never restarts: ``restartPolicy: Never``) or is
+        being deleted is deleted and made again, as Docker restarts an exited container."""
+        state = self.inspect(ref)
+        if state is not None and state.status in ("created", "running", "unknown"):
+            return
+        if spec is None:
+            raise PermanentEngineError(f"start {ref}: no Pod, and no stored spec to make it")
+        if state is not None:
+            self._delete_pod(ref, grace=0)
+            self._wait_gone(ref, grace=0)
+        self._make_pod(spec)
+
+    def _delete_pod(self, ref: str, *, grace: int) -> None:
+        self._call(
+            f"delete {ref}",
+            "delete_namespaced_pod",
+            ref,
+            self.namespace,
+            missing_ok=True,
+            grace_period_seconds=grace,
+            propagation_policy="Background",
+        )
+
+    def _wait_gone(self, ref: str, *, grace: int) -> None:
+        """Poll until no Pod named ``ref`` exists (a deletion takes up to its grace
+        period); ``EngineError`` past ``grace`` + ``GONE_SLACK`` (the request is retried)."""
+        deadline = time.monotonic() + grace + GONE_SLACK
+        pause = GONE_POLL_FIRST
+        while self._read(ref) is not None:
+            if time.monotonic() >= deadline:
+                raise EngineError(f"{ref}: the Pod is still being deleted")
+            time.sleep(pause)  # polling the API with a deadline, not synchronisation
+            pause = min(pause * 2, GONE_POLL_CAP)
+
+    def stop(self, ref: str, timeout: int) -> None:
+        """Delete the Pod with ``timeout`` s of grace and wait until it is gone. The
+        Secret and the workspace claim stay (a start makes the Pod again)."""
+        self._delete_pod(ref, grace=timeout)
+        self._wait_gone(ref, grace=timeout)
+
+    def remove(self, ref: str) -> None:
+        """Delete the Pod at once and its Secret. Idempotent."""
+        self._delete_pod(ref, grace=0)
+        self._call(
+            f"delete secret of {ref}",
+            "delete_namespaced_secret",
+            names.secret_name(ref),
+            self.namespace,
+            missing_ok=True,
+        )
+
+    def list_ours(
+        self, installation: str, labels: dict[str, str] | None = None
+    ) -> list[ContainerState]:
+        listed = self._call(
+            "list pods",
+            "list_namespaced_pod",
+            self.namespace,
+            label_selector=names.selector(installation, labels),
+        )
+        return [state_of(pod) for pod in listed.get("items") or []]
+
+    # --- output -----------------------------------------------------------------------------
+
+    def _log_response(self, ref: str, *, tail: int, follow: bool) -> LogStream | None:
+        """The log response of the Pod's container; None when there is no Pod, or its
+        container has not started (the API answers 400: nothing printed yet)."""
+        with translated(f"logs {ref}", self.target.where):
+            core = self._core()
+            try:
+                response = core.read_namespaced_pod_log(
+                    ref,
+                    self.namespace,
+                    container=names.CONTAINER,
+                    tail_lines=tail,
+                    follow=follow,
+                    _preload_content=False,
+                    # A follow's read may be idle for long: ``until`` bounds it (the adapter).
+                    _request_timeout=(self.timeout, FOLLOW_READ_SECONDS)
+                    if follow
+                    else self.timeout,
+                )
+            except ApiException as exc:
+                if exc.status in (400, 404):
+                    return None
+                raise
+        return LogStream(response)
+
+    def logs(self, ref: str, tail: int = 100) -> Iterator[bytes]:
+        stream = self._log_response(ref, tail=tail, follow=False)
+        return iter(stream) if stream is not None else iter(())
+
+    async def follow_logs(self, ref: str, *, tail: int, until: float) -> EngineStream:
+        return await follow_in_thread(
+            lambda: self._log_response(ref, tail=tail, follow=True), until=until
+        )
+
+    # --- events -----------------------------------------------------------------------------
+
+    def event_cursor_now(self) -> str:
+        listed = self._call("list pods", "list_namespaced_pod", self.namespace, limit=1)
+        return str((listed.get("metadata") or {}).get("resourceVersion") or "")
+
+    def events(self, installation: str, since: str | None = None) -> Iterator[EngineEvent]:
+        """See ``watch``. Opens now (an API that does not answer raises here)."""
+        selector = names.selector(installation)
+        cursor = since or self.event_cursor_now()
+        if since:
+            self.check()
+        core = self._core()
+
+        def list_json() -> dict[str, Any]:
+            return self._call(
+                "list pods", "list_namespaced_pod", self.namespace, label_selector=selector
+            )
+
+        return watch.stream(
+            pods=self._pods,
+            list_pods=core.list_namespaced_pod,
+            list_json=list_json,
+            namespace=self.namespace,
+            selector=selector,
+            since=cursor,
+            timeout=self.timeout,
+            seconds=self.watch_seconds,
+        )
+
+
+__all__ = ["KubernetesEngine"]

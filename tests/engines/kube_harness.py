@@ -1,0 +1,80 @@
+"""The contract suite's ``Harness`` for the Kubernetes driver, on ``kube_cluster`` (the
+emulator and fake kubelet of ``tests/kube``): programs are kubelet rules, a foreign
+object is a Pod made with the bare client, an unreachable API is a kubeconfig whose
+server is a closed loopback port."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from containers.engines.base import ContainerSpec, Engine
+from containers.engines.kubernetes import KubernetesEngine, KubeTarget
+
+WATCH_SECONDS = 1  # the tests' watch streams end soon (the monitor reopens them)
+
+
+def engine_for_cluster(cluster: Any, **target: Any) -> KubernetesEngine:
+    return KubernetesEngine(
+        KubeTarget(
+            namespace=cluster.namespace,
+            kubeconfig=cluster.kubeconfig_path,
+            context=cluster.context,
+            **target,
+        ),
+        timeout=10,
+        watch_seconds=WATCH_SECONDS,
+    )
+
+
+def closed_port_kubeconfig(cluster: Any) -> str:
+    """A copy of the cluster's kubeconfig whose server is 127.0.0.1:9 (nothing listens)."""
+    source = Path(cluster.kubeconfig_path)
+    config = yaml.safe_load(source.read_text())
+    for entry in config.get("clusters") or []:
+        entry["cluster"]["server"] = "https://127.0.0.1:9"
+    path = source.with_name("kubeconfig-closed")
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def harness_for(cluster: Any, harness_class: type) -> Any:
+    engine = engine_for_cluster(cluster)
+
+    def before_start(spec: ContainerSpec, program: str) -> None:
+        if program.startswith("exit"):
+            cluster.kubelet.add_rule(name=spec.name, exit_code=int(program.removeprefix("exit")))
+        else:
+            cluster.kubelet.add_rule(name=spec.name, logs=["hello contract"])
+
+    def foreign(name: str) -> None:
+        from kubernetes import client
+
+        with cluster.api_client() as api_client:
+            client.CoreV1Api(api_client).create_namespaced_pod(
+                cluster.namespace,
+                {
+                    "metadata": {"name": name},
+                    "spec": {"containers": [{"name": "main", "image": "someone/else"}]},
+                },
+            )
+
+    def unreachable() -> Engine:
+        return KubernetesEngine(
+            KubeTarget(
+                namespace=cluster.namespace,
+                kubeconfig=closed_port_kubeconfig(cluster),
+                context=cluster.context,
+            ),
+            timeout=2,
+        )
+
+    return harness_class(
+        driver="kubernetes",
+        engine=engine,
+        before_start=before_start,
+        foreign=foreign,
+        unreachable=unreachable,
+    )

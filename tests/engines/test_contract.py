@@ -1,0 +1,385 @@
+"""The engine contract: what every driver must do, one suite for all (docs/kubernetes.md,
+"What differs from Docker").
+
+The same test functions run over each driver (``driver`` is the parameter): ``docker``
+(the real engine and the locally built busybox image, as every Docker test), ``fake``
+(the file-backed engine the pipeline tests use) and ``kubernetes`` (the in-process API
+emulator and fake kubelet of ``tests/kube``, or a real cluster when ``KUBECONFIG`` is
+set and the ``kube_cluster`` fixture says so). A driver differs only where it declares a
+capability (``stop_removes``): the tests read the capability, never the driver's name.
+
+What a ``Harness`` hides is only how each engine is made to do something (a program
+that serves or exits, a foreign object with our name, an engine that does not answer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from containers.engines.base import (
+    ContainerSpec,
+    ContainerState,
+    Engine,
+    EngineError,
+    EngineEvent,
+    PermanentEngineError,
+    Workspace,
+)
+from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE, LABEL_TEMPLATE
+from tests.processes import PATIENCE
+
+DRIVERS = ("docker", "fake", "kubernetes")
+IMAGE = "gobrave-test-busybox:latest"
+DOCKER_URL = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+SERVE = ["sh", "-c", "trap 'exit 0' TERM; echo hello contract; while true; do sleep 0.1; done"]
+USER = "10001:10001"
+
+
+@dataclass
+class Harness:
+    """One driver under test: its engine and how to make it do things."""
+
+    driver: str
+    engine: Engine
+    installation: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:12]}")
+    output: str = "hello contract"  # what a serving program prints
+    serve: Callable[[], list[str]] = lambda: list(SERVE)
+    exit_with: Callable[[int], list[str]] = lambda code: ["sh", "-c", f"exit {code}"]
+    before_start: Callable[[ContainerSpec, str], None] = lambda spec, program: None
+    foreign: Callable[[str], None] = lambda name: None
+    unreachable: Callable[[], Engine] | None = None
+    event_until: Callable[[], dict[str, Any]] = dict  # extra kwargs for a bounded events()
+    counter: Iterator[int] = field(default_factory=lambda: iter(range(10_000)))
+
+    def spec(self, command: list[str] | None = None, **extra: Any) -> ContainerSpec:
+        labels = {
+            LABEL_INSTALLATION: self.installation,
+            LABEL_INSTANCE: str(extra.pop("instance", uuid.uuid4())),
+            LABEL_TEMPLATE: "contract",
+            **extra.pop("labels", {}),
+        }
+        extra.setdefault("name", f"gb-{self.installation}-{next(self.counter)}")
+        return ContainerSpec(
+            image=IMAGE,
+            labels=labels,
+            command=command if command is not None else self.serve(),
+            pull_policy="never",
+            user=USER,
+            group_add=["10001"],
+            **extra,
+        )
+
+    def run(self, spec: ContainerSpec, program: str = "serve") -> str:
+        self.before_start(spec, program)
+        ref = self.engine.create(spec)
+        self.engine.start(ref, spec)
+        return ref
+
+    def wait(self, ref: str, statuses: set[str], *, timeout: float = 20) -> ContainerState | None:
+        """Wait (a deadline, not a sleep) until ``ref``'s status is one of ``statuses``
+        ("gone": no object)."""
+        deadline = time.monotonic() + timeout * PATIENCE
+        while True:
+            state = self.engine.inspect(ref)
+            status = state.status if state is not None else "gone"
+            if status in statuses:
+                return state
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.driver} {ref}: wanted {statuses}, still {state}")
+            time.sleep(0.05)
+
+    def events(
+        self, since: str, *, until: Callable[[list[EngineEvent]], bool]
+    ) -> list[EngineEvent]:
+        """Events from ``since`` until ``until(events so far)`` holds, the stream ends
+        (the fake's replay, a watch's end) or the deadline passes."""
+        seen: list[EngineEvent] = []
+        keys: set[tuple[str, str, str]] = set()
+        deadline = time.monotonic() + 20 * PATIENCE
+        while time.monotonic() < deadline:
+            cursor = seen[-1].cursor if seen else since
+            stream = self.engine.events(self.installation, cursor, **self.event_until())
+            try:
+                for event in stream:
+                    if (event.cursor, event.runtime_id, event.action) not in keys:
+                        keys.add((event.cursor, event.runtime_id, event.action))
+                        seen.append(event)
+                    if until(seen):
+                        return seen
+            finally:
+                getattr(stream, "close", lambda: None)()  # a watch ends with its reader
+        return seen
+        return seen
+
+    def cleanup(self) -> None:
+        for state in self.engine.list_ours(self.installation):
+            self.engine.remove(state.runtime_id)
+
+
+def _docker(request) -> Harness:
+    from containers.engines.docker import DockerEngine
+
+    engine = DockerEngine(DOCKER_URL, stop_grace=1)
+    if not engine.ping() or not engine.image_present(IMAGE):
+        message = "no Docker engine or test image: run scripts/test-engine.sh"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+    def foreign(name: str) -> None:
+        engine._api().create_container(IMAGE, name=name, command=["true"])
+
+    def unreachable() -> Engine:
+        return DockerEngine("tcp://127.0.0.1:9", timeout=2)  # a closed loopback port
+
+    def until() -> dict[str, Any]:
+        return {"until_nano": time.time_ns() + 2_000_000_000}
+
+    return Harness(
+        driver="docker",
+        engine=engine,
+        foreign=foreign,
+        unreachable=unreachable,
+        event_until=until,
+    )
+
+
+def _fake(request, tmp_path: Path) -> Harness:
+    from containers.engines.fake import FakeEngine
+
+    engine = FakeEngine(f"fake://{tmp_path}/engine")
+
+    def before_start(spec: ContainerSpec, program: str) -> None:
+        exit_file = tmp_path / "engine" / "exit-on-start"
+        if program.startswith("exit"):
+            exit_file.write_text(program.removeprefix("exit"))
+        else:
+            exit_file.unlink(missing_ok=True)
+
+    def foreign(name: str) -> None:
+        engine.create(ContainerSpec(name=name, image=IMAGE, labels={}))
+
+    def unreachable() -> Engine:
+        down = FakeEngine(f"fake://{tmp_path}/down")
+        (tmp_path / "down" / "down").write_text("")
+        return down
+
+    return Harness(
+        driver="fake",
+        engine=engine,
+        output="fake log line",
+        before_start=before_start,
+        foreign=foreign,
+        unreachable=unreachable,
+    )
+
+
+def _kubernetes(request) -> Harness:
+    try:
+        cluster = request.getfixturevalue("kube_cluster")
+    except pytest.FixtureLookupError:
+        pytest.skip("no kube_cluster fixture on this branch (tests/kube)")
+    from tests.engines.kube_harness import harness_for
+
+    return harness_for(cluster, Harness)
+
+
+@pytest.fixture(params=DRIVERS)
+def harness(request, tmp_path) -> Iterator[Harness]:
+    if request.param == "docker":
+        made = _docker(request)
+    elif request.param == "fake":
+        made = _fake(request, tmp_path)
+    else:
+        made = _kubernetes(request)
+    yield made
+    made.cleanup()
+
+
+def _text(chunks: Iterator[bytes]) -> str:
+    return b"".join(chunks).decode(errors="replace")
+
+
+# --- create, adopt, refuse ---------------------------------------------------------------
+
+
+def test_a_retried_create_and_start_adopt_what_the_first_made(harness: Harness) -> None:
+    """At-least-once delivery: create and start run again after a crash; one object."""
+    spec = harness.spec()
+    first = harness.run(spec)
+    assert harness.run(spec) == first
+    ours = [s for s in harness.engine.list_ours(harness.installation) if s.name == spec.name]
+    assert len(ours) == 1, ours
+    state = harness.engine.inspect(first)
+    assert state is not None and state.labels[LABEL_INSTANCE] == spec.labels[LABEL_INSTANCE]
+
+
+def test_a_foreign_object_holding_our_name_is_a_permanent_error(harness: Harness) -> None:
+    spec = harness.spec()
+    harness.foreign(spec.name)
+    try:
+        with pytest.raises(PermanentEngineError, match=spec.name):
+            harness.engine.create(spec)
+    finally:
+        harness.engine.remove(spec.name)
+
+
+def test_a_second_instance_cannot_adopt_anothers_object(harness: Harness) -> None:
+    spec = harness.spec()
+    harness.run(spec)
+    other = harness.spec(name=spec.name)  # same name, another instance
+    with pytest.raises(PermanentEngineError):
+        harness.engine.create(other)
+
+
+# --- start, stop, remove -----------------------------------------------------------------
+
+
+def test_start_runs_it_and_a_second_start_changes_nothing(harness: Harness) -> None:
+    spec = harness.spec()
+    ref = harness.run(spec)
+    harness.engine.start(ref, spec)
+    state = harness.wait(ref, {"running"})
+    assert state is not None and state.name == spec.name
+
+
+def test_a_stop_leaves_what_the_driver_declares_and_is_idempotent(harness: Harness) -> None:
+    spec = harness.spec()
+    ref = harness.run(spec)
+    harness.wait(ref, {"running"})
+    harness.engine.stop(ref, 1)
+    harness.engine.stop(ref, 1)
+    state = harness.engine.inspect(ref)
+    if harness.engine.stop_removes:
+        assert state is None, state
+    else:
+        assert state is not None and state.status == "exited", state
+
+
+def test_a_start_after_a_stop_runs_it_again_from_the_stored_spec(harness: Harness) -> None:
+    spec = harness.spec()
+    ref = harness.run(spec)
+    harness.wait(ref, {"running"})
+    harness.engine.stop(ref, 1)
+    harness.engine.start(ref, spec)
+    state = harness.wait(ref, {"running"})
+    assert state is not None and state.labels[LABEL_INSTANCE] == spec.labels[LABEL_INSTANCE]
+
+
+def test_stop_and_remove_of_a_missing_container_succeed(harness: Harness) -> None:
+    missing = f"gb-{harness.installation}-missing"
+    harness.engine.stop(missing, 1)
+    harness.engine.remove(missing)
+    assert harness.engine.inspect(missing) is None
+
+
+def test_remove_leaves_nothing_and_is_idempotent(harness: Harness) -> None:
+    spec = harness.spec()
+    ref = harness.run(spec)
+    harness.engine.remove(ref)
+    harness.engine.remove(ref)
+    harness.wait(ref, {"gone"})
+    assert [s for s in harness.engine.list_ours(harness.installation) if s.name == spec.name] == []
+
+
+# --- what the engine says ----------------------------------------------------------------
+
+
+def test_an_exit_gives_its_exit_code(harness: Harness) -> None:
+    spec = harness.spec(harness.exit_with(3))
+    ref = harness.run(spec, "exit3")
+    state = harness.wait(ref, {"exited"})
+    assert state is not None and state.exit_code == 3 and not state.oom_killed, state
+
+
+def test_list_ours_lists_only_this_installation_and_the_labels_asked(harness: Harness) -> None:
+    mine = harness.spec(labels={"io.gobrave.run": "r1"})
+    other = harness.spec()
+    harness.run(mine)
+    harness.run(other)
+    names = {s.name for s in harness.engine.list_ours(harness.installation)}
+    assert names == {mine.name, other.name}
+    asked = harness.engine.list_ours(harness.installation, {"io.gobrave.run": "r1"})
+    assert [s.name for s in asked] == [mine.name]
+    assert harness.engine.list_ours(f"t{uuid.uuid4().hex[:12]}") == []
+
+
+def test_logs_give_the_output_and_a_missing_containers_logs_are_empty(harness: Harness) -> None:
+    spec = harness.spec()
+    ref = harness.run(spec)
+    harness.wait(ref, {"running"})
+    deadline = time.monotonic() + 10 * PATIENCE
+    text = ""
+    while harness.output not in text and time.monotonic() < deadline:
+        text = _text(harness.engine.logs(ref, tail=10))
+    assert harness.output in text, text
+    assert _text(harness.engine.logs(f"gb-{harness.installation}-missing", tail=10)) == ""
+
+
+def test_a_follow_gives_the_output_then_ends_at_until(harness: Harness) -> None:
+    spec = harness.spec()
+    ref = harness.run(spec)
+    harness.wait(ref, {"running"})
+
+    async def follow() -> str:
+        stream = await harness.engine.follow_logs(ref, tail=10, until=time.time() + 1)
+        chunks = [chunk async for chunk in stream]
+        return b"".join(chunks).decode(errors="replace")
+
+    assert harness.output in asyncio.run(follow())
+
+
+def test_events_report_a_run_and_resume_after_their_cursor(harness: Harness) -> None:
+    since = harness.engine.event_cursor_now()
+    spec = harness.spec(harness.exit_with(0))
+    ref = harness.run(spec, "exit0")
+    harness.wait(ref, {"exited"})
+
+    def died(events: list[EngineEvent]) -> bool:
+        return any(e.runtime_id == ref and e.action == "die" for e in events)
+
+    events = harness.events(since, until=died)
+    actions = [e.action for e in events if e.runtime_id == ref]
+    assert "start" in actions and "die" in actions, actions
+    assert actions.index("start") < actions.index("die"), actions
+    die = next(e for e in events if e.runtime_id == ref and e.action == "die")
+    assert die.exit_code == 0 and die.labels[LABEL_INSTANCE] == spec.labels[LABEL_INSTANCE]
+    # From the die's cursor: never an event from before it (events at it may come again).
+    again = harness.events(die.cursor, until=lambda events: True)
+    assert not [e for e in again if e.runtime_id == ref and e.action == "start"], again
+
+
+# --- workspaces and health ---------------------------------------------------------------
+
+
+def test_ensure_workspace_and_remove_volume_are_idempotent(harness: Harness) -> None:
+    name = f"gobrave-ws-{harness.installation}"
+    workspace = Workspace(
+        kind="volume",
+        source=name,
+        uid=10001,
+        gid=10001,
+        labels={LABEL_INSTALLATION: harness.installation},
+    )
+    harness.engine.ensure_workspace(workspace, image=IMAGE)
+    harness.engine.ensure_workspace(workspace, image=IMAGE)
+    harness.engine.remove_volume(name)
+    harness.engine.remove_volume(name)
+
+
+def test_an_engine_that_does_not_answer_says_why_in_words(harness: Harness) -> None:
+    assert harness.unreachable is not None
+    engine = harness.unreachable()
+    assert engine.ping() is False
+    with pytest.raises(EngineError) as raised:
+        engine.check()
+    assert str(raised.value) and "Traceback" not in str(raised.value)

@@ -1,0 +1,541 @@
+"""The Kubernetes driver's mapping (what the contract suite cannot say for every driver):
+the Pod it makes, where secret values go, the state table, the watch's relist on 410,
+the node name backfill, what it refuses, the quota deferral, the Role it needs, and one
+instance's whole life through the services and the handlers.
+
+On ``kube_cluster``: the API emulator and fake kubelet of ``tests/kube``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from containers.engines.base import ContainerSpec, EngineEvent, Mount, PermanentEngineError
+from containers.engines.kubernetes import pods, states
+from containers.engines.kubernetes.engine import KubernetesEngine
+from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE, LABEL_TEMPLATE
+from containers.execution.observe import target_for
+from containers.states import Status
+from tests.engines.kube_harness import engine_for_cluster
+from tests.processes import PATIENCE
+
+ROLE = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "base" / "role.yaml"
+IMAGE = "gobrave-test-busybox:latest"
+SECRET_VALUE = "s3cr3t-value-7f1e"
+
+
+@pytest.fixture
+def engine(kube) -> KubernetesEngine:
+    return engine_for_cluster(kube)
+
+
+def spec(name: str = "gb-pod", **extra: Any) -> ContainerSpec:
+    labels = {
+        LABEL_INSTALLATION: "inst1",
+        LABEL_INSTANCE: extra.pop("instance", f"id-{name}"),
+        LABEL_TEMPLATE: extra.pop("template", "web"),
+    }
+    extra.setdefault("user", "10001:10001")
+    extra.setdefault("group_add", ["10001"])
+    return ContainerSpec(name=name, image=IMAGE, labels=labels, **extra)
+
+
+def raw_pod(kube, name: str) -> dict[str, Any]:
+    with kube.api_client() as api:
+        response = client.CoreV1Api(api).read_namespaced_pod(
+            name, kube.namespace, _preload_content=False
+        )
+        return json.loads(response.data)
+
+
+def wait_status(engine: KubernetesEngine, ref: str, wanted: set[str], timeout: float = 10):
+    deadline = time.monotonic() + timeout * PATIENCE
+    while True:
+        state = engine.inspect(ref)
+        if state is not None and state.status in wanted:
+            return state
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{ref}: wanted {wanted}, still {state}")
+        time.sleep(0.02)
+
+
+# --- the Pod ------------------------------------------------------------------------------
+
+
+def test_the_pod_carries_the_restricted_profile_resources_and_gobraves_labels(kube, engine):
+    long_template = "Data Science Notebook (GPU, large) " * 3
+    made = spec(
+        command=["sleep", "60"],
+        cpu=0.5,
+        memory=256 * 2**20,
+        cap_add=["NET_BIND_SERVICE"],
+        read_only_rootfs=True,
+        tmpfs_size=64 * 2**20,
+        node_selector={"disktype": "ssd"},
+        mounts=[Mount("gobrave-ws-7", "/home/user", type="volume", workspace=True)],
+        template=long_template,
+    )
+    kube.enforce_pod_security("restricted")  # the API server admits the Pod under it
+    engine.start(engine.create(made), made)
+    pod = raw_pod(kube, "gb-pod")
+    body, container = pod["spec"], pod["spec"]["containers"][0]
+    assert body["restartPolicy"] == "Never"
+    assert body["automountServiceAccountToken"] is False
+    assert container["args"] == ["sleep", "60"] and "command" not in container
+    assert body["securityContext"]["runAsNonRoot"] is True
+    assert (body["securityContext"]["runAsUser"], body["securityContext"]["fsGroup"]) == (
+        10001,
+        10001,
+    )
+    assert body["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}
+    assert security["readOnlyRootFilesystem"] is True
+    assert container["resources"] == {
+        "requests": {"cpu": "500m", "memory": str(256 * 2**20)},
+        "limits": {"cpu": "500m", "memory": str(256 * 2**20)},
+    }
+    assert body["nodeSelector"] == {"disktype": "ssd"}
+    assert {(t["key"], "tolerationSeconds" in t) for t in body["tolerations"]} == {
+        ("node.kubernetes.io/unreachable", False),
+        ("node.kubernetes.io/not-ready", False),
+    }
+    # A ReadWriteOnce claim: the owner's Pods go where the claim's other Pods are.
+    [term] = body["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["labelSelector"]["matchLabels"] == {"ws.gobrave.io/gobrave-ws-7": "1"}
+    # Labels cleaned to 63 characters of the label alphabet; the full value annotated.
+    label = pod["metadata"]["labels"][LABEL_TEMPLATE]
+    assert len(label) <= 63 and " " not in label
+    assert pod["metadata"]["annotations"][LABEL_TEMPLATE] == long_template
+    assert engine.inspect("gb-pod").labels[LABEL_TEMPLATE] == long_template
+
+
+def test_a_readwritemany_claim_places_the_pod_anywhere():
+    made = spec(mounts=[Mount("gobrave-ws-7", "/w", type="volume", workspace=True)])
+    assert "affinity" not in pods.pod_manifest(made, access_mode="ReadWriteMany")["spec"]
+    assert "affinity" in pods.pod_manifest(made, access_mode="ReadWriteOnce")["spec"]
+
+
+def test_secret_env_goes_into_a_secret_never_into_the_pod_and_goes_with_the_instance(kube, engine):
+    made = spec(env={"TOKEN": SECRET_VALUE, "MODE": "on"}, secret_env=["TOKEN"])
+    engine.start(engine.create(made), made)
+    pod = raw_pod(kube, "gb-pod")
+    assert SECRET_VALUE not in json.dumps(pod)
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["MODE"]["value"] == "on"
+    assert env["TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "gb-pod-env", "key": "TOKEN"}
+    with kube.api_client() as api:
+        core = client.CoreV1Api(api)
+        secret = json.loads(
+            core.read_namespaced_secret("gb-pod-env", kube.namespace, _preload_content=False).data
+        )
+        stored = secret.get("data", {}).get("TOKEN")
+        value = base64.b64decode(stored).decode() if stored else secret["stringData"]["TOKEN"]
+        assert value == SECRET_VALUE
+        engine.stop("gb-pod", 1)  # a stop keeps the Secret: a start needs it
+        core.read_namespaced_secret("gb-pod-env", kube.namespace)
+        engine.remove("gb-pod")
+        with pytest.raises(client.ApiException) as gone:
+            core.read_namespaced_secret("gb-pod-env", kube.namespace)
+        assert gone.value.status == 404
+
+
+@pytest.mark.parametrize(
+    ("changed", "refusal"),
+    [
+        ({"user": None}, "the image's user"),
+        ({"user": "0:0"}, "as root"),
+        ({"mounts": [Mount("/srv/data", "/data")]}, "host paths"),
+        ({"network": "host"}, "host's network"),
+    ],
+)
+def test_what_restricted_forbids_is_refused_with_a_clear_error(changed, refusal):
+    made = spec(**changed)
+    assert any(refusal in problem for problem in pods.refusals(made))
+    with pytest.raises(PermanentEngineError, match=refusal):
+        pods.pod_manifest(made)
+
+
+# --- the state table ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rule", "status", "check"),
+    [
+        (
+            {"unschedulable": "0/1 nodes are available: 1 Insufficient cpu."},
+            "created",
+            lambda s: s.error == "waiting for a node: 0/1 nodes are available: 1 Insufficient cpu.",
+        ),
+        ({"image_error": "ErrImagePull"}, "rejected", lambda s: "not found" in s.error),
+        ({"image_error": "InvalidImageName"}, "rejected", lambda s: "InvalidImageName" in s.error),
+        ({"exit_code": 3}, "exited", lambda s: s.exit_code == 3 and not s.oom_killed),
+        ({"oom": True}, "exited", lambda s: s.oom_killed and s.exit_code == 137),
+        ({"node_lost": True}, "unknown", lambda s: "stopped reporting" in s.error),
+    ],
+)
+def test_the_state_table_on_the_kubelets_rules(
+    kube, engine, rule: dict, status: str, check: Callable
+):
+    kube.kubelet.add_rule(name="gb-pod", **rule)
+    made = spec()
+    engine.start(engine.create(made), made)
+    state = wait_status(engine, "gb-pod", {status})
+    assert check(state), state
+
+
+def test_what_the_states_imply_for_an_instance():
+    def observed(status: str, current: str = Status.CREATING, **fields):
+        state = states.ContainerState("p", "p", status, **fields)
+        return target_for(state, current)
+
+    assert observed("created", error="waiting for a node: no room") is None  # waits
+    assert observed("unknown", error="the node stopped reporting") is None  # keeps its state
+    assert observed("removing") is None
+    rejected = observed("rejected", error="cannot pull image: ErrImagePull: not found")
+    assert (rejected.target, rejected.reason) == (Status.FAILED, "cannot pull image: "
+                                                  "ErrImagePull: not found")  # fmt: skip
+    oom = observed("exited", Status.RUNNING, exit_code=137, oom_killed=True)
+    assert (oom.target, oom.reason) == (Status.FAILED, "OOMKilled")  # Docker's reason
+
+
+def test_the_docs_state_table_is_the_codes():
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md").read_text()
+    for pod_says, status, _ in states.TABLE:
+        assert f"| {pod_says} | `{status}` |" in docs, pod_says
+
+
+# --- events ------------------------------------------------------------------------------
+
+
+def _drain(engine: KubernetesEngine, since: str, until: Callable[[list], bool]) -> list:
+    seen: list[EngineEvent] = []
+    deadline = time.monotonic() + 15 * PATIENCE
+    cursor = since
+    while not until(seen) and time.monotonic() < deadline:
+        stream = engine.events("inst1", cursor)
+        try:
+            for event in stream:
+                seen.append(event)
+                cursor = event.cursor
+                if until(seen):
+                    break
+        finally:
+            stream.close()  # the watch ends with its reader
+    return seen
+
+
+def test_a_cursor_past_the_history_relists_and_misses_no_transition(kube, engine):
+    """410 Gone: the watch lists again, reports what changed meanwhile (an exit, a Pod
+    gone), then moves the cursor to the list's version; no transition twice."""
+    kube.kubelet.add_rule(name="gb-exits", exit_code=0, on_trigger=True)
+    exits, goes = spec("gb-exits"), spec("gb-goes")
+    since = engine.event_cursor_now()
+    for made in (exits, goes):
+        engine.start(engine.create(made), made)
+
+    def both_started(seen: list[EngineEvent]) -> bool:
+        return {e.runtime_id for e in seen if e.action == "start"} == {"gb-exits", "gb-goes"}
+
+    assert both_started(_drain(engine, since, both_started))  # this process saw both
+    old = engine.event_cursor_now()
+    kube.emulator.set_history_limit(2)
+    kube.kubelet.trigger(kube.namespace, "gb-exits")
+    wait_status(engine, "gb-exits", {"exited"})
+    engine.remove("gb-goes")
+    for index in range(4):  # changes enough to push ``old`` out of the history
+        with kube.api_client() as api:
+            client.CoreV1Api(api).create_namespaced_secret(
+                kube.namespace, {"metadata": {"name": f"filler-{index}"}}
+            )
+    events = _drain(engine, old, lambda seen: any(e.action == "resync" for e in seen))
+    happened = [(e.runtime_id, e.action) for e in events if e.runtime_id]
+    assert ("gb-exits", "die") in happened and ("gb-goes", "destroy") in happened, happened
+    assert len(happened) == len(set(happened)), happened  # nothing twice
+    assert events[-1].action == "resync" and events[-1].cursor != old
+    lists = [c for c in kube.emulator.calls if c.verb == "list" and c.resource == "pods"]
+    assert lists, kube.emulator.calls
+
+
+def test_a_dropped_stream_ends_and_resumes_from_its_cursor_without_repeats(kube, engine):
+    made = spec()
+    since = engine.event_cursor_now()
+    engine.start(engine.create(made), made)
+    wait_status(engine, "gb-pod", {"running"})
+    first = _drain(engine, since, lambda seen: any(e.action == "start" for e in seen))
+    assert ("gb-pod", "start") in [(e.runtime_id, e.action) for e in first]
+    kube.kubelet.finish(kube.namespace, "gb-pod", 4)
+    later = _drain(engine, first[-1].cursor, lambda seen: any(e.action == "die" for e in seen))
+    actions = [(e.runtime_id, e.action, e.exit_code) for e in later]
+    assert ("gb-pod", "die", 4) in actions and ("gb-pod", "start", None) not in actions, actions
+
+
+# --- the role -----------------------------------------------------------------------------
+
+
+def test_every_call_of_a_whole_lifecycle_is_granted_by_the_role(kube, engine):
+    if not ROLE.exists():
+        pytest.skip("deploy/kubernetes/base/role.yaml is not on this branch yet")
+    import asyncio
+
+    from containers.engines.base import Workspace
+
+    kube.kubelet.add_rule(name="gb-pod", logs=["hello"])
+    made = spec(
+        env={"TOKEN": SECRET_VALUE},
+        secret_env=["TOKEN"],
+        mounts=[Mount("gobrave-ws-1", "/w", type="volume", workspace=True)],
+    )
+    engine.check()
+    since = engine.event_cursor_now()
+    engine.ensure_workspace(
+        Workspace("volume", "gobrave-ws-1", 10001, 10001, {LABEL_INSTALLATION: "inst1"}),
+        image=IMAGE,
+    )
+    engine.start(engine.create(made), made)
+    engine.create(made)  # a retried create adopts (and patches) its Secret
+    wait_status(engine, "gb-pod", {"running"})
+    b"".join(engine.logs("gb-pod", tail=5))
+
+    async def follow() -> None:
+        stream = await engine.follow_logs("gb-pod", tail=5, until=time.time() + 0.3)
+        [chunk async for chunk in stream]
+
+    asyncio.run(follow())
+    engine.list_ours("inst1")
+    list(engine.events("inst1", since))
+    engine.stop("gb-pod", 1)
+    engine.start("gb-pod", made)
+    engine.remove("gb-pod")
+    engine.remove_volume("gobrave-ws-1")
+    from tests.kube.rbac import uncovered
+
+    [role] = [d for d in yaml.safe_load_all(ROLE.read_text()) if d and d["kind"] == "Role"]
+    assert uncovered(kube.emulator.calls, role) == []
+
+
+# --- through the services and the handlers ------------------------------------------------
+
+
+@pytest.fixture
+def kube_runtime(kube):
+    from containers.models import Runtime
+
+    runtime = Runtime(
+        name="kube",
+        driver=Runtime.Driver.KUBERNETES,
+        kube_namespace=kube.namespace,
+        kube_config=kube.kubeconfig_path,
+        kube_context=kube.context,
+        labels={"engine": "kube"},
+    )
+    runtime.full_clean()
+    runtime.save()
+    return runtime
+
+
+def _settle(instance, wanted: str, timeout: float = 10):
+    """Reconcile (as the monitor's loop would) until the instance is ``wanted``."""
+    from containers.execution.reconciler import reconcile
+    from containers.models import ContainerInstance
+
+    deadline = time.monotonic() + timeout * PATIENCE
+    while True:
+        reconcile()
+        row = ContainerInstance.objects.get(pk=instance.pk)
+        if row.status == wanted:
+            return row
+        if time.monotonic() > deadline:
+            raise AssertionError(f"wanted {wanted}: {row.status} ({row.status_reason})")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_instance_is_created_stopped_started_and_deleted_on_kubernetes(
+    kube, kube_runtime, owner
+):
+    from containers.models import ContainerEvent, ContainerInstance
+    from containers.requests.services import (
+        container_create_by_template,
+        container_delete,
+        container_start,
+        container_stop,
+    )
+    from tests.factories import TemplateFactory
+    from tests.processes import relay_drain
+
+    template = TemplateFactory(
+        name="kube-web", constraints={"engine": "kube"}, env={"K": SECRET_VALUE}, secret_env=["K"]
+    )
+    kube.enforce_pod_security("restricted")
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert relay_drain() == ["sent"]
+    row = _settle(instance, "running")
+    assert row.runtime_node_name == "kube-node-1"  # backfilled from spec.nodeName
+    assert SECRET_VALUE not in json.dumps(raw_pod(kube, row.container_name))
+    container_stop(instance_id=row.pk, actor="t")
+    assert relay_drain() == ["sent"]
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.runtime_missing) == ("stopped", False)  # no Pod: normal
+    _settle(instance, "stopped")  # a reconcile leaves it so
+    container_start(instance_id=row.pk, actor="t")
+    assert relay_drain() == ["sent"]
+    row = _settle(instance, "running")
+    container_delete(instance_id=row.pk, actor="t")
+    assert relay_drain() == ["sent"]
+    assert not ContainerInstance.objects.filter(pk=instance.pk).exists()
+    assert ContainerEvent.objects.filter(instance_id=instance.pk, kind="ContainerDeleted").exists()
+    with kube.api_client() as api:
+        left = client.CoreV1Api(api).list_namespaced_pod(kube.namespace).items
+    assert [p.metadata.name for p in left] == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_namespace_quota_that_refuses_the_pod_defers_the_create(kube, kube_runtime, owner):
+    from containers.models import ContainerInstance
+    from containers.requests.services import container_create_by_template
+    from outbox.models import OutboxEvent
+    from tests.factories import TemplateFactory
+    from tests.processes import relay_drain
+
+    kube.emulator.set_quota(kube.namespace, {"pods": "0"})
+    template = TemplateFactory(name="kube-q", constraints={"engine": "kube"})
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert relay_drain(rounds=1) == ["deferred"]
+    row = OutboxEvent.objects.get(aggregate_id=str(instance.pk))
+    assert (row.status, row.attempts) == ("pending", 0), (row.status, row.attempts)
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    assert "quota" in stored.status_reason.lower(), stored.status_reason
+    assert stored.status in ("pending", "creating")
+
+
+# --- templates ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("fields", "refusal"),
+    [
+        ({"security": {"user": "image"}}, "the image's user is refused on Kubernetes"),
+        ({"security": {"user": 0}}, "root is refused on Kubernetes"),
+        ({"security": {"cap_add": ["NET_RAW"]}}, "NET_RAW refused on Kubernetes"),
+        ({"volumes": [{"source": "/srv/data", "target": "/data"}]}, "host paths are refused"),
+    ],
+)
+def test_a_template_that_could_run_on_kubernetes_is_refused_what_restricted_forbids(
+    gobrave_config, fields, refusal
+):
+    from django.conf import settings
+
+    from containers.errors import InvalidSpec
+    from containers.models import ContainerTemplate, Runtime
+    from containers.spec.template_services import template_create
+    from tests.factories import RuntimeFactory
+
+    security = {
+        **settings.GOBRAVE["container"]["security"],
+        "capabilities_allowed": ["NET_RAW", "NET_BIND_SERVICE"],
+    }
+    gobrave_config(container={"allowed_volume_roots": ["/srv"], "security": security})
+    RuntimeFactory(name="k", driver=Runtime.Driver.KUBERNETES, labels={"engine": "kube"})
+    base = {"name": "t", "image": IMAGE, "constraints": {"engine": "kube"}}
+    with pytest.raises(InvalidSpec, match=refusal) as refused:
+        template_create(**base, **fields)
+    assert "runtime k" in refused.value.message
+    assert not ContainerTemplate.objects.filter(name="t").exists()
+    # The same template for Docker runtimes only is fine.
+    template_create(**{**base, "constraints": {"engine": "docker"}}, **fields)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pod_waiting_for_a_node_holds_no_slot_and_only_unschedulable_timeout_fails_it(
+    kube, kube_runtime, owner, gobrave_config
+):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from containers.execution.reconciler import reconcile
+    from containers.models import ContainerInstance
+    from containers.requests.services import container_create_by_template
+    from containers.requests.slots import slot_count
+    from outbox.models import OutboxEvent
+    from tests.factories import TemplateFactory
+    from tests.processes import relay_drain
+
+    kube.kubelet.add_rule(labels={}, unschedulable="0/1 nodes are available: 1 Insufficient cpu.")
+    template = TemplateFactory(name="kube-big", constraints={"engine": "kube"})
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert relay_drain() == ["sent"]
+    deadline = time.monotonic() + 10 * PATIENCE
+    while True:
+        reconcile()
+        row = ContainerInstance.objects.get(pk=instance.pk)
+        if row.engine_waiting_since is not None or time.monotonic() > deadline:
+            break
+    assert row.status == "creating", (row.status, row.status_reason)
+    assert row.status_reason == "waiting for a node: 0/1 nodes are available: 1 Insufficient cpu."
+    assert slot_count() == 0  # the API server accepted it: gobrave's work is done
+    # Long past start_timeout: it does not run while the cluster waits for a node.
+    long_ago = timezone.now() - dt.timedelta(hours=1)
+    OutboxEvent.objects.filter(aggregate_id=str(instance.pk)).update(started_at=long_ago)
+    reconcile()
+    assert ContainerInstance.objects.get(pk=instance.pk).status == "creating"
+    # unschedulable_timeout (empty by default) bounds the wait.
+    gobrave_config(container={"unschedulable_timeout": 60.0})
+    ContainerInstance.objects.filter(pk=instance.pk).update(engine_waiting_since=long_ago)
+    reconcile()
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert row.status == "failed" and row.status_reason.startswith("unschedulable_timeout"), (
+        row.status_reason
+    )
+
+
+@pytest.mark.django_db
+def test_node_constraints_go_to_engines_that_honour_them_and_into_the_node_selector(tmp_path):
+    from containers.errors import NoMatchingRuntime
+    from containers.models import Runtime
+    from containers.placement.choice import runtime_select
+    from tests.factories import RuntimeFactory, TemplateFactory
+
+    RuntimeFactory(name="a-fake", base_url=f"fake://{tmp_path}", labels={"zone": "eu"})
+    template = TemplateFactory(name="ssd", constraints={"zone": "eu", "node.disktype": "ssd"})
+    with pytest.raises(NoMatchingRuntime):  # the fake (like Docker) cannot honour node.*
+        runtime_select(template=template)
+    kube = RuntimeFactory(
+        name="k", driver=Runtime.Driver.KUBERNETES, kube_namespace="ns", labels={"zone": "eu"}
+    )
+    assert runtime_select(template=template) == kube  # node.* is not a runtime label
+    from containers.spec.resolve import node_selector
+
+    assert node_selector({"zone": "eu", "node.disktype": "ssd"}) == {"disktype": "ssd"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lost_node_keeps_the_instance_running_with_the_reason(kube, kube_runtime, owner):
+    from containers.execution.reconciler import reconcile
+    from containers.models import ContainerInstance
+    from containers.requests.services import container_create_by_template
+    from tests.factories import TemplateFactory
+    from tests.processes import relay_drain
+
+    template = TemplateFactory(name="kube-lost", constraints={"engine": "kube"})
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert relay_drain() == ["sent"]
+    row = _settle(instance, "running")
+    kube.kubelet.lose_node(kube.namespace, row.container_name)
+    deadline = time.monotonic() + 10 * PATIENCE
+    while not row.status_reason and time.monotonic() < deadline:
+        reconcile()
+        row = ContainerInstance.objects.get(pk=instance.pk)
+    assert row.status == "running", (row.status, row.status_reason)
+    assert row.status_reason.startswith("no word from its node: "), row.status_reason
