@@ -28,8 +28,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from containers.counters import RequestStat
-from containers.models import ContainerInstance, Runtime
-from containers.selectors import count_by_status, queue_stats, runtime_loads
+from containers.models import Runtime
+from containers.selectors import instances_by_status, queue_stats, runtime_loads
 from containers.states import Status
 from core.counters import counter_totals
 from core.leases import LeaseScope, leases_live
@@ -49,7 +49,7 @@ class DatabaseCollector:
     def collect(self):
         stats = queue_stats()
 
-        by_status = count_by_status(ContainerInstance.objects.all())
+        by_status = instances_by_status()
         instances = GaugeMetricFamily(
             "gobrave_instances", "Container instances by status.", labels=["status"]
         )
