@@ -79,25 +79,29 @@ def trigger_sql(*, tally: str, table: str, key: str, total: str = "0", where: st
     moves no row between keys (most: a node name, a reason) appends nothing.
     """
     fn = f"gobrave_tally_{table}"
-    rows = (
-        f"SELECT ({key})::text AS k, ({total})::float8 AS t, {{sign}} AS d "
-        f"FROM {{src}} WHERE {where}"
-    )
-    insert = (
-        f"INSERT INTO core_tally (name, key, n, total) SELECT '{tally}', k, sum(d), sum(d * t) "
-        "FROM ({rows}) AS x GROUP BY k HAVING sum(d) <> 0 OR sum(d * t) <> 0"
-    )
-    news = rows.format(sign="1", src="new_rows")
-    olds = rows.format(sign="-1", src="old_rows")
+
+    def rows(sign: str, source: str) -> str:
+        return (
+            f"SELECT ({key})::text AS k, ({total})::float8 AS t, {sign} AS d "
+            f"FROM {source} WHERE {where}"
+        )
+
+    def insert(selected: str) -> str:
+        return (
+            f"INSERT INTO core_tally (name, key, n, total) SELECT '{tally}', k, sum(d), "
+            f"sum(d * t) FROM ({selected}) AS x GROUP BY k HAVING sum(d) <> 0 OR sum(d * t) <> 0"
+        )
+
+    news, olds = rows("1", "new_rows"), rows("-1", "old_rows")
     create = f"""
 CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        {insert.format(rows=news)};
+        {insert(news)};
     ELSIF TG_OP = 'DELETE' THEN
-        {insert.format(rows=olds)};
+        {insert(olds)};
     ELSE
-        {insert.format(rows=olds + " UNION ALL " + news)};
+        {insert(olds + " UNION ALL " + news)};
     END IF;
     RETURN NULL;
 END

@@ -243,3 +243,13 @@ def test_a_scrape_runs_the_same_queries_for_3_and_30_instances(anon, make_instan
         _dag_run(owner, "failed", [("failed", 4000)])
     many = _scrape_queries(anon)
     assert len(many) == len(few), "\n".join(many)
+
+
+def test_the_duration_tally_buckets_by_the_bounds_the_metric_shows():
+    """Migration 0005's trigger buckets node durations by its own copy of the bounds."""
+    import importlib
+
+    from dags.selectors import NODE_DURATION_BOUNDS
+
+    migration = importlib.import_module("dags.migrations.0005_tallies")
+    assert migration.BOUNDS == NODE_DURATION_BOUNDS
