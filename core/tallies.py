@@ -76,7 +76,8 @@ def trigger_sql(*, tally: str, table: str, key: str, total: str = "0", where: st
     sums beside its count), ``where`` which rows count. Statement-level triggers with
     transition tables: one grouped INSERT per statement, however many rows it touched
     (a bulk load of a million rows adds a delta per key, not per row). An UPDATE that
-    moves no row between keys (most: a node name, a reason) appends nothing.
+    moves no row between keys (most: a node name, a reason) appends nothing; a TRUNCATE
+    of the table empties the tally.
     """
     fn = f"gobrave_tally_{table}"
 
@@ -106,6 +107,14 @@ BEGIN
     RETURN NULL;
 END
 $$;
+CREATE OR REPLACE FUNCTION {fn}_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM core_tally WHERE name = '{tally}';
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER {fn}_trunc AFTER TRUNCATE ON {table}
+    FOR EACH STATEMENT EXECUTE FUNCTION {fn}_truncate();
 CREATE TRIGGER {fn}_ins AFTER INSERT ON {table}
     REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {fn}();
 CREATE TRIGGER {fn}_upd AFTER UPDATE ON {table}
@@ -123,7 +132,9 @@ INSERT INTO core_tally (name, key, n, total)
 DROP TRIGGER IF EXISTS {fn}_ins ON {table};
 DROP TRIGGER IF EXISTS {fn}_upd ON {table};
 DROP TRIGGER IF EXISTS {fn}_del ON {table};
+DROP TRIGGER IF EXISTS {fn}_trunc ON {table};
 DROP FUNCTION IF EXISTS {fn}();
+DROP FUNCTION IF EXISTS {fn}_truncate();
 DELETE FROM core_tally WHERE name = '{tally}';
 """
     return create, drop

@@ -66,3 +66,13 @@ def test_a_fold_keeps_every_count_in_one_row_per_key():
     assert instance_counts() == before == counted()
     keys = Tally.objects.filter(name=INSTANCE_TALLY).values_list("key", flat=True)
     assert len(keys) == len(set(keys)) == len(before)
+
+
+def test_a_truncate_of_the_counted_table_empties_its_tally():
+    from django.db import connection
+
+    InstanceFactory.create_batch(2)
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # Django's foreign keys are deferred
+        cursor.execute("TRUNCATE containers_containerinstance CASCADE")
+    assert instance_counts() == {} == counted()
