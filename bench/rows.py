@@ -398,7 +398,7 @@ def explain_all(fx: dict) -> list[str]:
 
 def _bulk_reads(reconciler, runtime) -> None:
     rows = reconciler._active_rows(runtime)
-    reconciler._stopped_rows(runtime, {}, known=rows, batch=reconciler.STOPPED_BATCH, full=False)
+    reconciler._stopped_rows(runtime, {}, known=rows, batch=reconciler.STOPPED_BATCH)
 
 
 def _json(value):

@@ -212,20 +212,21 @@ def _has_stopped(runtime: Runtime) -> bool:
 
 
 def _stopped_rows(
-    runtime: Runtime, listed: dict[str, str], *, known, batch: int, full: bool
+    runtime: Runtime, listed: dict[str, str], *, known, batch: int | None
 ) -> list[ContainerInstance]:
     """The stopped instances this pass compares.
 
     1. Those whose container the engine lists running or paused (started outside
        gobrave): looked up by container id among the running containers no active
-       instance accounts for (the ``instance_stopped`` partial index).
-    2. The next ``batch`` after this runtime's turn (by id, over the same index),
-       wrapping round to the first; the turn moves on. With fewer than ``batch`` stopped
-       instances every pass compares all of them.
-    ``full``: every stopped instance (a pass on demand).
+       instance accounts for (the ``instance_stopped_container`` partial index).
+    2. The next ``batch`` after this runtime's turn (by id, over the
+       ``instance_stopped_turn`` partial index), wrapping round to the first; the turn
+       moves on. With fewer than ``batch`` stopped instances every pass compares all of
+       them.
+    ``batch`` None: every stopped instance (a pass on demand).
     """
     rows = ContainerInstance.objects.filter(runtime=runtime, status=Status.STOPPED).only(*_COMPARED)
-    if full:
+    if batch is None:
         return list(rows.order_by("id"))
     accounted = {i.container_id for i in known}
     awake = [
@@ -293,9 +294,7 @@ def reconcile(
             if not answers:
                 raise EngineError(problem)
             listed = {s.runtime_id: s.status for s in engine.list_ours(installation)}
-            instances += _stopped_rows(
-                runtime, listed, known=instances, batch=stopped_batch, full=stopped_batch is None
-            )
+            instances += _stopped_rows(runtime, listed, known=instances, batch=stopped_batch)
             for instance in instances:
                 engine_status = listed.get(instance.container_id, "")
                 if running_as_recorded(
