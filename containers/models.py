@@ -7,6 +7,7 @@ import uuid
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
@@ -347,6 +348,24 @@ class ContainerInstance(FSMModelMixin, models.Model):
             models.Index(fields=["template", "created_at"], name="instance_template_created"),
             models.Index(fields=["runtime", "created_at"], name="instance_runtime_created"),
             models.Index(fields=["name", "id"], name="instance_name"),
+            # The reconciler's turn through the stopped instances, and its look-up of the
+            # stopped ones the engine lists running (``reconciler._stopped_rows``).
+            models.Index(
+                fields=["runtime", "id"],
+                name="instance_stopped_turn",
+                condition=Q(status="stopped"),
+            ),
+            models.Index(
+                fields=["runtime", "container_id"],
+                name="instance_stopped_container",
+                condition=Q(status="stopped"),
+            ),
+            # Failed instances whose node name the reconciler still backfills (few).
+            models.Index(
+                fields=["runtime"],
+                name="instance_failed_unplaced",
+                condition=Q(status="failed", runtime_node_name="") & ~Q(container_id=""),
+            ),
         ]
         constraints = [
             # An owner's names are unique while the rows exist: a delete frees the name

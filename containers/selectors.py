@@ -29,6 +29,7 @@ from containers.states import ACTIVE_SLOTS, BEING_DELETED, Status
 from core import prepared
 from core.counters import counter_rows, counters_since
 from core.ids import SHORT_ID_LENGTH, db_id, uuid_prefix
+from core.tallies import tallies_kept, tally_read
 from outbox.counters import RelayStat
 from outbox.models import OutboxEvent, OutboxStatus
 from outbox.selectors import outbox_counts
@@ -47,6 +48,33 @@ def _by_name_or_id(name_field: str, id_field: str, ref: object) -> Q:
 def count_by_status(rows: QuerySet) -> dict[str, int]:
     """``{status: count}`` over ``rows`` in one grouped query."""
     return dict(rows.order_by().values_list("status").annotate(n=Count("id")))
+
+
+INSTANCE_TALLY = "containers.instances"  # migration 0019's triggers keep it
+
+
+def instance_counts() -> dict[tuple[int, str], int]:
+    """``{(runtime_id, status): instances}`` over every instance, never a scan of them.
+
+    On PostgreSQL the tally the table's triggers keep (``core.tallies``): its cost is the
+    number of runtimes and statuses, not of instances. Elsewhere (SQLite) one grouped count.
+    """
+    if tallies_kept():
+        counts = {}
+        for key, (n, _total) in tally_read(INSTANCE_TALLY).items():
+            runtime_id, _, status = key.partition(" ")
+            counts[(int(runtime_id), status)] = n
+        return counts
+    grouped = ContainerInstance.objects.order_by().values_list("runtime_id", "status")
+    return {(r, s): n for r, s, n in grouped.annotate(n=Count("id"))}
+
+
+def instances_by_status() -> dict[str, int]:
+    """``{status: instances}`` over every instance (``/metrics``), from ``instance_counts``."""
+    totals: dict[str, int] = {}
+    for (_runtime, status), n in instance_counts().items():
+        totals[status] = totals.get(status, 0) + n
+    return totals
 
 
 # --- Instances -----------------------------------------------------------------------------------
@@ -268,15 +296,15 @@ class RuntimeLoad:
 def runtime_loads() -> list[RuntimeLoad]:
     """Every runtime by name with its cached health, instances by status and slots held.
 
-    Three grouped queries whatever the number of runtimes or instances; no engine call
+    Three queries whatever the number of runtimes or instances (the counts from
+    ``instance_counts``, no scan of the instances); no engine call
     (health is what ``containers.execution.health`` last stored on the row).
     """
     runtimes = runtime_list().values_list(
         "id", "name", "enabled", "health", "cordoned", "health_since", "labels", "last_error"
     )
     counts: dict[int, dict[str, int]] = {}
-    grouped = ContainerInstance.objects.order_by().values_list("runtime_id", "status")
-    for runtime_id, status, n in grouped.annotate(n=Count("id")):
+    for (runtime_id, status), n in instance_counts().items():
         counts.setdefault(runtime_id, {})[status] = n
     slots = slots_by_runtime()
     return [

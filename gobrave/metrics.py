@@ -6,6 +6,11 @@ A scrape costs the same at a million outbox rows as at a thousand: outbox rows a
 only in the unfinished and dead states, each read from its own partial index (``sent``
 rows, the many, are counted by ``gobrave_relay_events_total{event="sent"}``).
 
+Instances by runtime and status, DAG runs by status and the node durations come from
+tallies that the tables' own triggers keep current (``core.tallies``): a scrape sums a
+few rows per key, never the instances or runs ever made. Every other count is bounded by
+the rows it counts, over an index (pending instances, slots, live leases).
+
 Nothing is kept in process memory: every scrape builds a fresh ``CollectorRegistry``
 whose collector reads the database (instance counts by status, outbox rows by status,
 the queue numbers of ``containers.selectors.queue_stats``, the streams open (their live
@@ -28,18 +33,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from containers.counters import RequestStat
-from containers.models import ContainerInstance, Runtime
-from containers.selectors import count_by_status, queue_stats, runtime_loads
+from containers.models import Runtime
+from containers.selectors import instances_by_status, queue_stats, runtime_loads
 from containers.states import Status
 from core.counters import counter_totals
 from core.leases import LeaseScope, leases_live
-from dags.selectors import node_durations, run_counts
+from dags.selectors import NODE_DURATION_BOUNDS, node_durations, run_counts
 from outbox.counters import RelayStat
 from outbox.selectors import INDEXED_STATUSES, outbox_counts
 
 COUNTED_OUTBOX = INDEXED_STATUSES
-# Node durations, from a quick step to a long job (seconds).
-NODE_DURATION_BOUNDS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 
 
 class DatabaseCollector:
@@ -49,7 +52,7 @@ class DatabaseCollector:
     def collect(self):
         stats = queue_stats()
 
-        by_status = count_by_status(ContainerInstance.objects.all())
+        by_status = instances_by_status()
         instances = GaugeMetricFamily(
             "gobrave_instances", "Container instances by status.", labels=["status"]
         )
@@ -169,7 +172,7 @@ def _dag_metrics():
         "How long DAG nodes ran (started to finished), by the status they ended in.",
         labels=["status"],
     )
-    for status, histogram in sorted(node_durations(NODE_DURATION_BOUNDS).items()):
+    for status, histogram in sorted(node_durations().items()):
         buckets = [
             (str(float(b)), n) for b, n in zip(NODE_DURATION_BOUNDS, histogram.buckets, strict=True)
         ]

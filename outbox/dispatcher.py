@@ -35,6 +35,7 @@ from django.db import close_old_connections, connection, transaction
 
 from core.counters import counters_roll_up
 from core.loops import StopOnSignal
+from core.tallies import FOLD_EVERY, tallies_fold, tallies_kept
 from outbox import conf, listen, liveness, registry, relay
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ class Dispatcher(StopOnSignal):
         self.stopping = threading.Event()
         self.listener = None
         self.last_purge = 0.0
+        self.last_fold = 0.0
         self.more = False
         self.name = liveness.beat_name()
         self.last_beat = 0.0
@@ -112,6 +114,9 @@ class Dispatcher(StopOnSignal):
             if purged:
                 log.info("purged %s sent outbox rows past retention", purged)
             counters_roll_up(dt.timedelta(seconds=conf.value("retention")))
+        if tallies_kept() and time.monotonic() - self.last_fold > FOLD_EVERY:
+            self.last_fold = time.monotonic()
+            tallies_fold()
         return handed
 
     def beat(self) -> None:

@@ -38,6 +38,7 @@ from containers.execution.sync import (
     instance_label,
     instance_sync,
     running_as_recorded,
+    stopped_as_recorded,
 )
 from containers.installation import installation_id
 from containers.models import ContainerEvent, ContainerInstance, OrphanContainer, Runtime
@@ -216,6 +217,62 @@ def orphans_scan(
     ).update(removed_at=now)
 
 
+#: Stopped instances compared per runtime and pass, besides those the engine lists running.
+STOPPED_BATCH = 1000
+#: Where each runtime's turn through its stopped instances stands (this process's passes).
+_stopped_after: dict[int, uuid.UUID] = {}
+# The fields a pass reads to decide whether to look (``instance_sync`` reads the row again).
+_COMPARED = ("id", "status", "container_id", "runtime_node_name", "runtime_missing", "created_at")
+
+
+def _active_rows(runtime: Runtime) -> list[ContainerInstance]:
+    """The runtime's watched instances other than ``stopped`` ones, and failed ones with
+    a node name to backfill: the status index and the ``instance_failed_unplaced``
+    partial index, so the read is bounded by those rows."""
+    rows = ContainerInstance.objects.filter(runtime=runtime).filter(
+        Q(status__in=WATCHED - {Status.STOPPED})
+        | (Q(status=Status.FAILED, runtime_node_name="") & ~Q(container_id=""))
+    )
+    return list(rows.only(*_COMPARED).order_by("created_at"))
+
+
+def _has_stopped(runtime: Runtime) -> bool:
+    return ContainerInstance.objects.filter(runtime=runtime, status=Status.STOPPED).exists()
+
+
+def _stopped_rows(
+    runtime: Runtime, listed: dict[str, str], *, known, batch: int | None
+) -> list[ContainerInstance]:
+    """The stopped instances this pass compares.
+
+    1. Those whose container the engine lists running or paused (started outside
+       gobrave): looked up by container id among the running containers no active
+       instance accounts for (the ``instance_stopped_container`` partial index).
+    2. The next ``batch`` after this runtime's turn (by id, over the
+       ``instance_stopped_turn`` partial index), wrapping round to the first; the turn
+       moves on. With fewer than ``batch`` stopped instances every pass compares all of
+       them.
+    ``batch`` None: every stopped instance (a pass on demand).
+    """
+    rows = ContainerInstance.objects.filter(runtime=runtime, status=Status.STOPPED).only(*_COMPARED)
+    if batch is None:
+        return list(rows.order_by("id"))
+    accounted = {i.container_id for i in known}
+    awake = [
+        cid for cid, st in listed.items() if st in ("running", "paused") and cid not in accounted
+    ]
+    found = {i.id: i for i in rows.filter(container_id__in=awake)} if awake else {}
+    after = _stopped_after.get(runtime.pk)
+    turn = list((rows.filter(id__gt=after) if after else rows).order_by("id")[:batch])
+    if after and len(turn) < batch:
+        turn += rows.filter(id__lte=after).order_by("id")[: batch - len(turn)]
+    if turn:
+        _stopped_after[runtime.pk] = turn[-1].id
+    for instance in turn:
+        found.setdefault(instance.id, instance)
+    return list(found.values())
+
+
 def distinct_engines(runtimes: Iterable[Runtime]) -> list[Runtime]:
     """One runtime row per distinct engine (two rows may point at the same daemon)."""
     seen: dict[tuple[str, str], Runtime] = {}
@@ -250,17 +307,23 @@ def runtime_pass(
     actor: str,
     seconds: float,
     report: ReconcileReport,
+    stopped_batch: int | None = STOPPED_BATCH,
 ) -> None:
-    """Step 1 of ``reconcile`` for one runtime, its engine calls bounded by ``seconds``
+    """Step 1 of ``reconcile`` for one runtime (its active instances, the stopped ones
+    the engine lists running and a turn of ``stopped_batch`` others: ``_stopped_rows``),
+    its engine calls bounded by ``seconds``
     in all (``EngineDeadline``); the database work runs on the caller's thread. Raises
     ``EngineError`` when the engine does not answer (in time)."""
     engine = engine_share(runtime, seconds)
     # A ping first, bounded on its own too: a silently cut link fails fast.
     engine.check(within=ENGINE_CALL_SECONDS)
     listed = {s.runtime_id: s.status for s in engine.list_ours(installation)}
+    instances = instances + _stopped_rows(runtime, listed, known=instances, batch=stopped_batch)
     for instance in instances:
         engine_status = listed.get(instance.container_id, "")
-        if running_as_recorded(instance, instance.container_id, engine_status):
+        if running_as_recorded(
+            instance, instance.container_id, engine_status
+        ) or stopped_as_recorded(instance, instance.container_id, engine_status):
             report.checked += 1
             continue
         outcome = instance_sync(
@@ -285,8 +348,14 @@ def reconcile(
     installation: str | None = None,
     actor: str = RECONCILER,
     engine_timeout: float | None = None,
+    stopped_batch: int | None = STOPPED_BATCH,
 ) -> ReconcileReport:
-    """One full pass over ``runtimes`` (default: all). Must run outside a transaction.
+    """One pass over ``runtimes`` (default: all). Must run outside a transaction.
+
+    What a pass reads is bounded by the active instances, not by the table: the
+    ``stopped`` ones (most rows of a long-lived installation) are compared
+    ``stopped_batch`` at a time, in turn (``_stopped_rows``); ``None`` compares them all
+    (``manage.py reconcile --once``).
 
     Each engine gets at most ``engine_timeout`` seconds (``reconcile_engine_timeout``)
     of engine calls in each of steps 1 and 3 (``EngineDeadline``): one that hangs costs
@@ -295,11 +364,12 @@ def reconcile(
     plus its database work, whatever the engines do.
 
     1. Per runtime: ping its engine, list our containers on it (one call), and
-       ``instance_sync`` each watched instance (and failed ones without a node name),
-       except one the list shows ``running_as_recorded`` (a look would change nothing);
-       then store the engine's health record on the row (``containers.execution.health``). An
-       engine that does not answer (in time) is recorded ``unreachable`` with the
-       reason and the pass goes on.
+       ``instance_sync`` each active watched instance (and failed ones without a node
+       name), the stopped ones the list shows running or paused, and the next
+       ``stopped_batch`` stopped ones, except one the list shows ``running_as_recorded``
+       or ``stopped_as_recorded`` (a look would change nothing); then store the engine's
+       health record on the row (``containers.execution.health``). An engine that does
+       not answer is recorded ``unreachable`` with the reason and the pass goes on.
     2. Fail instances that held a create/start slot past ``start_timeout`` (neither
        leased nor waiting for a retry: ``instance_fail_stuck``), except on an engine
        this pass found unreachable: those keep their state until it answers.
@@ -312,15 +382,8 @@ def reconcile(
     report = ReconcileReport()
     unreachable = set()
     for runtime in rows:
-        instances = list(
-            ContainerInstance.objects.filter(runtime=runtime)
-            .filter(
-                Q(status__in=WATCHED)
-                | (Q(status=Status.FAILED, runtime_node_name="") & ~Q(container_id=""))
-            )
-            .order_by("created_at")
-        )
-        if not instances and not runtime.enabled:
+        instances = _active_rows(runtime)
+        if not instances and not runtime.enabled and not _has_stopped(runtime):
             continue
         try:
             runtime_pass(
@@ -330,6 +393,7 @@ def reconcile(
                 actor=actor,
                 seconds=seconds,
                 report=report,
+                stopped_batch=stopped_batch,
             )
         except EngineError as exc:
             message = f"runtime {runtime.name} ({runtime.base_url}) unreachable: {exc}"

@@ -98,6 +98,27 @@ def running_as_recorded(instance: ContainerInstance, runtime_id: str, engine_sta
     )
 
 
+# Engine states in which a stopped instance's container says nothing new (``target_for``).
+_AT_REST = frozenset({"exited", "dead", "created"})
+
+
+def stopped_as_recorded(instance: ContainerInstance, runtime_id: str, engine_status: str) -> bool:
+    """True when a look at a ``stopped`` instance would change nothing: the engine lists
+    its container at rest (``target_for`` of an exited container of a stopped instance is
+    the exit already recorded), nothing is left to backfill; or the container is gone and
+    the instance is already marked missing (recorded once, when first seen)."""
+    if instance.status != Status.STOPPED:
+        return False
+    if not engine_status:
+        return instance.runtime_missing and bool(instance.runtime_node_name)
+    return (
+        engine_status in _AT_REST
+        and instance.container_id == runtime_id
+        and bool(instance.runtime_node_name)
+        and not instance.runtime_missing
+    )
+
+
 def instance_label(state: ContainerState) -> uuid.UUID | None:
     """The instance a container belongs to, from its ``io.gobrave.instance`` label."""
     try:

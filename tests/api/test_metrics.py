@@ -219,3 +219,37 @@ def test_finished_node_durations_are_a_histogram(anon, owner):
     assert samples[(f"{name}_count", ok)] == 2
     assert samples[(f"{name}_sum", ok)] == 93
     assert samples[(f"{name}_bucket", (("le", "1.0"), ("status", "failed")))] == 1
+
+
+def _scrape_queries(anon) -> list[str]:
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        assert anon.get("/metrics").status_code == 200
+    return [q["sql"] for q in queries.captured_queries]
+
+
+def test_a_scrape_runs_the_same_queries_for_3_and_30_instances(anon, make_instance, owner):
+    """What a scrape asks the database does not grow with the rows: no query per
+    instance, runtime status or DAG run (the counts come from tallies and indexes)."""
+    statuses = ("running", "stopped", "failed")
+    for status in statuses:
+        make_instance(status)
+    _dag_run(owner, "succeeded", [("succeeded", 30)])
+    few = _scrape_queries(anon)
+    for n in range(27):
+        make_instance(statuses[n % 3])
+    for _ in range(9):
+        _dag_run(owner, "failed", [("failed", 4000)])
+    many = _scrape_queries(anon)
+    assert len(many) == len(few), "\n".join(many)
+
+
+def test_the_duration_tally_buckets_by_the_bounds_the_metric_shows():
+    """Migration 0005's trigger buckets node durations by its own copy of the bounds."""
+    import importlib
+
+    from dags.selectors import NODE_DURATION_BOUNDS
+
+    migration = importlib.import_module("dags.migrations.0006_tallies")
+    assert migration.BOUNDS == NODE_DURATION_BOUNDS
