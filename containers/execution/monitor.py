@@ -13,7 +13,11 @@
    a second, ``CURSOR_STORE_EVERY``). A dropped stream
    (the SDK just ends the iterator) or an unreachable engine is logged and retried with
    a backoff capped at ``BACKOFF_CAP``; the monitor never exits on engine trouble.
-3. The main thread renews the monitor's liveness mark every ``poll_interval`` (a live
+3. A heartbeat thread (``containers.execution.heartbeat``) pings every engine every
+   ``engine_ping_interval`` and records its health on its runtime rows; an engine that
+   answers again after being recorded unreachable gets a reconcile at once, and its
+   follower, if waiting to reconnect, is woken.
+4. The main thread renews the monitor's liveness mark every ``poll_interval`` (a live
    process at a dispatcher's start, ``outbox.liveness``) and runs the reconcile: after
    every (re)connect and every ``reconcile_interval``, and looks for newly enabled
    runtimes. It also looks again at
@@ -21,7 +25,7 @@
    engine just before the event): 50 ms later, then less and less often (at most a
    second apart), until the worker is done; and stores the cursor of a follower whose
    stream went quiet.
-4. SIGTERM sets a flag: the main thread finishes its step, waits until no follower is
+5. SIGTERM sets a flag: the main thread finishes its step, waits until no follower is
    inside one (a follower blocked reading its stream holds nothing), and returns, so the
    process exits 0.
 Each step calls ``close_old_connections()``; each thread closes its connections at exit.
@@ -46,7 +50,8 @@ from containers.engines import engine_for
 from containers.engines.base import EngineError, EngineEvent
 from containers.engines.calls import engine_ping
 from containers.engines.labels import LABEL_INSTANCE
-from containers.execution.health import runtime_health_record
+from containers.execution.health import runtime_rows_health_record
+from containers.execution.heartbeat import Heartbeat, engine_key
 from containers.execution.images import template_images_refresh
 from containers.execution.reconciler import distinct_engines, reconcile
 from containers.execution.sync import (
@@ -288,6 +293,7 @@ class Follower:
         self.runtime_id = runtime.pk
         self.name = runtime.name
         self.step = threading.Lock()  # held while an event is being applied
+        self.wake = threading.Event()  # ends a wait to reconnect (the engine is back)
         self.cursor: MonitorCursor | None = None  # the session's, ahead of the stored one
         self.thread = threading.Thread(target=self.run, name=f"monitor-{self.name}", daemon=True)
 
@@ -328,7 +334,8 @@ class Follower:
                 problem,
                 delay,
             )
-            stopping.wait(delay)
+            if self.wake.wait(delay):
+                self.wake.clear()
             delay = min(delay * 2, self.monitor.backoff_cap)
 
     def health_record(self, runtime: Runtime, *, reachable: bool, error: str = "") -> None:
@@ -339,12 +346,9 @@ class Follower:
         stream dropped, not at the next reconcile pass. Never raises."""
         try:
             if not reachable:
-                reachable, error = engine_ping(runtime=runtime)
-            rows = Runtime.objects.filter(
-                enabled=True, driver=runtime.driver, base_url=runtime.base_url
-            )
-            for runtime_id in rows.values_list("pk", flat=True):
-                runtime_health_record(runtime_id=runtime_id, reachable=reachable, error=error)
+                seconds = float(_config()["engine_ping_timeout"])
+                reachable, error = engine_ping(runtime=runtime, seconds=seconds)
+            runtime_rows_health_record(runtime=runtime, reachable=reachable, error=error)
         except Exception:  # noqa: BLE001 - the follower outlives a failed write (DB away)
             log.warning("runtime %s: health not recorded", self.name, exc_info=True)
 
@@ -414,6 +418,22 @@ class Monitor(StopOnSignal):
         self._rechecks: dict[str, tuple[float, float, float]] = {}  # id -> (due, end, gap)
         self._rechecks_lock = threading.Lock()
         self.beat_name = liveness.beat_name(liveness.MONITOR)
+        self.heartbeat = Heartbeat(stopping=self.stopping, on_return=self.engine_returned)
+
+    def stop(self, *_args: object) -> None:
+        """Stop (SIGTERM): also end the followers' waits to reconnect."""
+        super().stop()
+        for follower in list(self.followers.values()):
+            follower.wake.set()
+
+    def engine_returned(self, runtime: Runtime) -> None:
+        """The heartbeat found an engine recorded unreachable answering again: reconcile
+        now (its instances are settled from what it holds) and let its follower
+        reconnect at once instead of at the end of its backoff."""
+        self.reconcile_soon()
+        follower = self.followers.get(engine_key(runtime))
+        if follower is not None:
+            follower.wake.set()
 
     def reconcile_soon(self) -> None:
         self.reconcile_wanted.set()
@@ -462,6 +482,7 @@ class Monitor(StopOnSignal):
         log.info("monitor %s started (installation %s)", os.getpid(), self.installation)
         if _config()["refresh_image_status_on_start"]:
             self._step(self._refresh_images)
+        self.heartbeat.start()
         next_reconcile = next_beat = 0.0
         while not self.stopping.is_set():
             if time.monotonic() >= next_beat:  # a live process for a dispatcher's start
@@ -510,7 +531,7 @@ class Monitor(StopOnSignal):
     def _follow_enabled(self) -> None:
         """Start a follower for each engine of the enabled runtimes not yet followed."""
         for runtime in distinct_engines(Runtime.objects.filter(enabled=True)):
-            key = (runtime.driver, runtime.base_url)
+            key = engine_key(runtime)
             follower = self.followers.get(key)
             if follower is not None and follower.thread.is_alive():
                 continue
