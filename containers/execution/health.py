@@ -32,6 +32,8 @@ from django.db.models.functions import Now
 from containers.engines.calls import ENGINE_CALL_SECONDS, engine_ping
 from containers.execution.engine_loss import runtime_instances_mark_away
 from containers.models import Runtime
+from containers.queues import Queue
+from outbox.services import outbox_release_deferred
 
 log = logging.getLogger(__name__)
 Health = Runtime.Health
@@ -46,7 +48,8 @@ def runtime_health_record(
     health stays the same. ``node_name`` fills the row's node name only if it is empty.
     An unreachable result also gives the instances there the reason
     (``runtime_instances_mark_away``: they keep their state; the reconciler clears it
-    once it has settled them from what the engine holds). Best outside a transaction
+    once it has settled them from what the engine holds); a change to reachable makes
+    the requests deferred meanwhile due at once. Best outside a transaction
     (the marking skips instance rows that others hold); times are the database's clock.
     """
     health = Health.REACHABLE if reachable else Health.UNREACHABLE
@@ -78,6 +81,11 @@ def runtime_health_record(
         )
     if not reachable:
         runtime_instances_mark_away(runtime_id=runtime_id)
+    elif changed:
+        # Requests deferred while it was away (``handlers._engine_away``) go now, not at
+        # the end of their wait.
+        for queue in Queue:
+            outbox_release_deferred(queue=queue)
 
 
 def runtime_rows_health_record(*, runtime: Runtime, reachable: bool, error: str = "") -> None:
