@@ -113,7 +113,10 @@ def runtime_instances_mark_away(*, runtime_id: int) -> int:
         )
         new = [row[:3] for row in rows if not row[3].startswith(UNREACHABLE_SINCE)]
         _note(new, kind="engine_unreachable", message=f"{reason}; state kept")
-    log.warning("runtime %s unreachable: %d instance(s) keep their state", runtime.name, len(rows))
+    if new:
+        log.warning(
+            "runtime %s unreachable: %d instance(s) keep their state", runtime.name, len(new)
+        )
     return len(rows)
 
 

@@ -15,6 +15,10 @@ silently cut link (no RST, no ICMP) leaves it waiting until the TCP keepalives g
 3. Calls ``on_return`` for an engine that answers while its row says unreachable: the
    monitor then reconciles at once (which settles its instances from what the engine
    holds and clears their mark) and wakes that engine's follower.
+4. With ``engine_lost_after`` set, gives up on the instances of each engine that did
+   not answer and has been unreachable for longer (``engine_loss.runtime_engine_lost``,
+   as the reconciler does too): here it happens within a round of the bound, even while
+   the monitor's main thread is held in a reconcile pass by a call on the dead link.
 
 The pings touch no database; only the heartbeat's own thread does (one connection,
 closed at its end). Never raises: a failed round is logged and the next one comes.
@@ -33,6 +37,7 @@ from django.db import close_old_connections, connection
 
 from containers.engines import engine_for
 from containers.engines.base import EngineError
+from containers.execution.engine_loss import runtime_engine_lost
 from containers.execution.health import runtime_rows_health_record
 from containers.execution.reconciler import distinct_engines
 from containers.models import Runtime
@@ -118,6 +123,7 @@ class Heartbeat:
             asked[key] = self._out[key] = self._pool.submit(_ping, runtime, self.timeout)
         concurrent.futures.wait(asked.values(), timeout=self.timeout)
         answers: dict[EngineKey, str] = {}
+        lost_after = _config()["engine_lost_after"]
         for runtime in runtimes:
             key = engine_key(runtime)
             future = self._out[key]
@@ -131,6 +137,12 @@ class Heartbeat:
             if not problem and runtime.health == Runtime.Health.UNREACHABLE:
                 log.info("runtime %s: the engine answers again", runtime.name)
                 self.on_return(runtime)
+            if problem and lost_after is not None:
+                rows = Runtime.objects.filter(
+                    enabled=True, driver=runtime.driver, base_url=runtime.base_url
+                )
+                for runtime_id in rows.values_list("pk", flat=True):
+                    runtime_engine_lost(runtime_id=runtime_id, after=float(lost_after))
         for key in set(self._out) - set(answers):  # engines no longer followed
             del self._out[key]
         return answers

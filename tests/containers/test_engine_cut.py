@@ -34,7 +34,7 @@ from outbox.models import OutboxEvent
 from tests.containers.conftest import EXIT_ON_TERM, IMAGE, _unavailable
 from tests.factories import UserFactory
 from tests.private_engine import PrivateDockerd, missing_tools
-from tests.processes import wait_for
+from tests.processes import relay_drain, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.slow]
 
@@ -213,29 +213,31 @@ def _ours(side_door: docker.APIClient, installation: str) -> dict[str, str]:
     }
 
 
-def _running_and_stopped(dock, remote_engine, app, owner):
-    """A ``remote`` runtime with one instance running and one stopped on it, both with
-    their containers recorded, and the engine recorded reachable."""
+def _running_and_stopped(dock, remote_engine, owner):
+    """A ``remote`` runtime with one instance running and one stopped on it, made by the
+    relay in this process (the same handlers the workers run, on the real engine), before
+    any process starts."""
     remote = Runtime.objects.create(
         name="remote", driver="docker", base_url=remote_engine.url, labels={"node": "remote"}
     )
     on_remote = dock.template(EXIT_ON_TERM, constraints={"node": "remote"})
     running = container_create_by_template(template=on_remote, owner=owner, actor="t")
     stopped = container_create_by_template(template=on_remote, owner=owner, actor="t")
-    wait_for(
-        lambda: _status(running) == "running" and _status(stopped) == "running",
-        timeout=60,
-        message="both remote instances to run",
-        describe=lambda: _shown(running, stopped) + "\n" + app.logs(),
-    )
+    assert relay_drain() == ["sent", "sent"], _shown(running, stopped)
     container_stop(instance_id=stopped.pk, actor="t")
-    wait_for(
-        lambda: _status(stopped) == "stopped" and _health(remote) == "reachable",
-        timeout=60,
-        message="one instance stopped and the engine recorded reachable",
-        describe=lambda: _shown(running, stopped) + "\n" + app.logs(),
-    )
+    assert relay_drain() == ["sent"], _shown(stopped)
+    assert (_status(running), _status(stopped)) == ("running", "stopped"), _shown(running, stopped)
     return remote, running, stopped
+
+
+def _followed(app, remote: Runtime) -> None:
+    """Wait until the monitor's heartbeat has recorded the engine reachable."""
+    wait_for(
+        lambda: _health(remote) == "reachable",
+        timeout=60,
+        message="the monitor to record the remote engine reachable",
+        describe=app.logs,
+    )
 
 
 def test_an_engine_whose_link_goes_down_keeps_its_instances_and_adopts_them_when_back(
@@ -243,8 +245,12 @@ def test_an_engine_whose_link_goes_down_keeps_its_instances_and_adopts_them_when
 ):
     owner = UserFactory()
     side_door = docker.APIClient(base_url=remote_engine.side_door, version="auto", timeout=10)
-    with dock.pipeline(**HEARTBEAT) as app:
-        remote, running, stopped = _running_and_stopped(dock, remote_engine, app, owner)
+    remote, running, stopped = _running_and_stopped(dock, remote_engine, owner)
+    with dock.app(**HEARTBEAT) as app:
+        app.dispatcher()
+        app.cluster("create")
+        app.monitor()
+        _followed(app, remote)
         before = _ours(side_door, dock.installation)
         assert sorted(before) == sorted([f"gb-{running.pk}", f"gb-{stopped.pk}"]), before
 
@@ -314,8 +320,10 @@ def test_past_engine_lost_after_its_instances_are_given_up_and_a_container_back_
 ):
     owner = UserFactory()
     side_door = docker.APIClient(base_url=remote_engine.side_door, version="auto", timeout=10)
-    with dock.pipeline(**HEARTBEAT, container_engine_lost_after="2") as app:
-        remote, running, stopped = _running_and_stopped(dock, remote_engine, app, owner)
+    remote, running, stopped = _running_and_stopped(dock, remote_engine, owner)
+    with dock.app(**HEARTBEAT, container_engine_lost_after="2") as app:
+        app.monitor()  # the heartbeat gives up on the engine; the reconciler removes orphans
+        _followed(app, remote)
         remote_engine.link_down()
         try:
             wait_for(
