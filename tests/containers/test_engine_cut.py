@@ -38,6 +38,9 @@ from tests.processes import relay_drain, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.slow]
 
+# The engines' heartbeat in these tests: a ping every half second, an answer within 1 s.
+HEARTBEAT = {"container_engine_ping_interval": "0.5", "container_engine_ping_timeout": "1"}
+
 
 @pytest.fixture(scope="module")
 def remote_engine() -> Iterator[PrivateDockerd]:
@@ -99,7 +102,7 @@ def test_a_silently_cut_engine_is_marked_waited_for_and_settled_when_it_returns(
     owner = UserFactory()
     side_door = docker.APIClient(base_url=remote_engine.side_door, version="auto", timeout=10)
 
-    with dock.pipeline() as app:
+    with dock.pipeline(**HEARTBEAT) as app:
         victim = container_create_by_template(template=on_remote, owner=owner, actor="t")
         wait_for(
             lambda: _status(victim) == "running",
@@ -183,8 +186,6 @@ def test_a_silently_cut_engine_is_marked_waited_for_and_settled_when_it_returns(
         ], moves
 
 
-# The heartbeat of the link-down tests: a ping every half second, an answer within 1 s.
-HEARTBEAT = {"container_engine_ping_interval": "0.5", "container_engine_ping_timeout": "1"}
 UNREACHABLE = "engine unreachable since "
 
 
@@ -247,8 +248,7 @@ def test_an_engine_whose_link_goes_down_keeps_its_instances_and_adopts_them_when
     side_door = docker.APIClient(base_url=remote_engine.side_door, version="auto", timeout=10)
     remote, running, stopped = _running_and_stopped(dock, remote_engine, owner)
     with dock.app(**HEARTBEAT) as app:
-        app.dispatcher()
-        app.cluster("create")
+        app.cluster("create")  # its pusher claims on NOTIFY: no dispatcher needed here
         app.monitor()
         _followed(app, remote)
         before = _ours(side_door, dock.installation)
@@ -338,6 +338,7 @@ def test_past_engine_lost_after_its_instances_are_given_up_and_a_container_back_
             assert lost.runtime_missing, _shown(running)
             assert _moves(running)[-2:] == [("creating", "running"), ("running", "failed")]
             assert _status(stopped) == "stopped", _shown(stopped)
+            assert _moves(stopped)[-1] == ("stopping", "stopped"), _moves(stopped)
         finally:
             remote_engine.link_up()
 

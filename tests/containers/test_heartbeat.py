@@ -4,9 +4,11 @@ on the real database (the real link cut is in test_engine_cut.py)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 
 import pytest
+from django.db.models.functions import Now
 
 from containers.engines import engine_for
 from containers.execution.heartbeat import Heartbeat
@@ -75,3 +77,22 @@ def test_instances_on_an_engine_the_heartbeat_finds_away_say_why(engines, templa
     row = ContainerInstance.objects.get(pk=instance.pk)
     assert row.status == "running", (row.status, row.status_reason)
     assert row.status_reason.startswith("engine unreachable since "), row.status_reason
+
+
+def test_past_engine_lost_after_the_heartbeat_gives_up_on_an_engine_that_does_not_answer(
+    engines, template, owner, gobrave_config
+):
+    gobrave_config(container={"engine_lost_after": 60.0})
+    up, away = engines
+    (engine_for(away).root / "down").unlink()
+    instance = container_create_by_template(template=template, owner=owner, actor="t", runtime=away)
+    assert relay_drain() == ["sent"]
+    (engine_for(away).root / "down").write_text("")
+    beat = Heartbeat(stopping=threading.Event(), interval=1, timeout=1)
+    beat.beat()
+    assert ContainerInstance.objects.get(pk=instance.pk).status == "running"
+    Runtime.objects.filter(pk=away.pk).update(health_since=Now() - dt.timedelta(seconds=61))
+    beat.beat()
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.runtime_missing) == ("failed", True), row.status_reason
+    assert row.status_reason.startswith("engine lost: runtime away"), row.status_reason
