@@ -155,7 +155,7 @@ def runtime_engine_lost(*, runtime_id: int, after: float, actor: str = RECONCILE
     """Give up on the instances of a runtime unreachable for ``after`` seconds or more;
     returns how many changed.
 
-    The caller (the reconciler) has just found the engine silent itself. Per instance,
+    The caller (the reconciler, the heartbeat) has just found the engine silent. Per instance,
     in a transaction of its own, on its locked row, with the runtime's record read again
     (an engine that answered meanwhile stops it):
     1. ``LOST_FAIL`` states: marked missing and moved to ``failed``, reason "engine lost:

@@ -90,7 +90,8 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
     Gated requests (create, start) pass the capacity gate both times: a request that
     waited for a retry, or whose worker died, held no slot meanwhile (contract §4).
     A request whose engine is recorded unreachable is deferred before any of this
-    (``_engine_away``): no attempt counted, no slot taken, the instance's state kept.
+    (``_engine_away``): no attempt counted, no slot taken, the instance's state kept;
+    except a start of an instance marked missing, which fails at once.
     """
     with transaction.atomic():
         # With its runtime: the engine-away check and the engine calls need it.
@@ -98,6 +99,10 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
         if instance is None:
             return None
         away = _engine_away(instance) if instance.status in (ready, doing) else ""
+        if away and instance.runtime_missing and instance.status == Status.START_PENDING:
+            # Marked missing (given up with its lost engine, or removed outside): a start
+            # cannot bring it back, however long it waits (contract §5).
+            raise PermanentFailure(f"container {instance.container_name} is missing ({away})")
         if away:
             pass  # the reason commits with this transaction; the request waits (below)
         elif instance.status == ready:

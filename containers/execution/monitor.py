@@ -334,9 +334,17 @@ class Follower:
                 problem,
                 delay,
             )
-            if self.wake.wait(delay):
-                self.wake.clear()
+            self._wait(delay)
             delay = min(delay * 2, self.monitor.backoff_cap)
+
+    def _wait(self, seconds: float) -> None:
+        """Wait to reconnect: ``seconds``, or less if the monitor stops or the heartbeat
+        finds the engine back (``wake``)."""
+        until = time.monotonic() + seconds
+        while not self.monitor.stopping.is_set() and (left := until - time.monotonic()) > 0:
+            if self.wake.wait(min(left, 0.25)):
+                self.wake.clear()
+                return
 
     def health_record(self, runtime: Runtime, *, reachable: bool, error: str = "") -> None:
         """Record what the stream learnt of its engine on every row of that daemon: a
@@ -419,12 +427,6 @@ class Monitor(StopOnSignal):
         self._rechecks_lock = threading.Lock()
         self.beat_name = liveness.beat_name(liveness.MONITOR)
         self.heartbeat = Heartbeat(stopping=self.stopping, on_return=self.engine_returned)
-
-    def stop(self, *_args: object) -> None:
-        """Stop (SIGTERM): also end the followers' waits to reconnect."""
-        super().stop()
-        for follower in list(self.followers.values()):
-            follower.wake.set()
 
     def engine_returned(self, runtime: Runtime) -> None:
         """The heartbeat found an engine recorded unreachable answering again: reconcile

@@ -227,6 +227,12 @@ def test_past_engine_lost_after_running_and_under_way_fail_and_stopped_are_marke
     assert (now.status, now.runtime_missing) == ("stopped", True), shown(stopped)
     assert kinds(stopped)[-1] == "engine_lost", kinds(stopped)
     assert row(waiting).status == "pending", shown(waiting)  # a create is placement's
+    # A start of the stopped one, missing, fails at once (it would wait for nothing).
+    container_start(instance_id=stopped.pk, actor="t")
+    assert relay_drain() == ["dead"], shown(stopped)
+    now = row(stopped)
+    assert now.status == "failed", shown(stopped)
+    assert now.status_reason.startswith(f"start failed: container gb-{stopped.pk} is missing")
     # Given up once: a second pass changes nothing.
     assert reconcile().lost == 0
     # The start that waited finds its instance failed: superseded, no engine call.
