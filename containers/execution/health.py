@@ -48,8 +48,8 @@ def runtime_health_record(
     health stays the same. ``node_name`` fills the row's node name only if it is empty.
     An unreachable result also gives the instances there the reason
     (``runtime_instances_mark_away``: they keep their state; the reconciler clears it
-    once it has settled them from what the engine holds); a change to reachable makes
-    the requests deferred meanwhile due at once. Best outside a transaction
+    once it has settled them from what the engine holds); a change from unreachable to
+    reachable makes the requests deferred meanwhile due at once. Best outside a transaction
     (the marking skips instance rows that others hold); times are the database's clock.
     """
     health = Health.REACHABLE if reachable else Health.UNREACHABLE
@@ -69,7 +69,13 @@ def runtime_health_record(
             )
     else:
         fields["last_error"] = Value((error or "the engine did not answer")[:2000])
-    changed = Runtime.objects.filter(pk=runtime_id).exclude(health=health).exists()
+    before = (
+        Runtime.objects.filter(pk=runtime_id)
+        .exclude(health=health)
+        .values_list("health", flat=True)
+        .first()
+    )
+    changed = before is not None
     Runtime.objects.filter(pk=runtime_id).update(**fields)
     if changed:
         log.log(
@@ -81,7 +87,7 @@ def runtime_health_record(
         )
     if not reachable:
         runtime_instances_mark_away(runtime_id=runtime_id)
-    elif changed:
+    elif before == Health.UNREACHABLE:
         # Requests deferred while it was away (``handlers._engine_away``) go now, not at
         # the end of their wait.
         for queue in Queue:

@@ -275,3 +275,15 @@ def test_an_engine_that_answered_meanwhile_is_not_given_up(fake_runtime, running
     runtime_health_record(runtime_id=fake_runtime.pk, reachable=True)
     assert runtime_engine_lost(runtime_id=fake_runtime.pk, after=600.0) == 0
     assert row(running).status == "running", shown(running)
+
+
+def test_requests_deferred_while_away_are_due_as_soon_as_the_engine_answers(fake_runtime, running):
+    runtime_health_record(runtime_id=fake_runtime.pk, reachable=False, error="cut")
+    container_stop(instance_id=running.pk, actor="t")
+    assert relay_drain() == ["deferred"], shown(running)
+    waiting = OutboxEvent.objects.filter(aggregate_id=str(running.pk), status="pending")
+    assert waiting.filter(available_at__gt=Now()).exists(), shown(running)  # waits 5 s
+    assert relay_drain() == [], shown(running)
+    runtime_health_record(runtime_id=fake_runtime.pk, reachable=True)
+    assert relay_drain() == ["sent"], shown(running)  # at once, not 5 s later
+    assert row(running).status == "stopped", shown(running)
