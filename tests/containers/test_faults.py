@@ -301,7 +301,6 @@ def test_a_database_crash_under_creates_loses_no_accepted_request(throwaway_pg, 
 
 
 def _run_pipeline_until_dead(tmp_path, instance, **config) -> OutboxEvent:
-
     with running_app(
         tmp_path,
         outbox_poll_interval="0.2",
