@@ -284,9 +284,10 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "reconcile_interval": (_duration(1, 86400), 30.0),
         "orphan_policy": (_choice("report", "remove"), "report"),
         # Engine health (contract §9): the monitor pings every engine this often, a ping
-        # waits at most engine_ping_timeout, and instances on an engine unreachable for
+        # waits at most engine_ping_timeout (two unanswered in a row: unreachable), and
+        # instances on an engine unreachable for
         # longer than engine_lost_after (None, the default: never) end "engine lost".
-        "engine_ping_interval": (_duration(0.1, 3600), 10.0),
+        "engine_ping_interval": (_duration(0.1, 3600), 5.0),
         "engine_ping_timeout": (_duration(0.1, 60), 5.0),
         "engine_lost_after": (_optional(_duration(1, 365 * 86400)), None),
         "workspace_root": (_text, "var/workspaces"),

@@ -509,7 +509,7 @@ def on_retry(event: OutboxEvent, retry: Retry) -> None:
 def _engine_silent(event: OutboxEvent) -> str:
     """After a retriable engine error: why the request must wait for its engine, or ''.
 
-    Asks the instance's engine at once (a ping bounded by ``engine_ping_timeout``). One
+    Asks the instance's engine at once (a ping, bounded in time). One
     that answers failed for a reason of its own: '' (the request is retried as usual).
     One that does not is recorded unreachable (its instances then show it) and the
     answer is the reason the instance shows: a loss of contact costs the request no
@@ -520,8 +520,7 @@ def _engine_silent(event: OutboxEvent) -> str:
     )
     if instance is None or instance.runtime is None:
         return ""
-    seconds = float(settings.GOBRAVE["container"]["engine_ping_timeout"])
-    answers, problem = engine_ping(runtime=instance.runtime, seconds=seconds)
+    answers, problem = engine_ping(runtime=instance.runtime)
     if answers:
         return ""
     runtime_health_record(runtime_id=instance.runtime_id, reachable=False, error=problem)

@@ -10,8 +10,10 @@ silently cut link (no RST, no ICMP) leaves it waiting until the TCP keepalives g
    bounded by ``engine_ping_timeout``. An engine whose last ping is still out (a client
    stuck connecting) is not asked again meanwhile: it counts as no answer.
 2. Records each answer on every row of that daemon (``health.runtime_rows_health_record``):
-   reachable, or unreachable with the reason, which also marks the instances there
-   ("engine unreachable since ...", ``engine_loss``): they keep their state.
+   reachable at once; unreachable, with the reason, once ``MISSES`` pings in a row went
+   unanswered (one slow answer on a loaded host is not a lost engine), which also marks
+   the instances there ("engine unreachable since ...", ``engine_loss``): they keep
+   their state.
 3. Calls ``on_return`` for an engine that answers while its row says unreachable: the
    monitor then reconciles at once (which settles its instances from what the engine
    holds and clears their mark) and wakes that engine's follower.
@@ -45,6 +47,7 @@ from containers.models import Runtime
 log = logging.getLogger(__name__)
 
 POOL_THREADS = 16  # pings out at once (more engines wait for a thread: a longer round)
+MISSES = 2  # unanswered pings in a row that make an engine unreachable
 
 EngineKey = tuple[str, str]
 
@@ -92,6 +95,7 @@ class Heartbeat:
             max_workers=POOL_THREADS, thread_name_prefix="heartbeat-ping"
         )
         self._out: dict[EngineKey, concurrent.futures.Future[str]] = {}
+        self._misses: dict[EngineKey, int] = {}
         self.thread = threading.Thread(target=self.run, name="monitor-heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -133,6 +137,10 @@ class Heartbeat:
                 else f"the engine did not answer within {self.timeout:g} s"
             )
             answers[key] = problem
+            misses = self._misses[key] = self._misses.get(key, 0) + 1 if problem else 0
+            if problem and misses < MISSES:
+                log.info("runtime %s: a ping went unanswered (%s)", runtime.name, problem)
+                continue
             runtime_rows_health_record(runtime=runtime, reachable=not problem, error=problem)
             if not problem and runtime.health == Runtime.Health.UNREACHABLE:
                 log.info("runtime %s: the engine answers again", runtime.name)
@@ -145,4 +153,5 @@ class Heartbeat:
                     runtime_engine_lost(runtime_id=runtime_id, after=float(lost_after))
         for key in set(self._out) - set(answers):  # engines no longer followed
             del self._out[key]
+            self._misses.pop(key, None)
         return answers

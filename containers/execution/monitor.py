@@ -354,8 +354,7 @@ class Follower:
         stream dropped, not at the next reconcile pass. Never raises."""
         try:
             if not reachable:
-                seconds = float(_config()["engine_ping_timeout"])
-                reachable, error = engine_ping(runtime=runtime, seconds=seconds)
+                reachable, error = engine_ping(runtime=runtime)
             runtime_rows_health_record(runtime=runtime, reachable=reachable, error=error)
         except Exception:  # noqa: BLE001 - the follower outlives a failed write (DB away)
             log.warning("runtime %s: health not recorded", self.name, exc_info=True)

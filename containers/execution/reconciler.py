@@ -216,8 +216,8 @@ def reconcile(
 ) -> ReconcileReport:
     """One full pass over ``runtimes`` (default: all). Must run outside a transaction.
 
-    1. Per runtime: ping its engine (bounded by ``engine_ping_timeout``), list our
-       containers on it (one call), and ``instance_sync`` each watched instance (and
+    1. Per runtime: ping its engine (bounded in time), list our containers on it (one
+       call), and ``instance_sync`` each watched instance (and
        failed ones without a node name), except one the list shows
        ``running_as_recorded`` (a look would change nothing); then store the engine's
        health record on the row (``containers.execution.health``) and clear the
@@ -236,7 +236,6 @@ def reconcile(
     installation = installation or installation_id()
     rows = list(Runtime.objects.all() if runtimes is None else runtimes)
     report = ReconcileReport()
-    ping_timeout = float(_config()["engine_ping_timeout"])
     unreachable = set()
     for runtime in rows:
         instances = list(
@@ -252,7 +251,7 @@ def reconcile(
         engine = engine_for(runtime)
         try:
             # Bounded: a silently cut link must not hold the pass for the client's timeout.
-            answers, problem = engine_ping(runtime=runtime, seconds=ping_timeout)
+            answers, problem = engine_ping(runtime=runtime)
             if not answers:
                 raise EngineError(problem)
             listed = {s.runtime_id: s.status for s in engine.list_ours(installation)}

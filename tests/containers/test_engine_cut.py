@@ -38,8 +38,8 @@ from tests.processes import relay_drain, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.slow]
 
-# The engines' heartbeat in these tests: a ping every half second, an answer within 1 s.
-HEARTBEAT = {"container_engine_ping_interval": "0.5", "container_engine_ping_timeout": "1"}
+# The engines' heartbeat in these tests: a ping every half second, an answer within 2 s.
+HEARTBEAT = {"container_engine_ping_interval": "0.5", "container_engine_ping_timeout": "2"}
 
 
 @pytest.fixture(scope="module")

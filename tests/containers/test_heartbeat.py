@@ -41,6 +41,8 @@ def test_a_round_records_every_enabled_engine(engines):
     assert answers[("fake", up.base_url)] == "", answers
     assert "did not answer" in answers[("fake", away.base_url)], answers
     assert health(up) == ("reachable", "")
+    assert health(away)[0] == "unknown", health(away)  # one ping missed: not yet
+    beat.beat()
     assert health(away)[0] == "unreachable" and "is down" in health(away)[1], health(away)
     assert health(off)[0] == "unknown"  # a disabled runtime is not pinged
 
@@ -49,7 +51,7 @@ def test_rows_sharing_one_daemon_share_its_ping(engines):
     up, _ = engines
     twin = RuntimeFactory(name="twin", base_url=up.base_url)
     answers = Heartbeat(stopping=threading.Event(), interval=1, timeout=1).beat()
-    assert list(answers).count(("fake", up.base_url)) == 1 and len(answers) == 3, answers
+    assert list(answers).count(("fake", up.base_url)) == 1, answers  # one ping for both
     assert health(twin) == ("reachable", "")
 
 
@@ -58,7 +60,8 @@ def test_an_engine_that_answers_again_is_reported_once(engines):
     returned = []
     beat = Heartbeat(stopping=threading.Event(), on_return=returned.append, interval=1, timeout=1)
     beat.beat()
-    assert returned == []
+    beat.beat()
+    assert returned == [] and health(away)[0] == "unreachable", health(away)
     (engine_for(away).root / "down").unlink()
     beat.beat()
     assert [runtime.name for runtime in returned] == ["away"]
@@ -73,7 +76,10 @@ def test_instances_on_an_engine_the_heartbeat_finds_away_say_why(engines, templa
     instance = container_create_by_template(template=template, owner=owner, actor="t", runtime=away)
     assert relay_drain() == ["sent"]
     (engine_for(away).root / "down").write_text("")
-    Heartbeat(stopping=threading.Event(), interval=1, timeout=1).beat()
+    beat = Heartbeat(stopping=threading.Event(), interval=1, timeout=1)
+    beat.beat()
+    assert ContainerInstance.objects.get(pk=instance.pk).status_reason == ""  # one miss
+    beat.beat()
     row = ContainerInstance.objects.get(pk=instance.pk)
     assert row.status == "running", (row.status, row.status_reason)
     assert row.status_reason.startswith("engine unreachable since "), row.status_reason
@@ -89,6 +95,7 @@ def test_past_engine_lost_after_the_heartbeat_gives_up_on_an_engine_that_does_no
     assert relay_drain() == ["sent"]
     (engine_for(away).root / "down").write_text("")
     beat = Heartbeat(stopping=threading.Event(), interval=1, timeout=1)
+    beat.beat()
     beat.beat()
     assert ContainerInstance.objects.get(pk=instance.pk).status == "running"
     Runtime.objects.filter(pk=away.pk).update(health_since=Now() - dt.timedelta(seconds=61))
