@@ -169,11 +169,13 @@ def _no_output(instance: ContainerInstance) -> str:
 
 def engine_ping(*, runtime: Runtime, seconds: float = ENGINE_CALL_SECONDS) -> tuple[bool, str]:
     """``(answers, problem)`` for the engine behind one ``Runtime`` row, asked now;
-    ``problem`` is the engine's reason in an operator's words (``Engine.check``)."""
+    ``problem`` is the engine's reason in an operator's words (``Engine.check``). The
+    engine is given ``seconds`` too, so a silent one does not hold the helper thread
+    (and the pings queued behind it) for the client's whole call timeout."""
 
     def check() -> str:
         try:
-            engine_for(runtime).check()
+            engine_for(runtime).check(timeout=seconds)
         except EngineError as exc:
             return str(exc)
         return ""

@@ -29,8 +29,11 @@ from containers.engines.base import (
     PermanentEngineError,
     StaleTaskError,
 )
+from containers.engines.calls import engine_ping
 from containers.engines.labels import LABEL_INSTALLATION
 from containers.errors import MountRefused
+from containers.execution.engine_loss import away_reason
+from containers.execution.health import runtime_health_record
 from containers.execution.sync import state_apply
 from containers.execution.workspaces import (
     LABEL_OWNER,
@@ -67,17 +70,15 @@ ENGINE_AWAY_RECHECK_SECONDS = 5.0
 def _engine_away(instance: ContainerInstance) -> str:
     """Why the request must wait ('' if it need not): its engine is recorded unreachable.
 
-    The instance keeps its state; its ``status_reason`` is set to that reason (the next
-    transition replaces it). Runs inside ``_begin``'s transaction, on the locked row.
+    The instance keeps its state; its ``status_reason`` is set to that reason
+    (``engine_loss.away_reason``, as every instance there shows; the next transition or
+    the reconciler, once the engine answers, clears it). Runs inside ``_begin``'s
+    transaction, on the locked row.
     """
     runtime = instance.runtime  # read with the locked row (``instance_lock``)
     if runtime.health != Runtime.Health.UNREACHABLE:
         return ""
-    since = runtime.health_since.isoformat(timespec="seconds") if runtime.health_since else "?"
-    reason = (
-        f"waiting: engine of runtime {runtime.name} unreachable since {since}"
-        f" ({runtime.last_error or 'no answer'})"
-    )[:1000]
+    reason = away_reason(runtime)
     if instance.status_reason != reason:
         instance.status_reason = reason
         instance.save(update_fields=["status_reason"])
@@ -90,7 +91,8 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
     Gated requests (create, start) pass the capacity gate both times: a request that
     waited for a retry, or whose worker died, held no slot meanwhile (contract §4).
     A request whose engine is recorded unreachable is deferred before any of this
-    (``_engine_away``): no attempt counted, no slot taken, the instance's state kept.
+    (``_engine_away``): no attempt counted, no slot taken, the instance's state kept;
+    except a start of an instance marked missing, which fails at once.
     """
     with transaction.atomic():
         # With its runtime: the engine-away check and the engine calls need it.
@@ -98,6 +100,10 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
         if instance is None:
             return None
         away = _engine_away(instance) if instance.status in (ready, doing) else ""
+        if away and instance.runtime_missing and instance.status == Status.START_PENDING:
+            # Marked missing (given up with its lost engine, or removed outside): a start
+            # cannot bring it back, however long it waits (contract §5).
+            raise PermanentFailure(f"container {instance.container_name} is missing ({away})")
         if away:
             pass  # the reason commits with this transaction; the request waits (below)
         elif instance.status == ready:
@@ -329,8 +335,8 @@ def _remove_abandoned(instance_id: str) -> None:
     recorded id is cleared with the removal, so the instance shows no container.
     """
     instance = ContainerInstance.objects.filter(id=instance_id).first()
-    if instance is None or instance.status != Status.FAILED:
-        return
+    if instance is None or instance.status != Status.FAILED or instance.runtime_missing:
+        return  # (failed and missing: its engine was lost; the orphan scan removes it)
     engine = engine_for(instance.runtime)
     state = engine.inspect(instance.container_name)
     if state is None or state.status != "created":
@@ -522,12 +528,36 @@ def _waiting_reason(event: OutboxEvent, reason: str) -> None:
             instance_save(instance, ("status_reason",))
 
 
+def _engine_silent(event: OutboxEvent) -> str:
+    """After a retriable engine error: why the request must wait for its engine, or ''.
+
+    Asks the instance's engine at once (a ping, bounded in time). One
+    that answers failed for a reason of its own: '' (the request is retried as usual).
+    One that does not is recorded unreachable (its instances then show it) and the
+    answer is the reason the instance shows: a loss of contact costs the request no
+    attempt, so a long one never turns it into a dead letter. Outside any transaction.
+    """
+    instance = (
+        ContainerInstance.objects.select_related("runtime").filter(id=event.aggregate_id).first()
+    )
+    if instance is None or instance.runtime is None:
+        return ""
+    answers, problem = engine_ping(runtime=instance.runtime)
+    if answers:
+        return ""
+    runtime_health_record(runtime_id=instance.runtime_id, reachable=False, error=problem)
+    runtime = Runtime.objects.get(pk=instance.runtime_id)
+    return away_reason(runtime)
+
+
 def _translated(handler: Callable[[OutboxEvent], Outcome]) -> Callable[[OutboxEvent], Outcome]:
     """Map the engine's error classes onto the relay's (the relay knows no engine): a
     full engine (``EngineFullError``: a namespace quota) defers the request with the
     reason shown, a permanent error goes dead at once, any other is retried with its
     message as the reason (``RetryLater``, the engine's Retry-After as the backoff's
-    floor)."""
+    floor), unless the engine has gone silent (``_engine_silent``): then the request
+    waits for it (``Defer``, no attempt counted), as one that finds its engine
+    unreachable before it begins does."""
 
     def run(event: OutboxEvent) -> Outcome:
         try:
@@ -538,6 +568,9 @@ def _translated(handler: Callable[[OutboxEvent], Outcome]) -> Callable[[OutboxEv
         except PermanentEngineError as exc:
             raise PermanentFailure(str(exc)) from exc
         except EngineError as exc:
+            if away := _engine_silent(event):
+                log.warning("outbox #%s %s: waiting, %s (%s)", event.id, event.kind, away, exc)
+                raise Defer(away, delay=ENGINE_AWAY_RECHECK_SECONDS) from exc
             raise RetryLater(str(exc), retry_after=exc.retry_after or 0.0) from exc
 
     run.__name__ = handler.__name__

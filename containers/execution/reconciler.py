@@ -31,6 +31,7 @@ from containers.engines import engine_for
 from containers.engines.base import ContainerState, Engine, EngineError
 from containers.engines.calls import ENGINE_CALL_SECONDS
 from containers.engines.deadlines import EngineDeadline, engine_busy
+from containers.execution.engine_loss import runtime_engine_lost, runtime_instances_clear_away
 from containers.execution.health import runtime_health_record
 from containers.execution.sync import (
     WATCHED,
@@ -123,6 +124,7 @@ class ReconcileReport:
     changed: int = 0
     busy: int = 0
     timed_out: int = 0
+    lost: int = 0
     orphans_new: int = 0
     orphans_removed: int = 0
     errors: list[str] = field(default_factory=list)
@@ -130,16 +132,17 @@ class ReconcileReport:
     def __str__(self) -> str:
         text = (
             f"checked {self.checked}, changed {self.changed}, left to workers {self.busy}, "
-            f"timed out {self.timed_out}, new orphans {self.orphans_new}, "
+            f"timed out {self.timed_out}, lost {self.lost}, new orphans {self.orphans_new}, "
             f"orphans removed {self.orphans_removed}"
         )
         return text + (f", errors: {'; '.join(self.errors)}" if self.errors else "")
 
 
 def _orphan_upsert(
-    runtime: Runtime, state: ContainerState, *, now: dt.datetime, policy: str
+    runtime: Runtime, state: ContainerState, *, now: dt.datetime, why: str
 ) -> tuple[OrphanContainer, bool]:
-    """Insert or refresh the orphan row; on insert also record the sighting, once."""
+    """Insert or refresh the orphan row; on insert also record the sighting, once
+    (``why``: what makes it an orphan, for the history)."""
     fields = {
         "name": state.name,
         "labels": state.labels,
@@ -161,8 +164,7 @@ def _orphan_upsert(
                 kind="orphan",
                 actor=RECONCILER,
                 message=(
-                    f"container {state.name} ({state.runtime_id[:12]}) on {runtime.name} "
-                    f"carries our labels but has no instance (orphan_policy {policy})"
+                    f"container {state.name} ({state.runtime_id[:12]}) on {runtime.name} {why}"
                 ),
                 data={
                     "runtime": runtime.name,
@@ -180,34 +182,45 @@ def _orphan_upsert(
 def orphans_scan(
     *, runtime: Runtime, engine: Engine, installation: str, report: ReconcileReport
 ) -> None:
-    """Report (and under ``orphan_policy: remove``, remove) containers with no instance.
+    """Report (and under ``orphan_policy: remove``, remove) containers with no instance,
+    and remove those their instance gave up.
 
     1. List every container with our installation label (engine call).
     2. Then read which of their instances exist: a container listed before its instance
        was deleted may be reported once, but one made after the read is never mistaken
-       for an orphan.
+       for an orphan. An instance ``failed`` and marked missing (its engine was lost,
+       ``engine_loss``, or its container was removed outside gobrave) has given its
+       container up: that container is an orphan too, removed whatever the policy (the
+       instance says its run ended; the run must not go on unseen).
     3. Upsert an ``OrphanContainer`` per orphan; the first sighting adds a ``ContainerEvent``
        (kind ``orphan``, the label's instance id or the nil uuid).
-    4. Under ``remove``, remove it and set ``removed_at``. Rows of orphans no longer listed
-       get ``removed_at`` too (someone removed them).
+    4. Under ``remove`` (or given up), remove it and set ``removed_at``. Rows of orphans
+       no longer listed get ``removed_at`` too (someone removed them).
     """
     policy = _config()["orphan_policy"]
     states = engine.list_ours(installation)
     labelled = {s.runtime_id: instance_label(s) for s in states}
-    known = set(
-        ContainerInstance.objects.filter(
-            id__in=[i for i in labelled.values() if i is not None]
-        ).values_list("id", flat=True)
+    rows = ContainerInstance.objects.filter(id__in=[i for i in labelled.values() if i is not None])
+    given_up = set(
+        rows.filter(status=Status.FAILED, runtime_missing=True).values_list("id", flat=True)
     )
+    known = set(rows.values_list("id", flat=True)) - given_up
     now = timezone.now()
     listed = []
     for state in states:
-        if labelled[state.runtime_id] in known:
+        owner = labelled[state.runtime_id]
+        if owner in known:
             continue
         listed.append(state.runtime_id)
-        orphan, new = _orphan_upsert(runtime, state, now=now, policy=policy)
+        gave_up = owner in given_up
+        why = (
+            f"belongs to instance {owner}, which gave it up (failed, marked missing): removed"
+            if gave_up
+            else f"carries our labels but has no instance (orphan_policy {policy})"
+        )
+        orphan, new = _orphan_upsert(runtime, state, now=now, why=why)
         report.orphans_new += new
-        if policy == "remove":
+        if policy == "remove" or gave_up:
             engine.remove(state.runtime_id)
             OrphanContainer.objects.filter(pk=orphan.pk).update(removed_at=now)
             report.orphans_removed += 1
@@ -368,12 +381,17 @@ def reconcile(
        name), the stopped ones the list shows running or paused, and the next
        ``stopped_batch`` stopped ones, except one the list shows ``running_as_recorded``
        or ``stopped_as_recorded`` (a look would change nothing); then store the engine's
-       health record on the row (``containers.execution.health``). An engine that does
-       not answer is recorded ``unreachable`` with the reason and the pass goes on.
+       health record on the row (``containers.execution.health``) and clear the
+       "engine unreachable" reason of its instances, now settled from what the engine
+       holds (``engine_loss.runtime_instances_clear_away``). An engine that does not
+       answer (in time) is recorded ``unreachable`` with the reason (its instances keep
+       their state and show it) and the pass goes on.
     2. Fail instances that held a create/start slot past ``start_timeout`` (neither
        leased nor waiting for a retry: ``instance_fail_stuck``), except on an engine
        this pass found unreachable: those keep their state until it answers.
-    3. Per distinct engine of the enabled runtimes: ``orphans_scan``.
+    3. With ``engine_lost_after`` set: give up on the instances of each engine this pass
+       found unreachable that has been so for longer (``engine_loss.runtime_engine_lost``).
+    4. Per distinct engine of the enabled runtimes: ``orphans_scan``.
     Idempotent; safe to run while the monitor and workers run.
     """
     installation = installation or installation_id()
@@ -395,6 +413,7 @@ def reconcile(
                 report=report,
                 stopped_batch=stopped_batch,
             )
+            runtime_instances_clear_away(runtime_id=runtime.pk)
         except EngineError as exc:
             message = f"runtime {runtime.name} ({runtime.base_url}) unreachable: {exc}"
             report.errors.append(message)
@@ -410,6 +429,12 @@ def reconcile(
     )
     for instance_id in active:
         report.timed_out += instance_fail_stuck(instance_id=instance_id)
+    lost_after = _config()["engine_lost_after"]
+    if lost_after is not None:
+        for runtime_id in sorted(unreachable):
+            report.lost += runtime_engine_lost(
+                runtime_id=runtime_id, after=float(lost_after), actor=actor
+            )
     for runtime in distinct_engines(r for r in rows if r.enabled):
         if runtime.pk in unreachable:
             continue
@@ -424,6 +449,12 @@ def reconcile(
             message = f"orphan scan of {runtime.name} failed: {exc}"
             report.errors.append(message)
             log.warning("reconcile: %s", message)
-    if report.changed or report.timed_out or report.orphans_new or report.orphans_removed:
+    if (
+        report.changed
+        or report.timed_out
+        or report.lost
+        or report.orphans_new
+        or report.orphans_removed
+    ):
         log.info("reconcile: %s", report)
     return report

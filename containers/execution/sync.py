@@ -155,7 +155,8 @@ def instance_sync(
 
     Must run outside a transaction. Idempotent. Returns what it did (``Sync``).
     1. Read the instance (no lock; ``read``: the caller's read of it just now). Skip it
-       unless it is watched (or ``failed`` with no node name yet, for the backfill only);
+       unless it is watched (or ``failed`` with no node name yet and not marked missing,
+       for the backfill only);
        leave it to the worker (``BUSY``) while a request for it is unfinished.
     2. Inspect its container (no transaction open).
     3. Lock the row; if its state moved meanwhile, stop (``RACED``).
@@ -171,8 +172,10 @@ def instance_sync(
     if instance is None:
         return Sync.SKIPPED
     backfill_only = instance.status == Status.FAILED
-    if backfill_only and (instance.runtime_node_name or not instance.container_id):
-        return Sync.SKIPPED
+    if backfill_only and (
+        instance.runtime_node_name or not instance.container_id or instance.runtime_missing
+    ):
+        return Sync.SKIPPED  # (failed and missing: its container was given up, see orphans)
     if not backfill_only and instance.status not in WATCHED:
         return Sync.SKIPPED
     if instance.status in IN_FLIGHT and request_unfinished(instance.id):
