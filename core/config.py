@@ -283,6 +283,8 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "stop_timeout": (_duration(0, 3600), 10.0),
         "reconcile_interval": (_duration(1, 86400), 30.0),
         "orphan_policy": (_choice("report", "remove"), "report"),
+        # Where a create goes among the engines with room (containers.placement.choice).
+        "placement": (_choice("spread", "pack"), "spread"),
         "workspace_root": (_text, "var/workspaces"),
         "allowed_volume_roots": (_absolute_paths, []),
         "installation_id": (_optional(_label), None),

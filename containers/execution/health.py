@@ -25,6 +25,8 @@ from django.db.models.functions import Now
 
 from containers.engines.calls import ENGINE_CALL_SECONDS, engine_ping
 from containers.models import Runtime
+from containers.queues import Queue
+from outbox.services import outbox_release_deferred
 
 log = logging.getLogger(__name__)
 Health = Runtime.Health
@@ -58,6 +60,8 @@ def runtime_health_record(
         fields["last_error"] = Value((error or "the engine did not answer")[:2000])
     changed = Runtime.objects.filter(pk=runtime_id).exclude(health=health).exists()
     Runtime.objects.filter(pk=runtime_id).update(**fields)
+    if changed and reachable:  # creates (and starts) waiting for this engine look again
+        outbox_release_deferred(queue=Queue.CREATE)
     if changed:
         log.log(
             logging.INFO if reachable else logging.WARNING,

@@ -16,6 +16,8 @@ from django.db import transaction
 from containers.engines import fake_driver_allowed
 from containers.errors import InvalidRuntime, NotFound
 from containers.models import Runtime
+from containers.queues import Queue
+from outbox.services import outbox_release_deferred
 
 # What a caller may set; health, node name and timestamps are gobrave's.
 WRITABLE = (
@@ -27,6 +29,8 @@ WRITABLE = (
     "tls_client_key",
     "labels",
     "enabled",
+    "max_containers",
+    "max_concurrency",
 )
 
 
@@ -57,6 +61,7 @@ def runtime_create(**fields: Any) -> Runtime:
     _checked(runtime)
     with transaction.atomic():
         runtime.save()
+        outbox_release_deferred(queue=Queue.CREATE)  # a new engine: waiting creates look again
     return runtime
 
 
@@ -77,4 +82,6 @@ def runtime_update(*, runtime_id: int, **fields: Any) -> Runtime:
             setattr(runtime, field, value)
         _checked(runtime)
         runtime.save(update_fields=list(fields))
+        # More room, other labels, enabled again: creates waiting for an engine look again.
+        outbox_release_deferred(queue=Queue.CREATE)
     return runtime

@@ -47,7 +47,7 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce, Now, Replace
 
 from containers.models import ContainerInstance
-from containers.states import ACTIVE_SLOTS
+from containers.states import ACTIVE_SLOTS, PLACE_FREE
 from core import prepared
 from outbox.models import OutboxEvent, OutboxStatus
 
@@ -164,3 +164,28 @@ def slots_on_runtime():
         .values("n")
     )
     return Coalesce(Subquery(held, output_field=IntegerField()), 0)
+
+
+@dataclass(frozen=True)
+class EngineUsage:
+    """What one engine holds against its capacity (``engine_usage``)."""
+
+    containers: int  # instances placed there, in every state but ``PLACE_FREE``
+    slots: int  # create/start slots held there (the one definition above)
+
+
+def engine_usage() -> dict[int, EngineUsage]:
+    """``{runtime_id: EngineUsage}`` in one grouped statement (runtimes holding nothing
+    are absent). Reads only; placement calls it with the capacity gate held, so what it
+    sees is exact (every earlier holder committed)."""
+    rows = (
+        ContainerInstance.objects.filter(runtime_id__isnull=False)
+        .exclude(status__in=sorted(PLACE_FREE))
+        .order_by()
+        .values_list("runtime_id")
+        .annotate(
+            containers=Count("id"),
+            slots=Count("id", filter=Q(status__in=sorted(ACTIVE_SLOTS)) & ~Exists(_waiting_rows())),
+        )
+    )
+    return {pk: EngineUsage(containers=n, slots=held) for pk, n, held in rows}
