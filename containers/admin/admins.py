@@ -222,12 +222,22 @@ class ContainerInstanceAdmin(RedactedFieldsMixin, ActionsOnlyAdminMixin, admin.M
         "container_display",
         "missing_display",
         "engine_health",
+        "placement_reason",
     )
     fieldsets = (
         (None, {"fields": ("name", "id", "status_display", "status_reason", "history_link")}),
         (
             "Placement",
-            {"fields": ("template", "runtime", "engine_health", "owner", "runtime_node_name")},
+            {
+                "fields": (
+                    "template",
+                    "runtime",
+                    "placement_reason",
+                    "engine_health",
+                    "owner",
+                    "runtime_node_name",
+                )
+            },
         ),
         (
             "Container",

@@ -151,7 +151,7 @@ class ForViewer:
 
 class InstanceOutputSerializer(ForViewer, serializers.ModelSerializer):
     template = NamedRefSerializer()
-    runtime = RuntimeRefSerializer()
+    runtime = RuntimeRefSerializer(allow_null=True)  # null while pending: not placed yet
     owner = serializers.CharField(source="owner.get_username")
 
     class Meta:
@@ -164,6 +164,7 @@ class InstanceOutputSerializer(ForViewer, serializers.ModelSerializer):
             "owner",
             "template",
             "runtime",
+            "placement_reason",
             "container_id",
             "runtime_node_name",
             "runtime_missing",

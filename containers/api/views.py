@@ -263,10 +263,8 @@ class ContainerViewSet(viewsets.GenericViewSet):
 def _unavailable(instance, exc) -> EngineUnavailable:
     # requests' errors are OSErrors; the engine may be down or unreachable.
     log.warning("logs of instance %s: runtime %s: %s", instance.id, instance.runtime, exc)
-    return EngineUnavailable(
-        f"the runtime {instance.runtime.name} did not answer: {exc}",
-        runtime=instance.runtime.name,
-    )
+    name = instance.runtime.name if instance.runtime else "(none)"
+    return EngineUnavailable(f"the runtime {name} did not answer: {exc}", runtime=name)
 
 
 @extend_schema_view(
