@@ -25,7 +25,7 @@ from containers.models import (
     Runtime,
 )
 from containers.requests.slots import slot_count, slots_by_runtime, slots_on_runtime
-from containers.states import ACTIVE_SLOTS, BEING_DELETED, Status
+from containers.states import ACTIVE_SLOTS, BEING_DELETED, PLACE_FREE, Status
 from core import prepared
 from core.counters import counter_rows, counters_since
 from core.ids import SHORT_ID_LENGTH, db_id, uuid_prefix
@@ -229,11 +229,13 @@ def runtime_list() -> QuerySet:
 
 
 def runtime_list_with_load() -> QuerySet:
-    """The runtimes, each annotated with ``instance_count`` (instances placed there, in
-    every state) and ``slot_count`` (create/start slots held there,
-    ``containers.requests.slots``): one statement however many rows, no engine call."""
+    """The runtimes, each annotated with ``instance_count`` (instances placed there, as
+    ``max_containers`` counts them: every state but pending and being deleted) and
+    ``slot_count`` (create/start slots held there, ``containers.requests.slots``): one
+    statement however many rows, no engine call."""
     placed = (
         ContainerInstance.objects.filter(runtime_id=OuterRef("pk"))
+        .exclude(status__in=sorted(PLACE_FREE))
         .order_by()
         .values("runtime_id")
         .annotate(n=Count("id"))
@@ -258,11 +260,14 @@ class RuntimeLoad:
     health_since: dt.datetime | None = None  # when it entered its current health
     labels: dict[str, str] = field(default_factory=dict)
     last_error: str = ""
+    max_containers: int | None = None  # its capacity (None: no limit of its own)
+    max_concurrency: int | None = None
 
     @property
     def instance_count(self) -> int:
-        """Instances placed there, in every state (the load against a future capacity)."""
-        return sum(self.instances.values())
+        """Instances placed there, as ``max_containers`` counts them (every state but
+        pending and being deleted): the load against its capacity."""
+        return sum(n for status, n in self.instances.items() if status not in PLACE_FREE)
 
 
 def runtime_loads() -> list[RuntimeLoad]:
@@ -272,7 +277,16 @@ def runtime_loads() -> list[RuntimeLoad]:
     (health is what ``containers.execution.health`` last stored on the row).
     """
     runtimes = runtime_list().values_list(
-        "id", "name", "enabled", "health", "cordoned", "health_since", "labels", "last_error"
+        "id",
+        "name",
+        "enabled",
+        "health",
+        "cordoned",
+        "health_since",
+        "labels",
+        "last_error",
+        "max_containers",
+        "max_concurrency",
     )
     counts: dict[int, dict[str, int]] = {}
     grouped = ContainerInstance.objects.order_by().values_list("runtime_id", "status")
@@ -290,8 +304,10 @@ def runtime_loads() -> list[RuntimeLoad]:
             health_since=since,
             labels=labels or {},
             last_error=error,
+            max_containers=most,
+            max_concurrency=slots_most,
         )
-        for pk, name, enabled, health, cordoned, since, labels, error in runtimes
+        for pk, name, enabled, health, cordoned, since, labels, error, most, slots_most in runtimes
     ]
 
 

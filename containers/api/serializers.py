@@ -353,6 +353,21 @@ class RuntimeInputSerializer(InputSerializer):
     )
     labels = StoredJSONField(default=dict, help_text="Label name: value (templates match them).")
     enabled = serializers.BooleanField(default=True)
+    max_containers = serializers.IntegerField(
+        min_value=1,
+        max_value=1_000_000,
+        default=None,
+        allow_null=True,
+        help_text="At most this many instances placed here (every state but pending, "
+        "delete_pending and deleting); null: no limit of its own.",
+    )
+    max_concurrency = serializers.IntegerField(
+        min_value=1,
+        max_value=1_000_000,
+        default=None,
+        allow_null=True,
+        help_text="At most this many create/start slots here at once; null: no limit of its own.",
+    )
 
     def validate_labels(self, value):
         if not isinstance(value, dict) or not all(
@@ -375,6 +390,8 @@ class RuntimeOutputSerializer(serializers.ModelSerializer):
             "tls_client_key",
             "labels",
             "enabled",
+            "max_containers",
+            "max_concurrency",
             "workspace_driver",
             "node_name",
             "health",

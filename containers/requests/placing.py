@@ -194,7 +194,7 @@ def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
        in claim order, with what the rows let go before it counted: a fresh create goes
        if some engine would take it now (``placement_choose``), a start or a retry if its
        own engine has a slot free; the others are parked (``outbox_park``: not claimed,
-       no attempt, their turn kept) until room frees. A parked create says why on its
+       no attempt, their turn kept) until room frees. Each parked request says why on its
        instance (rows another transaction holds are skipped: no lock is waited for).
     Lock order: the claim's rows, then the gate; no holder of the gate waits on an outbox
     row lock, so there is no cycle.
@@ -248,8 +248,10 @@ def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
             target = state.runtime_id
             runtime = by_id.get(target)
             held = usage.get(target, [0, 0])[1]
-            if runtime is not None and _engine_refusal(runtime, held):
+            refusal = _engine_refusal(runtime, held) if runtime is not None else ""
+            if refusal:
                 parked.append(row_id)
+                reasons[aggregate] = f"waiting: {refusal}"[:1000]
                 continue
             if state.status in ACTIVE_SLOTS:
                 if room <= 0:
@@ -264,11 +266,12 @@ def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
 
 
 def _reasons_show(reasons: dict[str, str]) -> None:
-    """Say on each parked create's instance why it waits, where it changed; a row another
+    """Say on each parked request's instance why it waits, where it changed; a row another
     transaction holds is skipped (its holder is placing it or moving it on)."""
+    waiting = [Status.PENDING, Status.START_PENDING, *sorted(ACTIVE_SLOTS)]
     for instance_id, reason in reasons.items():
         free = (
-            ContainerInstance.objects.filter(id=instance_id, status=Status.PENDING)
+            ContainerInstance.objects.filter(id=instance_id, status__in=waiting)
             .exclude(status_reason=reason)
             .select_for_update(skip_locked=True)
             .values("id")
