@@ -415,8 +415,8 @@ class RuntimeViewSet(viewsets.GenericViewSet):
     @extend_schema(
         summary="Cordon: no new placement here (permission change_runtime)",
         description="What runs there keeps running and still starts there; a create whose "
-        "only matching runtimes are cordoned is refused (409 `runtimes_cordoned`). "
-        "Idempotent.",
+        "only matching runtimes are cordoned is accepted and waits in `pending`, with the "
+        "reason, until one is uncordoned. Idempotent.",
         request=None,
         responses={200: s.RuntimeOutputSerializer, **error_responses(404)},
     )
