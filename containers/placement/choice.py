@@ -28,7 +28,7 @@ The decision (``placement_choose``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,14 +140,19 @@ def _since(runtime: Runtime) -> str:
     return runtime.health_since.isoformat(timespec="seconds") if runtime.health_since else "?"
 
 
-def _no_room(runtime: Runtime, used: Any, *, pinned: bool) -> str:
-    """Why ``runtime`` takes no placement now ('' when it has room)."""
+def _closed(runtime: Runtime, *, pinned: bool) -> str:
+    """Why ``runtime`` takes no placement whatever its load ('' when it may)."""
     if not runtime.enabled:
         return f"{runtime.name} disabled"
     if runtime.cordoned and not pinned:
         return f"{runtime.name} cordoned"
     if runtime.health == Runtime.Health.UNREACHABLE:
         return f"{runtime.name} unreachable since {_since(runtime)}"
+    return ""
+
+
+def _full(runtime: Runtime, used: Any) -> str:
+    """Why ``runtime`` has no room for one more container ('' when it has)."""
     containers = used.containers if used else 0
     slots = used.slots if used else 0
     if runtime.max_containers is not None and containers >= runtime.max_containers:
@@ -155,6 +160,10 @@ def _no_room(runtime: Runtime, used: Any, *, pinned: bool) -> str:
     if runtime.max_concurrency is not None and slots >= runtime.max_concurrency:
         return f"{runtime.name} (slots {slots}/{runtime.max_concurrency})"
     return ""
+
+
+def _bounded(runtime: Runtime) -> bool:
+    return runtime.max_containers is not None or runtime.max_concurrency is not None
 
 
 def _fill(runtime: Runtime, used: Any) -> str:
@@ -166,7 +175,7 @@ def _fill(runtime: Runtime, used: Any) -> str:
 def placement_choose(
     *,
     runtimes: list[Runtime],
-    usage: Mapping[int, Any],
+    usage: Callable[[], Mapping[int, Any]],
     constraints: Mapping[str, str],
     local_only: bool = False,
     pinned: Runtime | None = None,
@@ -174,9 +183,11 @@ def placement_choose(
 ) -> Placement:
     """Where a create goes now, or why it waits (the module docstring's steps).
 
-    ``runtimes``: every runtime (enabled or not) by name; ``usage``: ``{runtime id: x}``
-    with ``x.containers`` and ``x.slots`` (``containers.requests.slots.engine_usage``).
-    Pure: reads nothing, so the caller decides under which lock it runs.
+    ``runtimes``: every runtime (enabled or not) by name; ``usage()``: ``{runtime id: x}``
+    with ``x.containers`` and ``x.slots`` (``containers.requests.slots.engine_usage``),
+    asked only when the answer depends on it (a candidate with a capacity, or a choice
+    between several): one engine with no limits is chosen without counting anything.
+    Pure apart from ``usage``, so the caller decides under which lock it runs.
     """
     if pinned is not None:
         candidates = [pinned]
@@ -189,26 +200,36 @@ def placement_choose(
     if not candidates:
         text = ", ".join(f"{k}={v}" for k, v in constraints.items()) or "(none)"
         return Placement(None, f"no enabled engine matches the constraints {text}")
-    refused = [_no_room(r, usage.get(r.pk), pinned=pinned is not None) for r in candidates]
+    refused = [_closed(r, pinned=pinned is not None) for r in candidates]
+    open_ = [r for r, why in zip(candidates, refused, strict=True) if not why]
+    if len(open_) == 1 and not _bounded(open_[0]):
+        chosen = open_[0]
+        if pinned is not None:
+            return Placement(chosen, f"pinned: the DAG run's engine, {chosen.name}")
+        return Placement(chosen, f"{policy}: {chosen.name}, the only engine with room")
+    counted = usage() if open_ else {}
+    for index, runtime in enumerate(candidates):
+        if not refused[index]:
+            refused[index] = _full(runtime, counted.get(runtime.pk))
     open_ = [r for r, why in zip(candidates, refused, strict=True) if not why]
     if not open_:
         return Placement(None, "no engine with room: " + ", ".join(refused))
     names = ", ".join(r.name for r in open_)
     if pinned is not None:
-        fill = _fill(pinned, usage.get(pinned.pk))
+        fill = _fill(pinned, counted.get(pinned.pk))
         return Placement(pinned, f"pinned: the DAG run's engine, {fill}")
     if policy == PACK:
         chosen = open_[0]
-        fill = _fill(chosen, usage.get(chosen.pk))
+        fill = _fill(chosen, counted.get(chosen.pk))
         return Placement(chosen, f"pack: {fill}, first with room of {names}")
     bounded = [r.max_containers for r in open_ if r.max_containers is not None]
     scale = max(bounded, default=1)
 
     def relative(runtime: Runtime) -> float:
-        used = usage.get(runtime.pk)
+        used = counted.get(runtime.pk)
         return (used.containers if used else 0) / (runtime.max_containers or scale)
 
     chosen = min(open_, key=relative)  # stable: the first by name among equals
     return Placement(
-        chosen, f"{SPREAD}: {_fill(chosen, usage.get(chosen.pk))} least loaded of {names}"
+        chosen, f"{SPREAD}: {_fill(chosen, counted.get(chosen.pk))} least loaded of {names}"
     )

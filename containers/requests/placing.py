@@ -69,7 +69,7 @@ def _policy() -> str:
     return settings.GOBRAVE["container"]["placement"]
 
 
-def _choose(instance: Any, runtimes: list[Runtime], usage: dict[int, Any]):
+def _choose(instance: Any, runtimes: list[Runtime], usage):
     info = instance.spec.get("placement") or {}
     pinned = None
     if instance.runtime_id is not None:  # a DAG run's node (or a create accepted before)
@@ -106,7 +106,7 @@ def instance_place(instance: ContainerInstance) -> str:
     3. Else record the engine and why, and resolve the spec's engine parts for it.
     """
     runtimes = _runtimes()
-    placement = _choose(instance, runtimes, engine_usage())
+    placement = _choose(instance, runtimes, engine_usage)
     runtime = placement.runtime
     if runtime is None:
         return _waiting(instance, placement.reason)
@@ -237,7 +237,7 @@ def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
             continue
         if state.status == Status.PENDING:
             counted = {pk: EngineUsage(*each) for pk, each in usage.items()}
-            placement = _choose(state, runtimes, counted)
+            placement = _choose(state, runtimes, lambda counted=counted: counted)
             if placement.runtime is None:
                 parked.append(row_id)
                 reasons[aggregate] = f"waiting: {placement.reason}"[:1000]

@@ -80,7 +80,7 @@ def test_staff_cordons_a_create_waits_pending_naming_it_then_uncordons(
     place(ContainerInstance.objects.get(pk=created["id"]))
     shown = alice.get(f"/api/containers/{created['id']}/").json()
     assert (shown["status"], shown["runtime"]["name"], shown["placement_reason"]) == (
-        "creating", "fake", "spread: fake 0 least loaded of fake",
+        "creating", "fake", "spread: fake, the only engine with room",
     ), shown  # fmt: skip
 
 

@@ -138,7 +138,7 @@ def test_a_new_dag_run_skips_cordoned_engines_but_a_placed_run_keeps_its_engine(
     assert (placed.status, placed.runtime, placed.placement_reason) == (
         "creating",
         cordoned,
-        "pinned: the DAG run's engine, c 0",
+        "pinned: the DAG run's engine, c",
     ), vars(placed)
     runtime_cordon(runtime_id=other.pk, actor="user:op")
     with pytest.raises(RuntimesCordoned):  # a new run, every engine cordoned
