@@ -62,8 +62,9 @@ def _shown(*instances: ContainerInstance) -> str:
         if row is None:
             lines.append(f"{instance.pk}: gone {requests}")
         else:
+            where = row.runtime.name if row.runtime else "(not placed)"
             lines.append(
-                f"{row.pk} on {row.runtime.name if row.runtime else '(not placed)'}: {row.status} exit={row.exit_code} "
+                f"{row.pk} on {where}: {row.status} exit={row.exit_code} "
                 f"reason={row.status_reason!r} requests={requests}"
             )
     health = Runtime.objects.values_list("name", "health", "health_since", "last_error")

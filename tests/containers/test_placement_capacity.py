@@ -197,7 +197,6 @@ def test_each_engines_max_concurrency_is_exact_under_100_concurrent_creates(
         assert seen == most, (runtime.name, seen, rows())
 
 
-
 def test_spread_takes_the_least_loaded_relative_to_capacity_and_pack_fills_one_first(
     tmp_path, owner, gobrave_config
 ):
