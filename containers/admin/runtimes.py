@@ -27,13 +27,13 @@ class RuntimeFleetMixin:
     def get_queryset(self, request):
         return selectors.runtime_list_with_load()
 
-    @admin.display(description="load / capacity", ordering="instance_count")
+    @admin.display(description="load", ordering="instance_count")
     def load(self, obj: Runtime):
         """Instances placed there (as ``max_containers`` counts them) and create/start
         slots in use there, each against the runtime's capacity (∞: no limit of its own)."""
         return format_html(
-            '<span class="gb-load" data-instances="{}" data-slots="{}">containers {}/{},'
-            " slots {}/{}</span>",
+            '<span class="gb-load" data-instances="{}" data-slots="{}">containers {}/{}<br>'
+            "slots {}/{}</span>",
             obj.instance_count,
             obj.slot_count,
             obj.instance_count,

@@ -42,12 +42,12 @@ def test_the_changelist_shows_health_since_load_labels_and_cordon_state(as_user,
     Runtime.objects.filter(pk=idle.pk).update(cordoned=True, cordoned_by="user:op")
     content = as_user(operator).get(reverse(CHANGELIST)).content.decode()
     row = _row(content, "busy")
-    assert 'data-instances="3" data-slots="1">containers 3/10, slots 1/∞' in row, row
+    assert 'data-instances="3" data-slots="1">containers 3/10<br>slots 1/∞' in row, row
     assert "<code>gpu=yes</code> <code>zone=b</code>" in row, row
     assert ">no answer since " in row and "connection refused" in row, row
     assert ">open<" in row, row
     row = _row(content, "idle")
-    assert 'data-instances="0" data-slots="0">containers 0/∞, slots 0/2' in row, row
+    assert 'data-instances="0" data-slots="0">containers 0/∞<br>slots 0/2' in row, row
     assert ">cordoned<" in row and 'title="by user:op"' in row, row
 
 
