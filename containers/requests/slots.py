@@ -66,12 +66,17 @@ def _waiting_rows():
     return rows.filter(WAITING, key=OuterRef("id"))
 
 
+def _holds_slot() -> Q:
+    """An instance that holds a slot (the one definition; see the module docstring)."""
+    return Q(status__in=ACTIVE_SLOTS) & ~Exists(_waiting_rows())
+
+
 def _holding(*, exclude: uuid.UUID | str | None = None):
-    """The instances that hold a slot (the one definition; see the module docstring)."""
-    active = ContainerInstance.objects.filter(status__in=ACTIVE_SLOTS)
+    """The instances that hold a slot (``_holds_slot``)."""
+    active = ContainerInstance.objects.all()
     if exclude is not None:
         active = active.exclude(id=exclude)
-    return active.filter(~Exists(_waiting_rows()))
+    return active.filter(_holds_slot())
 
 
 def slot_count(*, exclude: uuid.UUID | str | None = None) -> int:
@@ -185,7 +190,7 @@ def engine_usage() -> dict[int, EngineUsage]:
         .values_list("runtime_id")
         .annotate(
             containers=Count("id"),
-            slots=Count("id", filter=Q(status__in=sorted(ACTIVE_SLOTS)) & ~Exists(_waiting_rows())),
+            slots=Count("id", filter=_holds_slot()),
         )
     )
     return {pk: EngineUsage(containers=n, slots=held) for pk, n, held in rows}
