@@ -100,8 +100,9 @@ def instance_place(instance: ContainerInstance) -> str:
     in the transaction that then moves it to ``creating``: every earlier placement has
     committed, so the usage counted here is exact and two creates never take one engine's
     last place.
-    1. Count every engine's usage (one statement) and choose (``placement_choose``:
-       constraints, then room, then the ``container.placement`` policy).
+    1. Choose (``placement_choose``: constraints, then room, then the
+       ``container.placement`` policy), counting every engine's usage in one statement
+       when the choice depends on it (a capacity, or several engines open).
     2. None with room: say why on the instance and return it.
     3. Else record the engine and why, and resolve the spec's engine parts for it.
     """
