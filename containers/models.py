@@ -6,6 +6,7 @@ import uuid
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -147,6 +148,22 @@ class Runtime(models.Model):
     cordoned_by = models.CharField(max_length=150, blank=True)
     decommissioned_at = models.DateTimeField(
         null=True, blank=True, help_text="Gone for good: its instances were forgotten."
+    )
+    # Capacity of its own (``containers.placement.capacity``), beside the global cap; empty:
+    # no limit of its own.
+    max_containers = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="At most this many instances placed here (every state but pending, "
+        "delete_pending and deleting); empty: no limit of its own.",
+    )
+    max_concurrency = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="At most this many create/start slots here at once (beside "
+        "create_queue_max_concurrency); empty: no limit of its own.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -316,7 +333,15 @@ class ContainerInstance(FSMModelMixin, models.Model):
     template = models.ForeignKey(
         ContainerTemplate, on_delete=models.PROTECT, related_name="instances"
     )
-    runtime = models.ForeignKey(Runtime, on_delete=models.PROTECT, related_name="instances")
+    # Empty while ``pending`` (a create is placed when it takes its slot:
+    # ``containers.placement``), except for a create pinned to an engine (a DAG run's node);
+    # once its container exists the instance keeps its engine for life.
+    runtime = models.ForeignKey(
+        Runtime, on_delete=models.PROTECT, related_name="instances", null=True, blank=True
+    )
+    placement_reason = models.CharField(
+        max_length=255, blank=True, help_text="Why the instance went to its engine."
+    )
     status = FSMField(default=Status.PENDING, choices=Status.choices, protected=True)
     container_id = models.CharField(max_length=128, blank=True, help_text="The engine's id.")
     runtime_node_name = models.CharField(max_length=255, blank=True)

@@ -294,6 +294,8 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "engine_ping_interval": (_duration(0.1, 3600), 5.0),
         "engine_ping_timeout": (_duration(0.1, 60), 5.0),
         "engine_lost_after": (_optional(_duration(1, 365 * 86400)), None),
+        # Where a create goes among the engines with room (containers.placement.choice).
+        "placement": (_choice("spread", "pack"), "spread"),
         "workspace_root": (_text, "var/workspaces"),
         "allowed_volume_roots": (_absolute_paths, []),
         "installation_id": (_optional(_label), None),

@@ -118,8 +118,8 @@ class DatabaseCollector:
 
 def _engine_metrics(loads):
     """Per runtime: its cached health as a state set and since when, whether it takes new
-    instances and whether it is cordoned, its instances by status and the create/start
-    slots held on it."""
+    instances and whether it is cordoned, its instances by status, the containers placed
+    and the create/start slots held on it, and its capacity of each."""
     health = GaugeMetricFamily(
         "gobrave_engine_health",
         "The engine's health as the last check found it (1 for the current state).",
@@ -148,6 +148,22 @@ def _engine_metrics(loads):
         "Instances on the runtime holding a create/start slot.",
         labels=["runtime"],
     )
+    containers = GaugeMetricFamily(
+        "gobrave_engine_containers",
+        "Instances placed on the runtime as max_containers counts them (every state but "
+        "pending, delete_pending and deleting).",
+        labels=["runtime"],
+    )
+    capacity_containers = GaugeMetricFamily(
+        "gobrave_engine_capacity_containers",
+        "The runtime's max_containers (absent: no limit of its own).",
+        labels=["runtime"],
+    )
+    capacity_slots = GaugeMetricFamily(
+        "gobrave_engine_capacity_slots",
+        "The runtime's max_concurrency: create/start slots (absent: no limit of its own).",
+        labels=["runtime"],
+    )
     for load in loads:
         for state in Runtime.Health:
             health.add_metric([load.name, state.value], int(load.health == state))
@@ -158,7 +174,13 @@ def _engine_metrics(loads):
         for state in Status:
             instances.add_metric([load.name, state.value], load.instances.get(state, 0))
         slots.add_metric([load.name], load.slots)
-    yield from (health, since, enabled, cordoned, instances, slots)
+        containers.add_metric([load.name], load.instance_count)
+        if load.max_containers is not None:
+            capacity_containers.add_metric([load.name], load.max_containers)
+        if load.max_concurrency is not None:
+            capacity_slots.add_metric([load.name], load.max_concurrency)
+    yield from (health, since, enabled, cordoned, instances, slots, containers)
+    yield from (capacity_containers, capacity_slots)
 
 
 def _dag_metrics():

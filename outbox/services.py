@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import uuid
 
@@ -152,6 +153,23 @@ def outbox_release_deferred(*, queue: str) -> int:
         return prepared.update_rows(
             "outbox.release_deferred", _deferred, queue=queue, notify=(conf.NOTIFY_CHANNEL, queue)
         )
+
+
+def outbox_park(*, ids: list[int], delay: float) -> int:
+    """Rows a claim guard held back that cannot go until something frees room (a create
+    whose every engine is full): due again after ``delay`` seconds, marked deferred, so
+    ``outbox_release_deferred`` makes them due at once when room frees, and the claims
+    meanwhile pass over them instead of selecting them on every poll. No attempt is
+    counted and the fairness turn is kept (contract §3: as a deferral, without a claim).
+
+    Only ``pending`` rows move (a lease that ran out stays due). For a guard, in the
+    claim's transaction, which holds the rows' locks. Returns how many rows it parked.
+    """
+    if not ids:
+        return 0
+    return OutboxEvent.objects.filter(pk__in=ids, status=OutboxStatus.PENDING).update(
+        available_at=Now() + dt.timedelta(seconds=delay), outcome=Outcome.DEFERRED
+    )
 
 
 def outbox_supersede_waiting(*, aggregate_id: str, reason: str) -> int:

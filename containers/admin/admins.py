@@ -233,12 +233,22 @@ class ContainerInstanceAdmin(
         "container_display",
         "missing_display",
         "engine_health",
+        "placement_reason",
     )
     fieldsets = (
         (None, {"fields": ("name", "id", "status_display", "status_reason", "history_link")}),
         (
             "Placement",
-            {"fields": ("template", "runtime", "engine_health", "owner", "runtime_node_name")},
+            {
+                "fields": (
+                    "template",
+                    "runtime",
+                    "placement_reason",
+                    "engine_health",
+                    "owner",
+                    "runtime_node_name",
+                )
+            },
         ),
         (
             "Container",

@@ -45,12 +45,17 @@ from containers.models import ContainerInstance, Runtime
 from containers.queues import Queue, RequestKind
 from containers.requests.lifecycle import (
     capacity_available,
-    claims_within_capacity,
     container_id_record,
     instance_lock,
     instance_save,
     move,
     record,
+)
+from containers.requests.placing import (
+    claims_within_capacity,
+    engine_waits,
+    instance_place,
+    placement_recheck_seconds,
 )
 from containers.signals import instance_removed
 from containers.states import Status, can_move
@@ -76,7 +81,7 @@ def _engine_away(instance: ContainerInstance) -> str:
     transaction, on the locked row.
     """
     runtime = instance.runtime  # read with the locked row (``instance_lock``)
-    if runtime.health != Runtime.Health.UNREACHABLE:
+    if runtime is None or runtime.health != Runtime.Health.UNREACHABLE:  # None: not placed
         return ""
     reason = away_reason(runtime)
     if instance.status_reason != reason:
@@ -90,10 +95,15 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
 
     Gated requests (create, start) pass the capacity gate both times: a request that
     waited for a retry, or whose worker died, held no slot meanwhile (contract §4).
+    Under the gate, a create leaving ``pending`` is placed (``placing.instance_place``:
+    the engine with room the policy picks), and a start or a retry must find a slot free
+    on its own engine (``placing.engine_waits``); where there is none the instance keeps
+    its state with the reason and the request is deferred (no attempt counted).
     A request whose engine is recorded unreachable is deferred before any of this
     (``_engine_away``): no attempt counted, no slot taken, the instance's state kept;
     except a start of an instance marked missing, which fails at once.
     """
+    waits = ""
     with transaction.atomic():
         # With its runtime: the engine-away check and the engine calls need it.
         instance = instance_lock(event.aggregate_id, with_runtime=True)
@@ -109,16 +119,24 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
         elif instance.status == ready:
             if gated and not capacity_available():
                 raise Defer(f"no create/start slot free for {instance.id}")
-            move(instance, doing, actor=WORKER, message=f"outbox #{event.id}")
+            if gated:
+                waits = instance_place(instance) if ready == Status.PENDING else ""
+                waits = waits or (engine_waits(instance) if ready != Status.PENDING else "")
+            if not waits:
+                placed = f"; placed: {instance.placement_reason}" if ready == Status.PENDING else ""
+                move(instance, doing, actor=WORKER, message=f"outbox #{event.id}{placed}")
         elif instance.status == doing:
             # A retry (or a reclaim) held no slot while it waited; its claim took one, within
             # the cap (the claim guard, ``claims_within_capacity``). It passes the gate again.
             if gated and not capacity_available(exclude=instance.id):
                 raise Defer(f"no create/start slot free for {instance.id} (retry)")
+            waits = engine_waits(instance) if gated else ""
         else:
             return None
     if away:
         raise Defer(away, delay=ENGINE_AWAY_RECHECK_SECONDS)
+    if waits:
+        raise Defer(waits, delay=placement_recheck_seconds())
     return instance
 
 
@@ -335,7 +353,12 @@ def _remove_abandoned(instance_id: str) -> None:
     recorded id is cleared with the removal, so the instance shows no container.
     """
     instance = ContainerInstance.objects.filter(id=instance_id).first()
-    if instance is None or instance.status != Status.FAILED or instance.runtime_missing:
+    if (
+        instance is None
+        or instance.status != Status.FAILED
+        or instance.runtime_id is None
+        or instance.runtime_missing
+    ):
         return  # (failed and missing: its engine was lost; the orphan scan removes it)
     engine = engine_for(instance.runtime)
     state = engine.inspect(instance.container_name)
@@ -417,10 +440,11 @@ def handle_delete(event: OutboxEvent) -> Outcome:
     instance = _begin(event, ready=Status.DELETE_PENDING, doing=Status.DELETING, gated=False)
     if instance is None:
         return Outcome.SUPERSEDED
-    engine = engine_for(instance.runtime)
-    engine.remove(_ref(instance))
-    if instance.container_id and instance.container_id != instance.container_name:
-        engine.remove(instance.container_name)  # a create that raced us may have adopted it
+    if instance.runtime is not None:  # None: never placed, so no container anywhere
+        engine = engine_for(instance.runtime)
+        engine.remove(_ref(instance))
+        if instance.container_id and instance.container_id != instance.container_name:
+            engine.remove(instance.container_name)  # a create that raced us may have adopted it
     with transaction.atomic():
         instance = instance_lock(instance.id)
         if instance is not None and instance.status == Status.DELETING:

@@ -77,6 +77,8 @@ def runtime_health_record(
     )
     changed = before is not None
     Runtime.objects.filter(pk=runtime_id).update(**fields)
+    if changed and reachable:  # creates (and starts) waiting for this engine look again
+        outbox_release_deferred(queue=Queue.CREATE)
     if changed:
         log.log(
             logging.INFO if reachable else logging.WARNING,

@@ -1,7 +1,7 @@
 """PostgreSQL: instances by runtime and status, kept current by the writes (``core.Tally``).
 
 ``/metrics`` (``gobrave_instances``, ``gobrave_engine_instances``) and the runtime loads
-read the tally ``containers.instances`` (key ``"<runtime_id> <status>"``) instead of
+read the tally ``containers.instances`` (key ``"<runtime_id> <status>"``, the id empty while a create waits unplaced) instead of
 counting a table that grows with every instance ever made. Installing the triggers
 locks the table against writers until the migration commits, so the seed count is
 exact. Nothing on SQLite (its readers count the table).
@@ -14,7 +14,7 @@ from core.tallies import trigger_sql
 CREATE, DROP = trigger_sql(
     tally="containers.instances",
     table="containers_containerinstance",
-    key="runtime_id::text || ' ' || status",
+    key="coalesce(runtime_id::text, '') || ' ' || status",  # a pending create: unplaced
 )
 
 

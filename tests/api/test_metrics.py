@@ -167,8 +167,8 @@ def test_instances_and_slots_are_counted_per_engine(anon, make_instance):
     from containers.models import ContainerInstance
     from tests.factories import RuntimeFactory
 
-    far = RuntimeFactory(name="far")
-    for status in ("running", "running", "creating", "creating", "stopped"):
+    far = RuntimeFactory(name="far", max_containers=8, max_concurrency=2)
+    for status in ("running", "running", "creating", "creating", "stopped", "delete_pending"):
         make_instance(status)
     moved = [ContainerInstance.objects.filter(status=s).first().pk for s in ("creating", "stopped")]
     ContainerInstance.objects.filter(pk__in=moved).update(runtime=far)
@@ -180,6 +180,13 @@ def test_instances_and_slots_are_counted_per_engine(anon, make_instance):
     assert samples[("gobrave_engine_slots", (("runtime", "fake"),))] == 1
     assert samples[("gobrave_engine_slots", (("runtime", "far"),))] == 1
     assert samples[("gobrave_queue_active", ())] == 2
+    # Load against capacity: containers as max_containers counts them (not being deleted).
+    assert samples[("gobrave_engine_containers", (("runtime", "fake"),))] == 3
+    assert samples[("gobrave_engine_containers", (("runtime", "far"),))] == 2
+    assert samples[("gobrave_engine_capacity_containers", (("runtime", "far"),))] == 8
+    assert samples[("gobrave_engine_capacity_slots", (("runtime", "far"),))] == 2
+    # No limit of its own: no capacity sample (rather than a misleading 0).
+    assert ("gobrave_engine_capacity_containers", (("runtime", "fake"),)) not in samples
 
 
 def _dag_run(owner, status: str, nodes=()):

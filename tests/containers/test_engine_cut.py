@@ -75,8 +75,9 @@ def _shown(*instances: ContainerInstance) -> str:
         if row is None:
             lines.append(f"{instance.pk}: gone {requests}")
         else:
+            where = row.runtime.name if row.runtime else "(not placed)"
             lines.append(
-                f"{row.pk} on {row.runtime.name}: {row.status} exit={row.exit_code} "
+                f"{row.pk} on {where}: {row.status} exit={row.exit_code} "
                 f"reason={row.status_reason!r} requests={requests}"
             )
     health = Runtime.objects.values_list("name", "health", "health_since", "last_error")
@@ -137,13 +138,14 @@ def test_a_silently_cut_engine_is_marked_waited_for_and_settled_when_it_returns(
         # one that the local engine matches runs there.
         waiting = container_create_by_template(template=on_remote, owner=owner, actor="t")
         healthy = container_create_by_template(template=local, owner=owner, actor="t")
-        assert healthy.runtime_id == dock.runtime.pk, _shown(healthy)
         wait_for(
             lambda: _status(healthy) == "running",
             timeout=90,
             message="a create on the local engine to run during the cut",
             describe=lambda: _shown(healthy, waiting, victim) + "\n" + app.logs(),
         )
+        placed = ContainerInstance.objects.get(pk=healthy.pk).runtime_id
+        assert placed == dock.runtime.pk, _shown(healthy)
         wait_for(
             lambda: "unreachable" in ContainerInstance.objects.get(pk=waiting.pk).status_reason,
             timeout=30,

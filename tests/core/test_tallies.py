@@ -1,6 +1,6 @@
 """Tallies: counts kept by the counted table's triggers (``core.tallies``), on PostgreSQL.
 
-The instance tally (``containers.instances``, migration 0019) stands in for every tally:
+The instance tally (``containers.instances``, migration 0023) stands in for every tally:
 after any write, its sums equal a grouped count of the table itself.
 """
 
