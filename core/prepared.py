@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import psycopg
 from django.db import connection, models
+from django.db.models.expressions import DatabaseDefault
 from django.db.models.functions import Now
 from django.db.models.query import get_related_populators
 from django.db.models.sql import Query, UpdateQuery
@@ -80,7 +81,8 @@ def insert(obj: models.Model) -> None:
     each time.
 
     Every field's ``pre_save`` runs as in the ORM (defaults, ``auto_now_add``); a value
-    that is ``Now()`` is the statement's timestamp, as the ORM writes it. An
+    that is ``Now()`` is the statement's timestamp, as the ORM writes it; a field left to
+    its ``db_default`` is not written (the column's default applies). An
     auto-incremented primary key left unset is read back. Sends no ``pre_save`` or
     ``post_save`` signal: only for models that have no receivers.
     """
@@ -99,13 +101,16 @@ def _insert_statement(obj: models.Model) -> tuple[str, dict]:
         for field in meta.concrete_fields
         if not (field.primary_key and field.db_returning and getattr(obj, field.attname) is None)
     ]
-    values, now = {}, []
+    values, now, left = {}, [], set()
     for field in fields:
         value = field.pre_save(obj, add=True)
-        if isinstance(value, Now):
+        if isinstance(value, DatabaseDefault):
+            left.add(field.attname)
+        elif isinstance(value, Now):
             now.append(field.attname)
         else:
             values[field.attname] = field.get_db_prep_save(value, connection)
+    fields = [field for field in fields if field.attname not in left]
     key = (meta.label, tuple(f.attname for f in fields), tuple(now))
     if key not in _inserts:
         placeholders = [

@@ -1,0 +1,67 @@
+"""Reading rows in the order their transactions end: a row's transaction id, and the
+horizon below which no row can still appear.
+
+Ids (and ``created_at``) are taken when a row is inserted, not when its transaction
+commits, so a reader that pages by id can pass a row whose transaction commits later:
+it never sees it. PostgreSQL knows better. Each row stores the id of the transaction
+that wrote it (``txid``, the column default ``pg_current_xact_id()``), and a reader
+serves only rows whose transaction is older than the oldest transaction still running
+(``pg_snapshot_xmin(pg_current_snapshot())``, the *horizon*). Every such transaction
+has ended, so the set of rows below the horizon is final: nothing committed later can
+join it, since a transaction that writes later gets a newer id. Ordered by ``(txid,
+id)``, a reader that follows its position upwards therefore sees every row once, also
+the rows of transactions that commit late. The price: a row is served only once every
+transaction older than its own has ended (a session left ``idle in transaction`` holds
+the feed back; ``docs/operations.md``, "Events API").
+
+On SQLite every row's ``txid`` is 0 and there is no horizon: its writers are serialized
+by the database lock, so ids are already in commit order.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+# xid8 has no cast to bigint; its text form is the 64-bit (epoch-extended) number.
+_CURRENT = "(pg_current_xact_id()::text::bigint)"
+_HORIZON = "(pg_snapshot_xmin(pg_current_snapshot())::text::bigint)"
+
+
+class TransactionId(models.Func):
+    """The id of the writing transaction: the ``txid`` column's database default."""
+
+    template = _CURRENT
+    output_field = models.BigIntegerField()
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return "0", []
+
+
+class Horizon(models.Func):
+    """Rows with ``txid`` below this were written by transactions that have all ended
+    (evaluated in the reading statement's own snapshot)."""
+
+    template = _HORIZON
+    output_field = models.BigIntegerField()
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return "9223372036854775807", []
+
+
+def txid_field() -> models.BigIntegerField:
+    """The ``txid`` column of a table read in commit order (see the module's text)."""
+    return models.BigIntegerField(
+        db_default=TransactionId(),
+        editable=False,
+        help_text="The writing transaction's id (core.commit_order): the order of commits.",
+    )
+
+
+def add_txid_sql(vendor: str, table: str) -> list[str]:
+    """Add ``txid`` to an existing ``table`` without rewriting it: old rows get 0 (their
+    transactions ended long ago), new rows the default. Both statements only change the
+    catalog on PostgreSQL (a constant default, then the default for new rows)."""
+    add = f'ALTER TABLE "{table}" ADD COLUMN "txid" bigint DEFAULT 0 NOT NULL'
+    if vendor != "postgresql":
+        return [add]
+    return [add, f'ALTER TABLE "{table}" ALTER COLUMN "txid" SET DEFAULT {_CURRENT}']
