@@ -102,6 +102,7 @@ INSTALLED_APPS = [
     "tenants",
     "streams",
     "dags",
+    "events",
 ]
 
 MIDDLEWARE = [
