@@ -5,8 +5,9 @@ Ids (and ``created_at``) are taken when a row is inserted, not when its transact
 commits, so a reader that pages by id can pass a row whose transaction commits later:
 it never sees it. PostgreSQL knows better. Each row stores the id of the transaction
 that wrote it (``txid``, the column default ``pg_current_xact_id()``), and a reader
-serves only rows whose transaction is older than the oldest transaction still running
-(``pg_snapshot_xmin(pg_current_snapshot())``, the *horizon*). Every such transaction
+serves only rows whose transaction is older than the oldest transaction of this database
+still running (the *horizon*: ``pg_current_snapshot()``'s running transactions, less
+those ``pg_stat_activity`` places in other databases). Every such transaction
 has ended, so the set of rows below the horizon is final: nothing committed later can
 join it, since a transaction that writes later gets a newer id. Ordered by ``(txid,
 id)``, a reader that follows its position upwards therefore sees every row once, also
@@ -20,11 +21,10 @@ by the database lock, so ids are already in commit order.
 
 from __future__ import annotations
 
-from django.db import models
+from django.db import connection, models
 
 # xid8 has no cast to bigint; its text form is the 64-bit (epoch-extended) number.
 _CURRENT = "(pg_current_xact_id()::text::bigint)"
-_HORIZON = "(pg_snapshot_xmin(pg_current_snapshot())::text::bigint)"
 
 
 class TransactionId(models.Func):
@@ -37,15 +37,32 @@ class TransactionId(models.Func):
         return "0", []
 
 
-class Horizon(models.Func):
-    """Rows with ``txid`` below this were written by transactions that have all ended
-    (evaluated in the reading statement's own snapshot)."""
+# The horizon: the oldest transaction still running *in this database* (a session works
+# in one database only, so another database's transactions never write our rows; they
+# must not hold our readers back, whether they are another application's or another
+# test's). Every transaction running at the statement's snapshot (``xip``) counts unless
+# ``pg_stat_activity`` shows it belongs to another database; one it cannot place (a
+# prepared transaction, a hidden row) counts too. None running: the snapshot's ``xmax``.
+HORIZON_SQL = """
+WITH snap AS (SELECT pg_current_snapshot() AS s)
+SELECT least(
+    (SELECT pg_snapshot_xmax(s)::text::bigint FROM snap),
+    (SELECT min(x::text::bigint) FROM snap, pg_snapshot_xip(s) AS x
+     WHERE NOT EXISTS (
+        SELECT 1 FROM pg_stat_activity a
+        WHERE a.backend_xid::text = (x::text::bigint % 4294967296)::text
+          AND a.datname IS DISTINCT FROM current_database())))
+"""
 
-    template = _HORIZON
-    output_field = models.BigIntegerField()
 
-    def as_sqlite(self, compiler, connection, **extra):
-        return "9223372036854775807", []
+def horizon() -> int | None:
+    """Rows with a lower ``txid`` were written by transactions that have all ended, so
+    the set of them is final (None on SQLite: no horizon needed). One statement."""
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(HORIZON_SQL)
+        return cursor.fetchone()[0]
 
 
 def txid_field() -> models.BigIntegerField:

@@ -29,12 +29,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
 from django.db.models import Q, QuerySet
 
 from containers.access import sees_all_instances
 from containers.models import ContainerEvent
-from core.commit_order import Horizon
+from core.commit_order import horizon
 from dags.models import DagEvent
 
 INSTANCE, DAG_RUN = "instance", "dag_run"
@@ -91,16 +90,6 @@ def feed_scope(user) -> dict[str, int | None]:
         INSTANCE: None if sees_all_instances(user) else user.pk,
         DAG_RUN: None if user.has_perm(VIEW_DAG_RUNS) else user.pk,
     }
-
-
-def horizon() -> int | None:
-    """The feed's horizon now: entries with a lower ``txid`` are final (None on SQLite,
-    whose ids are in commit order already: ``core.commit_order``)."""
-    if connection.vendor != "postgresql":
-        return None
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {Horizon.template}")
-        return cursor.fetchone()[0]
 
 
 def _after(position: Position, rank: int) -> Q:

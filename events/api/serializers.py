@@ -63,9 +63,8 @@ class UTCDateTimeField(serializers.DateTimeField):
 class EventsQuerySerializer(serializers.Serializer):
     """The query string of ``GET /api/events/``; a parameter it does not name is refused."""
 
-    cursor = CursorField(
+    cursor = CursorField(  # its length is checked by the decoding
         required=False,
-        max_length=MAX_CURSOR_LENGTH,
         help_text="Where the page starts: the `cursor` (or `next`) of an earlier page.",
     )
     limit = serializers.IntegerField(
