@@ -12,7 +12,7 @@ from django_fsm import FSMField, FSMModelMixin, transition
 
 from containers.addresses import engine_address_problems
 from containers.states import Status, sources_of
-from core.commit_order import txid_field
+from core.write_order import txid_field
 
 
 class PullPolicy(models.TextChoices):
@@ -363,7 +363,7 @@ class ContainerEvent(models.Model):
     (no database constraint: deleting a user never touches the history), so an owner
     sees the history of their deleted instances too (``GET /api/events/``). Empty for
     entries of no instance (an orphan container, a leftover removed). ``txid`` is the
-    writing transaction (``core.commit_order``): the events feed reads in commit order.
+    writing transaction (``core.write_order``): the events feed's order.
     Never updated; deleted by gobrave only by retention, and only for instances that are
     gone (``retention.deleted_instance_history``, off by default).
     """
@@ -392,7 +392,7 @@ class ContainerEvent(models.Model):
         indexes = [
             # An instance's history page, newest first, however long the history.
             models.Index(fields=["instance_id", "created_at", "id"], name="event_instance_history"),
-            # The events feed (events.selectors) in commit order, and one per filter.
+            # The events feed (events.selectors) in its order, and one per filter.
             models.Index(fields=["txid", "id"], name="event_feed"),
             models.Index(fields=["owner", "txid", "id"], name="event_feed_owner"),
             models.Index(fields=["instance_id", "txid", "id"], name="event_feed_instance"),

@@ -9,7 +9,7 @@ from django.db import models
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
-from core.commit_order import txid_field
+from core.write_order import txid_field
 from dags.states import NodeStatus, RunStatus, node_sources_of, run_sources_of
 
 
@@ -224,7 +224,7 @@ class DagEvent(models.Model):
 
     Keeps the run's id as a plain value, so the history outlives the run's row, and its
     owner the same way (no database constraint); ``txid`` is the writing transaction
-    (``core.commit_order``), for the events feed.
+    (``core.write_order``), for the events feed.
     """
 
     run_id = models.UUIDField(db_index=True)
@@ -252,7 +252,7 @@ class DagEvent(models.Model):
         indexes = [
             # A run's history page, newest first, however long the history.
             models.Index(fields=["run_id", "created_at", "id"], name="dagevent_run_history"),
-            # The events feed (events.selectors) in commit order, and by owner.
+            # The events feed (events.selectors) in its order, and by owner.
             models.Index(fields=["txid", "id"], name="dagevent_feed"),
             models.Index(fields=["owner", "txid", "id"], name="dagevent_feed_owner"),
         ]

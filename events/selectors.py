@@ -1,10 +1,10 @@
-"""The events feed: every history entry of instances and DAG runs, in commit order.
+"""The events feed: every history entry of instances and DAG runs, as one sequence.
 
 Two tables hold gobrave's history: ``containers.ContainerEvent`` (every request,
 transition and engine event of an instance, policy actions and engine decommissions
 among them; orphans and leftovers removed) and ``dags.DagEvent`` (runs and their
 nodes). The feed reads both as one sequence ordered by ``(txid, source, id)``, where
-``txid`` is the writing transaction (``core.commit_order``) and ``source`` the table's
+``txid`` is the writing transaction (``core.write_order``) and ``source`` the table's
 rank in ``SOURCES``.
 
 **The guarantee.** A page holds only entries whose transaction ended before the page
@@ -33,7 +33,7 @@ from django.db.models import Q, QuerySet
 
 from containers.access import sees_all_instances
 from containers.models import ContainerEvent
-from core.commit_order import horizon
+from core.write_order import horizon
 from dags.models import DagEvent
 
 INSTANCE, DAG_RUN = "instance", "dag_run"

@@ -1,17 +1,17 @@
 """History entries carry their instance's owner and their transaction's id (the events
-feed, ``core.commit_order``). Catalog changes only: the owner column is nullable with no
+feed, ``core.write_order``). Catalog changes only: the owner column is nullable with no
 constraint, and ``txid`` is added with a constant default (old rows: 0) before its
 default becomes the writing transaction's id, so the table is never rewritten."""
 
 from django.conf import settings
 from django.db import migrations, models
 
-import core.commit_order
+import core.write_order
 
 
 def add_txid(apps, schema_editor):
     table = apps.get_model("containers", "ContainerEvent")._meta.db_table
-    for sql in core.commit_order.add_txid_sql(schema_editor.connection.vendor, table):
+    for sql in core.write_order.add_txid_sql(schema_editor.connection.vendor, table):
         schema_editor.execute(sql)
 
 
@@ -45,7 +45,7 @@ class Migration(migrations.Migration):
                 migrations.AddField(
                     model_name="containerevent",
                     name="txid",
-                    field=core.commit_order.txid_field(),
+                    field=core.write_order.txid_field(),
                 )
             ],
         ),

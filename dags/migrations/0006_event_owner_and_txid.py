@@ -1,15 +1,15 @@
 """A run's history entries carry the run's owner and their transaction's id (the events
-feed, ``core.commit_order``); catalog changes only, as containers 0020."""
+feed, ``core.write_order``); catalog changes only, as containers 0020."""
 
 from django.conf import settings
 from django.db import migrations, models
 
-import core.commit_order
+import core.write_order
 
 
 def add_txid(apps, schema_editor):
     table = apps.get_model("dags", "DagEvent")._meta.db_table
-    for sql in core.commit_order.add_txid_sql(schema_editor.connection.vendor, table):
+    for sql in core.write_order.add_txid_sql(schema_editor.connection.vendor, table):
         schema_editor.execute(sql)
 
 
@@ -41,7 +41,7 @@ class Migration(migrations.Migration):
             database_operations=[migrations.RunPython(add_txid, drop_txid)],
             state_operations=[
                 migrations.AddField(
-                    model_name="dagevent", name="txid", field=core.commit_order.txid_field()
+                    model_name="dagevent", name="txid", field=core.write_order.txid_field()
                 )
             ],
         ),

@@ -1,4 +1,4 @@
-"""``GET /api/events/``: the audit trail of instances and DAG runs, in commit order."""
+"""``GET /api/events/``: the audit trail of instances and DAG runs, as one feed."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from events.api import serializers as s
 from events.selectors import Filters, Position, events_page
 
 DESCRIPTION = """Every history entry of instances (requests, transitions, engine events,
-policy actions, engine decommissions, orphans) and of DAG runs, oldest first in the
-order their transactions committed. A user reads the entries of their own instances and
+policy actions, engine decommissions, orphans) and of DAG runs, oldest first: in the
+order of the transactions that wrote them (then by source and id). A user reads the entries of their own instances and
 runs, deleted ones included; `view_containerinstance` (`view_dagrun`) shows everyone's.
 
 **Paging, and what it guarantees.** Each page ends with `cursor`, the position after its
@@ -44,7 +44,7 @@ class EventsView(APIView):
     """The feed (``events.selectors``): filters, the reader's scope, the cursor."""
 
     @extend_schema(
-        summary="The events feed (audit trail), in commit order",
+        summary="The events feed (audit trail)",
         description=DESCRIPTION,
         parameters=[s.EventsQuerySerializer],
         responses={200: s.EventsPageSerializer, **error_responses(400)},

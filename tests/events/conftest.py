@@ -1,6 +1,6 @@
 """Fixtures of the events feed's tests: entries that really commit.
 
-The feed serves only entries of transactions that have ended (``core.commit_order``),
+The feed serves only entries of transactions that have ended (``core.write_order``),
 so these tests cannot run inside pytest-django's per-test transaction, and a
 transactional test's flush of every table costs seconds on a busy machine. Instead
 ``committed`` lets the test write in autocommit and, afterwards, deletes exactly the

@@ -1,5 +1,5 @@
 """Helpers for tests of the events feed: entries committed, and waiting until the feed's
-horizon (``core.commit_order``) has passed them."""
+horizon (``core.write_order``) has passed them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import uuid
 from django.db import connection
 
 from containers.models import ContainerEvent
-from core.commit_order import HORIZON_SQL
+from core.write_order import HORIZON_SQL
 from dags.models import DagEvent
 
 DEADLINE = 30.0  # a transaction of this database still open holds the horizon back

@@ -1,4 +1,4 @@
-"""``GET /api/events/``: the audit trail in commit order; its filters, who sees what
+"""``GET /api/events/``: the audit trail as one feed; its filters, who sees what
 (also the history of deleted instances), its cursor, and what it costs.
 
 The entries really commit (``committed``, ``tests/events/conftest.py``): the feed

@@ -34,7 +34,7 @@ def moment(text: str) -> dt.datetime:
 class Command(BaseCommand):
     help = (
         "Write every history entry (instances and DAG runs, all owners) created from --since "
-        "(inclusive) to --until (exclusive) as JSON lines, in commit order. Streams: memory "
+        "(inclusive) to --until (exclusive) as JSON lines, in the feed's order. Streams: memory "
         "stays flat however many entries; each page of the feed is a few short queries."
     )
 

@@ -1,5 +1,5 @@
-"""Reading rows in the order their transactions end: a row's transaction id, and the
-horizon below which no row can still appear.
+"""Reading the rows of concurrent writers without missing one: a row's transaction id,
+and the horizon below which no row can still appear.
 
 Ids (and ``created_at``) are taken when a row is inserted, not when its transaction
 commits, so a reader that pages by id can pass a row whose transaction commits later:
@@ -11,12 +11,15 @@ those ``pg_stat_activity`` places in other databases). Every such transaction
 has ended, so the set of rows below the horizon is final: nothing committed later can
 join it, since a transaction that writes later gets a newer id. Ordered by ``(txid,
 id)``, a reader that follows its position upwards therefore sees every row once, also
-the rows of transactions that commit late. The price: a row is served only once every
-transaction older than its own has ended (a session left ``idle in transaction`` holds
-the feed back; ``docs/operations.md``, "Events API").
+the rows of transactions that commit late. The order is the transactions' (the order in
+which PostgreSQL numbered them, when each first wrote), not their commits': a
+transaction that began writing first and committed last is served first. The price: a
+row is served only once every transaction of the database older than its own has ended
+(a session left ``idle in transaction`` holds the feed back; ``docs/operations.md``,
+"Events API").
 
 On SQLite every row's ``txid`` is 0 and there is no horizon: its writers are serialized
-by the database lock, so ids are already in commit order.
+by the database lock, so ids are already in commit order and need no horizon.
 """
 
 from __future__ import annotations
@@ -66,11 +69,11 @@ def horizon() -> int | None:
 
 
 def txid_field() -> models.BigIntegerField:
-    """The ``txid`` column of a table read in commit order (see the module's text)."""
+    """The ``txid`` column of a table read in transaction order (see the module's text)."""
     return models.BigIntegerField(
         db_default=TransactionId(),
         editable=False,
-        help_text="The writing transaction's id (core.commit_order): the order of commits.",
+        help_text="The writing transaction's id (core.write_order): the order readers follow.",
     )
 
 
