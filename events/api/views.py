@@ -16,8 +16,9 @@ from events.selectors import Filters, Position, events_page
 
 DESCRIPTION = """Every history entry of instances (requests, transitions, engine events,
 policy actions, engine decommissions, orphans) and of DAG runs, oldest first: in the
-order of the transactions that wrote them (then by source and id). A user reads the entries of their own instances and
-runs, deleted ones included; `view_containerinstance` (`view_dagrun`) shows everyone's.
+order of the transactions that wrote them (then by source and id). A user reads the
+entries of their own instances and runs, deleted ones included; `view_containerinstance`
+(`view_dagrun`) shows everyone's.
 
 **Paging, and what it guarantees.** Each page ends with `cursor`, the position after its
 last entry, and `next` (a link with that cursor) when more entries were ready at once.
