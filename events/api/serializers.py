@@ -84,10 +84,9 @@ class EventsQuerySerializer(serializers.Serializer):
     source = serializers.ChoiceField(
         required=False, choices=SOURCES, help_text="Only instances' or only DAG runs' history."
     )
-    format = serializers.CharField(required=False, write_only=True)  # DRF's own
-
     def to_internal_value(self, data):
-        unknown = sorted(key for key in data if key not in self.fields)
+        # ``format`` is DRF's own (the browsable API's ``?format=json``).
+        unknown = sorted(key for key in data if key not in self.fields and key != "format")
         if unknown:
             raise serializers.ValidationError({key: ["Unknown parameter."] for key in unknown})
         return super().to_internal_value(data)
