@@ -82,8 +82,8 @@ def insert(obj: models.Model) -> None:
 
     Every field's ``pre_save`` runs as in the ORM (defaults, ``auto_now_add``); a value
     that is ``Now()`` is the statement's timestamp, as the ORM writes it; a field left to
-    its ``db_default`` is not written (the column's default applies). An
-    auto-incremented primary key left unset is read back. Sends no ``pre_save`` or
+    its ``db_default`` is not written (the column's default applies) and is read back,
+    as is an auto-incremented primary key left unset. Sends no ``pre_save`` or
     ``post_save`` signal: only for models that have no receivers.
     """
     if not active():
@@ -110,8 +110,9 @@ def _insert_statement(obj: models.Model) -> tuple[str, dict]:
             now.append(field.attname)
         else:
             values[field.attname] = field.get_db_prep_save(value, connection)
+    returned = [meta.pk.column, *(f.column for f in fields if f.attname in left)]
     fields = [field for field in fields if field.attname not in left]
-    key = (meta.label, tuple(f.attname for f in fields), tuple(now))
+    key = (meta.label, tuple(f.attname for f in fields), tuple(now), tuple(returned))
     if key not in _inserts:
         placeholders = [
             "STATEMENT_TIMESTAMP()" if f.attname in now else f"%({f.attname})s" for f in fields
@@ -119,15 +120,23 @@ def _insert_statement(obj: models.Model) -> tuple[str, dict]:
         columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
         _inserts[key] = (
             f"INSERT INTO {meta.db_table} ({columns}) VALUES ({', '.join(placeholders)})"
-            f" RETURNING {meta.pk.column}"
+            f" RETURNING {', '.join(connection.ops.quote_name(c) for c in returned)}"
         )
     return _inserts[key], values
 
 
 def _inserted(obj: models.Model, cursor: psycopg.Cursor) -> None:
-    """Set what an executed ``_insert_statement`` returned on ``obj``, now saved."""
-    (pk,) = cursor.fetchone()
+    """Set what an executed ``_insert_statement`` returned on ``obj``, now saved: its
+    primary key, then the fields left to their ``db_default`` (in the same order)."""
+    pk, *defaults = cursor.fetchone()
     setattr(obj, obj._meta.pk.attname, pk)
+    left = [
+        field
+        for field in obj._meta.concrete_fields
+        if isinstance(getattr(obj, field.attname), DatabaseDefault)
+    ]
+    for field, value in zip(left, defaults, strict=True):
+        setattr(obj, field.attname, value)
     obj._state.adding, obj._state.db = False, connection.alias
 
 
