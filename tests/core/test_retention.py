@@ -128,3 +128,14 @@ def test_the_shipped_config_keeps_deleted_instances_history():
     config = load_config("config.yml", environ={})
     assert config["retention"]["deleted_instance_history"] is None
     assert config["retention"]["dead_letters_resolved"] == 30 * 86400.0
+
+
+def test_the_command_runs_every_purge_and_says_what_went():
+    import io
+
+    from django.core.management import call_command
+
+    _row("sent", sent_at=timezone.now() - 30 * DAY)
+    out = io.StringIO()
+    call_command("retention_purge", "--batch", "5", stdout=out)
+    assert "outbox.sent: 1 deleted" in out.getvalue().splitlines()
