@@ -45,11 +45,13 @@ class TransactionId(models.Func):
 # must not hold our readers back, whether they are another application's or another
 # test's). Every transaction running at the statement's snapshot (``xip``) counts unless
 # ``pg_stat_activity`` shows it belongs to another database; one it cannot place (a
-# prepared transaction, a hidden row) counts too. None running: the snapshot's ``xmax``.
+# prepared transaction, a hidden row) counts too, and so does the reader's own (a
+# snapshot does not list it). None running: the snapshot's ``xmax``.
 HORIZON_SQL = """
 WITH snap AS (SELECT pg_current_snapshot() AS s)
 SELECT least(
     (SELECT pg_snapshot_xmax(s)::text::bigint FROM snap),
+    pg_current_xact_id_if_assigned()::text::bigint,
     (SELECT min(x::text::bigint) FROM snap, pg_snapshot_xip(s) AS x
      WHERE NOT EXISTS (
         SELECT 1 FROM pg_stat_activity a
