@@ -84,6 +84,7 @@ class EventsQuerySerializer(serializers.Serializer):
     source = serializers.ChoiceField(
         required=False, choices=SOURCES, help_text="Only instances' or only DAG runs' history."
     )
+
     def to_internal_value(self, data):
         # ``format`` is DRF's own (the browsable API's ``?format=json``).
         unknown = sorted(key for key in data if key not in self.fields and key != "format")

@@ -4,20 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('outbox', '0008_process_kind'),
+        ("outbox", "0008_process_kind"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='outboxevent',
-            name='resolved_at',
+            model_name="outboxevent",
+            name="resolved_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='outboxevent',
-            name='resolved_by',
+            model_name="outboxevent",
+            name="resolved_by",
             field=models.CharField(blank=True, max_length=150),
         ),
     ]
