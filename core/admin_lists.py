@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Q, QuerySet
@@ -92,6 +93,18 @@ class FlatChangelistMixin:
     paginator = BoundedCountPaginator
 
 
+def _checked(value: str) -> str:
+    """``value`` if the database can compare it; else the admin's "invalid filter" page
+    (``?e=1``), not a 500 (PostgreSQL refuses NUL; a lone surrogate cannot be sent)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise IncorrectLookupParameters("not valid Unicode") from None
+    if "\x00" in value:
+        raise IncorrectLookupParameters("a NUL character")
+    return value
+
+
 class _TextFilter(admin.ListFilter):
     """A text box in the sidebar; ``?<parameter>=<text>``. Subclasses say what it means."""
 
@@ -105,7 +118,7 @@ class _TextFilter(admin.ListFilter):
             value = params.pop(self.parameter_name)
             value = value[-1] if isinstance(value, list) else value
             if value.strip():
-                self.used_parameters[self.parameter_name] = value.strip()[:150]
+                self.used_parameters[self.parameter_name] = _checked(value.strip()[:150])
 
     def value(self) -> str | None:
         return self.used_parameters.get(self.parameter_name)
@@ -187,7 +200,7 @@ def choices_filter(
 
         def queryset(self, request, queryset):
             value = self.value()
-            return queryset if value is None else queryset.filter(**{field: value})
+            return queryset if value is None else queryset.filter(**{field: _checked(value)})
 
     ChoicesFilter.title = title
     return ChoicesFilter

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime as dt
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -148,12 +149,26 @@ def _decode(keys: list[Key], text: str) -> Cursor:
     if before not in (0, 1) or inclusive not in (0, 1):
         raise invalid
     try:
-        values = tuple(key.field.to_python(v) for key, v in zip(keys, raw, strict=True))
-    except (DjangoValidationError, ValueError, TypeError, OverflowError):
+        values = tuple(_value(key.field, text) for key, text in zip(keys, raw, strict=True))
+    except (DjangoValidationError, ValueError, TypeError, OverflowError, UnicodeEncodeError):
         raise invalid from None
-    if any(v is None for v in values):
-        raise invalid
     return Cursor(values, before=bool(before), inclusive=bool(inclusive))
+
+
+def _value(field, text: str):
+    """A cursor's value as the database may compare it, or an error: a forged cursor
+    must be a 400, never a 500 (no NUL, no lone surrogate, nothing out of the column's
+    range, datetimes in UTC)."""
+    if "\x00" in text:
+        raise ValueError("NUL")
+    text.encode("utf-8")
+    value = field.to_python(text)
+    if value is None:
+        raise ValueError("null")
+    field.run_validators(value)
+    if isinstance(value, dt.datetime):
+        value = value.astimezone(dt.UTC)
+    return value
 
 
 class CursorPagination(BasePagination):

