@@ -26,7 +26,12 @@ _MARKED = (ContainerEvent, DagEvent, OutboxEvent, ContainerTemplate, Runtime)
 
 
 @pytest.fixture
-def committed(django_db_setup, django_db_blocker):
+def committed(request, django_db_blocker):
+    # pytest-django sets the test database up, at its first use, for the tests that carry
+    # a django_db mark; these ask for it here, after the mark's per-test transaction was
+    # decided (none), so that they also run alone (``-k``).
+    request.node.add_marker(pytest.mark.django_db)
+    request.getfixturevalue("django_db_setup")
     with django_db_blocker.unblock():
         if connection.vendor != "postgresql":
             pytest.skip("the feed's horizon is PostgreSQL's (SQLite needs none)")

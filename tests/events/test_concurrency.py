@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import uuid
 
-import pytest
 from django.db import connection, transaction
 
 from containers.models import ContainerEvent
@@ -19,12 +18,6 @@ from events.selectors import Filters, Position, events_page
 from tests.events.feed import event, settled
 
 ROUNDS = 15
-
-
-@pytest.mark.django_db
-def test_the_module_has_its_database():
-    """(pytest-django sets the test database up only for a module that marks a test.)"""
-    assert connection.vendor
 
 
 def test_a_reader_following_the_cursor_misses_and_repeats_nothing_under_out_of_order_commits(

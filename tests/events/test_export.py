@@ -10,17 +10,10 @@ import uuid
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
 from django.utils import timezone
 
 from dags.models import DagEvent
 from tests.events.feed import event, settled
-
-
-@pytest.mark.django_db
-def test_the_module_has_its_database():
-    """(pytest-django sets the test database up only for a module that marks a test.)"""
-    assert connection.vendor
 
 
 def _export(*args: str) -> list[dict]:
