@@ -127,6 +127,8 @@ def node_move(
     )
     record(
         node.run_id,
+        # the run the caller locked, when the node was read through it (no query)
+        owner_id=node.run.owner_id if DagNodeRun.run.is_cached(node) else None,
         node=node.key,
         kind="transition",
         actor=actor,

@@ -10,7 +10,7 @@ import pytest
 from django.apps import apps
 
 from containers.models import ContainerEvent
-from dags.models import DagEvent, DagRun
+from dags.models import DagEvent, DagNodeRun, DagRun
 from tests.factories import InstanceFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -52,3 +52,22 @@ def test_dag_entries_get_their_runs_owner():
     assert set(
         DagEvent.objects.filter(id__in=[e.id for e in entries]).values_list("owner_id", flat=True)
     ) == {owner.pk}
+
+
+def test_a_runs_and_its_nodes_new_entries_carry_the_runs_owner():
+    from django.db import transaction
+
+    from dags.history import node_move, run_move
+
+    owner = UserFactory()
+    run = DagRun.objects.create(template_name="t", owner=owner)
+    run.nodes.create(key="a")
+    with transaction.atomic():
+        run_move(run, "running", actor="x")
+        node_move(run.nodes.get(key="a"), "ready", actor="x")  # read through its run
+        node_move(DagNodeRun.objects.get(run=run, key="a"), "running", actor="x",
+                  instance_id=uuid.uuid4(), instance_name="n")  # fmt: skip
+    assert (
+        list(DagEvent.objects.filter(run_id=run.id).values_list("owner_id", flat=True))
+        == [owner.pk] * 3
+    )
