@@ -1,5 +1,6 @@
-"""Migrations containers 0021 and dags 0007: history written before entries carried
-their owner gets it, in batches (``core.batches.update_in_batches``)."""
+"""History entries carry their owner: new ones from their instance or run, and those
+written before the column existed from migrations containers 0021 and dags 0007, in
+batches (``core.batches.update_in_batches``)."""
 
 from __future__ import annotations
 
