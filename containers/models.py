@@ -14,6 +14,7 @@ from django_fsm import FSMField, FSMModelMixin, transition
 
 from containers.addresses import engine_address_problems, kube_target_problems
 from containers.states import Status, sources_of
+from core.write_order import txid_field
 
 
 class PullPolicy(models.TextChoices):
@@ -475,11 +476,25 @@ class ContainerEvent(models.Model):
     """Append-only history of an instance: requests, transitions, runtime events.
 
     Keeps the instance's uuid and name as plain values (no foreign key), so the history
-    survives the instance's deletion. Never updated, never deleted by gobrave.
+    survives the instance's deletion; ``owner`` is the instance's owner, kept the same way
+    (no database constraint: deleting a user never touches the history), so an owner
+    sees the history of their deleted instances too (``GET /api/events/``). Empty for
+    entries of no instance (an orphan container, a leftover removed). ``txid`` is the
+    writing transaction (``core.write_order``): the events feed's order.
+    Never updated; deleted by gobrave only by retention, and only for instances that are
+    gone (``retention.deleted_instance_history``, off by default).
     """
 
     instance_id = models.UUIDField(db_index=True)
     instance_name = models.CharField(max_length=128)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
     kind = models.CharField(max_length=64, db_index=True)
     from_status = models.CharField(max_length=32, blank=True)
     to_status = models.CharField(max_length=32, blank=True)
@@ -487,12 +502,19 @@ class ContainerEvent(models.Model):
     actor = models.CharField(max_length=150, blank=True, db_index=True)
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    txid = txid_field()
 
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
             # An instance's history page, newest first, however long the history.
             models.Index(fields=["instance_id", "created_at", "id"], name="event_instance_history"),
+            # The events feed (events.selectors) in its order, and one per filter.
+            models.Index(fields=["txid", "id"], name="event_feed"),
+            models.Index(fields=["owner", "txid", "id"], name="event_feed_owner"),
+            models.Index(fields=["instance_id", "txid", "id"], name="event_feed_instance"),
+            models.Index(fields=["kind", "txid", "id"], name="event_feed_kind"),
+            models.Index(fields=["actor", "txid", "id"], name="event_feed_actor"),
         ]
 
     def __str__(self) -> str:

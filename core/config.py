@@ -322,6 +322,17 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "backoff_cap": (_duration(0.01, 86400), 600.0),
         "retention": (_duration(60, 365 * 86400), 7 * 86400.0),
     },
+    # What gobrave keeps and for how long (core.retention): each purge deletes in batches
+    # of batch_size rows, each its own statement and commit, every interval (run by the
+    # dispatcher). Ages: None (the key left empty) keeps forever. Sent outbox rows:
+    # outbox.retention.
+    "retention": {
+        "interval": (_duration(1, 86400), 300.0),
+        "batch_size": (_integer(1, 100_000), 1000),
+        "dead_letters_resolved": (_optional(_duration(60, 10 * 365 * 86400)), 30 * 86400.0),
+        "deleted_instance_history": (_optional(_duration(60, 10 * 365 * 86400)), None),
+        "webhook_deliveries": (_optional(_duration(60, 10 * 365 * 86400)), 30 * 86400.0),
+    },
     # Tenants (contract §8): request throttles per user (None: off) and the /metrics token.
     "api": {
         "throttle_create": (_optional(_rate), "1000/minute"),

@@ -13,7 +13,7 @@ from core import prepared
 from core.counters import counter_add
 from outbox import conf, registry
 from outbox.counters import RelayStat
-from outbox.errors import NotRetriable, OutboxRowNotFound
+from outbox.errors import NotDead, NotRetriable, OutboxRowNotFound
 from outbox.models import OutboxEvent, OutboxStatus
 from outbox.outcomes import Outcome
 
@@ -121,6 +121,33 @@ def outbox_retry_now(*, event_id: int) -> OutboxEvent:
         event.save(update_fields=["available_at"])
         event.refresh_from_db(fields=["available_at"])
         outbox_notify(event.queue)
+    return event
+
+
+def outbox_dead_resolve(*, event_id: int, actor: str) -> OutboxEvent:
+    """Mark a dead letter resolved: an operator dismissed it (or a requeue replaced it
+    with a new row), so retention may delete it ``retention.dead_letters_resolved`` later.
+
+    Under the row's lock: ``OutboxRowNotFound`` for no such row, ``NotDead`` for a row in
+    any other status (nothing changes). The status stays ``dead`` (contract §3: a dead
+    row never moves). Idempotent: a row already resolved keeps its first resolution.
+    """
+    with transaction.atomic():
+        event = OutboxEvent.objects.select_for_update().filter(id=event_id).first()
+        if event is None:
+            raise OutboxRowNotFound(f"no outbox row {event_id}", id=event_id)
+        if event.status != OutboxStatus.DEAD:
+            raise NotDead(
+                f"outbox row #{event_id} is {event.status}, not dead",
+                id=event_id,
+                status=event.status,
+            )
+        if event.resolved_at is None:
+            event.resolved_at = Now()
+            event.resolved_by = actor[:150]
+            event.save(update_fields=["resolved_at", "resolved_by"])
+            event.refresh_from_db(fields=["resolved_at"])
+            log.info("outbox: dead row #%s resolved by %s", event_id, actor)
     return event
 
 

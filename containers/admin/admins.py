@@ -796,14 +796,23 @@ class ContainerEventAdmin(FlatChangelistMixin, ReadOnlyAdminMixin, admin.ModelAd
     list_display = (
         "created_at",
         "instance_name",
+        "owner",
         "kind_display",
         "from_display",
         "to_display",
         "actor",
         "message",
     )
+    list_select_related = ("owner",)
     # No date hierarchy: its year and month links are a DISTINCT over the whole history.
-    list_filter = (EventKindFilter, value_filter("actor", title="actor"), "created_at")
+    # The owner is typed in (a username or an id), never a list of every user; it keeps
+    # the history of deleted instances too (``ContainerEvent.owner``).
+    list_filter = (
+        EventKindFilter,
+        related_filter("owner", name_field="username", title="owner"),
+        value_filter("actor", title="actor"),
+        "created_at",
+    )
     search_fields = ("instance_name", "=instance_id", "message")
     actions = ("export_csv",)
 

@@ -100,6 +100,7 @@ def record(
     event = ContainerEvent(
         instance_id=instance.id,
         instance_name=instance.name,
+        owner_id=instance.owner_id,
         kind=kind,
         from_status=from_status,
         to_status=to_status,
