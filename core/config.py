@@ -344,7 +344,7 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "timeout": (_duration(0.1, 60), 5.0),
         "disable_after": (_integer(1, 1000), 3),
         "rotation_overlap": (_duration(0, 30 * 86400), 86400.0),
-        "limit_interval": (_duration(1, 86400), 60.0),
+        "limit_interval": (_duration(60, 86400), 60.0),
     },
 }
 
