@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import logging
 
+from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.db.models.functions import Now
 
 from containers.engines.calls import ENGINE_CALL_SECONDS, engine_ping
 from containers.models import Runtime
+from webhooks.kinds import EventKind
+from webhooks.services import webhook_event_emit
 
 log = logging.getLogger(__name__)
 Health = Runtime.Health
@@ -33,10 +36,12 @@ Health = Runtime.Health
 def runtime_health_record(
     *, runtime_id: int, reachable: bool, error: str = "", node_name: str = ""
 ) -> None:
-    """Store one check's result on the runtime row, in one UPDATE (no lock, no read).
+    """Store one check's result on the runtime row: an UPDATE or two, no read.
 
     Idempotent for a repeated result: ``health_since`` keeps its value while the
     health stays the same. ``node_name`` fills the row's node name only if it is empty.
+    A change to ``unreachable``, and back from it to ``reachable``, sends the
+    ``engine.unreachable`` / ``engine.reachable`` webhooks in the same transaction.
     Safe inside or outside a transaction; times are the database's clock.
     """
     health = Health.REACHABLE if reachable else Health.UNREACHABLE
@@ -56,8 +61,24 @@ def runtime_health_record(
             )
     else:
         fields["last_error"] = Value((error or "the engine did not answer")[:2000])
-    changed = Runtime.objects.filter(pk=runtime_id).exclude(health=health).exists()
-    Runtime.objects.filter(pk=runtime_id).update(**fields)
+    with transaction.atomic():
+        # The change, if any, made by one UPDATE whose WHERE names the old health: of two
+        # checks at once, only the first finds it changed (the second waits on the row lock,
+        # then matches nothing), so each change sends its webhook once.
+        came_back = reachable and Runtime.objects.filter(
+            pk=runtime_id, health=Health.UNREACHABLE
+        ).update(**fields)
+        changed = came_back or Runtime.objects.filter(pk=runtime_id).exclude(health=health).update(
+            **fields
+        )
+        if not changed:
+            Runtime.objects.filter(pk=runtime_id).update(**fields)
+        elif came_back or not reachable:
+            webhook_event_emit(
+                kind=EventKind.ENGINE_REACHABLE if reachable else EventKind.ENGINE_UNREACHABLE,
+                owner_id=None,
+                data={"runtime": runtime_id, "health": health, "error": "" if reachable else error},
+            )
     if changed:
         log.log(
             logging.INFO if reachable else logging.WARNING,
