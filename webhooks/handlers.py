@@ -23,7 +23,8 @@ from webhooks.addresses import url_check
 from webhooks.errors import WebhookUrlRefused
 from webhooks.kinds import DELIVERY_KIND, QUEUE
 from webhooks.models import WebhookEndpoint
-from webhooks.services import live_secrets, webhook_delivered, webhook_delivery_dead
+from webhooks.selectors import live_secrets
+from webhooks.services import webhook_delivered, webhook_delivery_dead
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from webhooks.models import WebhookEndpoint
 
@@ -23,3 +26,14 @@ def webhook_endpoint_manageable(*, user, endpoint_id: int) -> WebhookEndpoint | 
     if not user.has_perm(MANAGE_ALL):
         rows = rows.filter(owner=user)
     return rows.first()
+
+
+def live_secrets(endpoint: WebhookEndpoint) -> list[str]:
+    """The secrets that sign a delivery now: the newest and those not yet expired."""
+    now = timezone.now()
+    return [s["secret"] for s in endpoint.secrets if not secret_expired(s, now)]
+
+
+def secret_expired(entry: dict, now) -> bool:
+    """True once a rotated-out secret's ``expires_at`` has passed."""
+    return bool(entry["expires_at"]) and dt.datetime.fromisoformat(entry["expires_at"]) <= now

@@ -28,6 +28,7 @@ from webhooks.addresses import endpoint_url_check
 from webhooks.errors import WebhookInvalid, WebhookNotFound
 from webhooks.kinds import DELIVERY_KIND, OPERATOR_ONLY, EventKind, aggregate_of
 from webhooks.models import WebhookEndpoint, WebhookNotice
+from webhooks.selectors import secret_expired
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,8 @@ def new_secret() -> str:
     return "whsec_" + base64.b64encode(random.token_bytes(32)).decode()
 
 
-def _kinds(event_kinds: Iterable[str], *, operator: bool) -> list[str]:
+def check_kinds(event_kinds: Iterable[str], *, operator: bool) -> list[str]:
+    """The kinds, once each, if all are known and the endpoint may receive them."""
     kinds = list(dict.fromkeys(event_kinds))
     known = set(EventKind)
     unknown = [k for k in kinds if k not in known]
@@ -75,7 +77,7 @@ def webhook_endpoint_create(
     endpoint. Returns the endpoint and its secret (shown once). Nothing is saved when a
     check fails."""
     endpoint_url_check(url)
-    kinds = _kinds(event_kinds, operator=owner is None)
+    kinds = check_kinds(event_kinds, operator=owner is None)
     secret = new_secret()
     endpoint = WebhookEndpoint.objects.create(
         url=url,
@@ -112,7 +114,7 @@ def webhook_endpoint_update(
             endpoint.url = url
             fields.append("url")
         if event_kinds is not None:
-            endpoint.event_kinds = _kinds(event_kinds, operator=endpoint.owner_id is None)
+            endpoint.event_kinds = check_kinds(event_kinds, operator=endpoint.owner_id is None)
             fields.append("event_kinds")
         if description is not None:
             endpoint.description = description[:200]
@@ -137,7 +139,7 @@ def webhook_endpoint_rotate(*, endpoint_id: int) -> WithSecret:
         kept = [
             {**s, "expires_at": s["expires_at"] or until}
             for s in endpoint.secrets
-            if not s["expires_at"] or s["expires_at"] > now.isoformat()
+            if not secret_expired(s, now)
         ]
         endpoint.secrets = [
             {"secret": secret, "created_at": now.isoformat(), "expires_at": None},
@@ -146,12 +148,6 @@ def webhook_endpoint_rotate(*, endpoint_id: int) -> WithSecret:
         endpoint.save(update_fields=["secrets", "updated_at"])
     log.info("webhook endpoint %s: secret rotated (%s older still sign)", endpoint_id, len(kept))
     return WithSecret(endpoint=endpoint, secret=secret)
-
-
-def live_secrets(endpoint: WebhookEndpoint) -> list[str]:
-    """The secrets that sign a delivery now: the newest and those not yet expired."""
-    now = timezone.now().isoformat()
-    return [s["secret"] for s in endpoint.secrets if not s["expires_at"] or s["expires_at"] > now]
 
 
 def webhook_endpoint_enable(*, endpoint_id: int) -> WebhookEndpoint:
