@@ -83,6 +83,11 @@ def url_check(url: str) -> Target:
     )
 
 
+def lookup(host: str, port: int) -> list[tuple]:
+    """The system's resolver (``getaddrinfo``), for TCP: the one lookup of this module."""
+    return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+
+
 def _refused(address: str) -> bool:
     return not _config()["allow_private"] and not is_public(address)
 
@@ -91,7 +96,7 @@ def resolve(target: Target) -> list[tuple]:
     """Step 2: the addresses ``target``'s host resolves to (``getaddrinfo`` entries),
     all of them allowed, or ``WebhookUrlRefused``. A literal address is not looked up."""
     try:
-        infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+        infos = lookup(target.host, target.port)
     except (socket.gaierror, UnicodeError) as exc:
         raise WebhookUrlRefused(
             f"{target.host} does not resolve: {exc}", field="url", unresolved=True

@@ -98,7 +98,7 @@ def test_a_name_rebound_to_loopback_after_creation_is_refused_at_delivery_before
             [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 443))],
         ]
     )
-    monkeypatch.setattr(addresses.socket, "getaddrinfo", lambda *a, **k: next(answers))
+    monkeypatch.setattr(addresses, "lookup", lambda *a, **k: next(answers))
     made = webhook_endpoint_create(url="https://rebind.test/hook", event_kinds=["request.dead"])
     with transaction.atomic():
         webhook_event_emit(kind="request.dead", owner_id=None, data={})
@@ -109,3 +109,25 @@ def test_a_name_rebound_to_loopback_after_creation_is_refused_at_delivery_before
         deliver(event)
     assert no_sockets == []
     assert WebhookEndpoint.objects.get(pk=made.endpoint.pk).enabled  # one dead is no streak
+
+
+def test_a_name_that_does_not_resolve_is_refused_at_creation(no_sockets):
+    with pytest.raises(WebhookUrlRefused, match="does not resolve"):
+        addresses.endpoint_url_check("https://nowhere.test/hook")
+    assert no_sockets == []
+
+
+@pytest.mark.django_db
+def test_a_delivery_to_a_name_that_stopped_resolving_is_retried_not_dead(no_sockets):
+    from outbox.models import OutboxEvent
+    from outbox.registry import RetryLater
+
+    endpoint = WebhookEndpoint.objects.create(
+        url="https://gone.test/hook", event_kinds=["request.dead"], secrets=[]
+    )
+    with transaction.atomic():
+        webhook_event_emit(kind="request.dead", owner_id=None, data={})
+    event = OutboxEvent.objects.get(aggregate_id=f"webhook:{endpoint.pk}")
+    with pytest.raises(RetryLater, match="does not resolve"):
+        deliver(event)
+    assert no_sockets == []
