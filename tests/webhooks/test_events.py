@@ -97,3 +97,17 @@ def test_limit_hits_are_sent_from_the_counter_once_per_period(subscribed):
 def test_no_refusals_send_no_limit_hit(subscribed):
     assert not webhook_limit_hits_notify(counter=RequestStat.CREATE_REFUSED)
     assert sent_kinds() == []
+
+
+def test_a_finished_dag_run_is_sent_to_its_owner_and_operators(subscribed, template, owner):
+    from dags.history import run_move
+    from dags.models import DagRun
+    from dags.services import dag_run_start, dag_template_save
+
+    dag = dag_template_save(name="one", nodes=[{"key": "a", "template": "sleeper"}])
+    run = dag_run_start(dag=dag, owner=owner, actor="t")
+    with transaction.atomic():
+        run_move(DagRun.objects.select_for_update().get(pk=run.pk), "cancelled", actor="t")
+    [(kind, data)] = sent_kinds()
+    assert (kind, data["dag_run"], data["status"]) == ("dag_run.finished", str(run.pk), "cancelled")
+    assert data["owner_id"] == owner.pk
