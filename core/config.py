@@ -453,11 +453,6 @@ def _check_relations(config: dict[str, dict[str, Any]], base: Path) -> None:
             "container.stop_timeout: must be shorter than outbox.delivery_timeout, or a stop "
             "of a process that ignores SIGTERM is killed mid-call on every attempt"
         )
-    if 2 * config["webhooks"]["timeout"] >= outbox["delivery_timeout"]:
-        raise ConfigError(
-            "webhooks.timeout: must be under half of outbox.delivery_timeout (a delivery "
-            "connects, then waits for the answer, each within it)"
-        )
     streams = config["streams"]
     if streams["per_user"] > streams["total"]:
         raise ConfigError("streams.per_user: must not be above streams.total")

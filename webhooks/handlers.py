@@ -14,7 +14,7 @@ import logging
 
 from django.conf import settings
 
-from outbox import registry
+from outbox import conf, registry
 from outbox.models import OutboxEvent
 from outbox.outcomes import Outcome
 from outbox.registry import PermanentFailure, RetryLater
@@ -29,6 +29,13 @@ from webhooks.services import webhook_delivered, webhook_delivery_dead
 log = logging.getLogger(__name__)
 
 
+def wait_limit() -> float:
+    """Seconds a delivery waits for the connect, then for each read of the answer:
+    ``webhooks.timeout``, and never above a third of ``outbox.delivery_timeout`` (the
+    handler's whole budget)."""
+    return min(settings.GOBRAVE["webhooks"]["timeout"], conf.value("delivery_timeout") / 3)
+
+
 def deliver(event: OutboxEvent) -> Outcome:
     """POST the delivery to its endpoint, signed with the endpoint's live secrets.
 
@@ -37,7 +44,7 @@ def deliver(event: OutboxEvent) -> Outcome:
        refused address is a permanent failure (dead at once), a name that does not
        resolve is retried.
     3. A 2xx answer: sent, and the endpoint's failure streak resets. Any other answer
-       (a redirect is never followed), or none within ``webhooks.timeout``: retried
+       (a redirect is never followed), or none within ``wait_limit()``: retried
        (a ``Retry-After`` is the backoff's floor).
     """
     payload = event.payload
@@ -53,7 +60,7 @@ def deliver(event: OutboxEvent) -> Outcome:
             body=body,
             message_id=payload["message_id"],
             secrets=live_secrets(endpoint),
-            timeout=settings.GOBRAVE["webhooks"]["timeout"],
+            timeout=wait_limit(),
         )
     except WebhookUrlRefused as exc:
         if exc.details.get("unresolved"):
