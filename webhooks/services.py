@@ -191,11 +191,19 @@ def webhook_event_emit(*, kind: EventKind, owner_id: int | None, data: dict[str,
     audience = Q(owner__isnull=True)
     if owner_id is not None and kind not in OPERATOR_ONLY:
         audience |= Q(owner_id=owner_id)
-    endpoints = list(
-        WebhookEndpoint.objects.filter(audience, enabled=True, event_kinds__contains=[str(kind)])
-        .order_by("pk")
-        .select_for_update()
-        .values_list("pk", flat=True)
+    # The kinds are matched here, not in SQL: a JSON "contains" is PostgreSQL's only (the
+    # quick start runs on SQLite), and the enabled endpoints are few.
+    candidates = WebhookEndpoint.objects.filter(audience, enabled=True)
+    wanted = [pk for pk, kinds in candidates.values_list("pk", "event_kinds") if kind in kinds]
+    endpoints = (
+        list(
+            candidates.filter(pk__in=wanted)
+            .order_by("pk")
+            .select_for_update()
+            .values_list("pk", flat=True)
+        )
+        if wanted
+        else []
     )
     stamp = timezone.now().isoformat()
     for endpoint_id in endpoints:
