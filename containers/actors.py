@@ -11,6 +11,7 @@ WORKER = "worker"  # a django-q2 task running a request
 MONITOR = "monitor"  # the engine event follower
 RECONCILER = "reconciler"  # the periodic (or on-demand) comparison with the engines
 RELAY = "relay"  # the outbox relay (dead letters)
+POLICY = "policy"  # a lifecycle policy (time limits, idle culling) making a request
 SYSTEM = frozenset({WORKER, MONITOR, RECONCILER, RELAY})
 USER_PREFIX = "user:"
 

@@ -1,6 +1,7 @@
 """Load and validate ``config.yml`` once, at start.
 
-The file has five sections (``container``, ``outbox``, ``api``, ``streams``, ``queue``).
+The file has six sections (``container``, ``outbox``, ``api``, ``streams``, ``queue``,
+``webhooks``).
 Every key has a default and a validator; an unknown key or a bad value raises
 ``ConfigError`` naming the key, which stops the process before it serves anything.
 Any key may be overridden by the environment as ``GOBRAVE_<SECTION>_<KEY>`` (upper
@@ -356,6 +357,18 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "bulk": (_integer(1, 100), 1),
         "poll": (_duration(0.01, 10), 0.1),
         "save_limit": (_integer(-1, 100_000), -1),
+    },
+    # Signed webhooks (webhooks app): who may subscribe, which addresses an endpoint may
+    # have, how a delivery is bounded, when an endpoint is switched off.
+    "webhooks": {
+        "users_may_subscribe": (_boolean, False),
+        "allow_http": (_boolean, False),
+        "allow_private": (_boolean, False),
+        "workers": (_integer(1, 100), 2),
+        "timeout": (_duration(0.1, 60), 5.0),
+        "disable_after": (_integer(1, 1000), 3),
+        "rotation_overlap": (_duration(0, 30 * 86400), 86400.0),
+        "limit_interval": (_duration(60, 86400), 60.0),
     },
 }
 

@@ -13,7 +13,10 @@ from typing import Any
 from django.db import connection
 
 from dags.models import DagEvent, DagNodeRun, DagRun
+from dags.states import RUN_FINISHED
 from outbox.services import outbox_enqueue_once
+from webhooks.kinds import EventKind
+from webhooks.services import webhook_event_emit
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +99,8 @@ def _fields(obj, extra: tuple[str, ...]) -> list[str]:
 
 
 def run_move(run: DagRun, target: str, *, actor: str, message: str = "", **fields: Any) -> None:
-    """Transition a locked run, save it and record the change (inside a transaction)."""
+    """Transition a locked run, save it and record the change (inside a transaction); a
+    run that finished sends the ``dag_run.finished`` webhooks in the same transaction."""
     if not connection.in_atomic_block:
         raise RuntimeError("run_move() must run inside transaction.atomic()")
     source = run.status
@@ -112,6 +116,18 @@ def run_move(run: DagRun, target: str, *, actor: str, message: str = "", **field
         message=message or run.reason,
     )
     log.info("dag run %s %s -> %s by %s %s", run.id, source, target, actor, message or run.reason)
+    if target in RUN_FINISHED:
+        webhook_event_emit(
+            kind=EventKind.DAG_RUN_FINISHED,
+            owner_id=run.owner_id,
+            data={
+                "dag_run": str(run.id),
+                "template": run.template_name,
+                "owner_id": run.owner_id,
+                "status": run.status,
+                "reason": run.reason,
+            },
+        )
 
 
 def node_move(

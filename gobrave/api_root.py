@@ -18,6 +18,7 @@ ENDPOINTS = (
     ("dag-templates", "dag-template-list", "DAG templates: graphs of container runs"),
     ("dag-runs", "dag-run-list", "DAG runs: start, watch, cancel, retry failed"),
     ("events", "events", "the audit trail of instances and DAG runs, as one feed"),
+    ("webhooks", "webhooks-list", "signed webhook endpoints: subscribe, rotate a secret"),
     ("tokens", "token-list", "your API tokens: make, list, revoke (also on /account/tokens/)"),
     ("schema", "schema", "the OpenAPI schema"),
     ("docs", "swagger-ui", "the API documentation (Swagger UI)"),

@@ -98,6 +98,7 @@ INSTALLED_APPS = [
     "axes",
     "core",
     "outbox",
+    "webhooks",
     "containers",
     "tenants",
     "streams",
@@ -341,9 +342,15 @@ def _cluster(name: str, workers: int) -> dict:
 
 GOBRAVE_CREATE_WORKERS = _queue["create_workers"] or _container["create_queue_max_concurrency"]
 GOBRAVE_CONTROL_WORKERS = _queue["control_workers"]
+# "webhooks" runs signed webhook deliveries (the webhooks app), so that an endpoint that is
+# slow or down never holds a worker that a stop or a delete waits for.
+GOBRAVE_WEBHOOKS_WORKERS = GOBRAVE["webhooks"]["workers"]
 Q_CLUSTER = {
     **_cluster("create", GOBRAVE_CREATE_WORKERS),
-    "ALT_CLUSTERS": {"control": _cluster("control", GOBRAVE_CONTROL_WORKERS)},
+    "ALT_CLUSTERS": {
+        "control": _cluster("control", GOBRAVE_CONTROL_WORKERS),
+        "webhooks": _cluster("webhooks", GOBRAVE_WEBHOOKS_WORKERS),
+    },
 }
 
 LOGGING = {

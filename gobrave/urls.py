@@ -57,6 +57,7 @@ urlpatterns = [
     path("api/", include("dags.api.urls")),
     path("api/", include("events.api.urls")),
     path("api/", include("tenants.api.urls")),
+    path("api/", include("webhooks.api.urls")),
     path("metrics", metrics_view, name="metrics"),
     path("favicon.ico", favicon, name="favicon"),
 ]

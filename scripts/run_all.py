@@ -44,6 +44,7 @@ def parts() -> dict[str, tuple[list[str], dict[str, str]]]:
         "dispatcher": ([*manage, "run_dispatcher"], {"GOBRAVE_APP_NAME": "gobrave-dispatcher"}),
         "create-cluster": ([*manage, "run_cluster", "create"], {}),
         "control-cluster": ([*manage, "run_cluster", "control"], {}),
+        "webhooks-cluster": ([*manage, "run_cluster", "webhooks"], {}),
     }
     if (ROOT / "containers" / "management" / "commands" / "run_monitor.py").exists():
         result["monitor"] = ([*manage, "run_monitor"], {"GOBRAVE_APP_NAME": "gobrave-monitor"})

@@ -32,6 +32,7 @@ ROLES: dict[str, frozenset[str]] = {
         + _perms("dags", ("view", "add", "change", "delete"), ["dagtemplate"])
         + _perms("dags", ("view", "change"), ["dagrun"])
         + _perms("dags", ("view",), ["dagevent"])
+        + _perms("webhooks", ("view", "add", "change", "delete"), ["webhookendpoint"])
     ),
     VIEWERS: frozenset(
         _perms("containers", ("view",), ["containertemplate", "containerinstance", "runtime"])
@@ -39,6 +40,7 @@ ROLES: dict[str, frozenset[str]] = {
         + _perms("outbox", ("view",), ["outboxevent"])
         + _perms("tenants", ("view",), ["userquota", "groupquota"])
         + _perms("dags", ("view",), ["dagtemplate", "dagrun", "dagevent"])
+        + _perms("webhooks", ("view",), ["webhookendpoint"])
     ),
 }
 

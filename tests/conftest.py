@@ -54,6 +54,28 @@ def _no_counter_buffering_leaks():
     counters_buffer_stop()
 
 
+@pytest.fixture(autouse=True)
+def _webhook_names_never_looked_up(monkeypatch):
+    """No test sends traffic beyond loopback, DNS included: a webhook URL's host is
+    resolved only when it is an address or ``localhost`` (both answered locally); any other
+    name does not resolve (a test that needs one answers it itself). Generated input (the
+    schemathesis run) would otherwise send its random host names to the DNS server."""
+    import ipaddress
+    import socket
+
+    from webhooks import addresses
+
+    def lookup(host: str, port: int) -> list[tuple]:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            if host != "localhost":
+                raise socket.gaierror(socket.EAI_NONAME, "not looked up in tests") from None
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+
+    monkeypatch.setattr(addresses, "lookup", lookup)
+
+
 @pytest.fixture(scope="session")
 def live_server(django_db_blocker):
     """uvicorn serving the ASGI application production serves (tests/asgi_server.py), in

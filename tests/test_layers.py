@@ -1,6 +1,6 @@
 """The layout's import rules (``[tool.importlinter]`` in pyproject.toml) hold: apps stand on
-each other in one direction (``gobrave`` → ``dags`` → ``containers`` → ``outbox``/``tenants``
-→ ``core``), and inside ``containers`` every arrow points down its layers.
+each other in one direction (``gobrave`` → ``dags`` → ``containers`` → ``webhooks`` →
+``outbox``/``tenants`` → ``core``), and inside ``containers`` every arrow points down its layers.
 
 import-linter runs in a process of its own: its command line reconfigures logging (it
 would disable every logger this process already made).

@@ -47,6 +47,7 @@ from containers.requests.lifecycle import (
     capacity_available,
     container_id_record,
     instance_lock,
+    instance_notify,
     instance_save,
     move,
     record,
@@ -63,6 +64,7 @@ from outbox import registry
 from outbox.models import OutboxEvent
 from outbox.outcomes import Outcome
 from outbox.registry import Defer, PermanentFailure, Retry, RetryLater
+from webhooks.kinds import EventKind
 
 log = logging.getLogger(__name__)
 
@@ -475,12 +477,16 @@ def on_dead(event: OutboxEvent, reason: str) -> None:
     The reason reads "<request> failed: <why>" (``create failed: cannot pull image ...``),
     the engine's words, never a class name. An instance that has moved on (a delete
     accepted while a create was failing) keeps its state, so the later request still
-    runs; the dead letter is recorded either way. Runs in the dead letter's transaction.
+    runs; the dead letter is recorded, and sent to the ``request.dead`` webhooks, either
+    way. Runs in the dead letter's transaction.
     """
     instance = instance_lock(event.aggregate_id)
     if instance is None:
         return
     verb = RequestKind(event.kind).verb
+    instance_notify(
+        instance, EventKind.REQUEST_DEAD, request=event.id, request_kind=verb, error=reason
+    )
     if instance.status not in REQUEST_STATES.get(event.kind, ()) or not can_move(
         instance.status, Status.FAILED
     ):

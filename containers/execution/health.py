@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 
+from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.db.models.functions import Now
 
@@ -34,6 +35,8 @@ from containers.execution.engine_loss import runtime_instances_mark_away
 from containers.models import Runtime
 from containers.queues import Queue
 from outbox.services import outbox_release_deferred
+from webhooks.kinds import EventKind
+from webhooks.services import webhook_event_emit
 
 log = logging.getLogger(__name__)
 Health = Runtime.Health
@@ -42,15 +45,18 @@ Health = Runtime.Health
 def runtime_health_record(
     *, runtime_id: int, reachable: bool, error: str = "", node_name: str = ""
 ) -> None:
-    """Store one check's result on the runtime row, in one UPDATE (no lock, no read).
+    """Store one check's result on the runtime row: an UPDATE or two, no read.
 
     Idempotent for a repeated result: ``health_since`` keeps its value while the
     health stays the same. ``node_name`` fills the row's node name only if it is empty.
     An unreachable result also gives the instances there the reason
     (``runtime_instances_mark_away``: they keep their state; the reconciler clears it
     once it has settled them from what the engine holds); a change from unreachable to
-    reachable makes the requests deferred meanwhile due at once. Best outside a transaction
-    (the marking skips instance rows that others hold); times are the database's clock.
+    reachable makes the requests deferred meanwhile due at once. A change to
+    ``unreachable``, and back from it to ``reachable``, sends the ``engine.unreachable`` /
+    ``engine.reachable`` webhooks in the same transaction as the change. Best outside a
+    transaction (the marking skips instance rows that others hold); times are the
+    database's clock.
     """
     health = Health.REACHABLE if reachable else Health.UNREACHABLE
     fields = {
@@ -69,15 +75,25 @@ def runtime_health_record(
             )
     else:
         fields["last_error"] = Value((error or "the engine did not answer")[:2000])
-    before = (
-        Runtime.objects.filter(pk=runtime_id)
-        .exclude(health=health)
-        .values_list("health", flat=True)
-        .first()
-    )
-    changed = before is not None
-    Runtime.objects.filter(pk=runtime_id).update(**fields)
-    if changed and reachable:  # creates (and starts) waiting for this engine look again
+    with transaction.atomic():
+        # The change, if any, made by one UPDATE whose WHERE names the old health: of two
+        # checks at once, only the first finds it changed (the second waits on the row lock,
+        # then matches nothing), so each change sends its webhook once.
+        came_back = reachable and Runtime.objects.filter(
+            pk=runtime_id, health=Health.UNREACHABLE
+        ).update(**fields)
+        changed = came_back or Runtime.objects.filter(pk=runtime_id).exclude(health=health).update(
+            **fields
+        )
+        if not changed:
+            Runtime.objects.filter(pk=runtime_id).update(**fields)
+        elif came_back or not reachable:
+            webhook_event_emit(
+                kind=EventKind.ENGINE_REACHABLE if reachable else EventKind.ENGINE_UNREACHABLE,
+                owner_id=None,
+                data={"runtime": runtime_id, "health": health, "error": "" if reachable else error},
+            )
+    if changed and reachable and not came_back:  # creates waiting for an engine look again
         outbox_release_deferred(queue=Queue.CREATE)
     if changed:
         log.log(
@@ -89,7 +105,7 @@ def runtime_health_record(
         )
     if not reachable:
         runtime_instances_mark_away(runtime_id=runtime_id)
-    elif before == Health.UNREACHABLE:
+    elif came_back:
         # Requests deferred while it was away (``handlers._engine_away``) go now, not at
         # the end of their wait.
         for queue in Queue:

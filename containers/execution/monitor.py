@@ -54,6 +54,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from containers.actors import MONITOR, RECONCILER
+from containers.counters import RequestStat
 from containers.engines import engine_for
 from containers.engines.base import EngineError, EngineEvent
 from containers.engines.calls import engine_ping
@@ -77,6 +78,7 @@ from core import prepared
 from core.loops import StopOnSignal
 from outbox import conf as outbox_conf
 from outbox import liveness
+from webhooks.services import webhook_limit_hits_notify
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,7 @@ HEALTHY_STREAM = 60.0  # a stream that lasted this long restarts the backoff
 # An event that found a worker busy is looked at again soon, then less and less often
 # (the worker usually finishes within tens of ms: a container that exits right after its
 # start is then seen at once, not a second later)...
+LIMIT_NOTICE_EVERY = 10.0  # seconds between looks at the refusal counter (webhooks)
 RECHECK_FIRST = 0.05
 RECHECK_AFTER = 1.0  # ...at most this far apart...
 RECHECK_FOR = 300.0  # ...for at most this long (the periodic reconcile covers the rest)
@@ -579,7 +582,7 @@ class Monitor(StopOnSignal):
         if _config()["refresh_image_status_on_start"]:
             self._step(self._refresh_images)
         self.heartbeat.start()
-        next_reconcile = next_beat = 0.0
+        next_reconcile = next_beat = next_notice = 0.0
         while not self.stopping.is_set():
             if time.monotonic() >= next_beat:  # a live process for a dispatcher's start
                 self._step(self._liveness_beat)
@@ -589,6 +592,9 @@ class Monitor(StopOnSignal):
                 self._step(self._follow_enabled)
                 self._step(self._reconcile)
                 next_reconcile = time.monotonic() + self.reconcile_interval
+            if time.monotonic() >= next_notice:  # a "limit hit" webhook, once a period
+                self._step(self._limit_notices)
+                next_notice = time.monotonic() + LIMIT_NOTICE_EVERY
             if self._rechecks:
                 self._step(self._run_rechecks)
             self._step(self._cursors_store)
@@ -600,6 +606,12 @@ class Monitor(StopOnSignal):
             log.warning("runtime %s: event still being applied after 60s", follower.name)
         connection.close()
         log.info("monitor %s stopped", os.getpid())
+
+    def _limit_notices(self) -> None:
+        """Creates refused (a full queue, a quota) roll their transactions back and cannot
+        enqueue a webhook: the refusal counter is read instead, once per period
+        (``webhooks.services.webhook_limit_hits_notify``, which sends at most one)."""
+        webhook_limit_hits_notify(counter=RequestStat.CREATE_REFUSED)
 
     def _step(self, action) -> None:
         close_old_connections()

@@ -14,6 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
+from containers.actors import POLICY
 from containers.counters import RequestStat
 from containers.errors import InvalidTransition
 from containers.models import ContainerEvent, ContainerInstance, Gate
@@ -24,6 +25,8 @@ from containers.states import ACTIVE_SLOTS, BEING_DELETED, Status, can_move
 from core import prepared
 from core.counters import counter_bump
 from outbox.services import outbox_release_deferred
+from webhooks.kinds import EventKind
+from webhooks.services import webhook_event_emit
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +127,23 @@ MOVED_FIELDS = (
 )
 
 
+def instance_notify(instance: ContainerInstance, kind: EventKind, **extra: Any) -> int:
+    """Send the webhooks subscribed to ``kind`` about ``instance`` (its owner's endpoints
+    and the operators'), in the current transaction (the one that made the event)."""
+    return webhook_event_emit(
+        kind=kind,
+        owner_id=instance.owner_id,
+        data={
+            "instance": str(instance.id),
+            "name": instance.name,
+            "owner_id": instance.owner_id,
+            "status": instance.status,
+            "reason": instance.status_reason,
+            **extra,
+        },
+    )
+
+
 def move(
     instance: ContainerInstance,
     target: str,
@@ -171,6 +191,9 @@ def move(
         outbox_release_deferred(queue=Queue.CREATE)
     if target == Status.FAILED:
         transaction.on_commit(lambda: counter_bump(RequestStat.INSTANCE_FAILED))
+        instance_notify(instance, EventKind.INSTANCE_FAILED, actor=actor)
+    elif target == Status.STOP_PENDING and actor == POLICY:
+        instance_notify(instance, EventKind.INSTANCE_CULLED, actor=actor)
     instance_moved.send(
         sender=ContainerInstance, instance=instance, source=source, target=target, actor=actor
     )

@@ -29,7 +29,7 @@ def test_django_q2_admin_pages_are_gone_even_for_superusers(callers, model):
 
 def test_django_q2_scheduler_is_off_on_every_cluster():
     clusters = [settings.Q_CLUSTER, *settings.Q_CLUSTER["ALT_CLUSTERS"].values()]
-    assert [cluster["scheduler"] for cluster in clusters] == [False, False]
+    assert [cluster["scheduler"] for cluster in clusters] == [False, False, False]
 
 
 def test_metrics_answer_loopback_clients_without_a_token(gobrave_config):

@@ -34,6 +34,7 @@ from outbox.registry import Defer
 from tests.api.helpers import stream_get
 from tests.factories import TemplateFactory
 from tests.processes import relay_drain
+from webhooks.models import WebhookEndpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -176,6 +177,32 @@ def plant_kubeconfig_token(canary: str) -> None:
     runtime.save()
 
 
+def plant_webhook_secret(canary: str) -> None:
+    """An operator's webhook endpoint whose signing secret is the canary (the random
+    source is the one thing replaced, as for the API token), rotated once so that the
+    canary is the older of two live secrets. Disabled, on a closed loopback port: this
+    test delivers nothing."""
+    from unittest import mock
+
+    from django.conf import settings
+
+    from webhooks.services import (
+        webhook_endpoint_create,
+        webhook_endpoint_disable,
+        webhook_endpoint_rotate,
+    )
+
+    loopback = {"allow_http": True, "allow_private": True}
+    with (
+        mock.patch.dict(settings.GOBRAVE["webhooks"], loopback),
+        mock.patch("webhooks.services.new_secret", return_value=canary),
+    ):
+        made = webhook_endpoint_create(url="http://127.0.0.1:1/hook", event_kinds=["request.dead"])
+    assert made.secret == canary
+    webhook_endpoint_rotate(endpoint_id=made.endpoint.pk)
+    webhook_endpoint_disable(endpoint_id=made.endpoint.pk, reason="the canary's")
+
+
 PLACES = [
     Place("template env", plant_template_env),
     Place("DAG node env", plant_dag_node_env),
@@ -183,6 +210,7 @@ PLACES = [
     Place("API token", plant_api_token, operators_see_it=False),  # its key: shown to no one
     Place("runtime TLS key", plant_runtime_tls_key, operators_see_it=False),  # the file's
     Place("kubeconfig token", plant_kubeconfig_token, operators_see_it=False),  # the file's
+    Place("webhook secret", plant_webhook_secret, operators_see_it=False),  # shown once
 ]
 
 
@@ -207,6 +235,7 @@ def _api_paths() -> list[str]:
         "outbox": OutboxEvent,
         "dag-templates": DagTemplate,
         "dag-runs": DagRun,
+        "webhooks": WebhookEndpoint,
     }
     ids = {name: _pks(model) for name, model in models.items()}
     paths = []
@@ -352,6 +381,8 @@ def test_no_secret_reaches_anyone_without_the_permission_to_see_it(
         look("anyone", f"log {record.name} {record.levelname}", line)
 
     assert not leaks, "\n".join(leaks)
+    shown = [p.name for p in PLACES if not p.operators_see_it and p.canary in seen]
+    assert not shown, f"write-only secrets shown to operators: {shown}"
     unseen = [p.name for p in PLACES if p.operators_see_it and p.canary not in seen]
     assert not unseen, (
         f"planted but never shown to operators (a plant that plants nothing?): {unseen}"

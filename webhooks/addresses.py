@@ -1,0 +1,149 @@
+"""Where a delivery may go: the URL check, and the one place a webhook socket is opened.
+
+A webhook URL must not turn gobrave into a probe of its own network. So:
+
+1. ``url_check`` parses the URL: ``https`` only (``http`` when ``webhooks.allow_http``),
+   a host, no user name or password in it, a port in range.
+2. ``resolve`` looks the host up and refuses it unless *every* address it resolves to is
+   public (``is_public``): loopback, link-local, private, shared, multicast, reserved and
+   unspecified addresses are refused, unless ``webhooks.allow_private``.
+3. ``open_socket`` connects only to an address ``resolve`` returned *at that moment*
+   (the delivery resolves again before each attempt, and connects to the address it
+   checked: never a second lookup that DNS rebinding could answer differently), then checks
+   the peer the socket really reached once more before a byte is sent.
+
+The API and the admin check at creation (steps 1-2); every delivery checks again (1-3).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+from webhooks.errors import WebhookUrlRefused
+
+MAX_URL = 2000
+
+
+@dataclass(frozen=True)
+class Target:
+    """A checked URL: its scheme, host (as written), port and path with query."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str
+
+
+def _config() -> dict:
+    return settings.GOBRAVE["webhooks"]
+
+
+def is_public(address: str) -> bool:
+    """True for an address on the public internet (an IPv4-mapped IPv6 address is judged
+    as the IPv4 address it carries)."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+def url_check(url: str) -> Target:
+    """Step 1: the URL's form. Raises ``WebhookUrlRefused`` naming what is wrong."""
+    if not isinstance(url, str) or not url or len(url) > MAX_URL:
+        raise WebhookUrlRefused(f"the URL must be 1-{MAX_URL} characters", field="url")
+    if any(ch.isspace() or not ch.isprintable() for ch in url):
+        raise WebhookUrlRefused("the URL must not contain spaces or control characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise WebhookUrlRefused(f"not a valid URL: {exc}", field="url") from None
+    allowed = ("https", "http") if _config()["allow_http"] else ("https",)
+    if parts.scheme not in allowed:
+        raise WebhookUrlRefused(
+            f"the URL's scheme must be {' or '.join(allowed)}, not {parts.scheme or 'none'!r}"
+            + ("" if _config()["allow_http"] else " (webhooks.allow_http is off)"),
+            field="url",
+        )
+    if not parts.hostname:
+        raise WebhookUrlRefused("the URL has no host", field="url")
+    if parts.username is not None or parts.password is not None:
+        raise WebhookUrlRefused("the URL must not hold a user name or password", field="url")
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return Target(
+        scheme=parts.scheme,
+        host=parts.hostname,
+        port=port or (443 if parts.scheme == "https" else 80),
+        path=path,
+    )
+
+
+def lookup(host: str, port: int) -> list[tuple]:
+    """The system's resolver (``getaddrinfo``), for TCP: the one lookup of this module."""
+    return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+
+
+def _refused(address: str) -> bool:
+    return not _config()["allow_private"] and not is_public(address)
+
+
+def resolve(target: Target) -> list[tuple]:
+    """Step 2: the addresses ``target``'s host resolves to (``getaddrinfo`` entries),
+    all of them allowed, or ``WebhookUrlRefused``. A literal address is not looked up."""
+    try:
+        infos = lookup(target.host, target.port)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise WebhookUrlRefused(
+            f"{target.host} does not resolve: {exc}", field="url", unresolved=True
+        ) from None
+    if not infos:
+        raise WebhookUrlRefused(f"{target.host} does not resolve", field="url", unresolved=True)
+    for *_, sockaddr in infos:
+        if _refused(sockaddr[0]):
+            raise WebhookUrlRefused(
+                f"{target.host} resolves to {sockaddr[0]}, which is not a public address "
+                "(loopback, link-local and private addresses are refused unless "
+                "webhooks.allow_private is on)",
+                field="url",
+                address=sockaddr[0],
+            )
+    return infos
+
+
+def endpoint_url_check(url: str) -> Target:
+    """Steps 1 and 2, for the API and the admin: the URL is well formed and its host
+    resolves only to allowed addresses now."""
+    target = url_check(url)
+    resolve(target)
+    return target
+
+
+def open_socket(target: Target, *, timeout: float) -> socket.socket:
+    """Step 3: resolve, check, connect to a checked address, check the peer reached.
+
+    Tries each allowed address in turn (within ``timeout`` each); raises
+    ``WebhookUrlRefused`` for a refused address (before any connection is made) and
+    ``OSError`` when none answers.
+    """
+    last: OSError | None = None
+    for family, kind, proto, _, sockaddr in resolve(target):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(sockaddr)
+            peer = sock.getpeername()[0]
+            if _refused(peer):
+                raise WebhookUrlRefused(f"connected to {peer}, which is not a public address")
+            return sock
+        except OSError as exc:
+            sock.close()
+            last = exc
+        except BaseException:
+            sock.close()
+            raise
+    raise last or OSError(f"{target.host}: no address to connect to")
