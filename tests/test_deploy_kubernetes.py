@@ -238,6 +238,7 @@ HEALTH_OF = {
     ("monitor",): ["python", "manage.py", "run_monitor"],
     ("cluster", "create"): ["python", "manage.py", "run_cluster", "create"],
     ("cluster", "control"): ["python", "manage.py", "run_cluster", "control"],
+    ("cluster", "webhooks"): ["python", "manage.py", "run_cluster", "webhooks"],
 }
 
 
