@@ -62,6 +62,7 @@ from containers.requests.services import (
     container_stop,
 )
 from containers.spec import env_policy, redaction
+from containers.spec.policies import template_policy_check
 from containers.spec.resolve import (
     check_volume_roots,
     clean_template_fields,
@@ -550,9 +551,9 @@ class ContainerTemplateForm(forms.ModelForm):
                 self.add_error("secret_env", exc.message)
         if not self.errors:
             try:
-                template_kubernetes_check(
-                    dict(cleaned), self.instance if self.instance.pk else None
-                )
+                current = self.instance if self.instance.pk else None
+                template_kubernetes_check(dict(cleaned), current)
+                template_policy_check(dict(cleaned), current)
             except InvalidSpec as exc:
                 field = exc.details.get("field")
                 self.add_error(field if field in self.fields else None, exc.message)
