@@ -622,8 +622,9 @@ class Workspace(models.Model):
     A row means the volume or directory exists there, owned by the owner's uid and gid
     with mode 2770: the worker makes it before the first create that mounts it, and
     later creates find the row and pay nothing (``containers.execution.workspaces``). Never
-    deleted by gobrave on its own: it holds the owner's files; an operator may remove a
-    volume workspace of an owner who has no instances left (``workspace_remove``). The
+    deleted by gobrave on its own unless ``workspace_retention`` is set (off by default): it
+    holds the owner's files; an operator may remove a volume workspace of an owner who has
+    no instances left (``workspace_remove``), and so does that policy. The
     same rows record the volumes
     gobrave adds to a spec and owns like a workspace (a DAG run's ``/dag``): those go,
     row first, with their volume (``containers.execution.housekeeping.volume_remove``).
@@ -641,6 +642,9 @@ class Workspace(models.Model):
     # What the engine last said it holds (``workspace_sizes_refresh``): pages never ask.
     size_bytes = models.BigIntegerField(null=True, blank=True)
     size_checked_at = models.DateTimeField(null=True, blank=True)
+    # Since when its owner has had no instance (the workspace_retention policy; null:
+    # in use, or not looked at). Written only by ``containers.execution.policies``.
+    unused_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

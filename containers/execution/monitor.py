@@ -26,7 +26,8 @@
    instances whose event found their worker busy (the worker may have inspected the
    engine just before the event): 50 ms later, then less and less often (at most a
    second apart), until the worker is done; and stores the cursor of a follower whose
-   stream went quiet.
+   stream went quiet. Every ``container.policies.interval`` it runs the lifecycle
+   policies' pass (``containers.execution.policies``).
 4. SIGTERM sets a flag: the main thread finishes its step, waits until no follower is
    applying events (a follower blocked reading its stream holds nothing), and returns,
    so the process exits 0.
@@ -57,6 +58,7 @@ from containers.engines.labels import LABEL_INSTANCE
 from containers.execution.appliers import Appliers
 from containers.execution.health import runtime_health_record
 from containers.execution.images import template_images_refresh
+from containers.execution.policies import policies_pass
 from containers.execution.reconciler import distinct_engines, reconcile
 from containers.execution.sync import (
     Sync,
@@ -489,6 +491,7 @@ class Monitor(StopOnSignal):
     ) -> None:
         self.installation = installation or installation_id()
         self.reconcile_interval = float(reconcile_interval or _config()["reconcile_interval"])
+        self.policy_interval = float(_config()["policies"]["interval"])
         self.backoff_cap = backoff_cap
         self.stopping = threading.Event()
         self.appliers = Appliers(int(appliers or _config()["monitor_appliers"]), self.stopping)
@@ -558,6 +561,7 @@ class Monitor(StopOnSignal):
         if _config()["refresh_image_status_on_start"]:
             self._step(self._refresh_images)
         next_reconcile = next_beat = 0.0
+        next_policies = time.monotonic() + self.policy_interval
         while not self.stopping.is_set():
             if time.monotonic() >= next_beat:  # a live process for a dispatcher's start
                 self._step(self._liveness_beat)
@@ -567,6 +571,9 @@ class Monitor(StopOnSignal):
                 self._step(self._follow_enabled)
                 self._step(self._reconcile)
                 next_reconcile = time.monotonic() + self.reconcile_interval
+            if time.monotonic() >= next_policies:
+                self._step(self._policies)
+                next_policies = time.monotonic() + self.policy_interval
             if self._rechecks:
                 self._step(self._run_rechecks)
             self._step(self._cursors_store)
@@ -611,6 +618,10 @@ class Monitor(StopOnSignal):
                 continue
             self.followers[key] = Follower(self, runtime)
             self.followers[key].thread.start()
+
+    def _policies(self) -> None:
+        report = policies_pass()
+        log.debug("policies: %s", report)
 
     def _reconcile(self) -> None:
         report = reconcile(installation=self.installation, actor=RECONCILER)

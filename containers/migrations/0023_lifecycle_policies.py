@@ -19,6 +19,11 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
+            model_name="workspace",
+            name="unused_since",
+            field=models.DateTimeField(blank=True, null=True),
+        ),
+        migrations.AddField(
             model_name='containerinstance',
             name='cpu_sample',
             field=models.JSONField(blank=True, editable=False, null=True),

@@ -10,7 +10,9 @@ touch instances already requested); the transitions arm the instance's deadlines
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -121,3 +123,81 @@ def template_policy_check(cleaned: Mapping[str, Any], current: Any | None) -> No
                 "set idle_timeout to 0)",
                 field="idle_timeout",
             )
+
+
+def span(seconds: float) -> str:
+    """``90`` → ``1m30s``: how long, in a person's words."""
+    seconds = int(round(seconds))
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    if seconds or not parts:
+        parts.append(f"{seconds}s")
+    return "".join(parts)
+
+
+def lifetime_reason(policy: Mapping[str, Any], extended_seconds: int) -> str:
+    """The max_lifetime rule as the history and the instance's page say it."""
+    text = f"max_lifetime: running longer than {span(policy.get('max_lifetime') or 0)}"
+    return text + (f" (extended by {span(extended_seconds)})" if extended_seconds else "")
+
+
+def may_extend(*, policy: Mapping[str, Any], owner_id: int, user: Any) -> bool:
+    """Whether ``user`` may push back the time limit of an instance of ``owner_id``
+    under ``policy`` (staff always may where anyone may)."""
+    who = policy.get("extendable_by") or "nobody"
+    if who == "nobody" or user is None:
+        return False
+    if getattr(user, "is_staff", False):
+        return True
+    return who == "owner" and user.pk == owner_id
+
+
+@dataclass(frozen=True)
+class PolicyStatus:
+    """What an instance's page says of its policies: when it will be stopped and why
+    (the earliest of its time limit and, if idle from now on, its idle rule), when it
+    will be deleted, and whether (and by how much) the viewer may extend it."""
+
+    stop_at: dt.datetime | None
+    stop_reason: str
+    idle_since: dt.datetime | None
+    idle_stop_at: dt.datetime | None
+    delete_at: dt.datetime | None
+    extendable: bool
+    extend_left: int
+
+
+def policy_status(instance: Any, user: Any) -> PolicyStatus:
+    """The instance's ``PolicyStatus`` for ``user``, from its row alone (no query)."""
+    policy = (instance.spec or {}).get("policy") or {}
+    idle_stop_at = None
+    if instance.idle_since is not None and policy.get("idle_timeout"):
+        idle_stop_at = instance.idle_since + dt.timedelta(seconds=policy["idle_timeout"])
+    reason = ""
+    if instance.stop_at is not None:
+        reason = lifetime_reason(policy, instance.extended_seconds)
+    stop_at = instance.stop_at
+    if idle_stop_at is not None and (stop_at is None or idle_stop_at < stop_at):
+        stop_at = idle_stop_at
+        reason = (
+            f"idle_timeout: stopped if it uses less than {policy.get('idle_cpu_threshold')} "
+            f"cores for {span(policy['idle_timeout'])}"
+        )
+    left = max(0, int(float(policy.get("extend_max") or 0)) - instance.extended_seconds)
+    extendable = (
+        instance.stop_at is not None
+        and left > 0
+        and may_extend(policy=policy, owner_id=instance.owner_id, user=user)
+    )
+    return PolicyStatus(
+        stop_at=stop_at,
+        stop_reason=reason,
+        idle_since=instance.idle_since,
+        idle_stop_at=idle_stop_at,
+        delete_at=instance.delete_at,
+        extendable=extendable,
+        extend_left=left if instance.stop_at is not None else 0,
+    )
