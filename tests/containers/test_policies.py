@@ -135,7 +135,8 @@ def test_a_stopped_instance_is_deleted_after_delete_stopped_after_its_history_ke
     instance = stopped(running(template, owner))
     assert policies_pass(now=later(HOUR - 60)).deleted == 0
     assert policies_pass(now=later(HOUR + 1)).deleted == 1
-    assert ContainerInstance.objects.get(pk=instance.pk).status == Status.DELETE_PENDING
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.delete_at) == (Status.DELETE_PENDING, None)
     assert policy_requests(instance) == [("ContainerDeleteRequest", "policy")]
     assert policy_history(instance) == [
         "delete requested: delete_stopped_after: stopped for longer than 1h"
