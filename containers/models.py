@@ -463,7 +463,8 @@ class ContainerInstance(FSMModelMixin, models.Model):
         self.started_at = timezone.now()
         self.finished_at = None
         self.exit_code = None
-        self._arm_run_policies()
+        if self.status != Status.PAUSED:  # (still the source here) an unpause is the same run
+            self._arm_run_policies()
 
     @transition(field=status, source=sources_of(Status.PAUSED), target=Status.PAUSED)
     def mark_paused(self) -> None:

@@ -143,6 +143,15 @@ def test_a_stopped_instance_is_deleted_after_delete_stopped_after_its_history_ke
     ]
 
 
+def test_an_unpause_keeps_the_runs_time_limit(timed, owner):
+    instance = running(timed, owner)
+    with transaction.atomic():
+        row = instance_lock(instance.id)
+        move(row, Status.PAUSED, actor="test")
+        move(row, Status.RUNNING, actor="test")
+    assert ContainerInstance.objects.get(pk=instance.pk).stop_at == instance.stop_at
+
+
 def test_a_restart_clears_the_pending_delete(fake_runtime, owner):
     template = TemplateFactory(delete_stopped_after=HOUR)
     instance = stopped(running(template, owner))
