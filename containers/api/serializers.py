@@ -367,6 +367,11 @@ class TemplateInputSerializer(InputSerializer):
 
 class TemplateOutputSerializer(ForViewer, serializers.ModelSerializer):
     allowed_groups = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    extendable_by = serializers.CharField(
+        read_only=True,
+        help_text="Who may push back its time limit: nobody, owner or staff; empty: the "
+        "installation's default.",
+    )
     command = serializers.ListField(
         child=serializers.CharField(), read_only=True, help_text="The words the container runs."
     )
