@@ -273,8 +273,12 @@ def monitor_settle(bench_id: str, clients: list, since: float, timeout: float = 
         last = max((event["timeNano"] for event in events), default=0)
         if not last:
             continue
-        cursor = MonitorCursor.objects.filter(runtime__name=f"fleet{i}", time_nano__gte=last)
-        c.wait_until(cursor.exists, timeout=timeout, interval=0.05, what=f"fleet{i}'s cursor")
+        rows = MonitorCursor.objects.filter(runtime__name=f"fleet{i}")
+
+        def caught_up(rows=rows, last=last) -> bool:  # a Docker cursor is its time as text
+            return int(rows.values_list("position", flat=True).first() or 0) >= last
+
+        c.wait_until(caught_up, timeout=timeout, interval=0.05, what=f"fleet{i}'s cursor")
 
 
 # --- monitor lag and the reconcile pass -------------------------------------------------------

@@ -51,10 +51,11 @@ def _copy(model, objs: Iterable, using: str) -> int:
     from django.db import connections, models, transaction
 
     connection = connections[using]
-    fields = [
+    fields = [  # an auto primary key and a column's own default (``txid``) are the database's
         field
         for field in model._meta.concrete_fields
         if not (isinstance(field, models.AutoField) and field.primary_key)
+        and not field.has_db_default()
     ]
     columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
     table = connection.ops.quote_name(model._meta.db_table)
@@ -139,21 +140,23 @@ def make_rows(
         for row in instances:
             at = row.created_at
             yield ContainerEvent(
-                instance_id=row.id, instance_name=row.name, kind="requested",
+                instance_id=row.id, instance_name=row.name, owner_id=row.owner_id, kind="requested",
                 to_status="pending", actor="user", created_at=at,
             )  # fmt: skip
             yield ContainerEvent(
                 instance_id=row.id, instance_name=row.name, kind="transition",
                 from_status="creating", to_status="running", actor="worker", created_at=at,
+                owner_id=row.owner_id,
             )  # fmt: skip
             if row.status == Status.STOPPED:
                 yield ContainerEvent(
                     instance_id=row.id, instance_name=row.name, kind="transition",
                     from_status="running", to_status="stopped", actor="user", created_at=at,
+                    owner_id=row.owner_id,
                 )  # fmt: skip
             else:
                 yield ContainerEvent(
-                    instance_id=row.id, instance_name=row.name, kind="note",
+                    instance_id=row.id, instance_name=row.name, owner_id=row.owner_id, kind="note",
                     message="started", actor="worker", created_at=at,
                 )  # fmt: skip
 

@@ -9,6 +9,9 @@ class ContainersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from containers.execution import handlers
+        from containers.execution import handlers, housekeeping
+        from core.retention import register_purge
 
         handlers.register()
+        # Retention (core.retention): deleted instances' history, off by default.
+        register_purge("containers.deleted_instance_history", housekeeping.history_purge)

@@ -98,10 +98,11 @@ class NoMatchingRuntime(InvalidSpec):
 
 
 class RuntimesCordoned(DomainError):
-    """Every enabled runtime that matches the template is cordoned (HTTP 409).
+    """Every enabled runtime that matches a new DAG run's templates is cordoned (HTTP 409).
 
-    ``details.cordoned`` names them. Placement happens when the request is accepted, so
-    such a create is refused rather than left waiting; an operator's uncordon cures it.
+    ``details.cordoned`` names them. Only a DAG run's start meets it (it chooses the run's
+    engine then: ``placement.choice.runtime_select``, and records it as "no engine"); a
+    create is never refused for it: it waits in ``pending`` until an engine has room.
     """
 
     code = "runtimes_cordoned"

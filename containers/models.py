@@ -7,12 +7,15 @@ import uuid
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
 from containers.addresses import engine_address_problems, kube_target_problems
 from containers.states import Status, sources_of
+from core.write_order import txid_field
 
 
 class PullPolicy(models.TextChoices):
@@ -147,6 +150,22 @@ class Runtime(models.Model):
     cordoned_by = models.CharField(max_length=150, blank=True)
     decommissioned_at = models.DateTimeField(
         null=True, blank=True, help_text="Gone for good: its instances were forgotten."
+    )
+    # Capacity of its own (``containers.placement.capacity``), beside the global cap; empty:
+    # no limit of its own.
+    max_containers = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="At most this many instances placed here (every state but pending, "
+        "delete_pending and deleting); empty: no limit of its own.",
+    )
+    max_concurrency = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="At most this many create/start slots here at once (beside "
+        "create_queue_max_concurrency); empty: no limit of its own.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -356,7 +375,15 @@ class ContainerInstance(FSMModelMixin, models.Model):
     template = models.ForeignKey(
         ContainerTemplate, on_delete=models.PROTECT, related_name="instances"
     )
-    runtime = models.ForeignKey(Runtime, on_delete=models.PROTECT, related_name="instances")
+    # Empty while ``pending`` (a create is placed when it takes its slot:
+    # ``containers.placement``), except for a create pinned to an engine (a DAG run's node);
+    # once its container exists the instance keeps its engine for life.
+    runtime = models.ForeignKey(
+        Runtime, on_delete=models.PROTECT, related_name="instances", null=True, blank=True
+    )
+    placement_reason = models.CharField(
+        max_length=255, blank=True, help_text="Why the instance went to its engine."
+    )
     status = FSMField(default=Status.PENDING, choices=Status.choices, protected=True)
     container_id = models.CharField(max_length=128, blank=True, help_text="The engine's id.")
     runtime_node_name = models.CharField(max_length=255, blank=True)
@@ -412,6 +439,24 @@ class ContainerInstance(FSMModelMixin, models.Model):
                 fields=["delete_at"],
                 name="instance_policy_delete",
                 condition=models.Q(delete_at__isnull=False),
+            ),
+            # The reconciler's turn through the stopped instances, and its look-up of the
+            # stopped ones the engine lists running (``reconciler._stopped_rows``).
+            models.Index(
+                fields=["runtime", "id"],
+                name="instance_stopped_turn",
+                condition=Q(status="stopped"),
+            ),
+            models.Index(
+                fields=["runtime", "container_id"],
+                name="instance_stopped_container",
+                condition=Q(status="stopped"),
+            ),
+            # Failed instances whose node name the reconciler still backfills (few).
+            models.Index(
+                fields=["runtime"],
+                name="instance_failed_unplaced",
+                condition=Q(status="failed", runtime_node_name="") & ~Q(container_id=""),
             ),
         ]
         constraints = [
@@ -521,11 +566,25 @@ class ContainerEvent(models.Model):
     """Append-only history of an instance: requests, transitions, runtime events.
 
     Keeps the instance's uuid and name as plain values (no foreign key), so the history
-    survives the instance's deletion. Never updated, never deleted by gobrave.
+    survives the instance's deletion; ``owner`` is the instance's owner, kept the same way
+    (no database constraint: deleting a user never touches the history), so an owner
+    sees the history of their deleted instances too (``GET /api/events/``). Empty for
+    entries of no instance (an orphan container, a leftover removed). ``txid`` is the
+    writing transaction (``core.write_order``): the events feed's order.
+    Never updated; deleted by gobrave only by retention, and only for instances that are
+    gone (``retention.deleted_instance_history``, off by default).
     """
 
     instance_id = models.UUIDField(db_index=True)
     instance_name = models.CharField(max_length=128)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
     kind = models.CharField(max_length=64, db_index=True)
     from_status = models.CharField(max_length=32, blank=True)
     to_status = models.CharField(max_length=32, blank=True)
@@ -533,12 +592,19 @@ class ContainerEvent(models.Model):
     actor = models.CharField(max_length=150, blank=True, db_index=True)
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    txid = txid_field()
 
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
             # An instance's history page, newest first, however long the history.
             models.Index(fields=["instance_id", "created_at", "id"], name="event_instance_history"),
+            # The events feed (events.selectors) in its order, and one per filter.
+            models.Index(fields=["txid", "id"], name="event_feed"),
+            models.Index(fields=["owner", "txid", "id"], name="event_feed_owner"),
+            models.Index(fields=["instance_id", "txid", "id"], name="event_feed_instance"),
+            models.Index(fields=["kind", "txid", "id"], name="event_feed_kind"),
+            models.Index(fields=["actor", "txid", "id"], name="event_feed_actor"),
         ]
 
     def __str__(self) -> str:

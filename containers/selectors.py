@@ -25,10 +25,11 @@ from containers.models import (
     Runtime,
 )
 from containers.requests.slots import slot_count, slots_by_runtime, slots_on_runtime
-from containers.states import ACTIVE_SLOTS, BEING_DELETED, Status
+from containers.states import ACTIVE_SLOTS, BEING_DELETED, PLACE_FREE, Status
 from core import prepared
 from core.counters import counter_rows, counters_since
 from core.ids import SHORT_ID_LENGTH, db_id, uuid_prefix
+from core.tallies import tallies_kept, tally_read
 from outbox.counters import RelayStat
 from outbox.models import OutboxEvent, OutboxStatus
 from outbox.selectors import outbox_counts
@@ -47,6 +48,34 @@ def _by_name_or_id(name_field: str, id_field: str, ref: object) -> Q:
 def count_by_status(rows: QuerySet) -> dict[str, int]:
     """``{status: count}`` over ``rows`` in one grouped query."""
     return dict(rows.order_by().values_list("status").annotate(n=Count("id")))
+
+
+INSTANCE_TALLY = "containers.instances"  # migration 0023's triggers keep it
+
+
+def instance_counts() -> dict[tuple[int | None, str], int]:
+    """``{(runtime_id, status): instances}`` over every instance, never a scan of them
+    (``runtime_id`` None: creates waiting unplaced).
+
+    On PostgreSQL the tally the table's triggers keep (``core.tallies``): its cost is the
+    number of runtimes and statuses, not of instances. Elsewhere (SQLite) one grouped count.
+    """
+    if tallies_kept():
+        counts = {}
+        for key, (n, _total) in tally_read(INSTANCE_TALLY).items():
+            runtime_id, _, status = key.partition(" ")
+            counts[(int(runtime_id) if runtime_id else None, status)] = n
+        return counts
+    grouped = ContainerInstance.objects.order_by().values_list("runtime_id", "status")
+    return {(r, s): n for r, s, n in grouped.annotate(n=Count("id"))}
+
+
+def instances_by_status() -> dict[str, int]:
+    """``{status: instances}`` over every instance (``/metrics``), from ``instance_counts``."""
+    totals: dict[str, int] = {}
+    for (_runtime, status), n in instance_counts().items():
+        totals[status] = totals.get(status, 0) + n
+    return totals
 
 
 # --- Instances -----------------------------------------------------------------------------------
@@ -229,11 +258,13 @@ def runtime_list() -> QuerySet:
 
 
 def runtime_list_with_load() -> QuerySet:
-    """The runtimes, each annotated with ``instance_count`` (instances placed there, in
-    every state) and ``slot_count`` (create/start slots held there,
-    ``containers.requests.slots``): one statement however many rows, no engine call."""
+    """The runtimes, each annotated with ``instance_count`` (instances placed there, as
+    ``max_containers`` counts them: every state but pending and being deleted) and
+    ``slot_count`` (create/start slots held there, ``containers.requests.slots``): one
+    statement however many rows, no engine call."""
     placed = (
         ContainerInstance.objects.filter(runtime_id=OuterRef("pk"))
+        .exclude(status__in=sorted(PLACE_FREE))
         .order_by()
         .values("runtime_id")
         .annotate(n=Count("id"))
@@ -258,25 +289,37 @@ class RuntimeLoad:
     health_since: dt.datetime | None = None  # when it entered its current health
     labels: dict[str, str] = field(default_factory=dict)
     last_error: str = ""
+    max_containers: int | None = None  # its capacity (None: no limit of its own)
+    max_concurrency: int | None = None
 
     @property
     def instance_count(self) -> int:
-        """Instances placed there, in every state (the load against a future capacity)."""
-        return sum(self.instances.values())
+        """Instances placed there, as ``max_containers`` counts them (every state but
+        pending and being deleted): the load against its capacity."""
+        return sum(n for status, n in self.instances.items() if status not in PLACE_FREE)
 
 
 def runtime_loads() -> list[RuntimeLoad]:
     """Every runtime by name with its cached health, instances by status and slots held.
 
-    Three grouped queries whatever the number of runtimes or instances; no engine call
+    Three queries whatever the number of runtimes or instances (the counts from
+    ``instance_counts``, no scan of the instances); no engine call
     (health is what ``containers.execution.health`` last stored on the row).
     """
     runtimes = runtime_list().values_list(
-        "id", "name", "enabled", "health", "cordoned", "health_since", "labels", "last_error"
+        "id",
+        "name",
+        "enabled",
+        "health",
+        "cordoned",
+        "health_since",
+        "labels",
+        "last_error",
+        "max_containers",
+        "max_concurrency",
     )
     counts: dict[int, dict[str, int]] = {}
-    grouped = ContainerInstance.objects.order_by().values_list("runtime_id", "status")
-    for runtime_id, status, n in grouped.annotate(n=Count("id")):
+    for (runtime_id, status), n in instance_counts().items():
         counts.setdefault(runtime_id, {})[status] = n
     slots = slots_by_runtime()
     return [
@@ -290,8 +333,10 @@ def runtime_loads() -> list[RuntimeLoad]:
             health_since=since,
             labels=labels or {},
             last_error=error,
+            max_containers=most,
+            max_concurrency=slots_most,
         )
-        for pk, name, enabled, health, cordoned, since, labels, error in runtimes
+        for pk, name, enabled, health, cordoned, since, labels, error, most, slots_most in runtimes
     ]
 
 

@@ -49,6 +49,9 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 ACTIVE_SLOTS = frozenset({S.CREATING, S.STARTING})
 # States whose instance is on its way out (max_instances_per_owner does not count them).
 BEING_DELETED = frozenset({S.DELETE_PENDING, S.DELETING})
+# States whose instance holds no place on its engine (``Runtime.max_containers`` counts every
+# other): not placed yet, or on its way out.
+PLACE_FREE = frozenset({S.PENDING, S.DELETE_PENDING, S.DELETING})
 # States in which nothing happens until someone asks for something.
 RESTING = frozenset({S.RUNNING, S.PAUSED, S.STOPPED, S.FAILED})
 # States with a request queued or in flight.

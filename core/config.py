@@ -304,6 +304,15 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "reconcile_engine_timeout": (_duration(0.1, 3600), 20.0),
         "monitor_appliers": (_integer(1, 64), 4),
         "orphan_policy": (_choice("report", "remove"), "report"),
+        # Engine health (contract §9): the monitor pings every engine this often, a ping
+        # waits at most engine_ping_timeout (two unanswered in a row: unreachable), and
+        # instances on an engine unreachable for
+        # longer than engine_lost_after (None, the default: never) end "engine lost".
+        "engine_ping_interval": (_duration(0.1, 3600), 5.0),
+        "engine_ping_timeout": (_duration(0.1, 60), 5.0),
+        "engine_lost_after": (_optional(_duration(1, 365 * 86400)), None),
+        # Where a create goes among the engines with room (containers.placement.choice).
+        "placement": (_choice("spread", "pack"), "spread"),
         "workspace_root": (_text, "var/workspaces"),
         "allowed_volume_roots": (_absolute_paths, []),
         "installation_id": (_optional(_label), None),
@@ -331,6 +340,17 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "backoff_base": (_duration(0.01, 3600), 1.0),
         "backoff_cap": (_duration(0.01, 86400), 600.0),
         "retention": (_duration(60, 365 * 86400), 7 * 86400.0),
+    },
+    # What gobrave keeps and for how long (core.retention): each purge deletes in batches
+    # of batch_size rows, each its own statement and commit, every interval (run by the
+    # dispatcher). Ages: None (the key left empty) keeps forever. Sent outbox rows:
+    # outbox.retention.
+    "retention": {
+        "interval": (_duration(1, 86400), 300.0),
+        "batch_size": (_integer(1, 100_000), 1000),
+        "dead_letters_resolved": (_optional(_duration(60, 10 * 365 * 86400)), 30 * 86400.0),
+        "deleted_instance_history": (_optional(_duration(60, 10 * 365 * 86400)), None),
+        "webhook_deliveries": (_optional(_duration(60, 10 * 365 * 86400)), 30 * 86400.0),
     },
     # Tenants (contract §8): request throttles per user (None: off) and the /metrics token.
     "api": {
@@ -468,5 +488,11 @@ def _check_relations(config: dict[str, dict[str, Any]], base: Path) -> None:
         raise ConfigError("streams.per_user: must not be above streams.total")
     if streams["idle_seconds"] > streams["max_seconds"]:
         raise ConfigError("streams.idle_seconds: must not be above streams.max_seconds")
+    lost_after = container["engine_lost_after"]
+    if lost_after is not None and lost_after <= container["engine_ping_interval"]:
+        raise ConfigError(
+            "container.engine_lost_after: must be longer than container.engine_ping_interval,"
+            " or one missed ping would end every instance on the engine"
+        )
     if container["start_timeout"] <= container["stop_timeout"]:
         raise ConfigError("container.start_timeout: must be longer than container.stop_timeout")

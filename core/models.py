@@ -68,3 +68,27 @@ class Lease(models.Model):
     def __str__(self) -> str:
         what = f"{self.scope} {self.holder}" + (f" {self.key}={self.count}" if self.key else "")
         return f"{what} until {self.expires_at:%H:%M:%S}"
+
+
+class Tally(models.Model):
+    """A running count by ``(name, key)``, kept as signed deltas that add up to it.
+
+    Written only by database triggers (each app's migration installs its own, naming its
+    tallies ``<app>.<what>``) and by ``core.tallies.tallies_fold``; read by
+    ``core.tallies.tally_read``. A change appends a row: no writer ever updates a row
+    another writer holds, so transitions never queue behind each other for a count. The
+    fold sums the rows into one per key, so a read sums a few rows per key however large
+    the counted table grows (PostgreSQL only; on SQLite nothing writes here and readers
+    count the table itself).
+    """
+
+    name = models.CharField(max_length=64)
+    key = models.CharField(max_length=128)
+    n = models.BigIntegerField(default=0)
+    total = models.FloatField(default=0.0)
+
+    class Meta:
+        indexes = [models.Index(fields=["name", "key"], name="tally_name_key")]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.key} {self.n:+d}"

@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import psycopg
 from django.db import connection, models
+from django.db.models.expressions import DatabaseDefault
 from django.db.models.functions import Now
 from django.db.models.query import get_related_populators
 from django.db.models.sql import Query, UpdateQuery
@@ -80,8 +81,9 @@ def insert(obj: models.Model) -> None:
     each time.
 
     Every field's ``pre_save`` runs as in the ORM (defaults, ``auto_now_add``); a value
-    that is ``Now()`` is the statement's timestamp, as the ORM writes it. An
-    auto-incremented primary key left unset is read back. Sends no ``pre_save`` or
+    that is ``Now()`` is the statement's timestamp, as the ORM writes it; a field left to
+    its ``db_default`` is not written (the column's default applies) and is read back,
+    as is an auto-incremented primary key left unset. Sends no ``pre_save`` or
     ``post_save`` signal: only for models that have no receivers.
     """
     if not active():
@@ -99,14 +101,18 @@ def _insert_statement(obj: models.Model) -> tuple[str, dict]:
         for field in meta.concrete_fields
         if not (field.primary_key and field.db_returning and getattr(obj, field.attname) is None)
     ]
-    values, now = {}, []
+    values, now, left = {}, [], set()
     for field in fields:
         value = field.pre_save(obj, add=True)
-        if isinstance(value, Now):
+        if isinstance(value, DatabaseDefault):
+            left.add(field.attname)
+        elif isinstance(value, Now):
             now.append(field.attname)
         else:
             values[field.attname] = field.get_db_prep_save(value, connection)
-    key = (meta.label, tuple(f.attname for f in fields), tuple(now))
+    returned = [meta.pk.column, *(f.column for f in fields if f.attname in left)]
+    fields = [field for field in fields if field.attname not in left]
+    key = (meta.label, tuple(f.attname for f in fields), tuple(now), tuple(returned))
     if key not in _inserts:
         placeholders = [
             "STATEMENT_TIMESTAMP()" if f.attname in now else f"%({f.attname})s" for f in fields
@@ -114,15 +120,23 @@ def _insert_statement(obj: models.Model) -> tuple[str, dict]:
         columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
         _inserts[key] = (
             f"INSERT INTO {meta.db_table} ({columns}) VALUES ({', '.join(placeholders)})"
-            f" RETURNING {meta.pk.column}"
+            f" RETURNING {', '.join(connection.ops.quote_name(c) for c in returned)}"
         )
     return _inserts[key], values
 
 
 def _inserted(obj: models.Model, cursor: psycopg.Cursor) -> None:
-    """Set what an executed ``_insert_statement`` returned on ``obj``, now saved."""
-    (pk,) = cursor.fetchone()
+    """Set what an executed ``_insert_statement`` returned on ``obj``, now saved: its
+    primary key, then the fields left to their ``db_default`` (in the same order)."""
+    pk, *defaults = cursor.fetchone()
     setattr(obj, obj._meta.pk.attname, pk)
+    left = [
+        field
+        for field in obj._meta.concrete_fields
+        if isinstance(getattr(obj, field.attname), DatabaseDefault)
+    ]
+    for field, value in zip(left, defaults, strict=True):
+        setattr(obj, field.attname, value)
     obj._state.adding, obj._state.db = False, connection.alias
 
 

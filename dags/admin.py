@@ -275,13 +275,17 @@ class DagEventAdmin(FlatChangelistMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         "from_status",
         "to_status",
         "actor",
+        "owner",
     )
+    list_select_related = ("owner",)
     list_filter = (
         choices_filter(
             "kind",
             lambda: sorted((k, dag_event_kind_display(k)) for k in DAG_EVENT_KIND_WORDS),
             title="kind",
         ),
+        related_filter("owner", name_field="username", title="owner"),
+        "created_at",
     )
     search_fields = ("run_id", "node", "message")
 

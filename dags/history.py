@@ -65,6 +65,7 @@ def instance_id_for(run_id: uuid.UUID | str, key: str, attempt: int) -> uuid.UUI
 def record(
     run_id: uuid.UUID | str,
     *,
+    owner_id: int | None = None,
     kind: str,
     actor: str,
     node: str = "",
@@ -73,8 +74,13 @@ def record(
     message: str = "",
     data: dict[str, Any] | None = None,
 ) -> DagEvent:
+    """Append one entry to the run's history. ``owner_id``: the run's owner, read from the
+    run when not given (the events feed shows an owner their runs' history)."""
+    if owner_id is None:
+        owner_id = DagRun.objects.filter(id=run_id).values_list("owner_id", flat=True).first()
     return DagEvent.objects.create(
         run_id=run_id,
+        owner_id=owner_id,
         node=node,
         kind=kind,
         from_status=from_status,
@@ -98,6 +104,7 @@ def run_move(run: DagRun, target: str, *, actor: str, message: str = "", **field
     run.save(update_fields=_fields(run, ("started_at",)))
     record(
         run.id,
+        owner_id=run.owner_id,
         kind="transition",
         actor=actor,
         from_status=source,
@@ -120,6 +127,8 @@ def node_move(
     )
     record(
         node.run_id,
+        # the run the caller locked, when the node was read through it (no query)
+        owner_id=node.run.owner_id if DagNodeRun.run.is_cached(node) else None,
         node=node.key,
         kind="transition",
         actor=actor,

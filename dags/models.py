@@ -9,6 +9,7 @@ from django.db import models
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
+from core.write_order import txid_field
 from dags.states import NodeStatus, RunStatus, node_sources_of, run_sources_of
 
 
@@ -221,10 +222,20 @@ class DagNodeRun(FSMModelMixin, models.Model):
 class DagEvent(models.Model):
     """Append-only history of a run and its nodes (``node`` blank for the run itself).
 
-    Keeps the run's id as a plain value, so the history outlives the run's row.
+    Keeps the run's id as a plain value, so the history outlives the run's row, and its
+    owner the same way (no database constraint); ``txid`` is the writing transaction
+    (``core.write_order``), for the events feed.
     """
 
     run_id = models.UUIDField(db_index=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
     node = models.CharField(max_length=63, blank=True)
     kind = models.CharField(max_length=64)
     from_status = models.CharField(max_length=32, blank=True)
@@ -233,6 +244,7 @@ class DagEvent(models.Model):
     actor = models.CharField(max_length=150, blank=True)
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    txid = txid_field()
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -240,6 +252,9 @@ class DagEvent(models.Model):
         indexes = [
             # A run's history page, newest first, however long the history.
             models.Index(fields=["run_id", "created_at", "id"], name="dagevent_run_history"),
+            # The events feed (events.selectors) in its order, and by owner.
+            models.Index(fields=["txid", "id"], name="dagevent_feed"),
+            models.Index(fields=["owner", "txid", "id"], name="dagevent_feed_owner"),
         ]
 
     def __str__(self) -> str:

@@ -150,7 +150,7 @@ def _start(run: DagRun, actor: str) -> None:
         run.runtime = runtime_select(template=templates[0], templates=templates[1:])
         run.save(update_fields=["runtime"])
     except DomainError as exc:
-        record(run.id, kind="no_runtime", actor=actor, message=exc.message)
+        record(run.id, owner_id=run.owner_id, kind="no_runtime", actor=actor, message=exc.message)
     run_move(run, R.RUNNING, actor=actor, message="started")
 
 
@@ -375,7 +375,13 @@ def _step_cleanup(work: Pass) -> None:
             locked = DagRun.objects.select_for_update().get(id=run.id)
             locked.workspace_removed_at = timezone.now()
             locked.save(update_fields=["workspace_removed_at"])
-            record(run.id, kind="workspace_removed", actor=actor, message=run.workspace_name)
+            record(
+                run.id,
+                owner_id=run.owner_id,
+                kind="workspace_removed",
+                actor=actor,
+                message=run.workspace_name,
+            )
 
 
 # --- step 2: create ---------------------------------------------------------------------
@@ -534,7 +540,13 @@ def dag_runs_at_cold_start() -> None:
     )
     for run in runs:
         if recover or run.status == R.PENDING:
-            record(run.id, kind="recover", actor=RECOVERY, message=RECOVERED_AT_START)
+            record(
+                run.id,
+                owner_id=run.owner_id,
+                kind="recover",
+                actor=RECOVERY,
+                message=RECOVERED_AT_START,
+            )
         else:
             for node in run.nodes.all():
                 if node.status in (N.RUNNING, N.READY):

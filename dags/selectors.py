@@ -24,6 +24,7 @@ from containers import access
 from containers.models import ContainerEvent, ContainerInstance, ContainerTemplate
 from containers.queues import RequestKind
 from core.ids import uuid_prefix
+from core.tallies import tallies_kept, tally_read
 from dags.errors import NotFound
 from dags.history import instance_id_for
 from dags.models import DagEvent, DagNodeRun, DagRun, DagTemplate
@@ -186,9 +187,20 @@ def live_template(template_id: int, *, owner) -> ContainerTemplate | None:
 # --- Figures for /metrics -------------------------------------------------------------------------
 
 
+#: Node durations, from a quick step to a long job (seconds): the histogram's bounds. The
+#: tally's trigger (migration 0005) buckets by them: other bounds need a migration.
+NODE_DURATION_BOUNDS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
+RUN_TALLY = "dags.runs"
+DURATION_TALLY = "dags.node_durations"
+
+
 def run_counts() -> dict[str, int]:
-    """``{status: runs}`` over every run (every status present, 0 where none); one query."""
-    counts = dict(DagRun.objects.order_by().values_list("status").annotate(n=Count("id")))
+    """``{status: runs}`` over every run (every status present, 0 where none); one query,
+    over the tally the table's triggers keep (``core.tallies``; SQLite: a grouped count)."""
+    if tallies_kept():
+        counts = {key: n for key, (n, _total) in tally_read(RUN_TALLY).items()}
+    else:
+        counts = dict(DagRun.objects.order_by().values_list("status").annotate(n=Count("id")))
     return {status: counts.get(status, 0) for status in RunStatus}
 
 
@@ -201,13 +213,35 @@ class DurationHistogram:
     seconds: float
 
 
-def node_durations(bounds: Iterable[float]) -> dict[str, DurationHistogram]:
-    """Durations (``finished_at - started_at``) of the node runs that have both, by status.
+def node_durations() -> dict[str, DurationHistogram]:
+    """Durations (``finished_at - started_at``) of the node runs that have both, by status,
+    bucketed by ``NODE_DURATION_BOUNDS``.
 
-    One grouped query with a filtered count per bound, so its cost does not depend on how
-    many bounds or statuses there are. Purged runs leave it (Prometheus reads the drop as
-    a reset).
+    One query over the tally the table's triggers keep (``core.tallies``): its cost is
+    the statuses and buckets, not the node runs. Purged runs leave it (Prometheus reads
+    the drop as a reset).
     """
+    if not tallies_kept():
+        return _node_durations_counted(NODE_DURATION_BOUNDS)
+    per_bucket: dict[str, list[int]] = {}
+    seconds: dict[str, float] = {}
+    for key, (n, total) in tally_read(DURATION_TALLY).items():
+        status, _, bucket = key.partition(" ")
+        counts = per_bucket.setdefault(status, [0] * (len(NODE_DURATION_BOUNDS) + 1))
+        counts[int(bucket)] += n
+        seconds[status] = seconds.get(status, 0.0) + total
+    result = {}
+    for status, counts in per_bucket.items():
+        cumulative = [sum(counts[: i + 1]) for i in range(len(NODE_DURATION_BOUNDS))]
+        result[status] = DurationHistogram(
+            buckets=cumulative, count=sum(counts), seconds=seconds[status]
+        )
+    return result
+
+
+def _node_durations_counted(bounds: Iterable[float]) -> dict[str, DurationHistogram]:
+    """``node_durations`` by counting the node runs (SQLite): one grouped query with a
+    filtered count per bound."""
     bounds = list(bounds)
     took = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
     rows = (

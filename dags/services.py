@@ -108,6 +108,7 @@ def dag_run_start(*, dag: DagTemplate, owner, actor: str) -> DagRun:
         )
         record(
             run.id,
+            owner_id=run.owner_id,
             kind=START,
             actor=actor,
             to_status=RunStatus.PENDING,
@@ -188,7 +189,7 @@ def dag_run_fail(*, run_id, reason: str, actor: str) -> DagRun | None:
         if run is None:
             return None
         if run.status not in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.CANCELLING):
-            record(run.id, kind="advance_dead", actor=actor, message=reason)
+            record(run.id, owner_id=run.owner_id, kind="advance_dead", actor=actor, message=reason)
             return run
         for node in run.nodes.all():
             if node.status == NodeStatus.WAITING:
@@ -218,7 +219,14 @@ def dag_node_output_keep(*, run_id, key: str, attempt: int, output: str, actor: 
         node.output = output
         node.output_attempt = attempt
         node.save(update_fields=["output", "output_attempt"])
-        record(run_id, kind="output_kept", actor=actor, node=key, message=f"attempt {attempt}")
+        record(
+            run_id,
+            owner_id=run.owner_id,
+            kind="output_kept",
+            actor=actor,
+            node=key,
+            message=f"attempt {attempt}",
+        )
 
 
 def dag_runs_on_runtime(*, runtime_id: int) -> list[str]:
@@ -254,6 +262,7 @@ def dag_runs_runtime_gone(
             run.save(update_fields=["runtime", "workspace_removed_at"])
             record(
                 run.id,
+                owner_id=run.owner_id,
                 kind="runtime_released",
                 actor=actor,
                 message=f"{reason}: runtime {runtime_name}",

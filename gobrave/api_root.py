@@ -17,6 +17,7 @@ ENDPOINTS = (
     ("outbox", "outbox-list", "the outbox rows (permission view_outboxevent)"),
     ("dag-templates", "dag-template-list", "DAG templates: graphs of container runs"),
     ("dag-runs", "dag-run-list", "DAG runs: start, watch, cancel, retry failed"),
+    ("events", "events", "the audit trail of instances and DAG runs, as one feed"),
     ("tokens", "token-list", "your API tokens: make, list, revoke (also on /account/tokens/)"),
     ("schema", "schema", "the OpenAPI schema"),
     ("docs", "swagger-ui", "the API documentation (Swagger UI)"),

@@ -6,6 +6,11 @@ A scrape costs the same at a million outbox rows as at a thousand: outbox rows a
 only in the unfinished and dead states, each read from its own partial index (``sent``
 rows, the many, are counted by ``gobrave_relay_events_total{event="sent"}``).
 
+Instances by runtime and status, DAG runs by status and the node durations come from
+tallies that the tables' own triggers keep current (``core.tallies``): a scrape sums a
+few rows per key, never the instances or runs ever made. Every other count is bounded by
+the rows it counts, over an index (pending instances, slots, live leases).
+
 Nothing is kept in process memory: every scrape builds a fresh ``CollectorRegistry``
 whose collector reads the database (instance counts by status, outbox rows by status,
 the queue numbers of ``containers.selectors.queue_stats``, the streams open (their live
@@ -28,18 +33,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from containers.counters import RequestStat
-from containers.models import ContainerInstance, Runtime
-from containers.selectors import count_by_status, queue_stats, runtime_loads
+from containers.models import Runtime
+from containers.selectors import instances_by_status, queue_stats, runtime_loads
 from containers.states import Status
 from core.counters import counter_totals
 from core.leases import LeaseScope, leases_live
-from dags.selectors import node_durations, run_counts
+from dags.selectors import NODE_DURATION_BOUNDS, node_durations, run_counts
 from outbox.counters import RelayStat
 from outbox.selectors import INDEXED_STATUSES, outbox_counts
 
 COUNTED_OUTBOX = INDEXED_STATUSES
-# Node durations, from a quick step to a long job (seconds).
-NODE_DURATION_BOUNDS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 
 
 class DatabaseCollector:
@@ -49,7 +52,7 @@ class DatabaseCollector:
     def collect(self):
         stats = queue_stats()
 
-        by_status = count_by_status(ContainerInstance.objects.all())
+        by_status = instances_by_status()
         instances = GaugeMetricFamily(
             "gobrave_instances", "Container instances by status.", labels=["status"]
         )
@@ -115,8 +118,8 @@ class DatabaseCollector:
 
 def _engine_metrics(loads):
     """Per runtime: its cached health as a state set and since when, whether it takes new
-    instances and whether it is cordoned, its instances by status and the create/start
-    slots held on it."""
+    instances and whether it is cordoned, its instances by status, the containers placed
+    and the create/start slots held on it, and its capacity of each."""
     health = GaugeMetricFamily(
         "gobrave_engine_health",
         "The engine's health as the last check found it (1 for the current state).",
@@ -145,6 +148,22 @@ def _engine_metrics(loads):
         "Instances on the runtime holding a create/start slot.",
         labels=["runtime"],
     )
+    containers = GaugeMetricFamily(
+        "gobrave_engine_containers",
+        "Instances placed on the runtime as max_containers counts them (every state but "
+        "pending, delete_pending and deleting).",
+        labels=["runtime"],
+    )
+    capacity_containers = GaugeMetricFamily(
+        "gobrave_engine_capacity_containers",
+        "The runtime's max_containers (absent: no limit of its own).",
+        labels=["runtime"],
+    )
+    capacity_slots = GaugeMetricFamily(
+        "gobrave_engine_capacity_slots",
+        "The runtime's max_concurrency: create/start slots (absent: no limit of its own).",
+        labels=["runtime"],
+    )
     for load in loads:
         for state in Runtime.Health:
             health.add_metric([load.name, state.value], int(load.health == state))
@@ -155,7 +174,13 @@ def _engine_metrics(loads):
         for state in Status:
             instances.add_metric([load.name, state.value], load.instances.get(state, 0))
         slots.add_metric([load.name], load.slots)
-    yield from (health, since, enabled, cordoned, instances, slots)
+        containers.add_metric([load.name], load.instance_count)
+        if load.max_containers is not None:
+            capacity_containers.add_metric([load.name], load.max_containers)
+        if load.max_concurrency is not None:
+            capacity_slots.add_metric([load.name], load.max_concurrency)
+    yield from (health, since, enabled, cordoned, instances, slots, containers)
+    yield from (capacity_containers, capacity_slots)
 
 
 def _dag_metrics():
@@ -169,7 +194,7 @@ def _dag_metrics():
         "How long DAG nodes ran (started to finished), by the status they ended in.",
         labels=["status"],
     )
-    for status, histogram in sorted(node_durations(NODE_DURATION_BOUNDS).items()):
+    for status, histogram in sorted(node_durations().items()):
         buckets = [
             (str(float(b)), n) for b, n in zip(NODE_DURATION_BOUNDS, histogram.buckets, strict=True)
         ]

@@ -102,6 +102,7 @@ INSTALLED_APPS = [
     "tenants",
     "streams",
     "dags",
+    "events",
 ]
 
 MIDDLEWARE = [
@@ -268,7 +269,9 @@ SPECTACULAR_SETTINGS = {
         'answers `{"error": {"code", "message", "details"}}`. Every list is paged by '
         'cursor: `{"next", "previous", "results"}`, no count and no offset; follow the '
         "`next` link to walk it (each row that existed when the walk began comes once, "
-        "whatever is inserted meanwhile); `limit` sets the page size."
+        "whatever is inserted meanwhile); `limit` sets the page size. The events feed "
+        '(`/api/events/`) is read as a log: `{"next", "cursor", "results"}`, and a reader '
+        "that follows its `cursor`, then or later, gets every entry exactly once."
     ),
     "VERSION": "0.1.0",
     "COMPONENT_SPLIT_REQUEST": True,

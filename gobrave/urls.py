@@ -55,6 +55,7 @@ urlpatterns = [
     path("api/", include("containers.api.urls")),
     path("api/", include("outbox.api.urls")),
     path("api/", include("dags.api.urls")),
+    path("api/", include("events.api.urls")),
     path("api/", include("tenants.api.urls")),
     path("metrics", metrics_view, name="metrics"),
     path("favicon.ico", favicon, name="favicon"),

@@ -21,7 +21,7 @@ from core.errors import DomainError
 from outbox import registry
 from outbox.models import OutboxEvent, OutboxStatus
 from outbox.outcomes import Outcome
-from outbox.services import outbox_retry_now
+from outbox.services import outbox_dead_resolve, outbox_retry_now
 
 STATUS_COLOURS = {
     OutboxStatus.PENDING: "#6c757d",
@@ -71,7 +71,7 @@ class OutboxEventAdmin(FlatChangelistMixin, ActionsOnlyAdminMixin, admin.ModelAd
         choices_filter("outcome", lambda: [(o.value, o.value) for o in Outcome], title="outcome"),
     )
     search_fields = ("=aggregate_id", "kind")
-    actions = ("retry_now",)
+    actions = ("retry_now", "dismiss")
     fieldsets = (
         (None, {"fields": ("id", "kind", "queue", "status_display", "outcome", "aggregate")}),
         (
@@ -80,6 +80,7 @@ class OutboxEventAdmin(FlatChangelistMixin, ActionsOnlyAdminMixin, admin.ModelAd
         ),
         ("Reason", {"fields": ("last_error_display",)}),
         ("Payload", {"fields": ("payload", "created_at", "sent_at")}),
+        ("Resolved", {"fields": ("resolved_at", "resolved_by")}),
     )
 
     # -- read-only: the relay owns these rows ------------------------------------------------
@@ -148,3 +149,22 @@ class OutboxEventAdmin(FlatChangelistMixin, ActionsOnlyAdminMixin, admin.ModelAd
                 self.message_user(request, f"{label}: refused: {exc.message}", messages.WARNING)
                 continue
             self.message_user(request, f"{label}: due now", messages.SUCCESS)
+
+    @admin.action(description="Dismiss (dead letters dealt with)", permissions=["change"])
+    def dismiss(self, request, queryset):
+        for event in queryset.only("id", "status", "resolved_at").order_by("id"):
+            label = f"#{event.id}"
+            if event.status != OutboxStatus.DEAD:
+                self.message_user(
+                    request, f"{label}: refused: it is {event.status}, not dead", messages.WARNING
+                )
+                continue
+            if event.resolved_at is not None:
+                self.message_user(request, f"{label}: already dismissed", messages.INFO)
+                continue
+            try:
+                outbox_dead_resolve(event_id=event.id, actor=request.user.get_username())
+            except DomainError as exc:  # gone meanwhile
+                self.message_user(request, f"{label}: refused: {exc.message}", messages.WARNING)
+                continue
+            self.message_user(request, f"{label}: dismissed", messages.SUCCESS)

@@ -13,7 +13,13 @@ class OutboxConfig(AppConfig):
     def ready(self) -> None:
         from django_q.signals import post_spawn
 
+        from core.retention import register_purge
+        from outbox import relay
+
         forking.install()
+        # Retention (core.retention): sent rows, and dead letters an operator dismissed.
+        register_purge("outbox.sent", lambda batch: relay.purge_sent(chunk=batch))
+        register_purge("outbox.dead_letters_resolved", lambda b: relay.purge_resolved_dead(chunk=b))
         # django-q2 workers buffer the relay's counters (one write per second, not per row).
         post_spawn.connect(_buffer_counters, dispatch_uid="outbox-counters")
         # A worker sent SIGTERM mid-handler finishes it first (outbox.stopping).

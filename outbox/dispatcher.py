@@ -35,6 +35,8 @@ from django.db import close_old_connections, connection, transaction
 
 from core.counters import counters_roll_up
 from core.loops import StopOnSignal
+from core.retention import retention_run
+from core.tallies import FOLD_EVERY, tallies_fold, tallies_kept
 from outbox import conf, listen, liveness, registry, relay
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,7 @@ class Dispatcher(StopOnSignal):
         self.stopping = threading.Event()
         self.listener = None
         self.last_purge = 0.0
+        self.last_fold = 0.0
         self.more = False
         self.name = liveness.beat_name()
         self.last_beat = 0.0
@@ -106,12 +109,13 @@ class Dispatcher(StopOnSignal):
                     self.send(queue, event_id, str(token))
         self.more = any(len(claimed) >= batch for claimed in claims.values())
         handed = sum(len(claimed) for claimed in claims.values())
-        if time.monotonic() - self.last_purge > 300:
+        if time.monotonic() - self.last_purge > settings.GOBRAVE["retention"]["interval"]:
             self.last_purge = time.monotonic()
-            purged = relay.purge_sent()
-            if purged:
-                log.info("purged %s sent outbox rows past retention", purged)
+            retention_run()  # every app's purges (core.retention), sent rows among them
             counters_roll_up(dt.timedelta(seconds=conf.value("retention")))
+        if tallies_kept() and time.monotonic() - self.last_fold > FOLD_EVERY:
+            self.last_fold = time.monotonic()
+            tallies_fold()
         return handed
 
     def beat(self) -> None:

@@ -17,3 +17,10 @@ class OutboxRowNotFound(DomainError):
 
     code = "not_found"
     http_status = 404
+
+
+class NotDead(DomainError):
+    """Only a dead letter (a ``dead`` row) can be dismissed (HTTP 409)."""
+
+    code = "not_dead"
+    http_status = 409

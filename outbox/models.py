@@ -70,6 +70,8 @@ class OutboxEvent(FSMModelMixin, models.Model):
     - A row in ``processing`` belongs to the holder of ``claim_token`` until
       ``lease_expires_at``; outcomes are recorded only under a matching token.
     - ``started_at`` is set once per claim, by compare-and-set, before the handler runs.
+    - ``resolved_at`` is set only on a ``dead`` row, once, when an operator dismissed it
+      (or a requeue replaced it); the status does not change (``dead`` is final).
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -100,6 +102,10 @@ class OutboxEvent(FSMModelMixin, models.Model):
     outcome = models.CharField(max_length=32, blank=True, help_text="sent, superseded, dead")
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+    # A dead letter an operator dealt with (``outbox.services.outbox_dead_resolve``): it
+    # stays for diagnosis until ``retention.dead_letters_resolved`` after this.
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.CharField(max_length=150, blank=True)
 
     objects = OutboxQuerySet.as_manager()
 

@@ -29,7 +29,9 @@ from django.db.models.functions import Cast, Concat, Now
 from django.utils import timezone
 
 from core import prepared
+from core.batches import delete_in_batches
 from core.counters import counter_add
+from core.retention import retention_age
 from outbox import conf, hooks, picking, registry, stopping
 from outbox.counters import RelayStat
 from outbox.heartbeat import Heartbeat
@@ -574,14 +576,21 @@ def _last_line(text: str) -> str:
 def purge_sent(older_than: dt.timedelta | None = None, *, chunk: int = 5000) -> int:
     """Delete ``sent`` rows older than ``retention``; returns how many went.
 
-    In chunks of ``chunk`` rows, each its own short transaction: a first purge of
-    millions of rows never holds one long transaction (which would stall vacuum and slow
-    every claim meanwhile).
+    In chunks of ``chunk`` rows, each its own short transaction (``core.batches``): a
+    first purge of millions of rows never holds one long transaction (which would stall
+    vacuum and slow every claim meanwhile). Registered with ``core.retention``.
     """
     age = older_than or dt.timedelta(seconds=conf.value("retention"))
     old = OutboxEvent.objects.filter(status=OutboxStatus.SENT, sent_at__lt=Now() - age)
-    total = 0
-    while ids := list(old.values_list("id", flat=True)[:chunk]):
-        deleted, _ = OutboxEvent.objects.filter(id__in=ids).delete()
-        total += deleted
-    return total
+    return delete_in_batches(old, batch=chunk)
+
+
+def purge_resolved_dead(older_than: dt.timedelta | None = None, *, chunk: int = 1000) -> int:
+    """Delete dead letters an operator resolved (``resolved_at``) more than
+    ``retention.dead_letters_resolved`` ago, in chunks; unresolved ones always stay.
+    Reads only dead rows (the ``outbox_dead`` partial index)."""
+    age = older_than or retention_age("dead_letters_resolved")
+    if age is None:
+        return 0
+    old = OutboxEvent.objects.filter(status=OutboxStatus.DEAD, resolved_at__lt=Now() - age)
+    return delete_in_batches(old, batch=chunk)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import uuid
 
@@ -12,7 +13,7 @@ from core import prepared
 from core.counters import counter_add
 from outbox import conf, registry
 from outbox.counters import RelayStat
-from outbox.errors import NotRetriable, OutboxRowNotFound
+from outbox.errors import NotDead, NotRetriable, OutboxRowNotFound
 from outbox.models import OutboxEvent, OutboxStatus
 from outbox.outcomes import Outcome
 
@@ -123,6 +124,33 @@ def outbox_retry_now(*, event_id: int) -> OutboxEvent:
     return event
 
 
+def outbox_dead_resolve(*, event_id: int, actor: str) -> OutboxEvent:
+    """Mark a dead letter resolved: an operator dismissed it (or a requeue replaced it
+    with a new row), so retention may delete it ``retention.dead_letters_resolved`` later.
+
+    Under the row's lock: ``OutboxRowNotFound`` for no such row, ``NotDead`` for a row in
+    any other status (nothing changes). The status stays ``dead`` (contract §3: a dead
+    row never moves). Idempotent: a row already resolved keeps its first resolution.
+    """
+    with transaction.atomic():
+        event = OutboxEvent.objects.select_for_update().filter(id=event_id).first()
+        if event is None:
+            raise OutboxRowNotFound(f"no outbox row {event_id}", id=event_id)
+        if event.status != OutboxStatus.DEAD:
+            raise NotDead(
+                f"outbox row #{event_id} is {event.status}, not dead",
+                id=event_id,
+                status=event.status,
+            )
+        if event.resolved_at is None:
+            event.resolved_at = Now()
+            event.resolved_by = actor[:150]
+            event.save(update_fields=["resolved_at", "resolved_by"])
+            event.refresh_from_db(fields=["resolved_at"])
+            log.info("outbox: dead row #%s resolved by %s", event_id, actor)
+    return event
+
+
 def _deferred(*, queue: str):
     """The rows deferred on ``queue`` (waiting for a slot), made due now.
 
@@ -152,6 +180,23 @@ def outbox_release_deferred(*, queue: str) -> int:
         return prepared.update_rows(
             "outbox.release_deferred", _deferred, queue=queue, notify=(conf.NOTIFY_CHANNEL, queue)
         )
+
+
+def outbox_park(*, ids: list[int], delay: float) -> int:
+    """Rows a claim guard held back that cannot go until something frees room (a create
+    whose every engine is full): due again after ``delay`` seconds, marked deferred, so
+    ``outbox_release_deferred`` makes them due at once when room frees, and the claims
+    meanwhile pass over them instead of selecting them on every poll. No attempt is
+    counted and the fairness turn is kept (contract §3: as a deferral, without a claim).
+
+    Only ``pending`` rows move (a lease that ran out stays due). For a guard, in the
+    claim's transaction, which holds the rows' locks. Returns how many rows it parked.
+    """
+    if not ids:
+        return 0
+    return OutboxEvent.objects.filter(pk__in=ids, status=OutboxStatus.PENDING).update(
+        available_at=Now() + dt.timedelta(seconds=delay), outcome=Outcome.DEFERRED
+    )
 
 
 def outbox_supersede_waiting(*, aggregate_id: str, reason: str) -> int:

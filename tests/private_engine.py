@@ -17,7 +17,8 @@ is then in flight for as long as the test wants (to restart the daemon under it)
 With ``tcp=True`` it is also a remote engine: a veth pair (10.251.N.0/30, used only
 between its two ends) links the namespace to the host, gobrave reaches the daemon over
 TCP (``url``) while the test keeps the unix socket (``side_door``), and ``cut()`` drops
-every packet inside the namespace (no RST, no ICMP: silence) until ``restore()``. Set
+every packet inside the namespace (no RST, no ICMP: silence) until ``restore()``;
+``link_down()`` takes the link itself down (a pulled cable) until ``link_up()``. Set
 ``tls`` (the daemon's CA, certificate and key; its address, ``address``, is known from
 construction on, to make the certificate for) before ``start()``: the TCP port then
 speaks mutual TLS only (``--tlsverify``, port 2376). ``hostname``: the daemon runs in a
@@ -278,6 +279,16 @@ class PrivateDockerd:
     def restore(self) -> None:
         for chain, side in (("INPUT", "-i"), ("OUTPUT", "-o")):
             self._nsenter("iptables", "-w", "-D", chain, "!", side, "lo", "-j", "DROP")
+
+    def link_down(self) -> None:
+        """Take the namespace's end of the veth pair down, as a pulled cable: the engine
+        sends nothing more (no RST, no FIN), what the host sends goes nowhere, and a new
+        connection finds no route; the daemon and its containers run on. Until
+        ``link_up()``."""
+        self._nsenter("ip", "link", "set", f"gbn{self.tag}", "down")
+
+    def link_up(self) -> None:
+        self._nsenter("ip", "link", "set", f"gbn{self.tag}", "up")
 
     # --- cleanup -------------------------------------------------------------------------
 

@@ -187,3 +187,36 @@ def test_policies_default_to_off_and_are_overridden_with_a_double_underscore(tmp
 def test_bad_policy_settings_are_refused_naming_the_key(tmp_path, text, named):
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         load_config(_write(tmp_path, text), environ={})
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("container:\n  engine_lost_after: soon\n", "container.engine_lost_after"),
+        ("container:\n  engine_lost_after: 0\n", "container.engine_lost_after"),
+        ("container:\n  engine_ping_interval: 0\n", "container.engine_ping_interval"),
+        ("container:\n  engine_ping_timeout: 2m\n", "container.engine_ping_timeout"),
+        (
+            "container:\n  engine_ping_interval: 30\n  engine_lost_after: 20\n",
+            "container.engine_lost_after: must be longer than container.engine_ping_interval",
+        ),
+    ],
+)
+def test_bad_engine_health_settings_are_refused_naming_the_key(tmp_path, text, named):
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load_config(_write(tmp_path, text), environ={})
+
+
+def test_engine_lost_after_is_never_by_default_and_takes_a_duration(tmp_path):
+    assert (
+        load_config(tmp_path / "absent.yml", environ={})["container"]["engine_lost_after"] is None
+    )
+    config = load_config(
+        tmp_path / "absent.yml", environ={"GOBRAVE_CONTAINER_ENGINE_LOST_AFTER": "1h"}
+    )
+    assert config["container"]["engine_lost_after"] == 3600
+    emptied = load_config(
+        _write(tmp_path, "container:\n  engine_lost_after: 1h\n"),
+        environ={"GOBRAVE_CONTAINER_ENGINE_LOST_AFTER": ""},
+    )
+    assert emptied["container"]["engine_lost_after"] is None

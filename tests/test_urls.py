@@ -21,7 +21,7 @@ def test_api_root_lists_every_endpoint_without_login(client):
     body = response.json()
     assert body["containers"]["url"] == "http://testserver/api/containers/"
     expected = {"containers", "templates", "runtimes", "queue", "outbox", "schema", "docs"}
-    expected |= {"dag-templates", "dag-runs", "tokens"}
+    expected |= {"dag-templates", "dag-runs", "tokens", "events"}
     assert expected | {"metrics"} == set(body)
     for name, entry in body.items():
         path = entry["url"].removeprefix("http://testserver")

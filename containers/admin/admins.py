@@ -237,12 +237,22 @@ class ContainerInstanceAdmin(
         "missing_display",
         "engine_health",
         "policy_display",
+        "placement_reason",
     )
     fieldsets = (
         (None, {"fields": ("name", "id", "status_display", "status_reason", "history_link")}),
         (
             "Placement",
-            {"fields": ("template", "runtime", "engine_health", "owner", "runtime_node_name")},
+            {
+                "fields": (
+                    "template",
+                    "runtime",
+                    "placement_reason",
+                    "engine_health",
+                    "owner",
+                    "runtime_node_name",
+                )
+            },
         ),
         (
             "Container",
@@ -835,14 +845,23 @@ class ContainerEventAdmin(FlatChangelistMixin, ReadOnlyAdminMixin, admin.ModelAd
     list_display = (
         "created_at",
         "instance_name",
+        "owner",
         "kind_display",
         "from_display",
         "to_display",
         "actor",
         "message",
     )
+    list_select_related = ("owner",)
     # No date hierarchy: its year and month links are a DISTINCT over the whole history.
-    list_filter = (EventKindFilter, value_filter("actor", title="actor"), "created_at")
+    # The owner is typed in (a username or an id), never a list of every user; it keeps
+    # the history of deleted instances too (``ContainerEvent.owner``).
+    list_filter = (
+        EventKindFilter,
+        related_filter("owner", name_field="username", title="owner"),
+        value_filter("actor", title="actor"),
+        "created_at",
+    )
     search_fields = ("instance_name", "=instance_id", "message")
     actions = ("export_csv",)
 

@@ -29,16 +29,17 @@ class RuntimeFleetMixin:
 
     @admin.display(description="load", ordering="instance_count")
     def load(self, obj: Runtime):
-        """Instances placed there (every state) and create/start slots in use there."""
+        """Instances placed there (as ``max_containers`` counts them) and create/start
+        slots in use there, each against the runtime's capacity (∞: no limit of its own)."""
         return format_html(
-            '<span class="gb-load" data-instances="{}" data-slots="{}">{} instance{}, {} slot{}'
-            " in use</span>",
+            '<span class="gb-load" data-instances="{}" data-slots="{}">containers {}/{}<br>'
+            "slots {}/{}</span>",
             obj.instance_count,
             obj.slot_count,
             obj.instance_count,
-            "" if obj.instance_count == 1 else "s",
+            "∞" if obj.max_containers is None else obj.max_containers,
             obj.slot_count,
-            "" if obj.slot_count == 1 else "s",
+            "∞" if obj.max_concurrency is None else obj.max_concurrency,
         )
 
     @admin.display(description="placement", ordering="cordoned")

@@ -171,7 +171,7 @@ class ExtendInputSerializer(InputSerializer):
 
 class InstanceOutputSerializer(ForViewer, serializers.ModelSerializer):
     template = NamedRefSerializer()
-    runtime = RuntimeRefSerializer()
+    runtime = RuntimeRefSerializer(allow_null=True)  # null while pending: not placed yet
     owner = serializers.CharField(source="owner.get_username")
     policy = serializers.SerializerMethodField()
 
@@ -185,6 +185,7 @@ class InstanceOutputSerializer(ForViewer, serializers.ModelSerializer):
             "owner",
             "template",
             "runtime",
+            "placement_reason",
             "container_id",
             "runtime_node_name",
             "runtime_missing",
@@ -450,6 +451,21 @@ class RuntimeInputSerializer(InputSerializer):
     )
     labels = StoredJSONField(default=dict, help_text="Label name: value (templates match them).")
     enabled = serializers.BooleanField(default=True)
+    max_containers = serializers.IntegerField(
+        min_value=1,
+        max_value=1_000_000,
+        default=None,
+        allow_null=True,
+        help_text="At most this many instances placed here (every state but pending, "
+        "delete_pending and deleting); null: no limit of its own.",
+    )
+    max_concurrency = serializers.IntegerField(
+        min_value=1,
+        max_value=1_000_000,
+        default=None,
+        allow_null=True,
+        help_text="At most this many create/start slots here at once; null: no limit of its own.",
+    )
 
     def validate_labels(self, value):
         if not isinstance(value, dict) or not all(
@@ -478,6 +494,8 @@ class RuntimeOutputSerializer(serializers.ModelSerializer):
             "kube_access_mode",
             "labels",
             "enabled",
+            "max_containers",
+            "max_concurrency",
             "workspace_driver",
             "node_name",
             "health",

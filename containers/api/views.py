@@ -286,10 +286,8 @@ class ContainerViewSet(viewsets.GenericViewSet):
 def _unavailable(instance, exc) -> EngineUnavailable:
     # requests' errors are OSErrors; the engine may be down or unreachable.
     log.warning("logs of instance %s: runtime %s: %s", instance.id, instance.runtime, exc)
-    return EngineUnavailable(
-        f"the runtime {instance.runtime.name} did not answer: {exc}",
-        runtime=instance.runtime.name,
-    )
+    name = instance.runtime.name if instance.runtime else "(none)"
+    return EngineUnavailable(f"the runtime {name} did not answer: {exc}", runtime=name)
 
 
 @extend_schema_view(
@@ -440,8 +438,8 @@ class RuntimeViewSet(viewsets.GenericViewSet):
     @extend_schema(
         summary="Cordon: no new placement here (permission change_runtime)",
         description="What runs there keeps running and still starts there; a create whose "
-        "only matching runtimes are cordoned is refused (409 `runtimes_cordoned`). "
-        "Idempotent.",
+        "only matching runtimes are cordoned is accepted and waits in `pending`, with the "
+        "reason, until one is uncordoned. Idempotent.",
         request=None,
         responses={200: s.RuntimeOutputSerializer, **error_responses(404)},
     )

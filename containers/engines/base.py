@@ -209,9 +209,11 @@ class Engine(Protocol):
     def ping(self) -> bool:
         """True when the engine answers."""
 
-    def check(self) -> None:
+    def check(self, *, timeout: float | None = None) -> None:
         """Ask the engine now; raise ``EngineError`` saying, in an operator's words, why it
-        does not answer (the health reason pages show)."""
+        does not answer (the health reason pages show). ``timeout``: seconds the answer
+        may take (None: the driver's own call timeout); a slower answer is no answer, and
+        the call returns in about that time (a heartbeat's thread is not held longer)."""
 
     def node_name(self) -> str:
         """The engine host's name (for backfilling ``runtime_node_name``)."""

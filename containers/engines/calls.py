@@ -71,8 +71,10 @@ def container_logs(*, instance: ContainerInstance, tail: int = 100) -> Logs:
 
     Raises the engine's errors (``EngineError``, or the engine client's) unchanged, also
     those met while reading; empty when the container does not exist (yet, or any
-    more). Bounded in time by the driver.
+    more, or never placed on an engine). Bounded in time by the driver.
     """
+    if instance.runtime is None:  # not placed yet: no container anywhere
+        return Logs(text="", cut_at=None)
     chunks = engine_for(instance.runtime).logs(
         instance.container_id or instance.container_name, tail=tail
     )
@@ -117,6 +119,8 @@ async def container_logs_follow(
     Runs on an event loop and reads no database: ``instance.runtime`` must be loaded
     already (e.g. read once, or ``select_related``).
     """
+    if instance.runtime is None:  # not placed yet: no container anywhere
+        return EngineStream.empty()
     until = time.time() + float(seconds)
     stream = await engine_for(instance.runtime).follow_logs(
         instance.container_id or instance.container_name, tail=tail, until=until
@@ -169,11 +173,13 @@ def _no_output(instance: ContainerInstance) -> str:
 
 def engine_ping(*, runtime: Runtime, seconds: float = ENGINE_CALL_SECONDS) -> tuple[bool, str]:
     """``(answers, problem)`` for the engine behind one ``Runtime`` row, asked now;
-    ``problem`` is the engine's reason in an operator's words (``Engine.check``)."""
+    ``problem`` is the engine's reason in an operator's words (``Engine.check``). The
+    engine is given ``seconds`` too, so a silent one does not hold the helper thread
+    (and the pings queued behind it) for the client's whole call timeout."""
 
     def check() -> str:
         try:
-            engine_for(runtime).check()
+            engine_for(runtime).check(timeout=seconds)
         except EngineError as exc:
             return str(exc)
         return ""
@@ -207,6 +213,8 @@ def container_output_tail(*, instance: ContainerInstance, limit: int = OUTPUT_KE
     and so it is when there is none. Must run outside any transaction (an engine call).
     """
     runtime = instance.runtime  # read here: the helper thread must not touch the database
+    if runtime is None:
+        return "[gobrave: no output: the instance was never placed on an engine]\n"
     ref = instance.container_id or instance.container_name
 
     def read() -> tuple[bytes, bool]:

@@ -365,13 +365,21 @@ class DockerEngine:
             return False
         return True
 
-    def check(self) -> None:
-        """Ask the engine now (a ping); raise ``EngineError`` saying in an operator's words
-        why it does not answer (``docker_reasons``: a refused handshake, a wrong CA, an
-        expired certificate, plain HTTP to a TLS port, a closed port, ssh refusals)."""
+    def check(self, *, timeout: float | None = None) -> None:
+        """Ask the engine now (a ping, within ``timeout`` seconds if given); raise
+        ``EngineError`` saying in an operator's words why it does not answer
+        (``docker_reasons``: a refused handshake, a wrong CA, an expired certificate,
+        plain HTTP to a TLS port, a closed port, a timeout, ssh refusals)."""
         tls = (self.tls.ca_cert, self.tls.client_cert, self.tls.client_key) if self.tls else None
         try:
-            if self._api().ping():
+            api = self._api()
+            # The SDK's ping() takes no timeout; this is its own request with one.
+            answer = (
+                api.ping()
+                if timeout is None
+                else api._result(api._get(api._url("/_ping"), timeout=timeout)) == "OK"
+            )
+            if answer:
                 return
             raise EngineError("the engine did not answer a ping")
         except EngineError:

@@ -153,7 +153,7 @@ class FakeEngine:
     def ping(self) -> bool:
         return not (self.root / "down").exists()
 
-    def check(self) -> None:
+    def check(self, *, timeout: float | None = None) -> None:
         if not self.ping():
             raise EngineError(f"the engine did not answer (the fake engine at {self.root} is down)")
 

@@ -29,8 +29,11 @@ from containers.engines.base import (
     PermanentEngineError,
     StaleTaskError,
 )
+from containers.engines.calls import engine_ping
 from containers.engines.labels import LABEL_INSTALLATION
 from containers.errors import MountRefused
+from containers.execution.engine_loss import away_reason
+from containers.execution.health import runtime_health_record
 from containers.execution.sync import state_apply
 from containers.execution.workspaces import (
     LABEL_OWNER,
@@ -42,12 +45,17 @@ from containers.models import ContainerInstance, Runtime
 from containers.queues import Queue, RequestKind
 from containers.requests.lifecycle import (
     capacity_available,
-    claims_within_capacity,
     container_id_record,
     instance_lock,
     instance_save,
     move,
     record,
+)
+from containers.requests.placing import (
+    claims_within_capacity,
+    engine_waits,
+    instance_place,
+    placement_recheck_seconds,
 )
 from containers.signals import instance_removed
 from containers.states import Status, can_move
@@ -67,17 +75,15 @@ ENGINE_AWAY_RECHECK_SECONDS = 5.0
 def _engine_away(instance: ContainerInstance) -> str:
     """Why the request must wait ('' if it need not): its engine is recorded unreachable.
 
-    The instance keeps its state; its ``status_reason`` is set to that reason (the next
-    transition replaces it). Runs inside ``_begin``'s transaction, on the locked row.
+    The instance keeps its state; its ``status_reason`` is set to that reason
+    (``engine_loss.away_reason``, as every instance there shows; the next transition or
+    the reconciler, once the engine answers, clears it). Runs inside ``_begin``'s
+    transaction, on the locked row.
     """
     runtime = instance.runtime  # read with the locked row (``instance_lock``)
-    if runtime.health != Runtime.Health.UNREACHABLE:
+    if runtime is None or runtime.health != Runtime.Health.UNREACHABLE:  # None: not placed
         return ""
-    since = runtime.health_since.isoformat(timespec="seconds") if runtime.health_since else "?"
-    reason = (
-        f"waiting: engine of runtime {runtime.name} unreachable since {since}"
-        f" ({runtime.last_error or 'no answer'})"
-    )[:1000]
+    reason = away_reason(runtime)
     if instance.status_reason != reason:
         instance.status_reason = reason
         instance.save(update_fields=["status_reason"])
@@ -89,30 +95,48 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
 
     Gated requests (create, start) pass the capacity gate both times: a request that
     waited for a retry, or whose worker died, held no slot meanwhile (contract §4).
+    Under the gate, a create leaving ``pending`` is placed (``placing.instance_place``:
+    the engine with room the policy picks), and a start or a retry must find a slot free
+    on its own engine (``placing.engine_waits``); where there is none the instance keeps
+    its state with the reason and the request is deferred (no attempt counted).
     A request whose engine is recorded unreachable is deferred before any of this
-    (``_engine_away``): no attempt counted, no slot taken, the instance's state kept.
+    (``_engine_away``): no attempt counted, no slot taken, the instance's state kept;
+    except a start of an instance marked missing, which fails at once.
     """
+    waits = ""
     with transaction.atomic():
         # With its runtime: the engine-away check and the engine calls need it.
         instance = instance_lock(event.aggregate_id, with_runtime=True)
         if instance is None:
             return None
         away = _engine_away(instance) if instance.status in (ready, doing) else ""
+        if away and instance.runtime_missing and instance.status == Status.START_PENDING:
+            # Marked missing (given up with its lost engine, or removed outside): a start
+            # cannot bring it back, however long it waits (contract §5).
+            raise PermanentFailure(f"container {instance.container_name} is missing ({away})")
         if away:
             pass  # the reason commits with this transaction; the request waits (below)
         elif instance.status == ready:
             if gated and not capacity_available():
                 raise Defer(f"no create/start slot free for {instance.id}")
-            move(instance, doing, actor=WORKER, message=f"outbox #{event.id}")
+            if gated:
+                waits = instance_place(instance) if ready == Status.PENDING else ""
+                waits = waits or (engine_waits(instance) if ready != Status.PENDING else "")
+            if not waits:
+                placed = f"; placed: {instance.placement_reason}" if ready == Status.PENDING else ""
+                move(instance, doing, actor=WORKER, message=f"outbox #{event.id}{placed}")
         elif instance.status == doing:
             # A retry (or a reclaim) held no slot while it waited; its claim took one, within
             # the cap (the claim guard, ``claims_within_capacity``). It passes the gate again.
             if gated and not capacity_available(exclude=instance.id):
                 raise Defer(f"no create/start slot free for {instance.id} (retry)")
+            waits = engine_waits(instance) if gated else ""
         else:
             return None
     if away:
         raise Defer(away, delay=ENGINE_AWAY_RECHECK_SECONDS)
+    if waits:
+        raise Defer(waits, delay=placement_recheck_seconds())
     return instance
 
 
@@ -329,8 +353,13 @@ def _remove_abandoned(instance_id: str) -> None:
     recorded id is cleared with the removal, so the instance shows no container.
     """
     instance = ContainerInstance.objects.filter(id=instance_id).first()
-    if instance is None or instance.status != Status.FAILED:
-        return
+    if (
+        instance is None
+        or instance.status != Status.FAILED
+        or instance.runtime_id is None
+        or instance.runtime_missing
+    ):
+        return  # (failed and missing: its engine was lost; the orphan scan removes it)
     engine = engine_for(instance.runtime)
     state = engine.inspect(instance.container_name)
     if state is None or state.status != "created":
@@ -411,10 +440,11 @@ def handle_delete(event: OutboxEvent) -> Outcome:
     instance = _begin(event, ready=Status.DELETE_PENDING, doing=Status.DELETING, gated=False)
     if instance is None:
         return Outcome.SUPERSEDED
-    engine = engine_for(instance.runtime)
-    engine.remove(_ref(instance))
-    if instance.container_id and instance.container_id != instance.container_name:
-        engine.remove(instance.container_name)  # a create that raced us may have adopted it
+    if instance.runtime is not None:  # None: never placed, so no container anywhere
+        engine = engine_for(instance.runtime)
+        engine.remove(_ref(instance))
+        if instance.container_id and instance.container_id != instance.container_name:
+            engine.remove(instance.container_name)  # a create that raced us may have adopted it
     with transaction.atomic():
         instance = instance_lock(instance.id)
         if instance is not None and instance.status == Status.DELETING:
@@ -522,12 +552,36 @@ def _waiting_reason(event: OutboxEvent, reason: str) -> None:
             instance_save(instance, ("status_reason",))
 
 
+def _engine_silent(event: OutboxEvent) -> str:
+    """After a retriable engine error: why the request must wait for its engine, or ''.
+
+    Asks the instance's engine at once (a ping, bounded in time). One
+    that answers failed for a reason of its own: '' (the request is retried as usual).
+    One that does not is recorded unreachable (its instances then show it) and the
+    answer is the reason the instance shows: a loss of contact costs the request no
+    attempt, so a long one never turns it into a dead letter. Outside any transaction.
+    """
+    instance = (
+        ContainerInstance.objects.select_related("runtime").filter(id=event.aggregate_id).first()
+    )
+    if instance is None or instance.runtime is None:
+        return ""
+    answers, problem = engine_ping(runtime=instance.runtime)
+    if answers:
+        return ""
+    runtime_health_record(runtime_id=instance.runtime_id, reachable=False, error=problem)
+    runtime = Runtime.objects.get(pk=instance.runtime_id)
+    return away_reason(runtime)
+
+
 def _translated(handler: Callable[[OutboxEvent], Outcome]) -> Callable[[OutboxEvent], Outcome]:
     """Map the engine's error classes onto the relay's (the relay knows no engine): a
     full engine (``EngineFullError``: a namespace quota) defers the request with the
     reason shown, a permanent error goes dead at once, any other is retried with its
     message as the reason (``RetryLater``, the engine's Retry-After as the backoff's
-    floor)."""
+    floor), unless the engine has gone silent (``_engine_silent``): then the request
+    waits for it (``Defer``, no attempt counted), as one that finds its engine
+    unreachable before it begins does."""
 
     def run(event: OutboxEvent) -> Outcome:
         try:
@@ -538,6 +592,9 @@ def _translated(handler: Callable[[OutboxEvent], Outcome]) -> Callable[[OutboxEv
         except PermanentEngineError as exc:
             raise PermanentFailure(str(exc)) from exc
         except EngineError as exc:
+            if away := _engine_silent(event):
+                log.warning("outbox #%s %s: waiting, %s (%s)", event.id, event.kind, away, exc)
+                raise Defer(away, delay=ENGINE_AWAY_RECHECK_SECONDS) from exc
             raise RetryLater(str(exc), retry_after=exc.retry_after or 0.0) from exc
 
     run.__name__ = handler.__name__

@@ -3,11 +3,17 @@
 A page (the runtime changelist, the API) shows ``Runtime.health`` and friends and never
 asks an engine. The record is refreshed by:
 
+- the monitor's heartbeat, every ``engine_ping_interval`` (``containers.execution.heartbeat``:
+  a ping of every engine, bounded by ``engine_ping_timeout``);
 - the reconciler, once per pass and runtime (every ``reconcile_interval`` in the monitor,
   or ``manage.py reconcile``): a ping, then the pass;
 - the runtime's own admin page, which checks its engine when opened (bounded in time);
 - the monitor's follower of that engine, at each (re)connect of its event stream;
+- a worker whose engine call failed and whose ping then found the engine silent;
 - anything else that learns an engine's health (``runtime_health_record``).
+
+Recording an engine unreachable also marks the instances there with the reason ("engine
+unreachable since ...", ``containers.execution.engine_loss``): they keep their state.
 
 Fields: ``health`` (``unknown`` until first checked, then ``reachable`` or
 ``unreachable``), ``health_checked_at`` (the last check), ``health_since`` (when the
@@ -24,7 +30,10 @@ from django.db.models import Case, F, Value, When
 from django.db.models.functions import Now
 
 from containers.engines.calls import ENGINE_CALL_SECONDS, engine_ping
+from containers.execution.engine_loss import runtime_instances_mark_away
 from containers.models import Runtime
+from containers.queues import Queue
+from outbox.services import outbox_release_deferred
 
 log = logging.getLogger(__name__)
 Health = Runtime.Health
@@ -37,7 +46,11 @@ def runtime_health_record(
 
     Idempotent for a repeated result: ``health_since`` keeps its value while the
     health stays the same. ``node_name`` fills the row's node name only if it is empty.
-    Safe inside or outside a transaction; times are the database's clock.
+    An unreachable result also gives the instances there the reason
+    (``runtime_instances_mark_away``: they keep their state; the reconciler clears it
+    once it has settled them from what the engine holds); a change from unreachable to
+    reachable makes the requests deferred meanwhile due at once. Best outside a transaction
+    (the marking skips instance rows that others hold); times are the database's clock.
     """
     health = Health.REACHABLE if reachable else Health.UNREACHABLE
     fields = {
@@ -56,8 +69,16 @@ def runtime_health_record(
             )
     else:
         fields["last_error"] = Value((error or "the engine did not answer")[:2000])
-    changed = Runtime.objects.filter(pk=runtime_id).exclude(health=health).exists()
+    before = (
+        Runtime.objects.filter(pk=runtime_id)
+        .exclude(health=health)
+        .values_list("health", flat=True)
+        .first()
+    )
+    changed = before is not None
     Runtime.objects.filter(pk=runtime_id).update(**fields)
+    if changed and reachable:  # creates (and starts) waiting for this engine look again
+        outbox_release_deferred(queue=Queue.CREATE)
     if changed:
         log.log(
             logging.INFO if reachable else logging.WARNING,
@@ -66,6 +87,21 @@ def runtime_health_record(
             health,
             f" ({error})" if error else "",
         )
+    if not reachable:
+        runtime_instances_mark_away(runtime_id=runtime_id)
+    elif before == Health.UNREACHABLE:
+        # Requests deferred while it was away (``handlers._engine_away``) go now, not at
+        # the end of their wait.
+        for queue in Queue:
+            outbox_release_deferred(queue=queue)
+
+
+def runtime_rows_health_record(*, runtime: Runtime, reachable: bool, error: str = "") -> None:
+    """``runtime_health_record`` on every enabled row of ``runtime``'s daemon (rows sharing
+    a driver and address share one engine, one stream and one ping)."""
+    rows = Runtime.objects.filter(enabled=True, driver=runtime.driver, base_url=runtime.base_url)
+    for runtime_id in rows.values_list("pk", flat=True):
+        runtime_health_record(runtime_id=runtime_id, reachable=reachable, error=error)
 
 
 def runtime_health_check(*, runtime: Runtime, seconds: float = ENGINE_CALL_SECONDS) -> bool:

@@ -1,15 +1,19 @@
-"""Engine housekeeping other apps ask for: leftover containers and gobrave's volumes.
+"""Engine housekeeping other apps ask for: leftover containers and gobrave's volumes;
+and the retention of deleted instances' history (no engine call).
 
-These call the engine, so they run outside any transaction, and are idempotent.
+These run outside any transaction, and are idempotent.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import uuid
 from collections.abc import Mapping
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from containers.engines import engine_for
@@ -18,6 +22,8 @@ from containers.engines.labels import LABEL_INSTANCE
 from containers.errors import EngineUnavailable, WorkspaceInUse
 from containers.installation import installation_id
 from containers.models import ContainerEvent, ContainerInstance, OrphanContainer, Runtime, Workspace
+from core.batches import delete_in_batches
+from core.retention import retention_age
 
 log = logging.getLogger(__name__)
 
@@ -166,3 +172,20 @@ def orphan_remove(*, orphan: OrphanContainer, actor: str) -> OrphanContainer:
     )  # fmt: skip
     log.warning("orphan container %s removed by %s", orphan.name, actor)
     return orphan
+
+
+def history_purge(batch: int, *, older_than: dt.timedelta | None = None) -> int:
+    """Delete the history entries older than ``retention.deleted_instance_history`` of
+    instances that no longer exist (and of no instance: orphans, leftovers); returns how
+    many went. Off (0) while the key is empty, the default: the audit trail is kept.
+
+    ``batch`` entries per statement in id order (``core.batches.delete_in_batches``),
+    each its own commit; an entry of an instance that still exists is never deleted,
+    however old (the instance's page shows its whole history).
+    """
+    age = older_than or retention_age("deleted_instance_history")
+    if age is None:
+        return 0
+    alive = ContainerInstance.objects.filter(id=OuterRef("instance_id"))
+    old = ContainerEvent.objects.filter(created_at__lt=Now() - age).filter(~Exists(alive))
+    return delete_in_batches(old, batch=batch)

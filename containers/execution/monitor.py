@@ -19,7 +19,11 @@
    (docs/architecture.md, "The monitor at fleet size"). A dropped stream
    (the SDK just ends the iterator) or an unreachable engine is logged and retried with
    a backoff capped at ``BACKOFF_CAP``; the monitor never exits on engine trouble.
-3. The main thread renews the monitor's liveness mark every ``poll_interval`` (a live
+3. A heartbeat thread (``containers.execution.heartbeat``) pings every engine every
+   ``engine_ping_interval`` and records its health on its runtime rows; an engine that
+   answers again after being recorded unreachable gets a reconcile at once, and its
+   follower, if waiting to reconnect, is woken.
+4. The main thread renews the monitor's liveness mark every ``poll_interval`` (a live
    process at a dispatcher's start, ``outbox.liveness``) and runs the reconcile: after
    every (re)connect and every ``reconcile_interval``, and looks for newly enabled
    runtimes. It also looks again at
@@ -28,7 +32,7 @@
    second apart), until the worker is done; and stores the cursor of a follower whose
    stream went quiet. Every ``container.policies.interval`` it runs the lifecycle
    policies' pass (``containers.execution.policies``).
-4. SIGTERM sets a flag: the main thread finishes its step, waits until no follower is
+5. SIGTERM sets a flag: the main thread finishes its step, waits until no follower is
    applying events (a follower blocked reading its stream holds nothing), and returns,
    so the process exits 0.
 Each step calls ``close_old_connections()``; each thread closes its connections at exit.
@@ -56,7 +60,8 @@ from containers.engines.base import EngineError, EngineEvent
 from containers.engines.calls import engine_ping
 from containers.engines.labels import LABEL_INSTANCE
 from containers.execution.appliers import Appliers
-from containers.execution.health import runtime_health_record
+from containers.execution.health import runtime_rows_health_record
+from containers.execution.heartbeat import Heartbeat, engine_key
 from containers.execution.images import template_images_refresh
 from containers.execution.policies import policies_pass
 from containers.execution.reconciler import distinct_engines, reconcile
@@ -307,6 +312,7 @@ class Follower:
         self.runtime = runtime  # the session's row (event_apply's engine)
         self.name = runtime.name
         self.step = threading.Lock()  # held while events are being applied
+        self.wake = threading.Event()  # ends a wait to reconnect (the engine is back)
         self.cursor: MonitorCursor | None = None  # the session's, ahead of the stored one
         self.seen = StreamSeen()  # the session's
         self.inbox: deque[EngineEvent] = deque()
@@ -352,8 +358,17 @@ class Follower:
                 problem,
                 delay,
             )
-            stopping.wait(delay)
+            self._wait(delay)
             delay = min(delay * 2, self.monitor.backoff_cap)
+
+    def _wait(self, seconds: float) -> None:
+        """Wait to reconnect: ``seconds``, or less if the monitor stops or the heartbeat
+        finds the engine back (``wake``)."""
+        until = time.monotonic() + seconds
+        while not self.monitor.stopping.is_set() and (left := until - time.monotonic()) > 0:
+            if self.wake.wait(min(left, 0.25)):
+                self.wake.clear()
+                return
 
     def health_record(self, runtime: Runtime, *, reachable: bool, error: str = "") -> None:
         """Record what the stream learnt of its engine on every row of that daemon: a
@@ -366,11 +381,7 @@ class Follower:
             if not reachable:
                 reachable, error = engine_ping(runtime=runtime)
             with self.monitor.db():
-                rows = Runtime.objects.filter(
-                    enabled=True, driver=runtime.driver, base_url=runtime.base_url
-                )
-                for runtime_id in rows.values_list("pk", flat=True):
-                    runtime_health_record(runtime_id=runtime_id, reachable=reachable, error=error)
+                runtime_rows_health_record(runtime=runtime, reachable=reachable, error=error)
         except Exception:  # noqa: BLE001 - the follower outlives a failed write (DB away)
             log.warning("runtime %s: health not recorded", self.name, exc_info=True)
 
@@ -501,6 +512,16 @@ class Monitor(StopOnSignal):
         self._rechecks: dict[str, tuple[float, float, float]] = {}  # id -> (due, end, gap)
         self._rechecks_lock = threading.Lock()
         self.beat_name = liveness.beat_name(liveness.MONITOR)
+        self.heartbeat = Heartbeat(stopping=self.stopping, on_return=self.engine_returned)
+
+    def engine_returned(self, runtime: Runtime) -> None:
+        """The heartbeat found an engine recorded unreachable answering again: reconcile
+        now (its instances are settled from what it holds) and let its follower
+        reconnect at once instead of at the end of its backoff."""
+        self.reconcile_soon()
+        follower = self.followers.get(engine_key(runtime))
+        if follower is not None:
+            follower.wake.set()
 
     @contextlib.contextmanager
     def db(self) -> Iterator[None]:
@@ -560,6 +581,7 @@ class Monitor(StopOnSignal):
         log.info("monitor %s started (installation %s)", os.getpid(), self.installation)
         if _config()["refresh_image_status_on_start"]:
             self._step(self._refresh_images)
+        self.heartbeat.start()
         next_reconcile = next_beat = 0.0
         next_policies = time.monotonic() + self.policy_interval
         while not self.stopping.is_set():
@@ -612,7 +634,7 @@ class Monitor(StopOnSignal):
     def _follow_enabled(self) -> None:
         """Start a follower for each engine of the enabled runtimes not yet followed."""
         for runtime in distinct_engines(Runtime.objects.filter(enabled=True)):
-            key = (runtime.driver, runtime.base_url)
+            key = engine_key(runtime)
             follower = self.followers.get(key)
             if follower is not None and follower.thread.is_alive():
                 continue

@@ -31,6 +31,7 @@ from containers.engines import engine_for
 from containers.engines.base import ContainerState, Engine, EngineError
 from containers.engines.calls import ENGINE_CALL_SECONDS
 from containers.engines.deadlines import EngineDeadline, engine_busy
+from containers.execution.engine_loss import runtime_engine_lost, runtime_instances_clear_away
 from containers.execution.health import runtime_health_record
 from containers.execution.sync import (
     WATCHED,
@@ -38,6 +39,7 @@ from containers.execution.sync import (
     instance_label,
     instance_sync,
     running_as_recorded,
+    stopped_as_recorded,
 )
 from containers.installation import installation_id
 from containers.models import ContainerEvent, ContainerInstance, OrphanContainer, Runtime
@@ -122,6 +124,7 @@ class ReconcileReport:
     changed: int = 0
     busy: int = 0
     timed_out: int = 0
+    lost: int = 0
     orphans_new: int = 0
     orphans_removed: int = 0
     errors: list[str] = field(default_factory=list)
@@ -129,16 +132,17 @@ class ReconcileReport:
     def __str__(self) -> str:
         text = (
             f"checked {self.checked}, changed {self.changed}, left to workers {self.busy}, "
-            f"timed out {self.timed_out}, new orphans {self.orphans_new}, "
+            f"timed out {self.timed_out}, lost {self.lost}, new orphans {self.orphans_new}, "
             f"orphans removed {self.orphans_removed}"
         )
         return text + (f", errors: {'; '.join(self.errors)}" if self.errors else "")
 
 
 def _orphan_upsert(
-    runtime: Runtime, state: ContainerState, *, now: dt.datetime, policy: str
+    runtime: Runtime, state: ContainerState, *, now: dt.datetime, why: str
 ) -> tuple[OrphanContainer, bool]:
-    """Insert or refresh the orphan row; on insert also record the sighting, once."""
+    """Insert or refresh the orphan row; on insert also record the sighting, once
+    (``why``: what makes it an orphan, for the history)."""
     fields = {
         "name": state.name,
         "labels": state.labels,
@@ -160,8 +164,7 @@ def _orphan_upsert(
                 kind="orphan",
                 actor=RECONCILER,
                 message=(
-                    f"container {state.name} ({state.runtime_id[:12]}) on {runtime.name} "
-                    f"carries our labels but has no instance (orphan_policy {policy})"
+                    f"container {state.name} ({state.runtime_id[:12]}) on {runtime.name} {why}"
                 ),
                 data={
                     "runtime": runtime.name,
@@ -179,34 +182,45 @@ def _orphan_upsert(
 def orphans_scan(
     *, runtime: Runtime, engine: Engine, installation: str, report: ReconcileReport
 ) -> None:
-    """Report (and under ``orphan_policy: remove``, remove) containers with no instance.
+    """Report (and under ``orphan_policy: remove``, remove) containers with no instance,
+    and remove those their instance gave up.
 
     1. List every container with our installation label (engine call).
     2. Then read which of their instances exist: a container listed before its instance
        was deleted may be reported once, but one made after the read is never mistaken
-       for an orphan.
+       for an orphan. An instance ``failed`` and marked missing (its engine was lost,
+       ``engine_loss``, or its container was removed outside gobrave) has given its
+       container up: that container is an orphan too, removed whatever the policy (the
+       instance says its run ended; the run must not go on unseen).
     3. Upsert an ``OrphanContainer`` per orphan; the first sighting adds a ``ContainerEvent``
        (kind ``orphan``, the label's instance id or the nil uuid).
-    4. Under ``remove``, remove it and set ``removed_at``. Rows of orphans no longer listed
-       get ``removed_at`` too (someone removed them).
+    4. Under ``remove`` (or given up), remove it and set ``removed_at``. Rows of orphans
+       no longer listed get ``removed_at`` too (someone removed them).
     """
     policy = _config()["orphan_policy"]
     states = engine.list_ours(installation)
     labelled = {s.runtime_id: instance_label(s) for s in states}
-    known = set(
-        ContainerInstance.objects.filter(
-            id__in=[i for i in labelled.values() if i is not None]
-        ).values_list("id", flat=True)
+    rows = ContainerInstance.objects.filter(id__in=[i for i in labelled.values() if i is not None])
+    given_up = set(
+        rows.filter(status=Status.FAILED, runtime_missing=True).values_list("id", flat=True)
     )
+    known = set(rows.values_list("id", flat=True)) - given_up
     now = timezone.now()
     listed = []
     for state in states:
-        if labelled[state.runtime_id] in known:
+        owner = labelled[state.runtime_id]
+        if owner in known:
             continue
         listed.append(state.runtime_id)
-        orphan, new = _orphan_upsert(runtime, state, now=now, policy=policy)
+        gave_up = owner in given_up
+        why = (
+            f"belongs to instance {owner}, which gave it up (failed, marked missing): removed"
+            if gave_up
+            else f"carries our labels but has no instance (orphan_policy {policy})"
+        )
+        orphan, new = _orphan_upsert(runtime, state, now=now, why=why)
         report.orphans_new += new
-        if policy == "remove":
+        if policy == "remove" or gave_up:
             engine.remove(state.runtime_id)
             OrphanContainer.objects.filter(pk=orphan.pk).update(removed_at=now)
             report.orphans_removed += 1
@@ -214,6 +228,62 @@ def orphans_scan(
     OrphanContainer.objects.filter(runtime=runtime, removed_at__isnull=True).exclude(
         container_id__in=listed
     ).update(removed_at=now)
+
+
+#: Stopped instances compared per runtime and pass, besides those the engine lists running.
+STOPPED_BATCH = 1000
+#: Where each runtime's turn through its stopped instances stands (this process's passes).
+_stopped_after: dict[int, uuid.UUID] = {}
+# The fields a pass reads to decide whether to look (``instance_sync`` reads the row again).
+_COMPARED = ("id", "status", "container_id", "runtime_node_name", "runtime_missing", "created_at")
+
+
+def _active_rows(runtime: Runtime) -> list[ContainerInstance]:
+    """The runtime's watched instances other than ``stopped`` ones, and failed ones with
+    a node name to backfill: the status index and the ``instance_failed_unplaced``
+    partial index, so the read is bounded by those rows."""
+    rows = ContainerInstance.objects.filter(runtime=runtime).filter(
+        Q(status__in=WATCHED - {Status.STOPPED})
+        | (Q(status=Status.FAILED, runtime_node_name="") & ~Q(container_id=""))
+    )
+    return list(rows.only(*_COMPARED).order_by("created_at"))
+
+
+def _has_stopped(runtime: Runtime) -> bool:
+    return ContainerInstance.objects.filter(runtime=runtime, status=Status.STOPPED).exists()
+
+
+def _stopped_rows(
+    runtime: Runtime, listed: dict[str, str], *, known, batch: int | None
+) -> list[ContainerInstance]:
+    """The stopped instances this pass compares.
+
+    1. Those whose container the engine lists running or paused (started outside
+       gobrave): looked up by container id among the running containers no active
+       instance accounts for (the ``instance_stopped_container`` partial index).
+    2. The next ``batch`` after this runtime's turn (by id, over the
+       ``instance_stopped_turn`` partial index), wrapping round to the first; the turn
+       moves on. With fewer than ``batch`` stopped instances every pass compares all of
+       them.
+    ``batch`` None: every stopped instance (a pass on demand).
+    """
+    rows = ContainerInstance.objects.filter(runtime=runtime, status=Status.STOPPED).only(*_COMPARED)
+    if batch is None:
+        return list(rows.order_by("id"))
+    accounted = {i.container_id for i in known}
+    awake = [
+        cid for cid, st in listed.items() if st in ("running", "paused") and cid not in accounted
+    ]
+    found = {i.id: i for i in rows.filter(container_id__in=awake)} if awake else {}
+    after = _stopped_after.get(runtime.pk)
+    turn = list((rows.filter(id__gt=after) if after else rows).order_by("id")[:batch])
+    if after and len(turn) < batch:
+        turn += rows.filter(id__lte=after).order_by("id")[: batch - len(turn)]
+    if turn:
+        _stopped_after[runtime.pk] = turn[-1].id
+    for instance in turn:
+        found.setdefault(instance.id, instance)
+    return list(found.values())
 
 
 def distinct_engines(runtimes: Iterable[Runtime]) -> list[Runtime]:
@@ -250,17 +320,23 @@ def runtime_pass(
     actor: str,
     seconds: float,
     report: ReconcileReport,
+    stopped_batch: int | None = STOPPED_BATCH,
 ) -> None:
-    """Step 1 of ``reconcile`` for one runtime, its engine calls bounded by ``seconds``
+    """Step 1 of ``reconcile`` for one runtime (its active instances, the stopped ones
+    the engine lists running and a turn of ``stopped_batch`` others: ``_stopped_rows``),
+    its engine calls bounded by ``seconds``
     in all (``EngineDeadline``); the database work runs on the caller's thread. Raises
     ``EngineError`` when the engine does not answer (in time)."""
     engine = engine_share(runtime, seconds)
     # A ping first, bounded on its own too: a silently cut link fails fast.
     engine.check(within=ENGINE_CALL_SECONDS)
     listed = {s.runtime_id: s.status for s in engine.list_ours(installation)}
+    instances = instances + _stopped_rows(runtime, listed, known=instances, batch=stopped_batch)
     for instance in instances:
         engine_status = listed.get(instance.container_id, "")
-        if running_as_recorded(instance, instance.container_id, engine_status):
+        if running_as_recorded(
+            instance, instance.container_id, engine_status
+        ) or stopped_as_recorded(instance, instance.container_id, engine_status):
             report.checked += 1
             continue
         outcome = instance_sync(
@@ -285,8 +361,14 @@ def reconcile(
     installation: str | None = None,
     actor: str = RECONCILER,
     engine_timeout: float | None = None,
+    stopped_batch: int | None = STOPPED_BATCH,
 ) -> ReconcileReport:
-    """One full pass over ``runtimes`` (default: all). Must run outside a transaction.
+    """One pass over ``runtimes`` (default: all). Must run outside a transaction.
+
+    What a pass reads is bounded by the active instances, not by the table: the
+    ``stopped`` ones (most rows of a long-lived installation) are compared
+    ``stopped_batch`` at a time, in turn (``_stopped_rows``); ``None`` compares them all
+    (``manage.py reconcile --once``).
 
     Each engine gets at most ``engine_timeout`` seconds (``reconcile_engine_timeout``)
     of engine calls in each of steps 1 and 3 (``EngineDeadline``): one that hangs costs
@@ -295,15 +377,21 @@ def reconcile(
     plus its database work, whatever the engines do.
 
     1. Per runtime: ping its engine, list our containers on it (one call), and
-       ``instance_sync`` each watched instance (and failed ones without a node name),
-       except one the list shows ``running_as_recorded`` (a look would change nothing);
-       then store the engine's health record on the row (``containers.execution.health``). An
-       engine that does not answer (in time) is recorded ``unreachable`` with the
-       reason and the pass goes on.
+       ``instance_sync`` each active watched instance (and failed ones without a node
+       name), the stopped ones the list shows running or paused, and the next
+       ``stopped_batch`` stopped ones, except one the list shows ``running_as_recorded``
+       or ``stopped_as_recorded`` (a look would change nothing); then store the engine's
+       health record on the row (``containers.execution.health``) and clear the
+       "engine unreachable" reason of its instances, now settled from what the engine
+       holds (``engine_loss.runtime_instances_clear_away``). An engine that does not
+       answer (in time) is recorded ``unreachable`` with the reason (its instances keep
+       their state and show it) and the pass goes on.
     2. Fail instances that held a create/start slot past ``start_timeout`` (neither
        leased nor waiting for a retry: ``instance_fail_stuck``), except on an engine
        this pass found unreachable: those keep their state until it answers.
-    3. Per distinct engine of the enabled runtimes: ``orphans_scan``.
+    3. With ``engine_lost_after`` set: give up on the instances of each engine this pass
+       found unreachable that has been so for longer (``engine_loss.runtime_engine_lost``).
+    4. Per distinct engine of the enabled runtimes: ``orphans_scan``.
     Idempotent; safe to run while the monitor and workers run.
     """
     installation = installation or installation_id()
@@ -312,15 +400,8 @@ def reconcile(
     report = ReconcileReport()
     unreachable = set()
     for runtime in rows:
-        instances = list(
-            ContainerInstance.objects.filter(runtime=runtime)
-            .filter(
-                Q(status__in=WATCHED)
-                | (Q(status=Status.FAILED, runtime_node_name="") & ~Q(container_id=""))
-            )
-            .order_by("created_at")
-        )
-        if not instances and not runtime.enabled:
+        instances = _active_rows(runtime)
+        if not instances and not runtime.enabled and not _has_stopped(runtime):
             continue
         try:
             runtime_pass(
@@ -330,7 +411,9 @@ def reconcile(
                 actor=actor,
                 seconds=seconds,
                 report=report,
+                stopped_batch=stopped_batch,
             )
+            runtime_instances_clear_away(runtime_id=runtime.pk)
         except EngineError as exc:
             message = f"runtime {runtime.name} ({runtime.base_url}) unreachable: {exc}"
             report.errors.append(message)
@@ -346,6 +429,12 @@ def reconcile(
     )
     for instance_id in active:
         report.timed_out += instance_fail_stuck(instance_id=instance_id)
+    lost_after = _config()["engine_lost_after"]
+    if lost_after is not None:
+        for runtime_id in sorted(unreachable):
+            report.lost += runtime_engine_lost(
+                runtime_id=runtime_id, after=float(lost_after), actor=actor
+            )
     for runtime in distinct_engines(r for r in rows if r.enabled):
         if runtime.pk in unreachable:
             continue
@@ -360,6 +449,12 @@ def reconcile(
             message = f"orphan scan of {runtime.name} failed: {exc}"
             report.errors.append(message)
             log.warning("reconcile: %s", message)
-    if report.changed or report.timed_out or report.orphans_new or report.orphans_removed:
+    if (
+        report.changed
+        or report.timed_out
+        or report.lost
+        or report.orphans_new
+        or report.orphans_removed
+    ):
         log.info("reconcile: %s", report)
     return report

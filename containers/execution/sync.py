@@ -98,6 +98,27 @@ def running_as_recorded(instance: ContainerInstance, runtime_id: str, engine_sta
     )
 
 
+# Engine states in which a stopped instance's container says nothing new (``target_for``).
+_AT_REST = frozenset({"exited", "dead", "created"})
+
+
+def stopped_as_recorded(instance: ContainerInstance, runtime_id: str, engine_status: str) -> bool:
+    """True when a look at a ``stopped`` instance would change nothing: the engine lists
+    its container at rest (``target_for`` of an exited container of a stopped instance is
+    the exit already recorded), nothing is left to backfill; or the container is gone and
+    the instance is already marked missing (recorded once, when first seen)."""
+    if instance.status != Status.STOPPED:
+        return False
+    if not engine_status:
+        return instance.runtime_missing and bool(instance.runtime_node_name)
+    return (
+        engine_status in _AT_REST
+        and instance.container_id == runtime_id
+        and bool(instance.runtime_node_name)
+        and not instance.runtime_missing
+    )
+
+
 def instance_label(state: ContainerState) -> uuid.UUID | None:
     """The instance a container belongs to, from its ``io.gobrave.instance`` label."""
     try:
@@ -134,7 +155,8 @@ def instance_sync(
 
     Must run outside a transaction. Idempotent. Returns what it did (``Sync``).
     1. Read the instance (no lock; ``read``: the caller's read of it just now). Skip it
-       unless it is watched (or ``failed`` with no node name yet, for the backfill only);
+       unless it is watched (or ``failed`` with no node name yet and not marked missing,
+       for the backfill only);
        leave it to the worker (``BUSY``) while a request for it is unfinished.
     2. Inspect its container (no transaction open).
     3. Lock the row; if its state moved meanwhile, stop (``RACED``).
@@ -150,8 +172,10 @@ def instance_sync(
     if instance is None:
         return Sync.SKIPPED
     backfill_only = instance.status == Status.FAILED
-    if backfill_only and (instance.runtime_node_name or not instance.container_id):
-        return Sync.SKIPPED
+    if backfill_only and (
+        instance.runtime_node_name or not instance.container_id or instance.runtime_missing
+    ):
+        return Sync.SKIPPED  # (failed and missing: its container was given up, see orphans)
     if not backfill_only and instance.status not in WATCHED:
         return Sync.SKIPPED
     if instance.status in IN_FLIGHT and request_unfinished(instance.id):

@@ -16,6 +16,8 @@ from django.db import transaction
 from containers.engines import fake_driver_allowed
 from containers.errors import InvalidRuntime, NotFound
 from containers.models import Runtime
+from containers.queues import Queue
+from outbox.services import outbox_release_deferred
 
 # What a caller may set; health, node name and timestamps are gobrave's.
 WRITABLE = (
@@ -33,6 +35,8 @@ WRITABLE = (
     "kube_access_mode",
     "labels",
     "enabled",
+    "max_containers",
+    "max_concurrency",
 )
 
 
@@ -63,6 +67,7 @@ def runtime_create(**fields: Any) -> Runtime:
     _checked(runtime)
     with transaction.atomic():
         runtime.save()
+        outbox_release_deferred(queue=Queue.CREATE)  # a new engine: waiting creates look again
     return runtime
 
 
@@ -85,4 +90,6 @@ def runtime_update(*, runtime_id: int, **fields: Any) -> Runtime:
         # clean() derives a kubernetes row's base_url and fills its blank defaults.
         derived = {"base_url", "kube_volume_size", "kube_access_mode"}
         runtime.save(update_fields=sorted({*fields, *derived}))
+        # More room, other labels, enabled again: creates waiting for an engine look again.
+        outbox_release_deferred(queue=Queue.CREATE)
     return runtime

@@ -16,10 +16,11 @@ from django.utils import timezone
 
 from containers.errors import NotFound
 from containers.models import ContainerInstance, Runtime
+from containers.queues import Queue
 from containers.requests.lifecycle import instance_lock, move, record
 from containers.signals import instance_removed, runtime_decommissioned
 from containers.states import Status
-from outbox.services import outbox_supersede_waiting
+from outbox.services import outbox_release_deferred, outbox_supersede_waiting
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,8 @@ def _set_cordon(*, runtime_id: int, cordoned: bool, actor: str) -> Runtime:
         runtime.cordoned_at = timezone.now() if cordoned else None
         runtime.cordoned_by = actor if cordoned else ""
         runtime.save(update_fields=["cordoned", "cordoned_at", "cordoned_by"])
+        if not cordoned:  # creates waiting for an engine with room may go there now
+            outbox_release_deferred(queue=Queue.CREATE)
     log.info(
         "runtime %s (%s) %s by %s",
         runtime.pk,
@@ -78,7 +81,8 @@ def runtime_cordon(*, runtime_id: int, actor: str) -> Runtime:
 
     One transaction under the runtime's row lock; idempotent (cordoning a cordoned
     runtime changes nothing, keeps who cordoned it and since when). Creates accepted
-    before the commit keep the engine they were given. ``NotFound`` for no such runtime.
+    before the commit and already placed keep their engine; those still ``pending`` are
+    placed elsewhere, or wait. ``NotFound`` for no such runtime.
     """
     return _set_cordon(runtime_id=runtime_id, cordoned=True, actor=actor)
 

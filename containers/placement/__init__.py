@@ -1,5 +1,6 @@
-"""Placement: which runtime (engine) a new instance goes to.
+"""Placement: which runtime (engine) a create goes to.
 
-The request side asks ``choice.runtime_select`` while it accepts a create (and a DAG run
-for its nodes); per-engine capacity and health-driven placement belong here too.
+``choice.placement_choose`` decides (constraints, room, the policy);
+``containers.requests.placing`` runs it under the capacity gate when a create leaves
+``pending``; a DAG run's engine is ``choice.runtime_select``.
 """

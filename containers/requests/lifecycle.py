@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
@@ -21,7 +20,7 @@ from containers.models import ContainerEvent, ContainerInstance, Gate
 from containers.queues import Queue
 from containers.requests.slots import slot_count
 from containers.signals import instance_moved
-from containers.states import ACTIVE_SLOTS, Status, can_move
+from containers.states import ACTIVE_SLOTS, BEING_DELETED, Status, can_move
 from core import prepared
 from core.counters import counter_bump
 from outbox.services import outbox_release_deferred
@@ -101,6 +100,7 @@ def record(
     event = ContainerEvent(
         instance_id=instance.id,
         instance_name=instance.name,
+        owner_id=instance.owner_id,
         kind=kind,
         from_status=from_status,
         to_status=to_status,
@@ -145,7 +145,8 @@ def move(
     Must run inside a transaction on a row locked with ``select_for_update()``.
     Raises ``InvalidTransition`` (and changes nothing) when the move is not allowed.
     ``fields`` are passed to the transition method (``reason``, ``exit_code``).
-    When the instance leaves a create/start slot, deferred creates are woken.
+    When the instance leaves a create/start slot, or its place on its engine (a delete
+    accepted: ``Runtime.max_containers`` no longer counts it), deferred creates are woken.
     Sends ``instance_moved`` (in this transaction) once the change is recorded.
     """
     if not connection.in_atomic_block:
@@ -170,7 +171,9 @@ def move(
     )
     prepared.update_and_insert(instance, MOVED_FIELDS, entry)  # one statement on PostgreSQL
     log.info("instance %s %s -> %s by %s %s", instance.id, source, target, actor, message)
-    if source in ACTIVE_SLOTS and target not in ACTIVE_SLOTS:
+    if (source in ACTIVE_SLOTS and target not in ACTIVE_SLOTS) or (
+        target in BEING_DELETED and source not in BEING_DELETED and instance.runtime_id
+    ):
         outbox_release_deferred(queue=Queue.CREATE)
     if target == Status.FAILED:
         transaction.on_commit(lambda: counter_bump(RequestStat.INSTANCE_FAILED))
@@ -215,36 +218,6 @@ def capacity_available(*, exclude: uuid.UUID | str | None = None) -> bool:
     lock_gate("capacity")
     held = slot_count(exclude=exclude)
     return held < settings.GOBRAVE["container"]["create_queue_max_concurrency"]
-
-
-def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
-    """The create queue's claim guard (``outbox.registry.register_claim_guard``): which of
-    the rows a claim selected it may take without passing the cap (contract §4).
-
-    1. A row whose instance is not ``creating``/``starting`` (a fresh create or start)
-       takes no slot when claimed: its handler passes the gate. All such rows go.
-    2. A row whose instance is already ``creating``/``starting`` (a retry due, a lease
-       reclaimed) makes it a slot the moment it is claimed. If there are any, take the
-       capacity gate (for the rest of the claim's transaction: the claim commits them
-       ``processing`` under it), count the slots, and let the first ``cap - slots`` of
-       them go in claim order; the rest are held back, still due.
-    Lock order: the claim's rows, then the gate; no holder of the gate waits on an
-    outbox row lock (the gate's holders are this guard and the handlers' first step,
-    which writes no outbox row), so there is no cycle.
-    """
-    active = _in_slots([aggregate for _, aggregate in rows if _is_uuid(aggregate)])
-    if not active:
-        return [row_id for row_id, _ in rows]
-    lock_gate("capacity")
-    room = settings.GOBRAVE["container"]["create_queue_max_concurrency"] - slot_count()
-    allowed = []
-    for row_id, aggregate in rows:
-        if aggregate in active:
-            if room <= 0:
-                continue
-            room -= 1
-        allowed.append(row_id)
-    return allowed
 
 
 def _in_slots(ids: list[str]) -> set[str]:

@@ -35,11 +35,11 @@ from containers.errors import (
 )
 from containers.installation import installation_id
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
-from containers.placement.choice import runtime_select
+from containers.placement.choice import constraints_of, runtimes_matching
 from containers.queues import RequestKind
 from containers.requests.lifecycle import instance_lock, lock_gate, move, record
+from containers.spec.engine_parts import RUNTIME_NAME_STANDIN, WORKSPACE_PATH_STANDIN
 from containers.spec.hardening import owner_ids
-from containers.spec.mounts import workspace_for
 from containers.spec.policies import policy_resolve
 from containers.spec.resolve import resolve_spec
 from containers.states import BEING_DELETED, Status, sources_of
@@ -89,9 +89,10 @@ def _variables(
     name: str,
     owner: AbstractBaseUser,
     template: ContainerTemplate,
-    runtime: Runtime,
-    workspace: dict[str, Any],
 ) -> dict[str, str]:
+    """gobrave's variables for a create; the engine's (``$RUNTIME_NAME``,
+    ``$WORKSPACE_PATH``) are stand-ins until the create is placed
+    (``containers.spec.engine_parts``)."""
     group = _first_group_id(owner) if hasattr(owner, "groups") else None
     return {
         "USERID": str(owner.pk),
@@ -103,8 +104,8 @@ def _variables(
         "CONTAINER_NAME": f"gb-{instance_id}",
         "TEMPLATE_ID": str(template.pk),
         "TEMPLATE_NAME": template.name,
-        "RUNTIME_NAME": runtime.name,
-        "WORKSPACE_PATH": workspace["source"],
+        "RUNTIME_NAME": RUNTIME_NAME_STANDIN,
+        "WORKSPACE_PATH": WORKSPACE_PATH_STANDIN,
         "WORKSPACE_ROOT": _config()["workspace_root"],
     }
 
@@ -190,10 +191,14 @@ def container_create_by_template(
     """Accept a create request, or refuse it (``OwnerQuotaExceeded``,
     ``InstanceQuotaExceeded``, ``QueueFull``, ``InvalidSpec``, ``NameTaken``: the owner
     has an instance of that name, the database's ``instance_name_per_owner`` says so;
-    ``RuntimesCordoned`` when every matching engine is cordoned).
+    ``NoMatchingRuntime`` when no enabled engine's labels could ever match).
 
     0. The template must be enabled and open to ``owner`` (``TemplateUnavailable``).
-    1. Choose the runtime and resolve the spec (no lock held; a bad spec stops here).
+    1. Check that some enabled engine matches the constraints and resolve the spec, with
+       stand-ins for its engine's parts (no lock held; a bad spec stops here). The
+       instance is not placed: its engine is chosen when it leaves ``pending``
+       (``containers.requests.placing``), from the constraints stored in
+       ``spec["placement"]``; cordoned, unreachable or full engines make it wait there.
     2. In one transaction: insert the instance, its history entry and its
        ``ContainerCreateRequest`` outbox row; then take the global admission gate (every
        create, whatever its template, runtime or owner), check the owner's quotas
@@ -206,14 +211,14 @@ def container_create_by_template(
     ``instance_id`` makes the create idempotent (an instance with that id, made
     earlier, is returned as it is, not queued again); ``runtime`` pins the engine (it
     must still match the constraints; a cordon does not stop it: the run was placed
-    before); ``snapshot`` (``spec.template_snapshot``) is
-    resolved instead of the template's current fields; ``extra_labels`` and
-    ``extra_mounts`` (trusted, made by gobrave: e.g. ``{"type": "volume", "source":
-    name, "target": "/dag"}``) are added to the resolved spec;
-    ``exempt_from_policies`` leaves the lifecycle policies out of the spec (a DAG node:
-    its run has cleanup policies of its own, and a policy stop would fail the node).
-    Otherwise the template's policies (``containers.spec.policies``) are resolved into
-    ``spec["policy"]``, fixed like the rest of the spec.
+    before; the instance waits while it is full or away); ``snapshot``
+    (``spec.template_snapshot``) is resolved instead of the template's current fields;
+    ``extra_labels`` and ``extra_mounts`` (trusted, made by gobrave: e.g.
+    ``{"type": "volume", "source": name, "target": "/dag"}``) are added to the resolved
+    spec; ``exempt_from_policies`` leaves the lifecycle policies out of the spec (a DAG
+    node: its run has cleanup policies of its own, and a policy stop would fail the
+    node). Otherwise the template's policies (``containers.spec.policies``) are resolved
+    into ``spec["policy"]``, fixed like the rest of the spec.
     """
     if not access.may_use_template(owner, template):
         raise TemplateUnavailable(
@@ -225,11 +230,10 @@ def container_create_by_template(
         if existing is not None:
             return existing
     source = template if snapshot is None else _from_snapshot(snapshot)
-    if runtime is None:
-        runtime = runtime_select(template=source)
-    else:
-        # The run was placed when it started: its later nodes follow it, cordoned or not.
-        runtime = runtime_select(template=source, among=[runtime], include_cordoned=True)
+    # The run was placed when it started: its later nodes follow it, cordoned or not.
+    matching = runtimes_matching(template=source, among=None if runtime is None else [runtime])
+    if runtime is not None:
+        runtime = matching[0]
     instance_id = instance_id or uuid.uuid4()
     if not name:
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", template.name).strip("-._")[:100] or "c"
@@ -243,17 +247,12 @@ def container_create_by_template(
     security = _config()["security"]
     installation = installation_id()
     uid, gid = owner_ids(owner.pk, security)
-    workspace = workspace_for(
-        runtime=runtime, owner_id=owner.pk, uid=uid, gid=gid, installation=installation
-    )
-    variables = _variables(
-        instance_id=instance_id,
-        name=name,
-        owner=owner,
-        template=source,
-        runtime=runtime,
-        workspace=workspace,
-    )
+    # A stand-in until placement: its kind and source are the chosen engine's.
+    workspace = {"kind": "volume", "source": WORKSPACE_PATH_STANDIN, "uid": uid, "gid": gid}
+    variables = _variables(instance_id=instance_id, name=name, owner=owner, template=source)
+    # An operator's bind mount needs an engine on this host: allowed if one matches, and
+    # then the create is placed only on such an engine (``local_only`` below).
+    local = any(each.is_local for each in matching)
     try:
         spec = resolve_spec(
             template=source,
@@ -264,9 +263,16 @@ def container_create_by_template(
             owner_id=owner.pk,
             security=security,
             workspace=workspace,
-            local=runtime.is_local,
+            local=local,
             workspace_root=_config()["workspace_root"],
         )
+        spec["placement"] = {
+            "constraints": constraints_of([source]),
+            "local_only": any(
+                m["type"] == "bind" and not m.get("workspace") for m in spec["mounts"]
+            ),
+            "engine": "",  # not placed yet (``containers.spec.engine_parts``)
+        }
     except MountRefused as exc:
         log.warning("create refused for %s: %s", owner.get_username(), exc.operator_message)
         raise
@@ -301,7 +307,8 @@ def container_create_by_template(
                 kind=RequestKind.CREATE,
                 actor=actor,
                 to_status=Status.PENDING,
-                message=f"create requested from template {template.name} on {runtime.name}",
+                message=f"create requested from template {template.name}"
+                + (f", pinned to {runtime.name}" if runtime is not None else ""),
             )
             outbox_enqueue(
                 kind=RequestKind.CREATE,

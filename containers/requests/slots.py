@@ -49,7 +49,7 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce, Now, Replace
 
 from containers.models import ContainerInstance
-from containers.states import ACTIVE_SLOTS
+from containers.states import ACTIVE_SLOTS, PLACE_FREE
 from core import prepared
 from outbox.models import OutboxEvent, OutboxStatus
 
@@ -68,15 +68,18 @@ def _waiting_rows():
     return rows.filter(WAITING, key=OuterRef("id"))
 
 
-def _holding(*, exclude: uuid.UUID | str | None = None):
-    """The instances that hold a slot (the one definition; see the module docstring)."""
+def _holds_slot() -> Q:
+    """An instance that holds a slot (the one definition; see the module docstring)."""
     # One the engine accepted and that waits for room of its own holds none (section 9).
-    active = ContainerInstance.objects.filter(
-        status__in=ACTIVE_SLOTS, engine_waiting_since__isnull=True
-    )
+    return Q(status__in=ACTIVE_SLOTS, engine_waiting_since__isnull=True) & ~Exists(_waiting_rows())
+
+
+def _holding(*, exclude: uuid.UUID | str | None = None):
+    """The instances that hold a slot (``_holds_slot``)."""
+    active = ContainerInstance.objects.all()
     if exclude is not None:
         active = active.exclude(id=exclude)
-    return active.filter(~Exists(_waiting_rows()))
+    return active.filter(_holds_slot())
 
 
 def slot_count(*, exclude: uuid.UUID | str | None = None) -> int:
@@ -169,3 +172,28 @@ def slots_on_runtime():
         .values("n")
     )
     return Coalesce(Subquery(held, output_field=IntegerField()), 0)
+
+
+@dataclass(frozen=True)
+class EngineUsage:
+    """What one engine holds against its capacity (``engine_usage``)."""
+
+    containers: int  # instances placed there, in every state but ``PLACE_FREE``
+    slots: int  # create/start slots held there (the one definition above)
+
+
+def engine_usage() -> dict[int, EngineUsage]:
+    """``{runtime_id: EngineUsage}`` in one grouped statement (runtimes holding nothing
+    are absent). Reads only; placement calls it with the capacity gate held, so what it
+    sees is exact (every earlier holder committed)."""
+    rows = (
+        ContainerInstance.objects.filter(runtime_id__isnull=False)
+        .exclude(status__in=sorted(PLACE_FREE))
+        .order_by()
+        .values_list("runtime_id")
+        .annotate(
+            containers=Count("id"),
+            slots=Count("id", filter=_holds_slot()),
+        )
+    )
+    return {pk: EngineUsage(containers=n, slots=held) for pk, n, held in rows}

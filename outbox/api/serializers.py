@@ -27,5 +27,7 @@ class OutboxEventOutputSerializer(serializers.ModelSerializer):
             "last_error",
             "created_at",
             "sent_at",
+            "resolved_at",
+            "resolved_by",
         ]
         read_only_fields = fields

@@ -1,5 +1,5 @@
-"""The outbox REST API: list and filter rows (``view_outboxevent``), and make a
-backing-off row due now (``change_outboxevent``)."""
+"""The outbox REST API: list and filter rows (``view_outboxevent``), make a backing-off
+row due now and dismiss a dead letter (``change_outboxevent``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from outbox import selectors
 from outbox.api import serializers as s
 from outbox.api.filters import OutboxFilter
 from outbox.models import OutboxEvent
-from outbox.services import outbox_retry_now
+from outbox.services import outbox_dead_resolve, outbox_retry_now
 
 
 def _event_id(pk: str) -> int:
@@ -42,6 +42,7 @@ class OutboxViewSet(viewsets.GenericViewSet):
         "list": ("outbox.view_outboxevent",),
         "retrieve": ("outbox.view_outboxevent",),
         "retry": ("outbox.change_outboxevent",),
+        "dismiss": ("outbox.change_outboxevent",),
     }
     serializer_class = s.OutboxEventOutputSerializer
     queryset = OutboxEvent.objects.none()
@@ -69,4 +70,17 @@ class OutboxViewSet(viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def retry(self, request, pk: str):
         event = outbox_retry_now(event_id=_event_id(pk))
+        return Response(s.OutboxEventOutputSerializer(event).data)
+
+    @extend_schema(
+        summary="Dismiss a dead letter (permission change_outboxevent)",
+        description="Mark a dead row resolved (`resolved_at`, `resolved_by`): it stays for "
+        "diagnosis and is deleted `retention.dead_letters_resolved` later. Its status stays "
+        "`dead`. Idempotent; rows in any other status answer 409.",
+        request=None,
+        responses={200: s.OutboxEventOutputSerializer, **error_responses(404, 409)},
+    )
+    @action(detail=True, methods=["post"])
+    def dismiss(self, request, pk: str):
+        event = outbox_dead_resolve(event_id=_event_id(pk), actor=request.user.get_username())
         return Response(s.OutboxEventOutputSerializer(event).data)

@@ -12,6 +12,7 @@ from django.urls import reverse
 
 from containers.engines import engine_for
 from containers.engines.base import ContainerSpec
+from containers.execution.health import runtime_health_record
 from containers.models import ContainerEvent, ContainerInstance
 from containers.states import Status
 from outbox.models import OutboxEvent
@@ -490,3 +491,17 @@ def test_extend_action_extends_what_the_template_allows_and_reports_refusals(as_
     assert messages[1].startswith("Extension refused for 1 instance: b-fixed: cannot extend")
     assert ContainerInstance.objects.get(pk=mine.pk).extended_seconds == 3600
     assert ContainerInstance.objects.get(pk=fixed.pk).stop_at == fixed.stop_at
+
+
+def test_the_change_page_says_an_instance_s_engine_is_unreachable(
+    as_user, operator, template, owner
+):
+    instance = InstanceFactory(owner=owner, template=template)
+    ContainerInstance.objects.filter(pk=instance.pk).update(status=Status.RUNNING)
+    runtime_health_record(runtime_id=instance.runtime_id, reachable=False, error="link down")
+    page = as_user(operator).get(
+        reverse("admin:containers_containerinstance_change", args=[instance.pk])
+    )
+    assert page.status_code == 200
+    assert "engine unreachable since " in page.content.decode(), page.content.decode()[:2000]
+    assert "link down" in page.content.decode()

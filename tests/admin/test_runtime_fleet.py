@@ -31,22 +31,23 @@ def _action(client, action: str, runtimes, **extra):
 
 
 def test_the_changelist_shows_health_since_load_labels_and_cordon_state(as_user, operator):
-    busy = RuntimeFactory(name="busy", labels={"zone": "b", "gpu": "yes"})
-    idle = RuntimeFactory(name="idle", labels={})
+    busy = RuntimeFactory(name="busy", labels={"zone": "b", "gpu": "yes"}, max_containers=10)
+    idle = RuntimeFactory(name="idle", labels={}, max_concurrency=2)
     runtime_health_record(runtime_id=busy.pk, reachable=False, error="connection refused")
     InstanceFactory(runtime=busy, status="running")
     InstanceFactory(runtime=busy, status="stopped")
+    InstanceFactory(runtime=busy, status="delete_pending")  # its place is free already
     slot = InstanceFactory(runtime=busy, status="creating")
     RequestFactory(instance=slot, status="processing", lease_expires_at="2999-01-01T00:00Z")
     Runtime.objects.filter(pk=idle.pk).update(cordoned=True, cordoned_by="user:op")
     content = as_user(operator).get(reverse(CHANGELIST)).content.decode()
     row = _row(content, "busy")
-    assert 'data-instances="3" data-slots="1">3 instances, 1 slot in use' in row, row
+    assert 'data-instances="3" data-slots="1">containers 3/10<br>slots 1/∞' in row, row
     assert "<code>gpu=yes</code> <code>zone=b</code>" in row, row
     assert ">no answer since " in row and "connection refused" in row, row
     assert ">open<" in row, row
     row = _row(content, "idle")
-    assert 'data-instances="0" data-slots="0">0 instances, 0 slots in use' in row, row
+    assert 'data-instances="0" data-slots="0">containers 0/∞<br>slots 0/2' in row, row
     assert ">cordoned<" in row and 'title="by user:op"' in row, row
 
 
@@ -125,7 +126,7 @@ def test_decommission_on_yes_forgets_without_an_engine_call_and_the_row_can_go(
 
 
 def test_the_dashboard_shows_each_engine_health_since_placement_load_and_labels(as_user, operator):
-    busy = RuntimeFactory(name="busy", labels={"zone": "b"})
+    busy = RuntimeFactory(name="busy", labels={"zone": "b"}, max_containers=5, max_concurrency=3)
     RuntimeFactory(name="idle", labels={})
     runtime_health_record(runtime_id=busy.pk, reachable=True)
     Runtime.objects.filter(name="idle").update(cordoned=True)
@@ -138,8 +139,8 @@ def test_the_dashboard_shows_each_engine_health_since_placement_load_and_labels(
     row = content[start : content.index("</tr>", start)]
     assert "reachable since " in row and "<code>zone=b</code>" in row, row
     assert '"gb-engine-placement">open<' in row, row
-    assert 'class="gb-engine-instances" data-value="2"' in row, row
-    assert 'class="gb-engine-slots" data-value="1"' in row, row
+    assert 'class="gb-engine-instances" data-value="2">2/5<' in row, row
+    assert 'class="gb-engine-slots" data-value="1">1/3<' in row, row
     start = content.index('id="gb-engine-idle"')
     row = content[start : content.index("</tr>", start)]
     assert '"gb-engine-placement">cordoned<' in row and "not checked" not in row, row

@@ -24,3 +24,14 @@ def test_an_instance_shows_its_engine_unreachable_since_when(alice, make_instanc
     listed = alice.get("/api/containers/").json()
     rows = listed["results"] if isinstance(listed, dict) else listed
     assert [row["runtime"]["health"] for row in rows] == ["unreachable"], listed
+
+
+def test_an_instance_on_an_unreachable_engine_says_so_in_its_reason(
+    alice, make_instance, fake_runtime
+):
+    instance = make_instance("running")
+    runtime_health_record(runtime_id=fake_runtime.pk, reachable=False, error="no route to host")
+    body = alice.get(f"/api/containers/{instance.pk}/").json()
+    assert body["status"] == "running", body
+    assert body["status_reason"].startswith("engine unreachable since "), body
+    assert body["status_reason"].endswith(f"(runtime {fake_runtime.name}: no route to host)")

@@ -10,6 +10,7 @@ from outbox.models import OutboxEvent
 from tenants.roles import roles_install
 from tests.api.helpers import assert_error, token_client
 from tests.factories import InstanceFactory, RuntimeFactory, UserFactory
+from tests.placing import place
 
 pytestmark = pytest.mark.django_db
 
@@ -55,21 +56,32 @@ def test_the_fleet_actions_need_change_runtime_and_refusals_change_nothing(
     assert ContainerInstance.objects.filter(pk=instance.pk).exists()
 
 
-def test_staff_cordons_a_create_is_refused_with_409_naming_it_then_uncordons(
+def test_staff_cordons_a_create_waits_pending_naming_it_then_uncordons(
     staff, alice, template, fake_runtime
 ):
+    """A create whose only engine is cordoned is accepted (no 409 any more) and waits in
+    ``pending``, unplaced, saying why; once uncordoned it is placed there and the API
+    says where and why."""
     body = staff.post(f"/api/runtimes/{fake_runtime.pk}/cordon/").json()
     assert (body["cordoned"], body["cordoned_by"]) == (True, "user:root"), body
-    error = assert_error(
-        alice.post("/api/containers/", {"template": "sleeper"}, format="json"), 409
-    )
-    assert (error["code"], error["details"]) == (
-        "runtimes_cordoned", {"cordoned": ["fake"]},
-    ), error  # fmt: skip
-    assert ContainerInstance.objects.count() == 0
+    accepted = alice.post("/api/containers/", {"template": "sleeper"}, format="json")
+    assert accepted.status_code == 202, accepted.content
+    created = accepted.json()
+    assert (created["status"], created["runtime"], created["placement_reason"]) == (
+        "pending", None, "",
+    ), created  # fmt: skip
+    place(ContainerInstance.objects.get(pk=created["id"]))
+    shown = alice.get(f"/api/containers/{created['id']}/").json()
+    assert (shown["status"], shown["runtime"], shown["status_reason"]) == (
+        "pending", None, "waiting: no engine with room: fake cordoned",
+    ), shown  # fmt: skip
     body = staff.post(f"/api/runtimes/{fake_runtime.pk}/uncordon/").json()
     assert (body["cordoned"], body["cordoned_at"]) == (False, None), body
-    assert alice.post("/api/containers/", {"template": "sleeper"}, format="json").status_code == 202
+    place(ContainerInstance.objects.get(pk=created["id"]))
+    shown = alice.get(f"/api/containers/{created['id']}/").json()
+    assert (shown["status"], shown["runtime"]["name"], shown["placement_reason"]) == (
+        "creating", "fake", "spread: fake, the only engine with room",
+    ), shown  # fmt: skip
 
 
 def test_decommission_shows_what_it_forgets_then_needs_the_name_then_forgets_it(staff, gone):

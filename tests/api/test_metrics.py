@@ -167,8 +167,8 @@ def test_instances_and_slots_are_counted_per_engine(anon, make_instance):
     from containers.models import ContainerInstance
     from tests.factories import RuntimeFactory
 
-    far = RuntimeFactory(name="far")
-    for status in ("running", "running", "creating", "creating", "stopped"):
+    far = RuntimeFactory(name="far", max_containers=8, max_concurrency=2)
+    for status in ("running", "running", "creating", "creating", "stopped", "delete_pending"):
         make_instance(status)
     moved = [ContainerInstance.objects.filter(status=s).first().pk for s in ("creating", "stopped")]
     ContainerInstance.objects.filter(pk__in=moved).update(runtime=far)
@@ -180,6 +180,13 @@ def test_instances_and_slots_are_counted_per_engine(anon, make_instance):
     assert samples[("gobrave_engine_slots", (("runtime", "fake"),))] == 1
     assert samples[("gobrave_engine_slots", (("runtime", "far"),))] == 1
     assert samples[("gobrave_queue_active", ())] == 2
+    # Load against capacity: containers as max_containers counts them (not being deleted).
+    assert samples[("gobrave_engine_containers", (("runtime", "fake"),))] == 3
+    assert samples[("gobrave_engine_containers", (("runtime", "far"),))] == 2
+    assert samples[("gobrave_engine_capacity_containers", (("runtime", "far"),))] == 8
+    assert samples[("gobrave_engine_capacity_slots", (("runtime", "far"),))] == 2
+    # No limit of its own: no capacity sample (rather than a misleading 0).
+    assert ("gobrave_engine_capacity_containers", (("runtime", "fake"),)) not in samples
 
 
 def _dag_run(owner, status: str, nodes=()):
@@ -219,3 +226,37 @@ def test_finished_node_durations_are_a_histogram(anon, owner):
     assert samples[(f"{name}_count", ok)] == 2
     assert samples[(f"{name}_sum", ok)] == 93
     assert samples[(f"{name}_bucket", (("le", "1.0"), ("status", "failed")))] == 1
+
+
+def _scrape_queries(anon) -> list[str]:
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        assert anon.get("/metrics").status_code == 200
+    return [q["sql"] for q in queries.captured_queries]
+
+
+def test_a_scrape_runs_the_same_queries_for_3_and_30_instances(anon, make_instance, owner):
+    """What a scrape asks the database does not grow with the rows: no query per
+    instance, runtime status or DAG run (the counts come from tallies and indexes)."""
+    statuses = ("running", "stopped", "failed")
+    for status in statuses:
+        make_instance(status)
+    _dag_run(owner, "succeeded", [("succeeded", 30)])
+    few = _scrape_queries(anon)
+    for n in range(27):
+        make_instance(statuses[n % 3])
+    for _ in range(9):
+        _dag_run(owner, "failed", [("failed", 4000)])
+    many = _scrape_queries(anon)
+    assert len(many) == len(few), "\n".join(many)
+
+
+def test_the_duration_tally_buckets_by_the_bounds_the_metric_shows():
+    """Migration 0005's trigger buckets node durations by its own copy of the bounds."""
+    import importlib
+
+    from dags.selectors import NODE_DURATION_BOUNDS
+
+    migration = importlib.import_module("dags.migrations.0006_tallies")
+    assert migration.BOUNDS == NODE_DURATION_BOUNDS

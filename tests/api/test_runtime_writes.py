@@ -117,3 +117,23 @@ def test_a_kubernetes_runtime_without_a_namespace_is_a_400_and_saves_nothing(roo
     error = assert_error(response, 400, "invalid_runtime")
     assert set(error["details"]["fields"]) == {"kube_namespace", "kube_config"}, error
     assert not Runtime.objects.filter(name="cluster-2").exists()
+
+
+def test_a_capacity_is_set_changed_refused_below_one_and_emptied(root):
+    body = {"name": "sized", "base_url": "unix:///var/run/docker.sock", "max_containers": 3}
+    created = root.post("/api/runtimes/", body, format="json")
+    assert created.status_code == 201, created.content
+    shown = created.json()
+    assert (shown["max_containers"], shown["max_concurrency"]) == (3, None), shown
+    url = f"/api/runtimes/{shown['id']}/"
+    for bad in ({"max_containers": 0}, {"max_concurrency": -1}, {"max_containers": "x"}):
+        response = root.patch(url, bad, format="json")
+        assert response.status_code == 400, response.content
+        error = response.json()["error"]
+        assert set(error["details"]) == set(bad), error
+    row = Runtime.objects.filter(name="sized").values("max_containers", "max_concurrency").get()
+    assert row == {"max_containers": 3, "max_concurrency": None}, row
+    changed = root.patch(url, {"max_containers": None, "max_concurrency": 2}, format="json")
+    assert changed.status_code == 200, changed.content
+    row = Runtime.objects.filter(name="sized").values("max_containers", "max_concurrency").get()
+    assert row == {"max_containers": None, "max_concurrency": 2}, row

@@ -51,8 +51,9 @@ def test_200_simultaneous_creates_admit_exactly_50(postgres, gobrave_config):
         assert ContainerInstance.objects.filter(status="pending").count() == LIMIT
         assert OutboxEvent.objects.count() == LIMIT
         assert ContainerEvent.objects.count() == LIMIT
+        # Not placed yet: an engine is chosen when a create leaves pending (its slot).
         used = ContainerInstance.objects.values_list("runtime__name", flat=True).distinct()
-        assert set(used) == {"engine-a", "engine-b"}
+        assert set(used) == {None}
         # Drain the queue (as workers would) and go again.
         ContainerInstance.objects.all().delete()
         OutboxEvent.objects.all().delete()

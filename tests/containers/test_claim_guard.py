@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from containers.models import ContainerInstance
-from containers.requests.lifecycle import claims_within_capacity
+from containers.requests.placing import claims_within_capacity
 from outbox.models import OutboxEvent
 from tests.factories import InstanceFactory, RequestFactory
 

@@ -18,12 +18,13 @@ import sys
 import time
 
 import pytest
+from django.db.models.functions import Now
 
 from containers.models import ContainerInstance, Runtime
 from containers.requests.services import container_create_by_template
 from outbox.models import OutboxEvent
 from tests.factories import RuntimeFactory, TemplateFactory
-from tests.processes import REPO, App, outbox_rows, wait_for
+from tests.processes import REPO, App, outbox_rows, running_app, wait_for
 from tests.throwaway_postgres import ThrowawayPostgres
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -300,8 +301,6 @@ def test_a_database_crash_under_creates_loses_no_accepted_request(throwaway_pg, 
 
 
 def _run_pipeline_until_dead(tmp_path, instance, **config) -> OutboxEvent:
-    from tests.processes import running_app
-
     with running_app(
         tmp_path,
         outbox_poll_interval="0.2",
@@ -320,21 +319,49 @@ def _run_pipeline_until_dead(tmp_path, instance, **config) -> OutboxEvent:
     return OutboxEvent.objects.get(aggregate_id=str(instance.pk))
 
 
-def test_a_gone_daemon_retries_then_dead_letters_with_a_readable_reason(postgres, tmp_path, owner):
+def test_a_gone_daemon_makes_the_request_wait_with_a_readable_reason_never_dead(
+    postgres, tmp_path, owner
+):
+    """A loss of contact is not a failure (contract §5, an engine that stops answering):
+    the create's call fails, a ping finds the engine silent, and the request waits for it
+    with no attempt counted, however many times it is looked at again."""
     Runtime.objects.all().delete()
-    RuntimeFactory(
+    gone = RuntimeFactory(
         name="gone", driver="docker", base_url=f"unix://{tmp_path}/no-docker.sock",
         labels={"engine": "fake"},
     )  # fmt: skip
     template = TemplateFactory()
     instance = container_create_by_template(template=template, owner=owner, actor="t")
-    row = _run_pipeline_until_dead(tmp_path, instance)
-    assert row.attempts == 3
+    rows = OutboxEvent.objects.filter(aggregate_id=str(instance.pk))
+    with running_app(
+        tmp_path, outbox_poll_interval="0.2", outbox_max_attempts="3", queue_poll="0.05"
+    ) as app:
+        app.dispatcher()
+        app.cluster("create")
+        waiting = rows.filter(status="pending", outcome="deferred")
+        wait_for(
+            waiting.exists,
+            timeout=60,
+            message="the create deferred after its call failed",
+            describe=lambda: f"{list(rows.values())}\n{app.logs()}",
+        )
+        # Looked at again (made due now): deferred again, still no attempt.
+        first = waiting.get().available_at
+        rows.update(available_at=Now())
+        wait_for(
+            lambda: waiting.filter(available_at__gt=first).exists(),
+            timeout=60,
+            message="the create deferred again",
+            describe=lambda: f"{list(rows.values())}\n{app.logs()}",
+        )
+    row = rows.get()
+    assert (row.status, row.attempts) == ("pending", 0), row.__dict__
     stored = ContainerInstance.objects.get(pk=instance.pk)
-    assert stored.status == "failed"
-    assert "No such file or directory" in stored.status_reason
+    assert stored.status == "creating", stored.status_reason  # kept, never failed
+    assert stored.status_reason.startswith("engine unreachable since "), stored.status_reason
+    assert f"no engine socket at {tmp_path}/no-docker.sock" in stored.status_reason
     assert "Traceback" not in stored.status_reason
-    assert "Traceback" in row.last_error  # the full story stays on the row
+    assert Runtime.objects.get(pk=gone.pk).health == "unreachable"
 
 
 @pytest.mark.docker

@@ -30,6 +30,7 @@ from dags.runner import dag_run_advance
 from outbox.models import OutboxEvent
 from outbox.outcomes import Outcome
 from tests.factories import InstanceFactory, RequestFactory, RuntimeFactory, TemplateFactory
+from tests.placing import place
 
 pytestmark = pytest.mark.django_db
 
@@ -91,40 +92,57 @@ def test_cordon_then_uncordon_records_who_and_when_and_repeats_change_nothing():
     assert runtime_uncordon(runtime_id=runtime.pk, actor="user:op").cordoned is False
 
 
-def test_a_new_create_skips_the_cordoned_engine_even_when_it_is_the_least_loaded():
+def test_a_new_create_skips_the_cordoned_engine_even_when_it_is_the_least_loaded(owner):
     busy, idle = _runtimes("busy", "idle")
     InstanceFactory(runtime=busy, status="running")
     template = TemplateFactory(constraints={"pool": "a"})
-    assert runtime_select(template=template) == idle  # least loaded, before the cordon
+
+    def placed_on() -> str:
+        made = container_create_by_template(template=template, owner=owner, actor="user:a")
+        return place(made).runtime.name
+
+    assert placed_on() == "idle"  # least loaded (0 of 1), before the cordon
     runtime_cordon(runtime_id=idle.pk, actor="user:op")
-    assert runtime_select(template=template) == busy
+    assert placed_on() == "busy"
 
 
-def test_a_create_whose_only_engines_are_cordoned_is_refused_naming_them_and_writes_nothing(
-    owner,
-):
+def test_a_create_whose_only_engines_are_cordoned_waits_in_pending_naming_them(owner):
+    """No longer refused (the 409 ``runtimes_cordoned`` of a create is gone): accepted,
+    unplaced, it waits with the reason and is placed once an engine is uncordoned."""
     one, two = _runtimes("one", "two")
     for runtime in (one, two):
         runtime_cordon(runtime_id=runtime.pk, actor="user:op")
     template = TemplateFactory(constraints={"pool": "a"})
-    with pytest.raises(RuntimesCordoned) as refused:
-        container_create_by_template(template=template, owner=owner, actor="user:alice")
-    assert refused.value.details == {"cordoned": ["one", "two"]}, refused.value.details
-    assert "one, two" in refused.value.message, refused.value.message
-    assert ContainerInstance.objects.count() == 0
-    assert OutboxEvent.objects.count() == 0
+    instance = container_create_by_template(template=template, owner=owner, actor="user:alice")
+    waiting = place(instance)
+    assert (waiting.status, waiting.runtime, waiting.status_reason) == (
+        "pending",
+        None,
+        "waiting: no engine with room: one cordoned, two cordoned",
+    ), vars(waiting)
+    assert OutboxEvent.objects.filter(aggregate_id=str(instance.pk), status="pending").exists()
+    runtime_uncordon(runtime_id=two.pk, actor="user:op")
+    placed = place(instance)
+    assert (placed.status, placed.runtime.name) == ("creating", "two"), vars(placed)
 
 
-def test_a_new_dag_run_skips_cordoned_engines_but_a_placed_run_keeps_its_engine():
+def test_a_new_dag_run_skips_cordoned_engines_but_a_placed_run_keeps_its_engine(owner):
     cordoned, other = _runtimes("c", "o")
     runtime_cordon(runtime_id=cordoned.pk, actor="user:op")
     first, second = TemplateFactory(constraints={"pool": "a"}), TemplateFactory()
     assert runtime_select(template=first, templates=[second]) == other
     # A run placed on it before the cordon: its next node's create is pinned there.
-    pinned = runtime_select(template=first, among=[cordoned], include_cordoned=True)
-    assert pinned == cordoned
-    with pytest.raises(RuntimesCordoned):
-        runtime_select(template=first, among=[cordoned])
+    node = container_create_by_template(template=first, owner=owner, actor="dag", runtime=cordoned)
+    assert node.runtime == cordoned  # a pin, not a placement: kept while pending
+    placed = place(node)
+    assert (placed.status, placed.runtime, placed.placement_reason) == (
+        "creating",
+        cordoned,
+        "pinned: the DAG run's engine, c",
+    ), vars(placed)
+    runtime_cordon(runtime_id=other.pk, actor="user:op")
+    with pytest.raises(RuntimesCordoned):  # a new run, every engine cordoned
+        runtime_select(template=first)
 
 
 def test_a_start_of_an_instance_on_a_cordoned_engine_is_accepted_for_that_engine():

@@ -159,7 +159,7 @@ def test_one_monitor_follows_ten_engines_within_its_connection_pool(fleet, insta
     def rows() -> str:
         lines = [
             f"{r.name}: health={r.health} error={r.last_error!r} cursor="
-            f"{MonitorCursor.objects.filter(runtime=r).values_list('time_nano', flat=True).first()}"
+            f"{MonitorCursor.objects.filter(runtime=r).values_list('position', flat=True).first()}"
             for r in Runtime.objects.order_by("name")
         ]
         states = ContainerInstance.objects.filter(pk__in=[i.pk for i in instances])
@@ -195,7 +195,13 @@ def test_one_monitor_follows_ten_engines_within_its_connection_pool(fleet, insta
             )
             # Each engine's own follower applied its events: its cursor moved past them.
             wait_for(
-                lambda: MonitorCursor.objects.filter(time_nano__gt=before).count() == ENGINES,
+                lambda: (
+                    sum(
+                        int(position or 0) > before
+                        for position in MonitorCursor.objects.values_list("position", flat=True)
+                    )
+                    == ENGINES
+                ),
                 timeout=10,
                 message="every engine's cursor moved",
                 describe=rows,

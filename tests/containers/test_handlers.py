@@ -26,6 +26,17 @@ pytestmark = pytest.mark.django_db
 drain = relay_drain
 
 
+def _as(instance, status: str, **fields) -> None:
+    """Put ``instance`` in ``status`` by hand, placed on the fake runtime as the create
+    handler would have placed it on leaving ``pending`` (``containers.requests.placing``)."""
+    from containers.models import Runtime
+
+    fake = Runtime.objects.get(name="fake").pk
+    ContainerInstance.objects.filter(pk=instance.pk).update(
+        runtime_id=fake, status=status, **fields
+    )
+
+
 @pytest.fixture
 def create(template, owner):
     def make(**kwargs):
@@ -73,7 +84,7 @@ def test_create_that_exits_non_zero_ends_failed_with_the_code(create, engine):
 def test_capacity_denied_defers_without_an_attempt(create, gobrave_config):
     gobrave_config(container={"create_queue_max_concurrency": 1})
     busy, waiting = create(), create()
-    ContainerInstance.objects.filter(pk=busy.pk).update(status="creating")
+    _as(busy, "creating")
     OutboxEvent.objects.filter(aggregate_id=str(busy.pk)).update(status="sent")
     assert drain(rounds=1) == ["deferred"]
     row = OutboxEvent.objects.get(aggregate_id=str(waiting.pk))
@@ -85,7 +96,7 @@ def test_capacity_denied_defers_without_an_attempt(create, gobrave_config):
 def test_a_freed_slot_makes_deferred_creates_due_at_once(create, gobrave_config):
     gobrave_config(container={"create_queue_max_concurrency": 1}, outbox={"poll_interval": 30})
     first, second = create(), create()
-    ContainerInstance.objects.filter(pk=first.pk).update(status="creating")
+    _as(first, "creating")
     OutboxEvent.objects.filter(aggregate_id=str(first.pk)).update(status="sent")
     drain(rounds=1)
     assert OutboxEvent.objects.get(aggregate_id=str(second.pk)).available_at > timezone.now()
@@ -124,7 +135,7 @@ def _a_retry_behind_a_holder(create, engine, gobrave_config):
     failing = create()
     assert drain() == ["retried"]
     holder = create()
-    ContainerInstance.objects.filter(pk=holder.pk).update(status="creating")
+    _as(holder, "creating")
     OutboxEvent.objects.filter(aggregate_id=str(holder.pk)).update(status="sent")
     return failing, holder
 
@@ -132,7 +143,7 @@ def _a_retry_behind_a_holder(create, engine, gobrave_config):
 def _holds_the_slot(instance) -> None:
     """``instance`` holds a slot: ``creating``, its request done (the engine's start
     not yet seen)."""
-    ContainerInstance.objects.filter(pk=instance.pk).update(status="creating")
+    _as(instance, "creating")
     OutboxEvent.objects.filter(aggregate_id=str(instance.pk)).update(status="sent")
 
 
@@ -168,7 +179,7 @@ def test_a_dead_workers_create_is_not_reclaimed_past_the_cap(create, engine, gob
     crashed = create()
     [(event_id, token)] = relay.claim("create", 16)
     assert relay.begin(event_id, token)
-    ContainerInstance.objects.filter(pk=crashed.pk).update(status="creating")
+    _as(crashed, "creating")
     OutboxEvent.objects.filter(id=event_id).update(lease_expires_at=timezone.now())
     assert slot_count() == 0, outbox_rows()
     holder = create()
@@ -199,7 +210,7 @@ def test_a_retry_passes_the_gate_again_before_calling_the_runtime(create, engine
     outbox_retry_now(event_id=row.id)
     [(event_id, token)] = relay.claim("create", 16)
     assert event_id == row.id
-    ContainerInstance.objects.filter(pk=holder.pk).update(status="creating")
+    _as(holder, "creating")
     assert relay.execute(event_id, token) == "deferred"
     row.refresh_from_db()
     assert (row.status, row.attempts, row.outcome) == ("pending", 1, "deferred"), outbox_rows()
@@ -292,7 +303,7 @@ def apply_finding_it_failed(instance, engine, source: str, **fields) -> None:
     let the worker apply its ``source`` step to it."""
     from containers.execution.handlers import _apply
 
-    ContainerInstance.objects.filter(pk=instance.pk).update(status="failed", **fields)
+    _as(instance, "failed", **fields)
     stored = ContainerInstance.objects.get(pk=instance.pk)
     _apply(stored, engine, f"gb-{instance.pk}", source)
 
@@ -336,7 +347,7 @@ def test_a_dead_create_does_not_fail_an_instance_a_later_delete_owns(create, eng
 
     instance = create()
     create_row = OutboxEvent.objects.get()
-    ContainerInstance.objects.filter(pk=instance.pk).update(status="creating")
+    _as(instance, "creating")
     container_delete(instance_id=instance.pk, actor="t")  # accepted mid-create
     with transaction.atomic():  # the create's runtime call failed for good meanwhile
         on_dead(create_row, "image repository not found")
@@ -367,7 +378,7 @@ def test_a_create_finding_its_instance_failed_removes_the_container_left_behind(
     from containers.execution.handlers import _spec
 
     made = engine.create(_spec(ContainerInstance.objects.get(pk=instance.pk)))
-    ContainerInstance.objects.filter(pk=instance.pk).update(status="failed", container_id=made)
+    _as(instance, "failed", container_id=made)
     assert drain() == ["superseded"], outbox_rows()
     assert engine.inspect(f"gb-{instance.pk}") is None
     assert ContainerInstance.objects.get(pk=instance.pk).container_id == ""
@@ -379,7 +390,7 @@ def test_a_create_finding_its_instance_failed_keeps_a_container_that_did_run(cre
     assert drain() == ["sent"]
     row = OutboxEvent.objects.get(aggregate_id=str(instance.pk))
     engine.set_state(f"gb-{instance.pk}", status="exited", exit_code=3)
-    ContainerInstance.objects.filter(pk=instance.pk).update(status="failed")
+    _as(instance, "failed")
     # The same create delivered again (its worker died before the outcome was written).
     OutboxEvent.objects.filter(pk=row.pk).update(status="pending", started_at=None)
     assert drain() == ["superseded"], outbox_rows()
@@ -412,7 +423,7 @@ def test_a_delete_accepted_during_the_engine_create_leaves_the_container_unstart
     from containers.execution.handlers import _record_created
 
     instance = create()
-    ContainerInstance.objects.filter(pk=instance.pk).update(status="delete_pending")
+    _as(instance, "delete_pending")
     from containers.execution.handlers import _spec
 
     made = engine.create(_spec(ContainerInstance.objects.get(pk=instance.pk)))
@@ -429,7 +440,7 @@ def test_a_creating_instance_records_its_container_in_one_statement(
     from containers.execution.handlers import _record_created, _spec
 
     instance = create()
-    ContainerInstance.objects.filter(pk=instance.pk).update(status="creating")
+    _as(instance, "creating")
     made = engine.create(_spec(ContainerInstance.objects.get(pk=instance.pk)))
     with django_assert_num_queries(1):
         assert _record_created(instance, engine, made) is True

@@ -473,3 +473,79 @@ def test_image_status_is_refreshed_per_matching_runtime(engine, fake_runtime, ca
     }
     call_command("refresh_images")
     assert "missing" in capsys.readouterr().out
+
+
+# -- a pass is bounded by the active instances, not by the stopped ones at rest -------------------
+
+
+@pytest.fixture
+def fresh_turn(monkeypatch):
+    from containers.execution import reconciler
+
+    monkeypatch.setattr(reconciler, "_stopped_after", {})
+
+
+def _missing(instances) -> int:
+    return sum(stored(i).runtime_missing for i in instances)
+
+
+@pytest.mark.usefixtures("fresh_turn")
+def test_stopped_instances_are_compared_a_batch_at_a_time_in_turn(place, engine):
+    gone = [place(Status.STOPPED, "exited", exit_code=0) for _ in range(5)]
+    for instance in gone:
+        engine.remove(instance.container_id)
+    seen = []
+    for _ in range(3):
+        reconcile(stopped_batch=2)
+        seen.append(_missing(gone))
+    assert seen == [2, 4, 5]
+    assert all(stored(i).status == "stopped" for i in gone)
+
+
+@pytest.mark.usefixtures("fresh_turn")
+def test_a_full_pass_compares_every_stopped_instance(place, engine):
+    gone = [place(Status.STOPPED, "exited", exit_code=0) for _ in range(3)]
+    for instance in gone:
+        engine.remove(instance.container_id)
+    reconcile(stopped_batch=None)
+    assert _missing(gone) == 3
+
+
+@pytest.mark.usefixtures("fresh_turn")
+def test_a_stopped_instance_started_outside_is_seen_whatever_its_turn(place, engine):
+    rest = [place(Status.STOPPED, "exited", exit_code=0) for _ in range(3)]
+    woke = place(Status.STOPPED, "exited", exit_code=0)
+    engine.set_state(woke.container_id, "running")
+    reconcile(stopped_batch=0)
+    assert stored(woke).status == "running"
+    assert [stored(i).status for i in rest] == ["stopped"] * 3
+
+
+@pytest.mark.usefixtures("fresh_turn")
+def test_stopped_instances_at_rest_cost_a_pass_no_query_and_no_inspect_each(
+    place, engine, monkeypatch
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    inspected = []
+    real_inspect = engine.inspect
+    monkeypatch.setattr(engine, "inspect", lambda ref: inspected.append(ref) or real_inspect(ref))
+
+    def queries() -> int:
+        reconcile()  # the first pass settles what is left to backfill
+        with CaptureQueriesContext(connection) as captured:
+            report = reconcile()
+        assert not report.errors, report
+        return len(captured.captured_queries)
+
+    def make(n: int) -> None:
+        for _ in range(n):
+            place(Status.STOPPED, "exited", exit_code=0, runtime_node_name="fake-node")
+
+    make(3)
+    few = queries()
+    make(27)
+    inspected.clear()
+    assert queries() == few
+    assert inspected == []

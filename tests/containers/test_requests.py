@@ -16,6 +16,7 @@ from core import counters
 from core.models import Counter
 from outbox.models import OutboxEvent
 from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory
+from tests.placing import place
 
 pytestmark = pytest.mark.django_db
 
@@ -98,7 +99,7 @@ def test_request_for_unknown_instance_is_not_found():
 def test_create_writes_instance_outbox_row_and_history(template, owner):
     instance = container_create_by_template(template=template, owner=owner, actor="test")
     assert instance.status == "pending"
-    assert instance.runtime.name == "fake"
+    assert instance.runtime is None  # placed when it leaves pending, not when accepted
     row = OutboxEvent.objects.get()
     assert (row.kind, row.aggregate_id, row.queue) == (
         "ContainerCreateRequest",
@@ -108,6 +109,7 @@ def test_create_writes_instance_outbox_row_and_history(template, owner):
     assert ContainerEvent.objects.get().to_status == "pending"
     assert instance.spec["name"] == f"gb-{instance.pk}"
     assert instance.spec["labels"]["io.gobrave.instance"] == str(instance.pk)
+    assert place(instance).runtime.name == "fake"
 
 
 @pytest.mark.django_db(transaction=True)  # the buffer is written by its own connection
@@ -168,12 +170,13 @@ def test_disabled_runtime_is_never_chosen(owner):
     template = TemplateFactory(constraints={"engine": "fake"})
     for _ in range(3):
         instance = container_create_by_template(template=template, owner=owner, actor="test")
-        assert instance.runtime == on
+        assert place(instance).runtime == on
 
 
 def test_among_matching_runtimes_a_create_goes_to_the_least_loaded_answering_one(owner):
-    """Placement: reachable (or unchecked) engines first, then the fewest instances under
-    way or running (stopped ones do not count), then by name."""
+    """Placement (``spread``, the default): an engine recorded unreachable gets none; among
+    the others the fewest containers (every state but pending and being deleted: a
+    stopped one keeps its place), then by name."""
     template = TemplateFactory(constraints={"engine": "fake"})
     busy = RuntimeFactory(name="a-busy", labels={"engine": "fake"})
     idle = RuntimeFactory(name="b-idle", labels={"engine": "fake"})
@@ -184,15 +187,15 @@ def test_among_matching_runtimes_a_create_goes_to_the_least_loaded_answering_one
         InstanceFactory(runtime=busy, template=template, status=status)
     for _ in range(3):
         InstanceFactory(runtime=idle, template=template, status="stopped")
-    first = container_create_by_template(template=template, owner=owner, actor="t")
-    second = container_create_by_template(template=template, owner=owner, actor="t")
-    third = container_create_by_template(template=template, owner=owner, actor="t")
-    # idle: 0 then 1 (pending counts), busy 2: idle, idle, then a tie at 2 broken by name.
-    assert [i.runtime.name for i in (first, second, third)] == ["b-idle", "b-idle", "a-busy"]
+    made = [container_create_by_template(template=template, owner=owner, actor="t") for _ in "123"]
+    placed = [place(each) for each in made]
+    # busy 2 then 3 (a tie with idle's 3, broken by name), then idle.
+    assert [i.runtime.name for i in placed] == ["a-busy", "a-busy", "b-idle"], placed
+    assert placed[0].placement_reason == "spread: a-busy 2 least loaded of a-busy, b-idle"
     Runtime.objects.exclude(pk=away.pk).update(health=Runtime.Health.UNREACHABLE)
     Runtime.objects.filter(pk=away.pk).update(health=Runtime.Health.REACHABLE)
     fourth = container_create_by_template(template=template, owner=owner, actor="t")
-    assert fourth.runtime.name == "0-away"
+    assert place(fourth).runtime.name == "0-away"
 
 
 @pytest.mark.parametrize("name", ["../7", "my box", "-x", "a" * 129])
@@ -232,7 +235,7 @@ def test_the_workspace_is_mounted_whole_never_a_path_below_it(fake_runtime, owne
     with pytest.raises(InvalidSpec, match="never a path below it"):
         container_create_by_template(template=older, owner=owner, actor="t")
     own = TemplateFactory(volumes=["$WORKSPACE_PATH:/data"])
-    instance = container_create_by_template(template=own, owner=owner, actor="t")
+    instance = place(container_create_by_template(template=own, owner=owner, actor="t"))
     assert instance.spec["mounts"] == [
         {
             "source": f"gb-ws-{installation_id()}-{owner.pk}",

@@ -226,18 +226,5 @@ def test_the_save_check_knows_exactly_the_variables_a_request_defines(db, templa
     from containers.requests.services import _variables
     from containers.spec.resolve import VARIABLE_NAMES
 
-    defined = _variables(
-        instance_id=uuid.uuid4(),
-        name="n",
-        owner=owner,
-        template=template,
-        runtime=template_runtime(template),
-        workspace={"source": "/w"},
-    )
+    defined = _variables(instance_id=uuid.uuid4(), name="n", owner=owner, template=template)
     assert set(defined) == VARIABLE_NAMES
-
-
-def template_runtime(template):
-    from tests.factories import RuntimeFactory
-
-    return RuntimeFactory(name="r")

@@ -132,3 +132,22 @@ def test_a_forked_child_never_uses_its_parents_connection():
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
     assert connection.connection is parent and not parent.closed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cycle_folds_the_tallies_at_most_every_fold_every(postgres):
+    """The dispatcher's housekeeping sums each tally key's deltas into one row, so a
+    /metrics read stays a few rows per key however many writes came before."""
+    from core.models import Tally
+
+    Tally.objects.bulk_create(Tally(name="test.fold", key="k", n=1) for _ in range(5))
+    dispatcher = Dispatcher(send=lambda queue, event_id, token: None)
+    dispatcher.cycle()
+    assert list(Tally.objects.filter(name="test.fold").values_list("n", flat=True)) == [5]
+    Tally.objects.create(name="test.fold", key="k", n=-2)
+    dispatcher.last_fold = time.monotonic()  # folded just now: not due again
+    dispatcher.cycle()
+    assert Tally.objects.filter(name="test.fold").count() == 2
+    dispatcher.last_fold -= 3600
+    dispatcher.cycle()
+    assert list(Tally.objects.filter(name="test.fold").values_list("n", flat=True)) == [3]

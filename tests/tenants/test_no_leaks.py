@@ -11,6 +11,7 @@ from containers.models import ContainerInstance, ContainerTemplate
 from containers.requests.lifecycle import record
 from containers.spec.redaction import error_for, scrub
 from tests.factories import TemplateFactory
+from tests.placing import place
 
 pytestmark = pytest.mark.django_db
 
@@ -64,7 +65,7 @@ def test_a_users_own_instance_shows_no_secret_or_host_path(callers, secret_templ
     created = alice.post("/api/containers/", {"template": "vault"}, format="json")
     assert created.status_code == 202, created.content
     _assert_clean(created)
-    instance = ContainerInstance.objects.get()
+    instance = place(ContainerInstance.objects.get())  # its workspace resolved for its engine
     assert instance.spec["env"]["TOKEN"] == SECRET  # the worker still gets it
     for path in (f"/api/containers/{instance.pk}/", "/api/containers/"):
         response = alice.get(path)

@@ -16,15 +16,16 @@ class Command(BaseCommand):
     help = (
         "Apply missed runtime transitions, fail instances stuck past start_timeout, backfill "
         "node names and report (or remove) orphan containers. Loops every "
-        "reconcile_interval until SIGTERM, or runs one pass with --once."
+        "reconcile_interval until SIGTERM (each pass compares the stopped instances a batch at a "
+        "time), or runs one full pass with --once (every stopped instance too)."
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--once", action="store_true", help="Run a single pass and exit.")
+        parser.add_argument("--once", action="store_true", help="Run a single full pass and exit.")
 
     def handle(self, *args, once: bool = False, **options):
         if once:
-            report = reconcile()
+            report = reconcile(stopped_batch=None)
             self.stdout.write(f"reconcile: {report}")
             if report.errors:
                 raise CommandError(f"{len(report.errors)} runtime(s) could not be reconciled")

@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
 
 
     dependencies = [
-        ('containers', '0022_instance_engine_waiting'),
+        ('containers', '0028_event_feed_indexes'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

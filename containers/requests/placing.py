@@ -1,0 +1,280 @@
+"""Placement under the capacity gate: where a create goes as it leaves ``pending``, and
+whether an engine has room for a start (contract §9, per-engine capacity).
+
+The decision itself is ``containers.placement.choice.placement_choose`` (pure); here it
+runs where it cannot race, with the engines' usage (``slots.engine_usage``: containers and
+slots per engine, one statement) counted while the capacity gate is held:
+
+- the create handler's first step (``instance_place``, after ``capacity_available``):
+  the instance gets its engine, the reason it was chosen, and its spec's engine parts
+  (``containers.spec.engine_parts``), in the transaction that moves it to ``creating``;
+  no engine with room leaves it ``pending`` with the reason, and its request deferred;
+- a start, or a retry of a create already placed (``engine_waits``): its own engine,
+  cordoned or not, must be enabled and below ``max_concurrency``;
+- the create queue's claim guard (``claims_within_capacity``): rows that could only go to
+  a full (cordoned, unreachable, disabled) engine are not claimed but parked
+  (``outbox.services.outbox_park``) until room frees: every exit from a slot, a delete
+  accepted (``lifecycle.move``), a runtime changed, uncordoned or reachable again
+  (``outbox_release_deferred``), or ``placement_recheck_seconds`` at the latest.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from containers.engines.labels import LABEL_INSTALLATION
+from containers.models import ContainerInstance, Runtime
+from containers.placement.choice import placement_choose
+from containers.requests.lifecycle import _in_slots, _is_uuid, lock_gate
+from containers.requests.slots import EngineUsage, engine_usage, slot_count
+from containers.spec.engine_parts import spec_for_engine, spec_placed
+from containers.spec.hardening import owner_ids
+from containers.spec.mounts import workspace_for
+from containers.states import ACTIVE_SLOTS, Status
+from core import prepared
+from outbox import conf as outbox_conf
+from outbox.services import outbox_park
+
+
+def placement_recheck_seconds() -> float:
+    """How long a create that waits for room (or a start for its engine) is left before it
+    is looked at again if nothing wakes it: ten relay polls (a freed slot, a delete, a
+    runtime change wake it at once)."""
+    return 10 * float(outbox_conf.value("poll_interval"))
+
+
+def _runtimes() -> list[Runtime]:
+    """Every runtime by name (each placement and each claim of the create queue asks:
+    compiled once, a prepared statement on PostgreSQL)."""
+    return prepared.objects("placing.runtimes", lambda: Runtime.objects.order_by("name"))
+
+
+def _restricted(runtime: Runtime) -> bool:
+    """The runtime may refuse a placement or a start (a limit, a cordon, a recorded loss)."""
+    return (
+        runtime.max_containers is not None
+        or runtime.max_concurrency is not None
+        or runtime.cordoned
+        or not runtime.enabled
+        or runtime.health == Runtime.Health.UNREACHABLE
+    )
+
+
+def _policy() -> str:
+    return settings.GOBRAVE["container"]["placement"]
+
+
+def _choose(instance: Any, runtimes: list[Runtime], usage):
+    info = instance.spec.get("placement") or {}
+    pinned = None
+    if instance.runtime_id is not None:  # a DAG run's node (or a create accepted before)
+        pinned = next((r for r in runtimes if r.pk == instance.runtime_id), None)
+    return placement_choose(
+        runtimes=runtimes,
+        usage=usage,
+        constraints=info.get("constraints") or {},
+        local_only=bool(info.get("local_only")),
+        pinned=pinned,
+        policy=_policy(),
+    )
+
+
+def _waiting(instance: ContainerInstance, reason: str) -> str:
+    reason = f"waiting: {reason}"[:1000]
+    if instance.status_reason != reason:
+        instance.status_reason = reason
+        instance.save(update_fields=["status_reason"])
+    return reason
+
+
+def instance_place(instance: ContainerInstance) -> str:
+    """Place a ``pending`` instance whose create takes its slot; '' when placed, else the
+    reason it waits (set on the instance as ``status_reason``).
+
+    The caller holds the instance's row lock and the capacity gate (``capacity_available``)
+    in the transaction that then moves it to ``creating``: every earlier placement has
+    committed, so the usage counted here is exact and two creates never take one engine's
+    last place.
+    1. Choose (``placement_choose``: constraints, then room, then the
+       ``container.placement`` policy), counting every engine's usage in one statement
+       when the choice depends on it (a capacity, or several engines open).
+    2. None with room: say why on the instance and return it.
+    3. Else record the engine and why, and resolve the spec's engine parts for it.
+    """
+    runtimes = _runtimes()
+    placement = _choose(instance, runtimes, engine_usage)
+    runtime = placement.runtime
+    if runtime is None:
+        return _waiting(instance, placement.reason)
+    if not spec_placed(instance.spec):
+        security = settings.GOBRAVE["container"]["security"]
+        stored = instance.spec.get("workspace") or {}
+        uid, gid = stored.get("uid"), stored.get("gid")
+        if uid is None:
+            uid, gid = owner_ids(instance.owner_id, security)
+        workspace = workspace_for(
+            runtime=runtime,
+            owner_id=instance.owner_id,
+            uid=uid,
+            gid=gid,
+            installation=instance.spec["labels"][LABEL_INSTALLATION],
+        )
+        instance.spec = spec_for_engine(
+            instance.spec, runtime_name=runtime.name, workspace=workspace
+        )
+    instance.runtime = runtime
+    instance.placement_reason = placement.reason[:255]
+    instance.save(update_fields=["runtime", "placement_reason", "spec"])
+    return ""
+
+
+def _engine_refusal(runtime: Runtime, slots: int) -> str:
+    """Why ``runtime`` takes no further slot of an instance already there ('')."""
+    if not runtime.enabled:
+        return f"engine of runtime {runtime.name} is disabled"
+    if runtime.max_concurrency is not None and slots >= runtime.max_concurrency:
+        return f"engine of runtime {runtime.name} is full (slots {slots}/{runtime.max_concurrency})"
+    return ""
+
+
+def engine_waits(instance: ContainerInstance) -> str:
+    """Why an instance placed earlier (a start, a create's retry) may not take a slot on
+    its engine now ('' when it may), set on the instance as ``status_reason``.
+
+    A start is no placement: it goes back to its engine, cordoned or not, and waits while
+    that engine is disabled or has ``max_concurrency`` slots held (this instance's own
+    slot not counted, for a retry). The caller holds the instance's lock and the gate.
+    """
+    runtime = instance.runtime
+    if runtime is None or not _restricted(runtime):
+        return ""
+    held = engine_usage().get(runtime.pk)
+    slots = held.slots if held else 0
+    if instance.status in ACTIVE_SLOTS:
+        slots -= 1  # its own live claim counts it
+    refusal = _engine_refusal(runtime, slots)
+    return _waiting(instance, refusal) if refusal else ""
+
+
+@dataclass(frozen=True)
+class _Claimed:
+    status: str
+    runtime_id: int | None
+    placement: dict[str, Any] | None
+    owner_id: int
+
+    @property
+    def spec(self) -> dict[str, Any]:  # what ``_choose`` reads
+        return {"placement": self.placement}
+
+
+def _claim_states(ids: list[str]) -> dict[str, _Claimed]:
+    rows = ContainerInstance.objects.filter(id__in=[uuid.UUID(each) for each in ids]).values_list(
+        "id", "status", "runtime_id", "spec__placement", "owner_id"
+    )
+    return {
+        str(pk): _Claimed(status, rt, placement, owner) for pk, status, rt, placement, owner in rows
+    }
+
+
+def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
+    """The create queue's claim guard (``outbox.registry.register_claim_guard``): which of
+    the rows a claim selected it may take now (contract §4 and §9).
+
+    1. No runtime limited, cordoned, disabled or unreachable (the usual case): a fresh
+       create or start takes no slot when claimed (its handler passes the gate) and
+       goes; a row whose instance is already ``creating``/``starting`` (a retry, a lease
+       reclaimed) becomes a slot the moment it is claimed: under the capacity gate, the
+       first ``cap - slots`` of them go, in claim order; the rest are held back, still due.
+    2. Else, under the gate, every row of an instance is also judged against the engines,
+       in claim order, with what the rows let go before it counted: a fresh create goes
+       if some engine would take it now (``placement_choose``), a start or a retry if its
+       own engine has a slot free; the others are parked (``outbox_park``: not claimed,
+       no attempt, their turn kept) until room frees. Each parked request says why on its
+       instance (rows another transaction holds are skipped: no lock is waited for).
+    Lock order: the claim's rows, then the gate; no holder of the gate waits on an outbox
+    row lock, so there is no cycle.
+    """
+    ids = [aggregate for _, aggregate in rows if _is_uuid(aggregate)]
+    if not ids:
+        return [row_id for row_id, _ in rows]
+    runtimes = _runtimes()
+    cap = settings.GOBRAVE["container"]["create_queue_max_concurrency"]
+    if not any(_restricted(runtime) for runtime in runtimes):
+        active = _in_slots(ids)
+        if not active:
+            return [row_id for row_id, _ in rows]
+        lock_gate("capacity")
+        room = cap - slot_count()
+        allowed = []
+        for row_id, aggregate in rows:
+            if aggregate in active:
+                if room <= 0:
+                    continue
+                room -= 1
+            allowed.append(row_id)
+        return allowed
+    states = _claim_states(ids)
+    lock_gate("capacity")
+    room = cap - slot_count()
+    usage = {pk: [used.containers, used.slots] for pk, used in engine_usage().items()}
+    by_id = {runtime.pk: runtime for runtime in runtimes}
+    allowed: list[int] = []
+    parked: list[int] = []
+    reasons: dict[str, str] = {}
+    for row_id, aggregate in rows:
+        state = states.get(aggregate)
+        if state is None or state.status not in (
+            Status.PENDING,
+            Status.START_PENDING,
+            *ACTIVE_SLOTS,
+        ):
+            allowed.append(row_id)  # its handler finds it moved on (superseded)
+            continue
+        if state.status == Status.PENDING:
+            counted = {pk: EngineUsage(*each) for pk, each in usage.items()}
+            placement = _choose(state, runtimes, lambda counted=counted: counted)
+            if placement.runtime is None:
+                parked.append(row_id)
+                reasons[aggregate] = f"waiting: {placement.reason}"[:1000]
+                continue
+            target = placement.runtime.pk
+            usage.setdefault(target, [0, 0])[0] += 1
+        else:
+            target = state.runtime_id
+            runtime = by_id.get(target)
+            held = usage.get(target, [0, 0])[1]
+            refusal = _engine_refusal(runtime, held) if runtime is not None else ""
+            if refusal:
+                parked.append(row_id)
+                reasons[aggregate] = f"waiting: {refusal}"[:1000]
+                continue
+            if state.status in ACTIVE_SLOTS:
+                if room <= 0:
+                    continue  # the global cap: held back, still due
+                room -= 1
+        usage.setdefault(target, [0, 0])[1] += 1
+        allowed.append(row_id)
+    if parked:
+        outbox_park(ids=parked, delay=placement_recheck_seconds())
+        _reasons_show(reasons)
+    return allowed
+
+
+def _reasons_show(reasons: dict[str, str]) -> None:
+    """Say on each parked request's instance why it waits, where it changed; a row another
+    transaction holds is skipped (its holder is placing it or moving it on)."""
+    waiting = [Status.PENDING, Status.START_PENDING, *sorted(ACTIVE_SLOTS)]
+    for instance_id, reason in reasons.items():
+        free = (
+            ContainerInstance.objects.filter(id=instance_id, status__in=waiting)
+            .exclude(status_reason=reason)
+            .select_for_update(skip_locked=True)
+            .values("id")
+        )
+        ContainerInstance.objects.filter(id__in=free).update(status_reason=reason)

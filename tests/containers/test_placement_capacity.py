@@ -1,0 +1,334 @@
+"""Capacity per engine and placement when a create leaves ``pending`` (issue 27, items 2-4
+and 7), on the real database with fake engines (placement never asks an engine).
+
+The concurrency tests run the create handler's first step (``handlers._begin``: the
+capacity gate, ``placing.instance_place``, ``pending → creating``) from threads, each on
+its own connection, over request rows claimed as a relay claims them (``processing``
+under a live lease), so every placed instance holds its slot as contract §4 defines it.
+Every assertion on rows prints the rows.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from containers.engines import engine_for
+from containers.execution.handlers import _begin
+from containers.models import ContainerInstance, Runtime
+from containers.queues import Queue
+from containers.requests.services import (
+    container_create_by_template,
+    container_delete,
+    container_start,
+    container_stop,
+)
+from containers.requests.slots import engine_usage
+from containers.spec.engine_parts import RUNTIME_NAME_STANDIN, WORKSPACE_PATH_STANDIN
+from containers.states import Status
+from outbox.models import OutboxEvent
+from outbox.registry import Defer
+from outbox.services import outbox_release_deferred
+from tests.factories import RuntimeFactory, TemplateFactory
+from tests.placing import place
+from tests.processes import outbox_rows, relay_drain
+
+pytestmark = pytest.mark.django_db
+
+POOL = {"engine": "fake", "pool": "p"}
+
+
+def rows() -> list[tuple]:
+    """What the instances say: name, status, engine, why it waits or why it went there."""
+    return list(
+        ContainerInstance.objects.order_by("created_at").values_list(
+            "name", "status", "runtime__name", "status_reason", "placement_reason"
+        )
+    )
+
+
+def _engines(tmp_path, **capacities) -> list[Runtime]:
+    """Fake engines named by the keywords, each ``(max_containers, max_concurrency)``."""
+    return [
+        RuntimeFactory(
+            name=name,
+            base_url=f"fake://{tmp_path / name}",
+            labels=dict(POOL),
+            max_containers=most,
+            max_concurrency=slots,
+        )
+        for name, (most, slots) in capacities.items()
+    ]
+
+
+def _roomy(gobrave_config, **outbox) -> None:
+    """Admission limits out of the way: only the engines' capacity is tested."""
+    gobrave_config(
+        container={
+            "create_queue_max_concurrency": 1000,
+            "create_queue_max_pending": 1000,
+            "max_pending_per_owner": None,
+            "max_instances_per_owner": None,
+        },
+        outbox={"poll_interval": 0.05, **outbox},
+    )
+
+
+def _in_parallel(work, items: list, threads: int) -> list[str]:
+    """Run ``work(item)`` over ``items`` from ``threads`` threads (own connections);
+    returns the errors."""
+    errors: list[str] = []
+
+    def run(chunk) -> None:
+        try:
+            for item in chunk:
+                work(item)
+        except Exception as exc:  # noqa: BLE001 - any error fails the test
+            errors.append(repr(exc))
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=run, args=(items[i::threads],)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=240)
+    return errors
+
+
+def _create_all(template, owner, n: int) -> list[OutboxEvent]:
+    """``n`` creates accepted from 8 threads at once; their request rows, claimed."""
+    errors = _in_parallel(
+        lambda _: container_create_by_template(template=template, owner=owner, actor="t"),
+        list(range(n)),
+        8,
+    )
+    assert not errors, errors
+    OutboxEvent.objects.filter(queue=Queue.CREATE).update(
+        status="processing",
+        claim_token="00000000-0000-0000-0000-000000000001",
+        lease_expires_at=timezone.now() + timezone.timedelta(hours=1),
+    )
+    return list(OutboxEvent.objects.filter(queue=Queue.CREATE).order_by("id"))
+
+
+def _begin_all(events: list[OutboxEvent]) -> tuple[list[str], Counter, list[dict]]:
+    """Every create's first step from 8 threads at once, with a sampler counting each
+    engine's usage meanwhile. Returns the errors, the outcomes and the samples."""
+    outcomes: Counter = Counter()
+    samples: list[dict] = []
+    stop = threading.Event()
+
+    def begin(event) -> None:
+        try:
+            _begin(event, ready=Status.PENDING, doing=Status.CREATING, gated=True)
+            outcomes["placed"] += 1
+        except Defer:
+            outcomes["waits"] += 1
+
+    def sample() -> None:
+        try:
+            while not stop.wait(0.005):  # paced: the placements need the cores more
+                samples.append(engine_usage())
+        finally:
+            connection.close()
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        errors = _in_parallel(begin, events, 8)
+    finally:
+        stop.set()
+        sampler.join(timeout=60)
+    return errors, outcomes, samples
+
+
+@pytest.mark.django_db(transaction=True)
+def test_200_creates_over_engines_of_5_10_and_20_place_exactly_35_never_36(
+    postgres, tmp_path, owner, gobrave_config
+):
+    _roomy(gobrave_config)
+    a, b, c = _engines(tmp_path, a=(5, None), b=(10, None), c=(20, None))
+    template = TemplateFactory(name="pooled", constraints={"pool": "p"})
+    events = _create_all(template, owner, 200)
+    assert ContainerInstance.objects.filter(runtime__isnull=True).count() == 200, rows()
+    errors, outcomes, samples = _begin_all(events)
+    assert not errors, errors
+    placed = Counter(
+        ContainerInstance.objects.filter(status="creating").values_list("runtime__name", flat=True)
+    )
+    assert placed == {"a": 5, "b": 10, "c": 20}, rows()
+    assert outcomes == {"placed": 35, "waits": 165}, (outcomes, rows())
+    waiting = ContainerInstance.objects.filter(status="pending")
+    assert waiting.count() == 165 and not waiting.filter(runtime__isnull=False).exists(), rows()
+    assert {i.status_reason for i in waiting} == {
+        "waiting: no engine with room: a (5/5), b (10/10), c (20/20)"
+    }, rows()
+    totals = [sum(u.containers for u in sample.values()) for sample in samples]
+    assert samples and max(totals) == 35, (max(totals), len(samples))  # never 36
+    for runtime, most in ((a, 5), (b, 10), (c, 20)):
+        seen = max(sample.get(runtime.pk).containers for sample in samples if runtime.pk in sample)
+        assert seen == most, (runtime.name, seen)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_engines_max_concurrency_is_exact_under_100_concurrent_creates(
+    postgres, tmp_path, owner, gobrave_config
+):
+    _roomy(gobrave_config)
+    a, b, c = _engines(tmp_path, a=(None, 2), b=(None, 3), c=(None, 4))
+    template = TemplateFactory(name="pooled", constraints={"pool": "p"})
+    events = _create_all(template, owner, 100)
+    errors, outcomes, samples = _begin_all(events)
+    assert not errors, errors
+    held = {pk: used.slots for pk, used in engine_usage().items()}
+    assert held == {a.pk: 2, b.pk: 3, c.pk: 4}, rows()
+    assert outcomes == {"placed": 9, "waits": 91}, (outcomes, rows())
+    reasons = set(ContainerInstance.objects.filter(status="pending").values_list("status_reason"))
+    assert reasons == {
+        ("waiting: no engine with room: a (slots 2/2), b (slots 3/3), c (slots 4/4)",)
+    }, rows()
+    for runtime, most in ((a, 2), (b, 3), (c, 4)):
+        seen = max(s[runtime.pk].slots for s in samples if runtime.pk in s)
+        assert seen == most, (runtime.name, seen, rows())
+
+
+def test_spread_takes_the_least_loaded_relative_to_capacity_and_pack_fills_one_first(
+    tmp_path, owner, gobrave_config
+):
+    _roomy(gobrave_config)
+    _engines(tmp_path, big=(4, None), small=(2, None))
+    template = TemplateFactory(name="pooled", constraints={"pool": "p"})
+
+    def placed_on(n: int) -> list[str]:
+        made = [
+            container_create_by_template(template=template, owner=owner, actor="t")
+            for _ in range(n)
+        ]
+        return [place(each).runtime.name for each in made]
+
+    # spread: big 0/4 = small 0/2 (the name), then small 0/2 < big 1/4, then big 1/4 < 1/2 ...
+    assert placed_on(3) == ["big", "small", "big"], rows()
+    assert rows()[-1][4] == "spread: big 1/4 least loaded of big, small", rows()
+    gobrave_config(container={"placement": "pack"})
+    assert placed_on(3) == ["big", "big", "small"], rows()  # big full at 4/4, then small
+    assert rows()[-2][4] == "pack: big 3/4, first with room of big, small", rows()
+
+
+def test_labels_still_filter_and_an_unreachable_engine_gets_no_placement(
+    tmp_path, owner, gobrave_config
+):
+    _roomy(gobrave_config)
+    plain, gpu, away = _engines(tmp_path, plain=(None, None), gpu=(None, None), away=(None, None))
+    Runtime.objects.filter(pk=gpu.pk).update(labels={**POOL, "gpu": "yes"})
+    Runtime.objects.filter(pk=away.pk).update(
+        labels={**POOL, "gpu": "yes"}, health=Runtime.Health.UNREACHABLE
+    )
+    on_gpu = TemplateFactory(name="gpu", constraints={"gpu": "yes"})
+    for _ in range(3):  # gpu fills up relative to plain, yet only gpu matches
+        made = container_create_by_template(template=on_gpu, owner=owner, actor="t")
+        assert place(made).runtime.name == "gpu", rows()
+    Runtime.objects.filter(pk=gpu.pk).update(cordoned=True)
+    waiting = place(container_create_by_template(template=on_gpu, owner=owner, actor="t"))
+    assert (waiting.status, waiting.runtime) == ("pending", None), rows()
+    assert waiting.status_reason.startswith(
+        "waiting: no engine with room: away unreachable since "
+    ), rows()
+    assert waiting.status_reason.endswith(", gpu cordoned"), rows()
+
+
+def test_the_engine_parts_of_the_spec_are_resolved_when_the_create_is_placed(
+    tmp_path, owner, gobrave_config
+):
+    _roomy(gobrave_config)
+    (vol,) = _engines(tmp_path, vol=(None, None))
+    template = TemplateFactory(
+        name="where",
+        constraints={"pool": "p"},
+        env={"ON": "$RUNTIME_NAME", "WS": "$WORKSPACE_PATH"},
+        volumes=["$WORKSPACE_PATH:/data"],
+    )
+    made = container_create_by_template(template=template, owner=owner, actor="t")
+    stored = ContainerInstance.objects.get(pk=made.pk)
+    assert stored.runtime is None, rows()
+    assert stored.spec["env"] == {"ON": RUNTIME_NAME_STANDIN, "WS": WORKSPACE_PATH_STANDIN}
+    assert stored.spec["placement"]["engine"] == "", stored.spec
+    placed = place(made)
+    volume = placed.spec["mounts"][0]["source"]
+    assert volume.startswith("gb-ws-") and volume.endswith(f"-{owner.pk}"), placed.spec
+    assert placed.spec["env"] == {"ON": "vol", "WS": volume}, placed.spec
+    assert placed.spec["workspace"]["source"] == volume and placed.spec["mounts"][0]["type"] == (
+        "volume"
+    ), placed.spec
+    assert placed.spec["placement"]["engine"] == "vol", placed.spec
+    # The same template on an engine whose workspaces are directories.
+    Runtime.objects.filter(pk=vol.pk).update(
+        workspace_driver=Runtime.WorkspaceDriver.DIRECTORY, name="dir"
+    )
+    placed = place(container_create_by_template(template=template, owner=owner, actor="t"))
+    mount = placed.spec["mounts"][0]
+    assert mount["type"] == "bind" and mount["source"].endswith(f"/{owner.pk}"), placed.spec
+    assert placed.spec["env"] == {"ON": "dir", "WS": mount["source"]}, placed.spec
+
+
+def test_a_waiting_create_goes_when_a_delete_frees_room(tmp_path, owner, gobrave_config):
+    _roomy(gobrave_config)
+    (only,) = _engines(tmp_path, only=(1, None))
+    template = TemplateFactory(name="pooled", constraints={"pool": "p"})
+    first = container_create_by_template(template=template, owner=owner, actor="t")
+    assert relay_drain() == ["sent"], rows()
+    second = container_create_by_template(template=template, owner=owner, actor="t")
+    # The claim guard leaves it unclaimed (parked, no attempt), saying why.
+    assert relay_drain() == [], (rows(), outbox_rows())
+    row = OutboxEvent.objects.get(aggregate_id=str(second.pk))
+    assert (row.status, row.attempts, row.outcome) == ("pending", 0, "deferred"), outbox_rows()
+    assert rows()[1][1:4] == ("pending", None, "waiting: no engine with room: only (1/1)"), rows()
+    assert relay_drain() == [], rows()  # not selected again on the next poll
+    container_delete(instance_id=first.pk, actor="t")  # its place frees when accepted
+    assert sorted(relay_drain()) == ["sent", "sent"], (rows(), outbox_rows())
+    assert rows() == [("pooled-" + str(second.pk)[:8], "running", "only", "", rows()[0][4])], rows()
+    assert engine_for(only).calls("create") and len(engine_for(only).calls("create")) == 2
+
+
+def test_a_start_goes_back_to_its_cordoned_engine_and_waits_while_it_is_full(
+    tmp_path, owner, gobrave_config
+):
+    _roomy(gobrave_config)
+    home, other = _engines(tmp_path, home=(None, 1), other=(None, None))
+    Runtime.objects.filter(pk=other.pk).update(labels={"engine": "fake", "pool": "q"})
+    template = TemplateFactory(name="pooled", constraints={"pool": "p"})
+    mine = container_create_by_template(template=template, owner=owner, actor="t")
+    assert relay_drain() == ["sent"], rows()
+    container_stop(instance_id=mine.pk, actor="t")
+    assert relay_drain() == ["sent"], rows()
+    Runtime.objects.filter(pk=other.pk).update(labels=dict(POOL))  # room elsewhere now
+    Runtime.objects.filter(pk=home.pk).update(cordoned=True)
+    # Another instance holds home's one slot (its create claimed and under way).
+    holder = container_create_by_template(template=template, owner=owner, actor="t", runtime=home)
+    ContainerInstance.objects.filter(pk=holder.pk).update(status="creating")
+    OutboxEvent.objects.filter(aggregate_id=str(holder.pk)).update(
+        status="processing",
+        claim_token="00000000-0000-0000-0000-000000000002",
+        lease_expires_at=timezone.now() + timezone.timedelta(hours=1),
+    )
+    container_start(instance_id=mine.pk, actor="t")
+    assert relay_drain() == [], (rows(), outbox_rows())
+    status, runtime, reason = ContainerInstance.objects.filter(pk=mine.pk).values_list(
+        "status", "runtime__name", "status_reason"
+    )[0]
+    assert (status, runtime) == ("start_pending", "home"), rows()
+    assert reason == "waiting: engine of runtime home is full (slots 1/1)", rows()
+    # The slot frees: the start goes, to its own (still cordoned) engine.
+    ContainerInstance.objects.filter(pk=holder.pk).update(status="running")
+    OutboxEvent.objects.filter(aggregate_id=str(holder.pk)).update(status="sent")
+    outbox_release_deferred(queue=Queue.CREATE)
+    assert relay_drain() == ["sent"], (rows(), outbox_rows())
+    status, runtime = ContainerInstance.objects.filter(pk=mine.pk).values_list(
+        "status", "runtime__name"
+    )[0]
+    assert (status, runtime) == ("running", "home"), rows()
+    assert engine_for(other).calls("create") == [], rows()
