@@ -25,6 +25,7 @@ from containers.spec.template_services import template_create, template_update
 from containers.states import Status
 from outbox.models import OutboxEvent
 from tests.factories import TemplateFactory, UserFactory
+from tests.placing import place
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("postgres", "only_test_runtimes")]
 
@@ -38,10 +39,9 @@ def later(seconds: float) -> dt.datetime:
 def running(template, owner, **kwargs) -> ContainerInstance:
     """A new instance of ``template``, moved to running as a worker would move it."""
     instance = container_create_by_template(template=template, owner=owner, actor="test", **kwargs)
+    placed = place(instance)  # placement happens when a create leaves pending
     with transaction.atomic():
-        row = instance_lock(instance.id)
-        move(row, Status.CREATING, actor="test")
-        move(row, Status.RUNNING, actor="test")
+        move(instance_lock(placed.id), Status.RUNNING, actor="test")
     return ContainerInstance.objects.get(pk=instance.pk)
 
 
