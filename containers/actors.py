@@ -11,8 +11,8 @@ WORKER = "worker"  # a django-q2 task running a request
 MONITOR = "monitor"  # the engine event follower
 RECONCILER = "reconciler"  # the periodic (or on-demand) comparison with the engines
 RELAY = "relay"  # the outbox relay (dead letters)
-POLICY = "policy"  # a lifecycle policy (time limits, idle culling) making a request
-SYSTEM = frozenset({WORKER, MONITOR, RECONCILER, RELAY})
+POLICY = "policy"  # the lifecycle policies' pass (time limits, idle culling, retention)
+SYSTEM = frozenset({WORKER, MONITOR, RECONCILER, RELAY, POLICY})
 USER_PREFIX = "user:"
 
 

@@ -159,3 +159,20 @@ class MountRefused(InvalidSpec):
     def __init__(self, message: str, *, operator_message: str, **details: Any) -> None:
         super().__init__(message, **details)
         self.operator_message = operator_message
+
+
+class ExtensionRefused(DomainError):
+    """A time limit may not be pushed back: the instance has none running, or the asked
+    time passes what the template allows (HTTP 409, code ``extension_refused``;
+    ``details`` says how much is left)."""
+
+    code = "extension_refused"
+    http_status = 409
+
+
+class ExtensionNotAllowed(DomainError):
+    """The caller may not extend this instance's time limit: the template's
+    ``extendable_by`` does not include them (HTTP 403, code ``extension_not_allowed``)."""
+
+    code = "extension_not_allowed"
+    http_status = 403

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 
 from django.conf import settings
@@ -305,6 +306,46 @@ class ContainerTemplate(models.Model):
         related_name="container_templates",
         help_text="Only members of these groups see and use it; empty: every user.",
     )
+    # Lifecycle policies (containers.spec.policies): empty takes config.yml's
+    # container.policies; 0 turns the rule off for this template. Resolved into each
+    # instance's spec at its create, like the rest of the template.
+    max_lifetime = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Seconds: a running instance is stopped this long after it started. "
+        "Empty: the installation's default; 0: never.",
+    )
+    idle_timeout = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Seconds: a running instance using less than the idle CPU threshold this "
+        "long is stopped. Empty: the installation's default; 0: never. Only on engines that "
+        "report CPU statistics.",
+    )
+    idle_cpu_threshold = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Cores (0.02 = 2% of one core) below which the container counts as idle. "
+        "Empty: the installation's default.",
+    )
+    delete_stopped_after = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Seconds: a stopped or failed instance is deleted this long after it "
+        "stopped (its history is kept). Empty: the installation's default; 0: never.",
+    )
+    extendable_by = models.CharField(
+        max_length=8,
+        blank=True,
+        choices=[("nobody", "nobody"), ("owner", "the owner and staff"), ("staff", "staff")],
+        help_text="Who may push back a max_lifetime stop. Empty: the installation's default.",
+    )
+    extend_max = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Seconds: the most a run's stop may be pushed back in all. Empty: the "
+        "installation's default.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -360,6 +401,16 @@ class ContainerInstance(FSMModelMixin, models.Model):
     status_changed_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Lifecycle policies (``containers.execution.policies``), armed by the transitions from
+    # ``spec["policy"]`` (DAG nodes have none): when the policy pass stops this run
+    # (max_lifetime, pushed back by ``extended_seconds``), since when its container has
+    # been idle (idle_timeout; null: not watched), and when it deletes the stopped instance
+    # (delete_stopped_after). Each has a partial index: a pass reads only the due rows.
+    stop_at = models.DateTimeField(null=True, blank=True)
+    extended_seconds = models.PositiveIntegerField(default=0)
+    idle_since = models.DateTimeField(null=True, blank=True)
+    cpu_sample = models.JSONField(null=True, blank=True, editable=False)
+    delete_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -374,6 +425,21 @@ class ContainerInstance(FSMModelMixin, models.Model):
             models.Index(fields=["template", "created_at"], name="instance_template_created"),
             models.Index(fields=["runtime", "created_at"], name="instance_runtime_created"),
             models.Index(fields=["name", "id"], name="instance_name"),
+            models.Index(
+                fields=["stop_at"],
+                name="instance_policy_stop",
+                condition=models.Q(stop_at__isnull=False),
+            ),
+            models.Index(
+                fields=["runtime", "idle_since"],
+                name="instance_policy_idle",
+                condition=models.Q(idle_since__isnull=False),
+            ),
+            models.Index(
+                fields=["delete_at"],
+                name="instance_policy_delete",
+                condition=models.Q(delete_at__isnull=False),
+            ),
             # The reconciler's turn through the stopped instances, and its look-up of the
             # stopped ones the engine lists running (``reconciler._stopped_rows``).
             models.Index(
@@ -413,6 +479,25 @@ class ContainerInstance(FSMModelMixin, models.Model):
         self.status_changed_at = timezone.now()
         self.status_reason = reason
 
+    def _policy(self) -> dict:
+        return (self.spec or {}).get("policy") or {}
+
+    def _arm_run_policies(self) -> None:
+        """A run begins: its max_lifetime deadline, its idle watch; no delete pending."""
+        policy, now = self._policy(), timezone.now()
+        lifetime = policy.get("max_lifetime")
+        self.stop_at = now + dt.timedelta(seconds=lifetime) if lifetime else None
+        self.extended_seconds = 0
+        self.idle_since = now if policy.get("idle_timeout") else None
+        self.cpu_sample = None
+        self.delete_at = None
+
+    def _arm_rest_policies(self) -> None:
+        """A run ended: no stop due; delete_stopped_after from now, where set."""
+        after = self._policy().get("delete_stopped_after")
+        self.stop_at = self.idle_since = self.cpu_sample = None
+        self.delete_at = timezone.now() + dt.timedelta(seconds=after) if after else None
+
     @transition(field=status, source=sources_of(Status.CREATING), target=Status.CREATING)
     def mark_creating(self) -> None:
         self._changed()
@@ -423,6 +508,8 @@ class ContainerInstance(FSMModelMixin, models.Model):
         self.started_at = timezone.now()
         self.finished_at = None
         self.exit_code = None
+        if self.status != Status.PAUSED:  # (still the source here) an unpause is the same run
+            self._arm_run_policies()
 
     @transition(field=status, source=sources_of(Status.PAUSED), target=Status.PAUSED)
     def mark_paused(self) -> None:
@@ -441,6 +528,7 @@ class ContainerInstance(FSMModelMixin, models.Model):
         self._changed(reason)
         self.exit_code = exit_code
         self.finished_at = timezone.now()
+        self._arm_rest_policies()
 
     @transition(field=status, source=sources_of(Status.START_PENDING), target=Status.START_PENDING)
     def mark_start_pending(self) -> None:
@@ -455,6 +543,7 @@ class ContainerInstance(FSMModelMixin, models.Model):
     )
     def mark_delete_pending(self) -> None:
         self._changed()
+        self.stop_at = self.idle_since = self.cpu_sample = self.delete_at = None
 
     @transition(field=status, source=sources_of(Status.DELETING), target=Status.DELETING)
     def mark_deleting(self) -> None:
@@ -466,6 +555,7 @@ class ContainerInstance(FSMModelMixin, models.Model):
         if exit_code is not None:
             self.exit_code = exit_code
         self.finished_at = timezone.now()
+        self._arm_rest_policies()
 
     def transition_method(self, target: str):
         """The bound transition method that moves this instance to ``target``."""
@@ -599,8 +689,9 @@ class Workspace(models.Model):
     A row means the volume or directory exists there, owned by the owner's uid and gid
     with mode 2770: the worker makes it before the first create that mounts it, and
     later creates find the row and pay nothing (``containers.execution.workspaces``). Never
-    deleted by gobrave on its own: it holds the owner's files; an operator may remove a
-    volume workspace of an owner who has no instances left (``workspace_remove``). The
+    deleted by gobrave on its own unless ``workspace_retention`` is set (off by default): it
+    holds the owner's files; an operator may remove a volume workspace of an owner who has
+    no instances left (``workspace_remove``), and so does that policy. The
     same rows record the volumes
     gobrave adds to a spec and owns like a workspace (a DAG run's ``/dag``): those go,
     row first, with their volume (``containers.execution.housekeeping.volume_remove``).
@@ -618,6 +709,9 @@ class Workspace(models.Model):
     # What the engine last said it holds (``workspace_sizes_refresh``): pages never ask.
     size_bytes = models.BigIntegerField(null=True, blank=True)
     size_checked_at = models.DateTimeField(null=True, blank=True)
+    # Since when its owner has had no instance (the workspace_retention policy; null:
+    # in use, or not looked at). Written only by ``containers.execution.policies``.
+    unused_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -266,8 +266,25 @@ def _nested(schema: dict[str, tuple[Callable[[Any], Any], Any]], where: str):
 
 _security = _nested(SECURITY_SCHEMA, "container.security")
 SECURITY_DEFAULTS = _security({})
+
+# --- container.policies: lifecycle policies (installation-wide defaults of templates' own) ---
+_YEAR = 366 * 86400.0
+EXTENDERS = ("nobody", "owner", "staff")
+POLICY_SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
+    "interval": (_duration(0.1, 3600), 15.0),
+    "max_lifetime": (_optional(_duration(1, _YEAR)), None),
+    "idle_timeout": (_optional(_duration(1, _YEAR)), None),
+    "idle_cpu_threshold": (_number(0.0001, 1024), 0.02),
+    "delete_stopped_after": (_optional(_duration(1, _YEAR)), None),
+    "workspace_retention": (_optional(_duration(1, 10 * _YEAR)), None),
+    "extendable_by": (_choice(*EXTENDERS), "owner"),
+    "extend_max": (_duration(0, _YEAR), 86400.0),
+    "batch_size": (_integer(1, 100_000), 500),
+}
+_policies = _nested(POLICY_SCHEMA, "container.policies")
+POLICY_DEFAULTS = _policies({})
 # Keys whose value is a mapping of their own: overridden as GOBRAVE_<SECTION>_<KEY>__<SUBKEY>.
-NESTED = {("container", "security"): SECURITY_SCHEMA}
+NESTED = {("container", "security"): SECURITY_SCHEMA, ("container", "policies"): POLICY_SCHEMA}
 
 
 SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
@@ -301,6 +318,8 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "allowed_volume_roots": (_absolute_paths, []),
         "installation_id": (_optional(_label), None),
         "security": (_security, SECURITY_DEFAULTS),
+        # Lifecycle policies (docs/operations.md, "Policies"): templates override them.
+        "policies": (_policies, POLICY_DEFAULTS),
         # Tenants (contract §8): per-owner quotas; None (the key left empty) is no limit.
         # Set by default, as in the shipped config.yml, so that one user cannot fill the
         # queue. Overridable per user and per group in the admin (tenants.models).

@@ -453,6 +453,7 @@ def _create_locked(run: DagRun, node: DagNodeRun, *, deletes_coming: bool) -> st
                 snapshot=_node_spec(run, spec),
                 extra_labels={LABEL_DAG_RUN: str(run.id), LABEL_DAG_NODE: key},
                 extra_mounts=[{"type": "volume", "source": run.workspace_name, "target": "/dag"}],
+                exempt_from_policies=True,  # the run's own cleanup policies apply
             )
     except QueueFull as exc:
         log.info("dag run %s node %s waits: %s", run.id, key, exc.message)

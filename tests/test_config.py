@@ -163,6 +163,32 @@ def test_bad_security_settings_are_refused_naming_the_key(tmp_path, text, enviro
         load_config(_write(tmp_path, text), environ=environ)
 
 
+def test_policies_default_to_off_and_are_overridden_with_a_double_underscore(tmp_path):
+    path = _write(tmp_path, "container:\n  policies:\n    max_lifetime: 8h\n")
+    config = load_config(path, environ={"GOBRAVE_CONTAINER_POLICIES__INTERVAL": "0.5"})
+    policies = config["container"]["policies"]
+    assert (policies["max_lifetime"], policies["interval"]) == (8 * 3600, 0.5)
+    assert policies["idle_timeout"] is policies["workspace_retention"] is None
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("container:\n  policies:\n    max_lifetim: 5\n", "container.policies.max_lifetim"),
+        ("container:\n  policies:\n    interval: 0\n", "container.policies.interval"),
+        ("container:\n  policies:\n    idle_timeout: soon\n", "container.policies.idle_timeout"),
+        (
+            "container:\n  policies:\n    idle_cpu_threshold: -1\n",
+            "container.policies.idle_cpu_threshold",
+        ),
+        ("container:\n  policies:\n    extendable_by: all\n", "container.policies.extendable_by"),
+    ],
+)
+def test_bad_policy_settings_are_refused_naming_the_key(tmp_path, text, named):
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load_config(_write(tmp_path, text), environ={})
+
+
 @pytest.mark.parametrize(
     ("text", "named"),
     [

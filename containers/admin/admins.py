@@ -24,8 +24,9 @@ from django.http import HttpResponseRedirect, StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.safestring import mark_safe
 
 from containers import selectors
 from containers.actors import user_actor
@@ -55,6 +56,7 @@ from containers.models import (
     Runtime,
 )
 from containers.queues import EVENT_KIND_WORDS, event_kind_display
+from containers.requests.extensions import container_extend
 from containers.requests.services import (
     container_create_by_template,
     container_delete,
@@ -62,6 +64,7 @@ from containers.requests.services import (
     container_stop,
 )
 from containers.spec import env_policy, redaction
+from containers.spec.policies import policy_status, template_policy_check
 from containers.spec.resolve import (
     check_volume_roots,
     clean_template_fields,
@@ -226,13 +229,14 @@ class ContainerInstanceAdmin(
     search_fields = ("name",)  # and an id prefix: get_search_results
     search_help_text = "A name, or an id: the full uuid or its first 8 or more hex digits."
     ordering = ("-created_at",)
-    actions = ("start_instances", "stop_instances", "delete_instances")
+    actions = ("start_instances", "stop_instances", "delete_instances", "extend_instances")
     readonly_fields = (
         "status_display",
         "history_link",
         "container_display",
         "missing_display",
         "engine_health",
+        "policy_display",
         "placement_reason",
     )
     fieldsets = (
@@ -258,6 +262,7 @@ class ContainerInstanceAdmin(
             "Times",
             {"fields": ("created_at", "status_changed_at", "started_at", "finished_at")},
         ),
+        ("Policies", {"fields": ("policy_display",)}),
     )
     change_form_template = "admin/containers/containerinstance/change_form.html"
     redacted_fields = {"spec": "spec_shown", "status_reason": "status_reason_shown"}
@@ -273,6 +278,27 @@ class ContainerInstanceAdmin(
     @admin.display(description="spec")
     def spec_shown(self, obj: ContainerInstance):
         return _json_block(redaction.spec_for(self.page_user(), obj.spec or {}))
+
+    @admin.display(description="lifecycle policies")
+    def policy_display(self, obj: ContainerInstance):
+        """When a policy stops or deletes it and why, and what may be extended (the same
+        words as the API's ``policy``)."""
+        shown = policy_status(obj, self.page_user())
+        lines = []
+        if shown.stop_at is not None:
+            lines.append(f"Stopped at {shown.stop_at:%Y-%m-%d %H:%M:%S %Z}: {shown.stop_reason}")
+        if shown.delete_at is not None:
+            lines.append(
+                f"Deleted at {shown.delete_at:%Y-%m-%d %H:%M:%S %Z} (delete_stopped_after)"
+            )
+        if shown.extendable:
+            lines.append(
+                f"Its time limit may be extended by up to {shown.extend_left} s more "
+                "(action: Extend time limit by one hour)."
+            )
+        if not lines:
+            return "Nothing due: no policy stops or deletes it."
+        return format_html_join(mark_safe("<br>"), "{}", ((line,) for line in lines))
 
     @admin.display(description="status reason")
     def status_reason_shown(self, obj: ContainerInstance):
@@ -445,6 +471,29 @@ class ContainerInstanceAdmin(
     def stop_instances(self, request, queryset):
         return self._request_each(request, queryset, service=container_stop, verb="stop")
 
+    @admin.action(description="Extend time limit by one hour", permissions=["change"])
+    def extend_instances(self, request, queryset):
+        """``container_extend`` of each selected row by an hour, within what its template
+        allows; the refusals are reported with their reasons."""
+        done, refused = [], []
+        for instance_id, name in queryset.order_by("name", "id").values_list("id", "name"):
+            try:
+                container_extend(
+                    instance_id=instance_id, user=request.user, seconds=3600,
+                    actor=actor_of(request),
+                )  # fmt: skip
+            except DomainError as exc:
+                refused.append(f"{name}: {exc.message}")
+                continue
+            done.append(name)
+        if done:
+            self.message_user(request, f"Extended by an hour: {_listed(done)}.", messages.SUCCESS)
+        if refused:
+            self.message_user(
+                request, f"Extension refused for {_listed(refused)}.", messages.WARNING
+            )
+        return self._back(request)
+
     @admin.action(
         description="Delete selected instances (stop and remove the container)",
         permissions=["change"],
@@ -560,9 +609,9 @@ class ContainerTemplateForm(forms.ModelForm):
                 self.add_error("secret_env", exc.message)
         if not self.errors:
             try:
-                template_kubernetes_check(
-                    dict(cleaned), self.instance if self.instance.pk else None
-                )
+                current = self.instance if self.instance.pk else None
+                template_kubernetes_check(dict(cleaned), current)
+                template_policy_check(dict(cleaned), current)
             except InvalidSpec as exc:
                 field = exc.details.get("field")
                 self.add_error(field if field in self.fields else None, exc.message)

@@ -20,6 +20,7 @@ from containers.models import (
 from containers.queues import event_kind_display
 from containers.spec import redaction
 from containers.spec.env_policy import MAX_USER_KEYS, MAX_USER_VALUE
+from containers.spec.policies import policy_status
 from containers.spec.resolve import MAX_COMMAND_PART, MAX_COMMAND_PARTS
 from core.api.input import InputSerializer
 
@@ -149,10 +150,30 @@ class ForViewer:
         return self.context.get("viewer")
 
 
+class PolicyStatusSerializer(serializers.Serializer):
+    """When the instance will be stopped (and why) or deleted by a lifecycle policy, and
+    whether the caller may extend its time limit (``POST .../extend/``)."""
+
+    stop_at = serializers.DateTimeField(allow_null=True)
+    stop_reason = serializers.CharField(allow_blank=True)
+    idle_since = serializers.DateTimeField(allow_null=True)
+    idle_stop_at = serializers.DateTimeField(allow_null=True)
+    delete_at = serializers.DateTimeField(allow_null=True)
+    extendable = serializers.BooleanField()
+    extend_left = serializers.IntegerField(help_text="Seconds of extension left for this run.")
+
+
+class ExtendInputSerializer(InputSerializer):
+    seconds = serializers.IntegerField(
+        min_value=1, max_value=366 * 86400, help_text="How much later to stop it, in seconds."
+    )
+
+
 class InstanceOutputSerializer(ForViewer, serializers.ModelSerializer):
     template = NamedRefSerializer()
     runtime = RuntimeRefSerializer(allow_null=True)  # null while pending: not placed yet
     owner = serializers.CharField(source="owner.get_username")
+    policy = serializers.SerializerMethodField()
 
     class Meta:
         model = ContainerInstance
@@ -174,8 +195,13 @@ class InstanceOutputSerializer(ForViewer, serializers.ModelSerializer):
             "status_changed_at",
             "started_at",
             "finished_at",
+            "policy",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(PolicyStatusSerializer)
+    def get_policy(self, instance: ContainerInstance) -> dict[str, Any]:
+        return PolicyStatusSerializer(policy_status(instance, self.viewer())).data
 
     def to_representation(self, instance):
         data = super().to_representation(instance)
@@ -287,6 +313,50 @@ class TemplateInputSerializer(InputSerializer):
     pull_policy = serializers.ChoiceField(
         choices=PullPolicy.choices, default=PullPolicy.IF_NOT_PRESENT
     )
+    max_lifetime = serializers.IntegerField(
+        min_value=0,
+        max_value=3660 * 86400,
+        allow_null=True,
+        default=None,
+        help_text="Seconds a run may last before the policy stops it; null: the "
+        "installation's default; 0: never.",
+    )
+    idle_timeout = serializers.IntegerField(
+        min_value=0,
+        max_value=3660 * 86400,
+        allow_null=True,
+        default=None,
+        help_text="Seconds under idle_cpu_threshold before the policy stops it; null: the "
+        "installation's default; 0: never.",
+    )
+    idle_cpu_threshold = serializers.FloatField(
+        min_value=0.0001,
+        max_value=1024,
+        allow_null=True,
+        default=None,
+        help_text="Cores below which the container counts as idle; null: the default.",
+    )
+    delete_stopped_after = serializers.IntegerField(
+        min_value=0,
+        max_value=3660 * 86400,
+        allow_null=True,
+        default=None,
+        help_text="Seconds after it stopped that the policy deletes it; null: the "
+        "installation's default; 0: never.",
+    )
+    extendable_by = serializers.ChoiceField(
+        choices=["nobody", "owner", "staff"],
+        allow_blank=True,
+        default="",
+        help_text="Who may push back its time limit; empty: the installation's default.",
+    )
+    extend_max = serializers.IntegerField(
+        min_value=0,
+        max_value=3660 * 86400,
+        allow_null=True,
+        default=None,
+        help_text="Seconds a run's stop may be pushed back in all; null: the default.",
+    )
     enabled = serializers.BooleanField(default=True, help_text="Off: no user sees or uses it.")
     allowed_groups = GroupNamesField(
         child=serializers.CharField(max_length=150),
@@ -298,6 +368,11 @@ class TemplateInputSerializer(InputSerializer):
 
 class TemplateOutputSerializer(ForViewer, serializers.ModelSerializer):
     allowed_groups = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    extendable_by = serializers.CharField(
+        read_only=True,
+        help_text="Who may push back its time limit: nobody, owner or staff; empty: the "
+        "installation's default.",
+    )
     command = serializers.ListField(
         child=serializers.CharField(), read_only=True, help_text="The words the container runs."
     )
@@ -316,6 +391,12 @@ class TemplateOutputSerializer(ForViewer, serializers.ModelSerializer):
             "resources",
             "constraints",
             "pull_policy",
+            "max_lifetime",
+            "idle_timeout",
+            "idle_cpu_threshold",
+            "delete_stopped_after",
+            "extendable_by",
+            "extend_max",
             "enabled",
             "allowed_groups",
             "image_status",

@@ -42,6 +42,7 @@ from containers.fleet import runtimes
 from containers.fleet.selectors import runtime_decommission_preview
 from containers.fleet.services import runtime_cordon, runtime_decommission, runtime_uncordon
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
+from containers.requests.extensions import container_extend
 from containers.requests.services import (
     RequestResult,
     container_create_by_template,
@@ -193,6 +194,28 @@ class ContainerViewSet(viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def stop(self, request, pk: str):
         return self._request(request, pk, container_stop)
+
+    @extend_schema(
+        summary="Push back the instance's time limit",
+        description="Moves `policy.stop_at` (the max_lifetime stop) later by `seconds`, where "
+        "the template lets the caller (`extendable_by`) and within its `extend_max` per run; "
+        "403 `extension_not_allowed`, 409 `extension_refused` (no time limit running, or "
+        "not that much left) otherwise, nothing changed.",
+        request=s.ExtendInputSerializer,
+        responses={200: s.InstanceOutputSerializer, **error_responses(400, 403, 404, 409)},
+    )
+    @action(detail=True, methods=["post"])
+    def extend(self, request, pk: str):
+        data = s.ExtendInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        instance = self._instance(pk)
+        instance = container_extend(
+            instance_id=instance.id,
+            user=request.user,
+            seconds=data.validated_data["seconds"],
+            actor=_actor(request),
+        )
+        return Response(s.InstanceOutputSerializer(instance, context=_viewer(request)).data)
 
     @extend_schema(
         summary="The instance's history, newest first",

@@ -133,6 +133,37 @@ class ContainerState:
 
 
 @dataclass(frozen=True)
+class ContainerStats:
+    """What the engine measured of one running container, from one cheap look.
+
+    The CPU is given one of two ways, as the engine counts it: ``cpu_total_ns``, the CPU
+    time the container used since it started (Docker's cgroup counter: the rate is the
+    difference between two looks over the wall time between them, ``read_at``), or
+    ``cpu_cores``, a rate the engine averaged itself (the Kubernetes metrics API: cores
+    over its last window). ``read_at`` is epoch seconds on the caller's clock.
+    """
+
+    read_at: float
+    cpu_total_ns: int | None = None
+    cpu_cores: float | None = None
+    memory_bytes: int | None = None
+
+    def cores_since(self, previous: ContainerStats | None) -> float | None:
+        """Cores used: the engine's own rate, or the counter's difference since
+        ``previous`` over the wall time between the looks. None when it cannot be told
+        yet (a counter's first look, or a counter that went back: a restart)."""
+        if self.cpu_cores is not None:
+            return self.cpu_cores
+        if previous is None or previous.cpu_total_ns is None or self.cpu_total_ns is None:
+            return None
+        elapsed = self.read_at - previous.read_at
+        used = self.cpu_total_ns - previous.cpu_total_ns
+        if elapsed <= 0 or used < 0:
+            return None
+        return used / 1e9 / elapsed
+
+
+@dataclass(frozen=True)
 class EngineEvent:
     """One lifecycle event of one of our containers, as the engine reported it.
 
@@ -167,10 +198,13 @@ class Engine(Protocol):
       again from the stored spec.
     - ``honours_node_constraints``: constraints prefixed ``node.`` become the engine's own
       node selection (a ``nodeSelector``); placement skips engines that cannot honour them.
+    - ``reports_cpu``: ``stats`` measures a container's CPU; a template's ``idle_timeout``
+      is refused where the engine cannot (``containers.spec.policies``).
     """
 
     stop_removes: bool
     honours_node_constraints: bool
+    reports_cpu: bool
 
     def ping(self) -> bool:
         """True when the engine answers."""
@@ -234,6 +268,13 @@ class Engine(Protocol):
 
     def inspect(self, ref: str) -> ContainerState | None:
         """The container's state, or None when it does not exist."""
+
+    def stats(self, ref: str) -> ContainerStats | None:
+        """One cheap look at the running container's CPU (and memory): one engine call,
+        never a stream, never a wait for a second sample (the caller keeps the previous
+        look and takes the difference). None when the container does not exist, is not
+        running, or the engine has no figure for it yet (a metrics API that has not
+        scraped it). ``EngineError`` when the engine does not answer."""
 
     def logs(self, ref: str, tail: int = 100) -> Iterator[bytes]:
         """The last ``tail`` lines of output (stdout and stderr), as the engine sends them:

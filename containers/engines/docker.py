@@ -39,6 +39,7 @@ from docker.types import Mount as DockerMount
 from containers.engines.base import (
     ContainerSpec,
     ContainerState,
+    ContainerStats,
     EngineError,
     EngineEvent,
     PermanentEngineError,
@@ -293,6 +294,7 @@ class DockerEngine:
 
     stop_removes = False  # a stopped container stays, with its exit code and files
     honours_node_constraints = False  # one host: a ``node.`` constraint cannot be met
+    reports_cpu = True  # the cgroup's CPU counter, through the stats endpoint
 
     def __init__(
         self,
@@ -709,6 +711,28 @@ class DockerEngine:
             node_name=self.node_name(),
             started_at=_parse_time(state.get("StartedAt")),
             finished_at=_parse_time(state.get("FinishedAt")),
+        )
+
+    def stats(self, ref: str) -> ContainerStats | None:
+        """The engine's own statistics, one call: ``stream=False, one_shot=True`` (no wait
+        for a second sample; the caller takes the difference of two looks). The cgroup's
+        cumulative CPU time; None for a missing container or one not running (the engine
+        then answers with an empty sample, read at the zero time)."""
+        with _translated(f"stats {ref}"):
+            try:
+                data = self._api().stats(ref, stream=False, one_shot=True)
+            except docker.errors.NotFound:
+                return None
+        read_at = time.time()
+        usage = ((data or {}).get("cpu_stats") or {}).get("cpu_usage") or {}
+        total = usage.get("total_usage")
+        if not total or str(data.get("read", "")).startswith("0001-"):
+            return None
+        memory = (data.get("memory_stats") or {}).get("usage")
+        return ContainerStats(
+            read_at=read_at,
+            cpu_total_ns=int(total),
+            memory_bytes=int(memory) if memory is not None else None,
         )
 
     def logs(self, ref: str, tail: int = 100) -> Iterator[bytes]:

@@ -10,6 +10,8 @@ append-only ``calls.log`` of every call, and control files the test writes:
 - ``exit-on-start``: holds an exit code; ``start`` leaves the container exited with it;
 - ``down``: ``ping()`` answers False (an engine that stopped answering);
 - ``output``: what every container printed (``logs``; without it, one line).
+- ``cpu.json``: ``{container name: cores}``, the CPU ``stats`` reports for each running
+  container (a rate, as the Kubernetes metrics API gives it); absent names use 0.
 
 Its output is one line, ``fake log line``; a container whose command is ``["env"]``
 prints its env after it (``KEY=value`` lines), as the real program would, and a follow
@@ -41,6 +43,7 @@ from pathlib import Path
 from containers.engines.base import (
     ContainerSpec,
     ContainerState,
+    ContainerStats,
     EngineError,
     EngineEvent,
     PermanentEngineError,
@@ -55,6 +58,7 @@ FOLLOW_POLL = 0.05  # how often a follow looks whether its container still runs
 class FakeEngine:
     stop_removes = False
     honours_node_constraints = False
+    reports_cpu = True
 
     def __init__(self, base_url: str) -> None:
         self.root = Path(base_url.removeprefix("fake://"))
@@ -265,6 +269,24 @@ class FakeEngine:
             error=data.get("error", ""),
             node_name="fake-node",
         )
+
+    def stats(self, ref: str) -> ContainerStats | None:
+        """What ``cpu.json`` says of a running container (``set_cpu``); None otherwise."""
+        self._gate("stats", ref)
+        data = self._load(ref)
+        if data is None or data["status"] != "running":
+            return None
+        path = self.root / "cpu.json"
+        cores = json.loads(path.read_text()) if path.exists() else {}
+        return ContainerStats(read_at=time.time(), cpu_cores=float(cores.get(data["name"], 0.0)))
+
+    def set_cpu(self, name: str, cores: float) -> None:
+        """Make ``stats`` report ``cores`` for the container ``name`` from now on."""
+        with self._locked():
+            path = self.root / "cpu.json"
+            known = json.loads(path.read_text()) if path.exists() else {}
+            known[name] = cores
+            path.write_text(json.dumps(known))
 
     def _output(self, data: dict) -> str:
         spec = data.get("spec") or {}

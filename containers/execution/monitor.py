@@ -30,7 +30,8 @@
    instances whose event found their worker busy (the worker may have inspected the
    engine just before the event): 50 ms later, then less and less often (at most a
    second apart), until the worker is done; and stores the cursor of a follower whose
-   stream went quiet.
+   stream went quiet. Every ``container.policies.interval`` it runs the lifecycle
+   policies' pass (``containers.execution.policies``).
 5. SIGTERM sets a flag: the main thread finishes its step, waits until no follower is
    applying events (a follower blocked reading its stream holds nothing), and returns,
    so the process exits 0.
@@ -63,6 +64,7 @@ from containers.execution.appliers import Appliers
 from containers.execution.health import runtime_rows_health_record
 from containers.execution.heartbeat import Heartbeat, engine_key
 from containers.execution.images import template_images_refresh
+from containers.execution.policies import policies_pass
 from containers.execution.reconciler import distinct_engines, reconcile
 from containers.execution.sync import (
     Sync,
@@ -503,6 +505,7 @@ class Monitor(StopOnSignal):
     ) -> None:
         self.installation = installation or installation_id()
         self.reconcile_interval = float(reconcile_interval or _config()["reconcile_interval"])
+        self.policy_interval = float(_config()["policies"]["interval"])
         self.backoff_cap = backoff_cap
         self.stopping = threading.Event()
         self.appliers = Appliers(int(appliers or _config()["monitor_appliers"]), self.stopping)
@@ -583,6 +586,7 @@ class Monitor(StopOnSignal):
             self._step(self._refresh_images)
         self.heartbeat.start()
         next_reconcile = next_beat = next_notice = 0.0
+        next_policies = time.monotonic() + self.policy_interval
         while not self.stopping.is_set():
             if time.monotonic() >= next_beat:  # a live process for a dispatcher's start
                 self._step(self._liveness_beat)
@@ -595,6 +599,9 @@ class Monitor(StopOnSignal):
             if time.monotonic() >= next_notice:  # a "limit hit" webhook, once a period
                 self._step(self._limit_notices)
                 next_notice = time.monotonic() + LIMIT_NOTICE_EVERY
+            if time.monotonic() >= next_policies:
+                self._step(self._policies)
+                next_policies = time.monotonic() + self.policy_interval
             if self._rechecks:
                 self._step(self._run_rechecks)
             self._step(self._cursors_store)
@@ -645,6 +652,10 @@ class Monitor(StopOnSignal):
                 continue
             self.followers[key] = Follower(self, runtime)
             self.followers[key].thread.start()
+
+    def _policies(self) -> None:
+        report = policies_pass()
+        log.debug("policies: %s", report)
 
     def _reconcile(self) -> None:
         report = reconcile(installation=self.installation, actor=RECONCILER)

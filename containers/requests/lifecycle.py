@@ -124,6 +124,12 @@ MOVED_FIELDS = (
     "started_at",
     "finished_at",
     "exit_code",
+    # Lifecycle policies' deadlines, armed and cleared by the transitions.
+    "stop_at",
+    "extended_seconds",
+    "idle_since",
+    "cpu_sample",
+    "delete_at",
 )
 
 

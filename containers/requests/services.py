@@ -40,6 +40,7 @@ from containers.queues import RequestKind
 from containers.requests.lifecycle import instance_lock, lock_gate, move, record
 from containers.spec.engine_parts import RUNTIME_NAME_STANDIN, WORKSPACE_PATH_STANDIN
 from containers.spec.hardening import owner_ids
+from containers.spec.policies import policy_resolve
 from containers.spec.resolve import resolve_spec
 from containers.states import BEING_DELETED, Status, sources_of
 from core import prepared
@@ -185,6 +186,7 @@ def container_create_by_template(
     snapshot: Mapping[str, Any] | None = None,
     extra_labels: Mapping[str, str] | None = None,
     extra_mounts: list[dict[str, Any]] | None = None,
+    exempt_from_policies: bool = False,
 ) -> ContainerInstance:
     """Accept a create request, or refuse it (``OwnerQuotaExceeded``,
     ``InstanceQuotaExceeded``, ``QueueFull``, ``InvalidSpec``, ``NameTaken``: the owner
@@ -212,7 +214,11 @@ def container_create_by_template(
     before; the instance waits while it is full or away); ``snapshot``
     (``spec.template_snapshot``) is resolved instead of the template's current fields;
     ``extra_labels`` and ``extra_mounts`` (trusted, made by gobrave: e.g.
-    ``{"type": "volume", "source": name, "target": "/dag"}``) are added to the resolved spec.
+    ``{"type": "volume", "source": name, "target": "/dag"}``) are added to the resolved
+    spec; ``exempt_from_policies`` leaves the lifecycle policies out of the spec (a DAG
+    node: its run has cleanup policies of its own, and a policy stop would fail the
+    node). Otherwise the template's policies (``containers.spec.policies``) are resolved
+    into ``spec["policy"]``, fixed like the rest of the spec.
     """
     if not access.may_use_template(owner, template):
         raise TemplateUnavailable(
@@ -270,6 +276,8 @@ def container_create_by_template(
     except MountRefused as exc:
         log.warning("create refused for %s: %s", owner.get_username(), exc.operator_message)
         raise
+    if not exempt_from_policies:
+        spec["policy"] = policy_resolve(source)
     if extra_labels:
         spec["labels"] = {**dict(extra_labels), **spec["labels"]}
     for mount in extra_mounts or []:
@@ -363,8 +371,16 @@ _REQUESTS: dict[str, tuple[RequestKind, str, frozenset[str]]] = {
 }
 
 
-def _request(action: str, *, instance_id: uuid.UUID | str, actor: str) -> RequestResult:
-    """The shared shape of start, stop and delete (see the module docstring)."""
+def _request(
+    action: str,
+    *,
+    instance_id: uuid.UUID | str,
+    actor: str,
+    reason: str = "",
+    data: dict[str, Any] | None = None,
+) -> RequestResult:
+    """The shared shape of start, stop and delete (see the module docstring). ``reason``
+    (why, e.g. a policy's rule) and ``data`` go into the history entry."""
     kind, target, noop = _REQUESTS[action]
     with transaction.atomic():
         try:
@@ -381,7 +397,8 @@ def _request(action: str, *, instance_id: uuid.UUID | str, actor: str) -> Reques
                 status=instance.status,
                 action=action,
             )
-        move(instance, target, actor=actor, kind=kind, message=f"{action} requested")
+        message = f"{action} requested" + (f": {reason}" if reason else "")
+        move(instance, target, actor=actor, kind=kind, message=message, data=data)
         outbox_enqueue(
             kind=kind,
             aggregate_id=str(instance.id),
@@ -396,11 +413,25 @@ def container_start(*, instance_id: uuid.UUID | str, actor: str) -> RequestResul
     return _request("start", instance_id=instance_id, actor=actor)
 
 
-def container_stop(*, instance_id: uuid.UUID | str, actor: str) -> RequestResult:
-    """running/paused → stop_pending; a no-op while stop_pending, stopping, stopped or failed."""
-    return _request("stop", instance_id=instance_id, actor=actor)
+def container_stop(
+    *,
+    instance_id: uuid.UUID | str,
+    actor: str,
+    reason: str = "",
+    data: dict[str, Any] | None = None,
+) -> RequestResult:
+    """running/paused → stop_pending; a no-op while stop_pending, stopping, stopped or failed.
+    ``reason`` and ``data`` (a policy's rule) are recorded in the history entry."""
+    return _request("stop", instance_id=instance_id, actor=actor, reason=reason, data=data)
 
 
-def container_delete(*, instance_id: uuid.UUID | str, actor: str) -> RequestResult:
-    """Any state but start_pending/starting → delete_pending; a no-op while deleting."""
-    return _request("delete", instance_id=instance_id, actor=actor)
+def container_delete(
+    *,
+    instance_id: uuid.UUID | str,
+    actor: str,
+    reason: str = "",
+    data: dict[str, Any] | None = None,
+) -> RequestResult:
+    """Any state but start_pending/starting → delete_pending; a no-op while deleting.
+    ``reason`` and ``data`` (a policy's rule) are recorded in the history entry."""
+    return _request("delete", instance_id=instance_id, actor=actor, reason=reason, data=data)

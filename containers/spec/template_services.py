@@ -19,6 +19,7 @@ from django.db.models import ProtectedError
 from containers.errors import InvalidSpec, NotFound, TemplateInUse
 from containers.models import ContainerTemplate
 from containers.spec.kubernetes_fit import kubernetes_problems, kubernetes_runtimes_for
+from containers.spec.policies import POLICY_FIELDS, template_policy_check
 from containers.spec.resolve import check_volume_roots, clean_template_fields
 
 # The template's JSON fields, each checked by ``clean_template_fields``.
@@ -34,7 +35,15 @@ JSON_FIELDS = (
 )
 # The fields a caller may set, in the admin form's order; everything else (image status,
 # timestamps) is gobrave's.
-WRITABLE = ("name", "image", "pull_policy", *JSON_FIELDS, "enabled", "allowed_groups")
+WRITABLE = (
+    "name",
+    "image",
+    "pull_policy",
+    *JSON_FIELDS,
+    *POLICY_FIELDS,
+    "enabled",
+    "allowed_groups",
+)
 
 
 def _clean(fields: dict[str, Any], current: ContainerTemplate | None = None) -> dict[str, Any]:
@@ -55,6 +64,7 @@ def _clean(fields: dict[str, Any], current: ContainerTemplate | None = None) -> 
             secret_env=cleaned.get("secret_env", current.secret_env),
         )
     template_kubernetes_check(cleaned, current)
+    template_policy_check(cleaned, current)
     if groups is not None:
         cleaned["allowed_groups"] = _groups(groups)
     return cleaned

@@ -457,6 +457,42 @@ def test_the_instance_page_and_the_event_log_show_event_kinds_in_words(as_user, 
         assert ">ContainerCreateRequest<" not in html
 
 
+# --- lifecycle policies ---------------------------------------------------------------------
+
+
+def _timed(name: str, extendable_by: str = "owner") -> ContainerInstance:
+    import datetime as dt
+
+    from django.utils import timezone
+
+    instance = InstanceFactory(name=name, status=Status.RUNNING)
+    policy = {"max_lifetime": 3600, "extendable_by": extendable_by, "extend_max": 7200}
+    ContainerInstance.objects.filter(pk=instance.pk).update(
+        spec={**instance.spec, "policy": policy},
+        stop_at=timezone.now() + dt.timedelta(hours=1),
+    )
+    return ContainerInstance.objects.get(pk=instance.pk)
+
+
+def test_instance_page_says_when_a_policy_stops_it_and_why(as_user, operator):
+    instance = _timed("timed")
+    url = reverse("admin:containers_containerinstance_change", args=[instance.pk])
+    content = as_user(operator).get(url).content.decode()
+    assert "max_lifetime: running longer than 1h" in content
+
+
+def test_extend_action_extends_what_the_template_allows_and_reports_refusals(as_user, operator):
+    operator.is_staff = True
+    operator.save(update_fields=["is_staff"])
+    mine, fixed = _timed("a-extendable"), _timed("b-fixed", extendable_by="nobody")
+    response = _act(as_user(operator), "extend_instances", mine, fixed)
+    messages = _messages(response)
+    assert messages[0] == "Extended by an hour: 1 instance: a-extendable."
+    assert messages[1].startswith("Extension refused for 1 instance: b-fixed: cannot extend")
+    assert ContainerInstance.objects.get(pk=mine.pk).extended_seconds == 3600
+    assert ContainerInstance.objects.get(pk=fixed.pk).stop_at == fixed.stop_at
+
+
 def test_the_change_page_says_an_instance_s_engine_is_unreachable(
     as_user, operator, template, owner
 ):

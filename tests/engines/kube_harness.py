@@ -47,7 +47,11 @@ def harness_for(cluster: Any, harness_class: type) -> Any:
         if program.startswith("exit"):
             cluster.kubelet.add_rule(name=spec.name, exit_code=int(program.removeprefix("exit")))
         else:
-            cluster.kubelet.add_rule(name=spec.name, logs=["hello contract"])
+            # What metrics-server would report: a CPU loop near a core, a sleeper nothing.
+            cpu = "950m" if program == "busy" else "1m"
+            cluster.kubelet.add_rule(
+                name=spec.name, logs=["hello contract"], usage={"cpu": cpu, "memory": "8Mi"}
+            )
 
     def foreign(name: str) -> None:
         from kubernetes import client

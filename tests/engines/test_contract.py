@@ -41,6 +41,7 @@ DRIVERS = ("docker", "fake", "kubernetes")
 IMAGE = "gobrave-test-busybox:latest"
 DOCKER_URL = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
 SERVE = ["sh", "-c", "trap 'exit 0' TERM; echo hello contract; while true; do sleep 0.1; done"]
+BUSY = ["sh", "-c", "trap 'exit 0' TERM; while true; do :; done"]  # a CPU loop
 USER = "10001:10001"
 
 
@@ -53,6 +54,7 @@ class Harness:
     installation: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:12]}")
     output: str = "hello contract"  # what a serving program prints
     serve: Callable[[], list[str]] = lambda: list(SERVE)
+    busy: Callable[[], list[str]] = lambda: list(BUSY)
     exit_with: Callable[[int], list[str]] = lambda code: ["sh", "-c", f"exit {code}"]
     before_start: Callable[[ContainerSpec, str], None] = lambda spec, program: None
     foreign: Callable[[str], None] = lambda name: None
@@ -164,6 +166,7 @@ def _fake(request, tmp_path: Path) -> Harness:
             exit_file.write_text(program.removeprefix("exit"))
         else:
             exit_file.unlink(missing_ok=True)
+        engine.set_cpu(spec.name, 1.0 if program == "busy" else 0.0)
 
     def foreign(name: str) -> None:
         engine.create(ContainerSpec(name=name, image=IMAGE, labels={}))
@@ -383,3 +386,41 @@ def test_an_engine_that_does_not_answer_says_why_in_words(harness: Harness) -> N
     with pytest.raises(EngineError) as raised:
         engine.check()
     assert str(raised.value) and "Traceback" not in str(raised.value)
+
+
+def _cores(harness: Harness, ref: str) -> float:
+    """The container's CPU in cores, from two looks at least a second apart (a counter's
+    difference needs two; a rate is given at once), waited for with a deadline."""
+    first = harness.engine.stats(ref)
+    assert first is not None, f"{harness.driver}: no stats for running {ref}"
+    deadline = time.monotonic() + 20 * PATIENCE
+    while True:
+        current = harness.engine.stats(ref)
+        assert current is not None, f"{harness.driver}: stats of running {ref} went away"
+        cores = current.cores_since(first)
+        given = current.cpu_cores is not None  # the engine's own rate: no second look needed
+        if cores is not None and (given or current.read_at - first.read_at >= 1.0):
+            return cores
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{harness.driver}: no CPU figure for {ref}: {current}")
+        time.sleep(0.2)  # the interval measured, not a synchronisation
+
+
+def test_stats_tell_a_cpu_loop_from_an_idle_container(harness: Harness) -> None:
+    assert harness.engine.reports_cpu
+    idle = harness.run(harness.spec())
+    busy = harness.run(harness.spec(harness.busy()), "busy")
+    harness.wait(idle, {"running"})
+    harness.wait(busy, {"running"})
+    idle_cores, busy_cores = _cores(harness, idle), _cores(harness, busy)
+    assert idle_cores < 0.1, f"{harness.driver}: idle container used {idle_cores} cores"
+    assert busy_cores > 0.2, f"{harness.driver}: CPU loop used only {busy_cores} cores"
+
+
+def test_stats_of_a_missing_or_stopped_container_are_none(harness: Harness) -> None:
+    assert harness.engine.stats(f"gb-{harness.installation}-missing") is None
+    ref = harness.run(harness.spec())
+    harness.wait(ref, {"running"})
+    harness.engine.stop(ref, 1)
+    harness.wait(ref, {"exited", "gone"})
+    assert harness.engine.stats(ref) is None

@@ -29,10 +29,12 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
 
 from containers.engines.base import (
     ContainerSpec,
     ContainerState,
+    ContainerStats,
     EngineError,
     EngineEvent,
     PermanentEngineError,
@@ -62,6 +64,7 @@ class KubernetesEngine:
 
     stop_removes = True  # a stop deletes the Pod; a start makes it again
     honours_node_constraints = True  # ``node.`` constraints become the nodeSelector
+    reports_cpu = True  # the metrics API (``metrics.k8s.io`` PodMetrics) where served
 
     def __init__(
         self, target: KubeTarget, *, timeout: float = 30.0, watch_seconds: int = 300
@@ -236,6 +239,36 @@ class KubernetesEngine:
     def inspect(self, ref: str) -> ContainerState | None:
         pod = self._read(ref)
         return state_of(pod) if pod is not None else None
+
+    def stats(self, ref: str) -> ContainerStats | None:
+        """The Pod's ``metrics.k8s.io/v1beta1`` PodMetrics (metrics-server's average over
+        its window), its containers' CPU summed, one GET. None when the Pod is missing,
+        not running or not scraped yet (404), and when the cluster serves no metrics API
+        (also a 404: the idle rule then never fires; docs/operations.md, "Policies")."""
+        with translated(f"stats {ref}", self.target.where):
+            self._core()
+            custom = client.CustomObjectsApi(self._api)
+            try:
+                response = custom.get_namespaced_custom_object(
+                    "metrics.k8s.io",
+                    "v1beta1",
+                    self.namespace,
+                    "pods",
+                    ref,
+                    _preload_content=False,
+                    _request_timeout=self.timeout,
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+        found = _json(response)
+        cpu = memory = 0.0
+        for each in found.get("containers") or []:
+            usage = each.get("usage") or {}
+            cpu += float(parse_quantity(usage.get("cpu", "0")))
+            memory += float(parse_quantity(usage.get("memory", "0")))
+        return ContainerStats(read_at=time.time(), cpu_cores=cpu, memory_bytes=int(memory))
 
     def start(self, ref: str, spec: ContainerSpec | None = None) -> None:
         """Make the Pod from ``spec`` (the stored spec). Nothing when it is pending or

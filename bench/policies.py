@@ -1,0 +1,137 @@
+"""The lifecycle policies' pass at scale: how long one pass of every rule takes, and what
+it reads, on a database of ``--rows`` instances (``bench/rows_data.py``). The figures of
+docs/benchmarks.md, "The policy pass at 100,000 rows".
+
+The rows: ``make_rows`` (90% stopped, 10% running), then, as the transitions would have
+armed them, every running instance given a ``max_lifetime`` deadline spread over the next
+day and every stopped one a ``delete_stopped_after`` deadline over the next week, and one
+workspace per owner with ``workspace_retention`` on. ``--due`` of each kind are put in
+the past, so the pass has work: that many ordinary stop and delete requests (with their
+outbox rows and history), made through the services. Timed: a pass with nothing due
+(the steady state), then the pass with the due rows, then the pass after it (nothing
+left: idempotent); each statement of the quiet pass is ``EXPLAIN ANALYZE``d.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _common as c  # noqa: E402
+from bench.rows_plans import _nodes  # noqa: E402
+
+
+def arm(*, engine_dir: str) -> None:
+    """Arm the rows' deadlines (none due) and make their workspaces, in a few statements."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    from containers.models import Runtime, Workspace
+
+    Runtime.objects.filter(name="rows-runtime").update(base_url=f"fake://{engine_dir}")
+    policy = (
+        '{"max_lifetime": 86400, "idle_timeout": null, "idle_cpu_threshold": 0.02, '
+        '"delete_stopped_after": 604800, "extendable_by": "owner", "extend_max": 86400}'
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE containers_containerinstance SET spec = spec || jsonb_build_object("
+            "'policy', %s::jsonb), stop_at = CASE WHEN status = 'running' THEN now() + "
+            "random() * interval '1 day' END, delete_at = CASE WHEN status = 'stopped' THEN "
+            "now() + random() * interval '7 days' END",
+            [policy],
+        )
+        cursor.execute("ANALYZE containers_containerinstance")
+    runtime = Runtime.objects.get(name="rows-runtime")
+    owners = (
+        get_user_model().objects.filter(username__startswith="rows-").values_list("id", flat=True)
+    )
+    Workspace.objects.bulk_create(
+        Workspace(runtime=runtime, owner_id=o, kind="volume", source=f"gb-ws-{o}", uid=o, gid=o)
+        for o in owners
+    )
+
+
+def make_due(due: int) -> None:
+    """Put ``due`` running instances past their time limit and ``due`` stopped ones past
+    their delete_stopped_after."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for column, status in (("stop_at", "running"), ("delete_at", "stopped")):
+            cursor.execute(
+                f"UPDATE containers_containerinstance SET {column} = now() - interval '1 minute' "
+                f"WHERE id IN (SELECT id FROM containers_containerinstance WHERE status = %s "
+                f"LIMIT %s)",
+                [status, due],
+            )
+
+
+def timed_pass(label: str):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from containers.execution.policies import policies_pass
+
+    with CaptureQueriesContext(connection) as captured:
+        start = time.perf_counter()
+        report = policies_pass()
+        took = time.perf_counter() - start
+    print(f"{label}: {took * 1000:.1f} ms, {len(captured.captured_queries)} queries; {report}")
+    return took, captured.captured_queries
+
+
+def explain(queries) -> None:
+    from django.db import connection
+
+    for query in queries:
+        sql = query["sql"]
+        if not sql.lstrip().upper().startswith("SELECT"):
+            continue
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
+            plan = cursor.fetchone()[0][0]
+        print(f"  {plan['Execution Time']:8.2f} ms  {sql[:110]}")
+        for line in _nodes(plan["Plan"])[:6]:
+            print(f"               {line}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=100_000, help="instances")
+    parser.add_argument("--owners", type=int, default=1_000)
+    parser.add_argument("--due", type=int, default=100, help="due stops and due deletes")
+    parser.add_argument("--keep-db", action="store_true")
+    args = parser.parse_args()
+
+    c.header(f"policies: one pass at {args.rows:,} instances")
+    with (
+        c.bench_database("policies", keep=args.keep_db) as url,
+        tempfile.TemporaryDirectory(prefix="gobrave-bench-policies-") as engine_dir,
+    ):
+        c.django_setup(
+            c.app_env(url, container_policies__workspace_retention="30d", **c.NO_OWNER_QUOTAS)
+        )
+        from bench.rows_data import make_rows
+
+        print(make_rows(args.rows, owners=args.owners))
+        arm(engine_dir=engine_dir)
+        timed_pass("first pass (marks the owners' workspaces unused)")
+        quiet, queries = timed_pass("pass with nothing due")
+        make_due(args.due)
+        due_pass, _ = timed_pass(f"pass with {args.due} stops and {args.due} deletes due")
+        timed_pass("the pass after it (nothing left to do)")
+        print("statements of the pass with nothing due:")
+        explain(queries)
+        ok = quiet < 1.0 and due_pass < 1.0
+        print(f"target: a pass under 1 s: {c.verdict(ok)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

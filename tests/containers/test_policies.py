@@ -1,0 +1,247 @@
+"""The lifecycle policies' pass and the time limit's extension, on the fake engine.
+
+The pass is called in the test's process with a ``now`` of the test's choosing, so a rule
+that is due in an hour is tested now; the real processes and the real engine are in
+test_docker_policies.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from containers.engines import engine_for
+from containers.engines.fake import FakeEngine
+from containers.errors import ExtensionNotAllowed, ExtensionRefused, InvalidSpec
+from containers.execution.policies import policies_pass
+from containers.models import ContainerEvent, ContainerInstance, ContainerTemplate, Workspace
+from containers.requests.extensions import container_extend
+from containers.requests.lifecycle import instance_lock, move
+from containers.requests.services import container_create_by_template
+from containers.spec.template_services import template_create, template_update
+from containers.states import Status
+from outbox.models import OutboxEvent
+from tests.factories import TemplateFactory, UserFactory
+from tests.placing import place
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("postgres", "only_test_runtimes")]
+
+HOUR = 3600
+
+
+def later(seconds: float) -> dt.datetime:
+    return timezone.now() + dt.timedelta(seconds=seconds)
+
+
+def running(template, owner, **kwargs) -> ContainerInstance:
+    """A new instance of ``template``, moved to running as a worker would move it."""
+    instance = container_create_by_template(template=template, owner=owner, actor="test", **kwargs)
+    placed = place(instance)  # placement happens when a create leaves pending
+    with transaction.atomic():
+        move(instance_lock(placed.id), Status.RUNNING, actor="test")
+    return ContainerInstance.objects.get(pk=instance.pk)
+
+
+def stopped(instance: ContainerInstance) -> ContainerInstance:
+    with transaction.atomic():
+        row = instance_lock(instance.id)
+        move(row, Status.STOPPED, actor="test")
+    return ContainerInstance.objects.get(pk=instance.pk)
+
+
+def policy_requests(instance) -> list[tuple[str, str]]:
+    rows = OutboxEvent.objects.filter(aggregate_id=str(instance.pk), payload__by="policy")
+    return [(row.kind, row.payload["by"]) for row in rows.order_by("id")]
+
+
+def policy_history(instance) -> list[str]:
+    rows = ContainerEvent.objects.filter(instance_id=instance.pk, actor="policy")
+    return list(rows.order_by("id").values_list("message", flat=True))
+
+
+@pytest.fixture
+def timed(fake_runtime):
+    return TemplateFactory(name="timed", max_lifetime=HOUR, extend_max=HOUR, extendable_by="owner")
+
+
+def test_a_run_past_max_lifetime_gets_one_ordinary_stop_request_by_policy(timed, owner):
+    instance = running(timed, owner)
+    assert policies_pass(now=later(HOUR - 60)).stopped_lifetime == 0
+    assert policies_pass(now=later(HOUR + 1)).stopped_lifetime == 1
+    assert policies_pass(now=later(HOUR + 2)).stopped_lifetime == 0  # idempotent
+    assert ContainerInstance.objects.get(pk=instance.pk).status == Status.STOP_PENDING
+    assert policy_requests(instance) == [("ContainerStopRequest", "policy")]
+    [message] = policy_history(instance)
+    assert message == "stop requested: max_lifetime: running longer than 1h"
+
+
+def test_an_extension_pushes_the_stop_back(timed, owner):
+    instance = running(timed, owner)
+    container_extend(instance_id=instance.id, user=owner, seconds=1800, actor="user:alice")
+    assert policies_pass(now=later(HOUR + 60)).stopped_lifetime == 0
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.extended_seconds) == (Status.RUNNING, 1800)
+    assert policies_pass(now=later(HOUR + 1801)).stopped_lifetime == 1
+    [message] = policy_history(instance)
+    assert message.endswith("running longer than 1h (extended by 30m)")
+
+
+def test_an_extension_past_extend_max_is_refused_and_changes_nothing(timed, owner):
+    instance = running(timed, owner)
+    container_extend(instance_id=instance.id, user=owner, seconds=HOUR - 10, actor="t")
+    with pytest.raises(ExtensionRefused, match="10s of extension left"):
+        container_extend(instance_id=instance.id, user=owner, seconds=11, actor="t")
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert row.extended_seconds == HOUR - 10
+
+
+def test_an_extension_by_someone_the_template_does_not_name_is_refused(timed, owner):
+    instance = running(timed, owner)
+    with pytest.raises(ExtensionNotAllowed):
+        container_extend(instance_id=instance.id, user=UserFactory(), seconds=60, actor="t")
+    timed.extendable_by = "nobody"
+    timed.save()
+    mine = running(timed, owner, name="second")
+    with pytest.raises(ExtensionNotAllowed, match="lets nobody extend it"):
+        container_extend(instance_id=mine.id, user=owner, seconds=60, actor="t")
+    staff = UserFactory(username="op", is_staff=True)
+    with pytest.raises(ExtensionNotAllowed):
+        container_extend(instance_id=mine.id, user=staff, seconds=60, actor="t")
+
+
+def test_an_extension_without_a_running_time_limit_is_refused(template, owner):
+    instance = running(template, owner)  # no max_lifetime anywhere
+    with pytest.raises(ExtensionRefused, match="no time limit running"):
+        container_extend(instance_id=instance.id, user=owner, seconds=60, actor="t")
+    with pytest.raises(InvalidSpec):
+        container_extend(instance_id=instance.id, user=owner, seconds=0, actor="t")
+
+
+def test_a_dag_node_instance_is_exempt(timed, owner):
+    instance = running(timed, owner, exempt_from_policies=True)
+    assert instance.stop_at is None and "policy" not in instance.spec
+    report = policies_pass(now=later(100 * HOUR))
+    assert (report.stopped_lifetime, report.sampled) == (0, 0)
+    assert ContainerInstance.objects.get(pk=instance.pk).status == Status.RUNNING
+
+
+def test_a_stopped_instance_is_deleted_after_delete_stopped_after_its_history_kept(
+    fake_runtime, owner
+):
+    template = TemplateFactory(delete_stopped_after=HOUR)
+    instance = stopped(running(template, owner))
+    assert policies_pass(now=later(HOUR - 60)).deleted == 0
+    assert policies_pass(now=later(HOUR + 1)).deleted == 1
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.delete_at) == (Status.DELETE_PENDING, None)
+    assert policy_requests(instance) == [("ContainerDeleteRequest", "policy")]
+    assert policy_history(instance) == [
+        "delete requested: delete_stopped_after: stopped for longer than 1h"
+    ]
+
+
+def test_an_unpause_keeps_the_runs_time_limit(timed, owner):
+    instance = running(timed, owner)
+    with transaction.atomic():
+        row = instance_lock(instance.id)
+        move(row, Status.PAUSED, actor="test")
+        move(row, Status.RUNNING, actor="test")
+    assert ContainerInstance.objects.get(pk=instance.pk).stop_at == instance.stop_at
+
+
+def test_a_restart_clears_the_pending_delete(fake_runtime, owner):
+    template = TemplateFactory(delete_stopped_after=HOUR)
+    instance = stopped(running(template, owner))
+    assert instance.delete_at is not None
+    with transaction.atomic():
+        move(instance_lock(instance.id), Status.RUNNING, actor="test")
+    assert policies_pass(now=later(HOUR + 1)).deleted == 0
+
+
+def test_an_idle_container_is_culled_and_a_busy_one_is_not(fake_runtime, owner):
+    template = TemplateFactory(idle_timeout=600, idle_cpu_threshold=0.1)
+    engine: FakeEngine = engine_for(fake_runtime)
+    idle, busy = running(template, owner, name="idle"), running(template, owner, name="busy")
+    for instance, cores in ((idle, 0.01), (busy, 0.9)):
+        container = engine.create(_spec(instance))
+        engine.start(container)
+        ContainerInstance.objects.filter(pk=instance.pk).update(container_id=container)
+        engine.set_cpu(instance.container_name, cores)
+    first = policies_pass(now=later(60))
+    assert (first.sampled, first.stopped_idle) == (2, 0)
+    second = policies_pass(now=later(601))
+    assert (second.sampled, second.stopped_idle) == (2, 1)
+    assert ContainerInstance.objects.get(pk=idle.pk).status == Status.STOP_PENDING
+    assert ContainerInstance.objects.get(pk=busy.pk).status == Status.RUNNING
+    [message] = policy_history(idle)
+    assert "idle_timeout: used less than 0.1 cores for 10m" in message
+    assert engine.calls("stats").count(idle.container_name) <= 2  # one look per pass
+
+
+def _spec(instance):
+    from containers.execution.handlers import _spec as spec_of
+
+    return spec_of(instance)
+
+
+def test_an_unused_workspace_is_removed_after_workspace_retention(
+    fake_runtime, owner, gobrave_config
+):
+    from django.conf import settings
+
+    gobrave_config(
+        container={
+            "policies": {**settings.GOBRAVE["container"]["policies"], "workspace_retention": HOUR}
+        }
+    )
+    keeper = UserFactory(username="keeper")
+    running(TemplateFactory(), keeper)
+    unused = Workspace.objects.create(
+        runtime=fake_runtime, owner=owner, kind="volume", source="gb-ws-alice", uid=1, gid=1
+    )
+    kept = Workspace.objects.create(
+        runtime=fake_runtime, owner=keeper, kind="volume", source="gb-ws-keeper", uid=2, gid=2
+    )
+    assert policies_pass().workspaces_removed == 0
+    assert Workspace.objects.get(pk=unused.pk).unused_since is not None
+    assert policies_pass(now=later(HOUR + 1)).workspaces_removed == 1
+    assert not Workspace.objects.filter(pk=unused.pk).exists()
+    assert Workspace.objects.get(pk=kept.pk).unused_since is None
+    removed = (engine_for(fake_runtime).root / "volumes-removed.log").read_text().split()
+    assert removed == ["gb-ws-alice"]
+
+
+def test_workspaces_are_kept_when_workspace_retention_is_off(fake_runtime, owner):
+    Workspace.objects.create(
+        runtime=fake_runtime, owner=owner, kind="volume", source="gb-ws-alice", uid=1, gid=1
+    )
+    assert policies_pass(now=later(1000 * HOUR)).workspaces_removed == 0
+    assert Workspace.objects.get().unused_since is None
+
+
+def test_idle_timeout_on_a_runtime_without_cpu_statistics_is_refused(fake_runtime, monkeypatch):
+    monkeypatch.setattr(FakeEngine, "reports_cpu", False)
+    with pytest.raises(InvalidSpec, match="reports no CPU statistics") as refused:
+        template_create(
+            name="idler", image="busybox", constraints={"engine": "fake"}, idle_timeout=60
+        )
+    assert refused.value.details["field"] == "idle_timeout"
+    template = template_create(name="timed", image="busybox", max_lifetime=60)
+    with pytest.raises(InvalidSpec):
+        template_update(template_id=template.pk, idle_timeout=60)
+    assert template_update(template_id=template.pk, idle_timeout=0).idle_timeout == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("max_lifetime", -1), ("max_lifetime", "5m"), ("idle_cpu_threshold", 0),
+     ("extendable_by", "everyone"), ("delete_stopped_after", True)],
+)  # fmt: skip
+def test_bad_policy_values_are_refused_naming_the_field(fake_runtime, field, value):
+    with pytest.raises(InvalidSpec) as refused:
+        template_create(name="bad", image="busybox", **{field: value})
+    assert refused.value.details["field"] == field
+    assert not ContainerTemplate.objects.filter(name="bad").exists()
