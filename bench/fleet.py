@@ -218,8 +218,16 @@ def gobrave_round(port: int, token: str, k: int, n: int, procs, timeout: float) 
 
     c.wait_until(all_running, timeout=timeout, interval=0.2, what=f"{n} instances running")
     last = max(running.values_list("created_at", flat=True))
-    placed = ContainerInstance.objects.filter(pk__in=ids).values_list("runtime_id", flat=True)
-    return {"total": last.timestamp() - t0, "ids": ids, "engines": len(set(placed))}
+    placed = ContainerInstance.objects.filter(pk__in=ids).values_list("runtime__name", flat=True)
+    per_engine: dict[str, int] = {}
+    for name in placed:
+        per_engine[name] = per_engine.get(name, 0) + 1
+    return {
+        "total": last.timestamp() - t0,
+        "ids": ids,
+        "engines": len(per_engine),
+        "per_engine": dict(sorted(per_engine.items())),
+    }
 
 
 def reset(bench_id: str, clients: list, since: float) -> None:
@@ -345,6 +353,7 @@ def main() -> int:
     docker.from_env().images.get(IMAGE)  # present, never pulled
 
     c.header("fleet: N creates at once over 1..8 private engines (mutual TLS) -> all running")
+    print(f"   load average at start: {load()} on {os.cpu_count()} cores")
     pki = Pki(Path(tempfile.mkdtemp(prefix="gobrave-fleet-pki-")))
     engines: list[PrivateDockerd] = []
     try:
@@ -402,7 +411,10 @@ def main() -> int:
                                     f"{r}-{k}",
                                 )
                                 results[k]["bare"].append(took)
-                                print(f"   {k} engine(s), round {r + 1}: bare    {took:6.2f} s")
+                                print(
+                                    f"   {k} engine(s), round {r + 1}: bare    {took:6.2f} s"
+                                    f"  (load {load()})"
+                                )
                             else:
                                 out = gobrave_round(
                                     port, token, k, args.creates, procs, args.timeout
@@ -410,7 +422,8 @@ def main() -> int:
                                 results[k]["ours"].append(out["total"])
                                 print(
                                     f"   {k} engine(s), round {r + 1}: gobrave "
-                                    f"{out['total']:6.2f} s (on {out['engines']} engine(s))"
+                                    f"{out['total']:6.2f} s (on {out['engines']} engine(s): "
+                                    f"{spread(out['per_engine'])})  (load {load()})"
                                 )
                                 last_ids = out["ids"]
                             if final and which == "gobrave":
@@ -468,6 +481,16 @@ def main() -> int:
             list(pool.map(lambda engine: engine.destroy(), engines))
         shutil.rmtree(pki.directory, ignore_errors=True)
     return 0
+
+
+def load() -> str:
+    """The machine's load average (1, 5, 15 min): the bench shares its cores."""
+    return " ".join(f"{value:.1f}" for value in os.getloadavg())
+
+
+def spread(per_engine: dict[str, int]) -> str:
+    """Creates placed per engine, e.g. ``4 4 4 4 4 4 4 4``."""
+    return " ".join(str(count) for count in per_engine.values())
 
 
 def monitor_connections() -> int:
