@@ -150,6 +150,7 @@ def bare_round(clients: list, bench_id: str, n: int, threads: int, tag: str) -> 
     todo = iter(range(n))
     lock = threading.Lock()
     errors: list[BaseException] = []
+    took: list[float] = []
 
     def work() -> None:
         while True:
@@ -157,6 +158,7 @@ def bare_round(clients: list, bench_id: str, n: int, threads: int, tag: str) -> 
                 i = next(todo, None)
             if i is None:
                 return
+            began = time.perf_counter()
             try:
                 client = clients[i % len(clients)]
                 container = client.create_container(
@@ -166,6 +168,8 @@ def bare_round(clients: list, bench_id: str, n: int, threads: int, tag: str) -> 
                     labels={"io.gobrave.installation": bench_id},
                 )
                 client.start(container["Id"])
+                with lock:
+                    took.append(time.perf_counter() - began)
             except BaseException as exc:  # noqa: BLE001 - reported after the join
                 errors.append(exc)
                 return
@@ -179,6 +183,10 @@ def bare_round(clients: list, bench_id: str, n: int, threads: int, tag: str) -> 
     elapsed = time.perf_counter() - t0
     if errors:
         raise RuntimeError(f"bare create+start failed: {errors[0]!r}")
+    print(
+        f"        bare create+start per container p50 {statistics.median(took) * 1000:.0f} ms,"
+        f" max {max(took) * 1000:.0f} ms"
+    )
     return elapsed
 
 
@@ -203,6 +211,7 @@ def gobrave_round(port: int, token: str, k: int, n: int, procs, timeout: float) 
     barrier.wait()
     for client in clients:
         client.join()
+    answered = time.time() - t0  # the last 202
     refused = [(status, data[:200]) for status, data in answers if status != 202]
     if refused:
         raise RuntimeError(f"{len(refused)} creates refused, e.g. {refused[0]}")
@@ -218,8 +227,44 @@ def gobrave_round(port: int, token: str, k: int, n: int, procs, timeout: float) 
 
     c.wait_until(all_running, timeout=timeout, interval=0.2, what=f"{n} instances running")
     last = max(running.values_list("created_at", flat=True))
-    placed = ContainerInstance.objects.filter(pk__in=ids).values_list("runtime_id", flat=True)
-    return {"total": last.timestamp() - t0, "ids": ids, "engines": len(set(placed))}
+    phases = _phases(ids, t0, answered)
+    placed = ContainerInstance.objects.filter(pk__in=ids).values_list("runtime__name", flat=True)
+    per_engine: dict[str, int] = {}
+    for name in placed:
+        per_engine[name] = per_engine.get(name, 0) + 1
+    return {
+        "total": last.timestamp() - t0,
+        "ids": ids,
+        "engines": len(per_engine),
+        "per_engine": dict(sorted(per_engine.items())),
+        "phases": phases,
+    }
+
+
+def _phases(ids: list[str], t0: float, answered: float) -> str:
+    """Where a round's time went, from each instance's history: the last 202 after the
+    release; accepted -> ``creating`` (waiting for a worker and its slot) and ``creating``
+    -> ``running`` (the worker's engine calls: create, start, inspect), p50 / max."""
+    from containers.models import ContainerEvent
+
+    at: dict[tuple[str, str], float] = {}
+    for instance_id, status, when in ContainerEvent.objects.filter(
+        instance_id__in=ids, to_status__in=["pending", "creating", "running"]
+    ).values_list("instance_id", "to_status", "created_at"):
+        at.setdefault((str(instance_id), status), when.timestamp())
+    waited = [at[(i, "creating")] - at[(i, "pending")] for i in ids if (i, "pending") in at]
+    worked = [at[(i, "running")] - at[(i, "creating")] for i in ids if (i, "creating") in at]
+    first = min((at[(i, "creating")] for i in ids if (i, "creating") in at), default=t0)
+
+    def p50_max(values: list[float]) -> str:
+        if not values:
+            return "-"
+        return f"{statistics.median(values) * 1000:.0f}/{max(values) * 1000:.0f} ms"
+
+    return (
+        f"last 202 at {answered:.2f} s, first creating at {first - t0:.2f} s; "
+        f"accepted->creating {p50_max(waited)}, creating->running {p50_max(worked)} (p50/max)"
+    )
 
 
 def reset(bench_id: str, clients: list, since: float) -> None:
@@ -345,6 +390,7 @@ def main() -> int:
     docker.from_env().images.get(IMAGE)  # present, never pulled
 
     c.header("fleet: N creates at once over 1..8 private engines (mutual TLS) -> all running")
+    print(f"   load average at start: {load()} on {os.cpu_count()} cores")
     pki = Pki(Path(tempfile.mkdtemp(prefix="gobrave-fleet-pki-")))
     engines: list[PrivateDockerd] = []
     try:
@@ -402,7 +448,10 @@ def main() -> int:
                                     f"{r}-{k}",
                                 )
                                 results[k]["bare"].append(took)
-                                print(f"   {k} engine(s), round {r + 1}: bare    {took:6.2f} s")
+                                print(
+                                    f"   {k} engine(s), round {r + 1}: bare    {took:6.2f} s"
+                                    f"  (load {load()})"
+                                )
                             else:
                                 out = gobrave_round(
                                     port, token, k, args.creates, procs, args.timeout
@@ -410,8 +459,10 @@ def main() -> int:
                                 results[k]["ours"].append(out["total"])
                                 print(
                                     f"   {k} engine(s), round {r + 1}: gobrave "
-                                    f"{out['total']:6.2f} s (on {out['engines']} engine(s))"
+                                    f"{out['total']:6.2f} s (on {out['engines']} engine(s): "
+                                    f"{spread(out['per_engine'])})  (load {load()})"
                                 )
+                                print(f"        {out['phases']}")
                                 last_ids = out["ids"]
                             if final and which == "gobrave":
                                 break
@@ -468,6 +519,16 @@ def main() -> int:
             list(pool.map(lambda engine: engine.destroy(), engines))
         shutil.rmtree(pki.directory, ignore_errors=True)
     return 0
+
+
+def load() -> str:
+    """The machine's load average (1, 5, 15 min): the bench shares its cores."""
+    return " ".join(f"{value:.1f}" for value in os.getloadavg())
+
+
+def spread(per_engine: dict[str, int]) -> str:
+    """Creates placed per engine, e.g. ``4 4 4 4 4 4 4 4``."""
+    return " ".join(str(count) for count in per_engine.values())
 
 
 def monitor_connections() -> int:

@@ -40,6 +40,9 @@ from core import prepared
 from outbox import conf as outbox_conf
 from outbox.services import outbox_park
 
+# What a placement records on the instance (``instance_place``).
+PLACED_FIELDS = ("runtime", "placement_reason", "spec")
+
 
 def placement_recheck_seconds() -> float:
     """How long a create that waits for room (or a start for its engine) is left before it
@@ -129,7 +132,7 @@ def instance_place(instance: ContainerInstance) -> str:
         )
     instance.runtime = runtime
     instance.placement_reason = placement.reason[:255]
-    instance.save(update_fields=["runtime", "placement_reason", "spec"])
+    prepared.update(instance, PLACED_FIELDS)  # under the gate: a prepared statement
     return ""
 
 

@@ -1,4 +1,5 @@
-"""Slot counting (contract §4) as the gate runs it: a prepared statement on PostgreSQL."""
+"""Slot counting (contract §4) and each engine's usage as the gate runs them: prepared
+statements on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from containers.requests.slots import slot_count
-from tests.factories import InstanceFactory, RequestFactory
+from containers.requests.slots import EngineUsage, _usage_by_engine, engine_usage, slot_count
+from tests.factories import InstanceFactory, RequestFactory, RuntimeFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -66,3 +67,34 @@ def test_the_count_is_prepared_once_per_connection(postgres, instances):
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         counts = [s for (s,) in cursor.fetchall() if s.startswith("SELECT count(*) FROM (")]
     assert len(counts) == 2, counts  # one with the exclusion, one without
+
+
+def test_each_engines_containers_and_slots_as_the_orm_counts_them(postgres, instances):
+    # The fixture's instances each on an engine of their own; beside them, on one engine,
+    # a delete under way (no place, no slot) and a running one (a place, no slot).
+    shared = RuntimeFactory(name="shared")
+    InstanceFactory(status="delete_pending", runtime=shared)
+    InstanceFactory(status="deleting", runtime=shared)
+    InstanceFactory(status="running", runtime=shared)
+    on = {name: made.runtime_id for name, made in instances.items()}
+    expected = {
+        on["leased"]: EngineUsage(containers=1, slots=1),
+        on["lease ran out"]: EngineUsage(containers=1, slots=0),
+        on["waits for its retry"]: EngineUsage(containers=1, slots=0),
+        on["request finished"]: EngineUsage(containers=1, slots=1),
+        on["running"]: EngineUsage(containers=1, slots=0),
+        shared.pk: EngineUsage(containers=1, slots=0),
+    }  # "pending" is placed nowhere yet: its engine is absent
+    for _ in range(2):  # the second time on the compiled, prepared statement
+        assert engine_usage() == expected
+    orm = {pk: EngineUsage(containers=n, slots=held) for pk, n, held in _usage_by_engine()}
+    assert orm == expected
+
+
+def test_the_usage_is_prepared_once_per_connection(postgres, instances):
+    for _ in range(3):
+        engine_usage()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        grouped = [s for (s,) in cursor.fetchall() if "GROUP BY" in s and "runtime_id" in s]
+    assert len(grouped) == 1, grouped
