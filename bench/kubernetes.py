@@ -55,9 +55,14 @@ import time
 import uuid
 from pathlib import Path
 
-import _common as c
+# This file's name is the client library's (``kubernetes``): its directory, which Python
+# puts first on the path, comes off it, and the repository goes on (``bench._common``,
+# ``tests.kube``: the emulator and the fake kubelet).
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
 
-sys.path.insert(0, str(c.REPO))  # tests.kube: the emulator and the fake kubelet
+from bench import _common as c  # noqa: E402
 
 TARGET_RATIO = 1.2  # Kubernetes' own part over the peer's, p50
 TARGET_LAG_P99 = 0.200  # seconds, Pod status write -> state row, at 1,000 Pods
@@ -163,7 +168,9 @@ def reached(instance_ids: list, status: str, timeout: float) -> dict:
                     "pk", "status", "status_reason"
                 )
             )
-            raise RuntimeError(f"{len(wanted) - len(found)} not {status} after {timeout}s: {states}")
+            raise RuntimeError(
+                f"{len(wanted) - len(found)} not {status} after {timeout}s: {states}"
+            )
         time.sleep(0.01)  # polling the rows with a deadline, not synchronisation
 
 
@@ -189,17 +196,13 @@ def watch_lag(owner, template, kubelet, n: int, timeout: float) -> tuple[list[fl
     began = time.monotonic()
     ids = []
     for _ in range(n):
-        ids.append(
-            container_create_by_template(template=template, owner=owner, actor="bench").pk
-        )
+        ids.append(container_create_by_template(template=template, owner=owner, actor="bench").pk)
         if len(ids) % 16 == 0:
             relay_all()
     relay_all()
     reached(ids, "running", timeout=timeout)
     setup = time.monotonic() - began
-    names = dict(
-        ContainerInstance.objects.filter(pk__in=ids).values_list("pk", "runtime_container_id")
-    )
+    names = dict(ContainerInstance.objects.filter(pk__in=ids).values_list("pk", "container_id"))
     written = {}
     for instance_id in ids:
         written[str(instance_id)] = time.time()
