@@ -102,6 +102,56 @@ class Timed:
         return timed
 
 
+class Split:
+    """Where a watch lag goes: when the watch turned each Pod's change into a ``die``
+    event (``PodWatch.transitions``) and when the monitor's ``event_apply`` began and
+    ended on it, by Pod name (both wrapped by this bench, nothing else changed)."""
+
+    def __init__(self) -> None:
+        from containers.engines.kubernetes import watch
+        from containers.execution import monitor
+
+        self.times: dict[str, dict[str, float]] = {}
+        transitions, apply = watch.PodWatch.transitions, monitor.event_apply
+
+        def timed_transitions(pods, pod, kind, cursor):
+            events = transitions(pods, pod, kind, cursor)
+            for event in events:
+                if event.action == "die":
+                    self.times.setdefault(event.name, {}).setdefault("read", time.time())
+            return events
+
+        def timed_apply(**kwargs):
+            began = time.time()
+            try:
+                return apply(**kwargs)
+            finally:
+                event = kwargs["event"]
+                if event.action == "die":
+                    self.times.setdefault(event.name, {}).update(began=began, ended=time.time())
+
+        watch.PodWatch.transitions = timed_transitions
+        monitor.event_apply = timed_apply
+
+    def report(self, names: list[str], written: dict[str, float]) -> str:
+        rows = [(self.times.get(n, {}), written[n]) for n in names]
+        rows = [(t, w) for t, w in rows if {"read", "began", "ended"} <= t.keys()]
+        if not rows:
+            return "no split"
+        read = [t["read"] - w for t, w in rows]
+        queued = [t["began"] - t["read"] for t, _ in rows]
+        apply = [t["ended"] - t["began"] for t, _ in rows]
+
+        def ms(values: list[float], p: float) -> str:
+            return f"{c.percentile(values, p) * 1000:.1f}"
+
+        return (
+            f"write -> event read p50 {ms(read, 50)} / p99 {ms(read, 99)} ms; "
+            f"queued for an applier p50 {ms(queued, 50)} / p99 {ms(queued, 99)} ms; "
+            f"one apply p50 {ms(apply, 50)} / p99 {ms(apply, 99)} ms"
+        )
+
+
 def fixtures(kubeconfig: str, context: str, fake_dir: str):
     """An owner, a ``kubernetes`` and a ``fake`` runtime, a template on each."""
     from django.contrib.auth.models import User
@@ -190,9 +240,9 @@ def create_sample(owner, template, *, engine_seconds) -> tuple[float, float]:
     return running_at - began - engine, engine
 
 
-def watch_lag(owner, template, kubelet, n: int, timeout: float) -> tuple[list[float], float]:
+def watch_lag(owner, template, kubelet, n: int, timeout: float, split: Split):
     """Lags (s) from each Pod's status write to its instance's ``stopped`` row, for ``n``
-    Pods ended at once; and the seconds their creates took to be running."""
+    Pods ended at once; the seconds their creates took to be running; where the lag went."""
     from containers.models import ContainerInstance
     from containers.requests.services import container_create_by_template
 
@@ -205,13 +255,13 @@ def watch_lag(owner, template, kubelet, n: int, timeout: float) -> tuple[list[fl
     reached(ids, "running", timeout=timeout, meanwhile=relay_all)  # slots free as they run
     setup = time.monotonic() - began
     names = dict(ContainerInstance.objects.filter(pk__in=ids).values_list("pk", "container_id"))
-    written = {}
+    written, by_pod = {}, {}
     for instance_id in ids:
-        written[str(instance_id)] = time.time()
+        written[str(instance_id)] = by_pod[names[instance_id]] = time.time()
         kubelet.finish(NAMESPACE, names[instance_id], 0)
     stopped = reached(ids, "stopped", timeout=timeout)
     lags = [stopped[key].timestamp() - at for key, at in written.items()]
-    return lags, setup
+    return lags, setup, split.report(list(by_pod), by_pod)
 
 
 def main() -> int:
@@ -253,6 +303,7 @@ def main() -> int:
             from containers.execution.monitor import Monitor
 
             fake = Timed(engine_for(fake_runtime))
+            split = Split()
             monitor = Monitor(installation=installation)
             thread = threading.Thread(target=monitor.run, name="monitor", daemon=True)
             thread.start()
@@ -293,7 +344,9 @@ def main() -> int:
             print(f"\n2. watch lag, Pod status write -> state row ({c.load()})")
             for n in counts:
                 emulator_before, kubelet_before = emulator.busy_seconds, kubelet.busy_seconds
-                lags, setup = watch_lag(owner, templates["kubernetes"], kubelet, n, args.timeout)
+                lags, setup, where = watch_lag(
+                    owner, templates["kubernetes"], kubelet, n, args.timeout, split
+                )
                 ms = [lag * 1000 for lag in lags]
                 print(
                     f"   {n:5} Pods: p50 {c.percentile(ms, 50):.1f} ms, "
@@ -302,6 +355,7 @@ def main() -> int:
                     f"{emulator.busy_seconds - emulator_before:.1f} s, kubelet "
                     f"{kubelet.busy_seconds - kubelet_before:.1f} s; {c.load()})"
                 )
+                print(f"   {'':11} {where}")
                 if n == max(counts) and n >= 1000:
                     p99 = c.percentile(lags, 99)
                     print(

@@ -293,6 +293,7 @@ class DockerEngine:
 
     stop_removes = False  # a stopped container stays, with its exit code and files
     honours_node_constraints = False  # one host: a ``node.`` constraint cannot be met
+    start_runs = True  # ``start`` returns once the container runs
 
     def __init__(
         self,

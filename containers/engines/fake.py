@@ -55,6 +55,7 @@ FOLLOW_POLL = 0.05  # how often a follow looks whether its container still runs
 class FakeEngine:
     stop_removes = False
     honours_node_constraints = False
+    start_runs = True
 
     def __init__(self, base_url: str) -> None:
         self.root = Path(base_url.removeprefix("fake://"))

@@ -62,6 +62,7 @@ class KubernetesEngine:
 
     stop_removes = True  # a stop deletes the Pod; a start makes it again
     honours_node_constraints = True  # ``node.`` constraints become the nodeSelector
+    start_runs = False  # ``start`` makes the Pod; it runs when the kubelet starts it
 
     def __init__(
         self, target: KubeTarget, *, timeout: float = 30.0, watch_seconds: int = 300
