@@ -8,7 +8,8 @@ Where drivers really differ, the driver declares it as a capability (an attribut
 driver sets, read above the seam), never as a test of its name: ``stop_removes`` (a
 stop deletes the engine's object: a stopped Kubernetes instance has no Pod, which is
 normal, not "missing"), ``honours_node_constraints`` (constraints prefixed ``node.``
-become the engine's node selection).
+become the engine's node selection), ``start_runs`` (a ``start`` returns once the
+container runs or has run: not so on Kubernetes, where a Pod runs later).
 
 Errors: ``EngineError`` is retriable (the relay backs off and tries again),
 ``PermanentEngineError`` is not (the request goes dead and the instance fails). Either
@@ -200,11 +201,15 @@ class Engine(Protocol):
       node selection (a ``nodeSelector``); placement skips engines that cannot honour them.
     - ``reports_cpu``: ``stats`` measures a container's CPU; a template's ``idle_timeout``
       is refused where the engine cannot (``containers.spec.policies``).
+    - ``start_runs``: ``start`` returns once the container runs (or ran and ended), so
+      the worker's inspect after it sees at least what the engine's ``start`` event
+      says. False on Kubernetes: the Pod is made, and runs when the kubelet starts it.
     """
 
     stop_removes: bool
     honours_node_constraints: bool
     reports_cpu: bool
+    start_runs: bool
 
     def ping(self) -> bool:
         """True when the engine answers."""

@@ -295,6 +295,7 @@ class DockerEngine:
     stop_removes = False  # a stopped container stays, with its exit code and files
     honours_node_constraints = False  # one host: a ``node.`` constraint cannot be met
     reports_cpu = True  # the cgroup's CPU counter, through the stats endpoint
+    start_runs = True  # ``start`` returns once the container runs
 
     def __init__(
         self,

@@ -59,6 +59,7 @@ class FakeEngine:
     stop_removes = False
     honours_node_constraints = False
     reports_cpu = True
+    start_runs = True
 
     def __init__(self, base_url: str) -> None:
         self.root = Path(base_url.removeprefix("fake://"))

@@ -56,7 +56,7 @@ from django.db import close_old_connections, connection
 
 from containers.actors import MONITOR, RECONCILER
 from containers.counters import RequestStat
-from containers.engines import engine_for
+from containers.engines import driver_class, engine_for
 from containers.engines.base import EngineError, EngineEvent
 from containers.engines.calls import engine_ping
 from containers.engines.labels import LABEL_INSTANCE
@@ -280,7 +280,7 @@ def event_apply(
     return outcome
 
 
-def needs_recheck(event: EngineEvent, outcome: str) -> bool:
+def needs_recheck(event: EngineEvent, outcome: str, *, start_runs: bool = True) -> bool:
     """Whether an event the monitor could not apply must be looked at again (``recheck``).
 
     An event that found the instance moving (``RACED``), or its worker at work (``BUSY``),
@@ -288,13 +288,17 @@ def needs_recheck(event: EngineEvent, outcome: str) -> bool:
     that holds that create or start made the start call, and inspects the container after
     it returns, so it sees at least what the event says; anything that happens later
     (``die``, ``oom``, ``pause``) comes with events of its own, which are rechecked. In a
-    burst of creates this spares every create a series of looks and an inspect.
+    burst of creates this spares every create a series of looks and an inspect. Only on
+    an engine whose ``start`` returns once the container runs (``start_runs``): on
+    Kubernetes the worker's inspect may see the Pod still pending and the ``start``
+    event come just after it, so that ``start`` is looked at again too (else the
+    instance stays ``creating`` until the next reconcile).
     """
     if outcome == Sync.RACED:
         return True
     if outcome != Sync.BUSY:
         return False
-    if event.action != "start":
+    if event.action != "start" or not start_runs:
         return True
     instance = instance_read(event.labels[LABEL_INSTANCE])
     return instance is None or instance.status not in ACTIVE_SLOTS
@@ -476,7 +480,7 @@ class Follower:
             seen=self.seen,
             store_every=CURSOR_STORE_EVERY,
         )
-        if needs_recheck(event, outcome):
+        if needs_recheck(event, outcome, start_runs=driver_class(self.runtime.driver).start_runs):
             self.monitor.recheck(event.labels[LABEL_INSTANCE])
 
     def cursor_store(self, every: float = 0.0) -> None:

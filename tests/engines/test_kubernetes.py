@@ -539,3 +539,42 @@ def test_a_lost_node_keeps_the_instance_running_with_the_reason(kube, kube_runti
         row = ContainerInstance.objects.get(pk=instance.pk)
     assert row.status == "running", (row.status, row.status_reason)
     assert row.status_reason.startswith("no word from its node: "), row.status_reason
+
+
+@pytest.mark.django_db
+def test_the_heartbeat_and_a_ping_find_a_kubernetes_engine_answering_and_a_closed_one_not(
+    kube, kube_runtime
+):
+    """The heartbeat and ``engine_ping`` ask with a bound (``check(timeout=...)``): the
+    driver takes it (found by bench/kubernetes.py: without it every ping raised
+    TypeError, so the heartbeat marked every Kubernetes runtime unreachable)."""
+    from containers.engines.calls import engine_ping
+    from containers.execution.heartbeat import _ping
+    from containers.models import Runtime
+    from tests.engines.kube_harness import closed_port_kubeconfig
+
+    assert _ping(kube_runtime, 5) == ""
+    assert engine_ping(runtime=kube_runtime, seconds=5) == (True, "")
+    closed = Runtime(
+        name="kube-closed",
+        driver=Runtime.Driver.KUBERNETES,
+        kube_namespace=kube.namespace,
+        kube_config=closed_port_kubeconfig(kube),
+        kube_context=kube.context,
+    )
+    reason = _ping(closed, 2)
+    assert reason and "TypeError" not in reason, reason
+    answered, why = engine_ping(runtime=closed, seconds=2)
+    assert not answered and "TypeError" not in why, why
+
+
+def test_a_kubernetes_start_is_declared_as_not_waiting_for_the_pod_to_run():
+    """The monitor looks again at a ``start`` that found the create's worker busy on an
+    engine whose start returns before the container runs (``needs_recheck``): without
+    that, found by bench/kubernetes.py, a Pod that ran just after the worker's inspect
+    left its instance ``creating`` until the next reconcile (30 s)."""
+    from containers.engines import driver_class
+
+    assert driver_class("kubernetes").start_runs is False
+    assert driver_class("docker").start_runs is True
+    assert driver_class("fake").start_runs is True

@@ -65,6 +65,7 @@ class KubernetesEngine:
     stop_removes = True  # a stop deletes the Pod; a start makes it again
     honours_node_constraints = True  # ``node.`` constraints become the nodeSelector
     reports_cpu = True  # the metrics API (``metrics.k8s.io`` PodMetrics) where served
+    start_runs = False  # ``start`` makes the Pod; it runs when the kubelet starts it
 
     def __init__(
         self, target: KubeTarget, *, timeout: float = 30.0, watch_seconds: int = 300
@@ -87,13 +88,25 @@ class KubernetesEngine:
                 self._pid = os.getpid()
             return client.CoreV1Api(self._api)
 
-    def _call(self, what: str, method: str, *args: Any, missing_ok: bool = False, **kwargs: Any):
-        """One API call as JSON (None: 404 and ``missing_ok``); errors translated."""
+    def _call(
+        self,
+        what: str,
+        method: str,
+        *args: Any,
+        missing_ok: bool = False,
+        within: float | None = None,
+        **kwargs: Any,
+    ):
+        """One API call as JSON (None: 404 and ``missing_ok``); errors translated.
+        ``within``: seconds the answer may take (None: ``timeout``)."""
         with translated(what, self.target.where):
             core = self._core()
             try:
                 response = getattr(core, method)(
-                    *args, _preload_content=False, _request_timeout=self.timeout, **kwargs
+                    *args,
+                    _preload_content=False,
+                    _request_timeout=within if within is not None else self.timeout,
+                    **kwargs,
                 )
             except ApiException as exc:
                 if exc.status == 404 and missing_ok:
@@ -110,9 +123,10 @@ class KubernetesEngine:
             return False
         return True
 
-    def check(self) -> None:
-        """List one Pod of the namespace: the API answers and gobrave may read there."""
-        self._call("list pods", "list_namespaced_pod", self.namespace, limit=1)
+    def check(self, *, timeout: float | None = None) -> None:
+        """List one Pod of the namespace: the API answers and gobrave may read there,
+        within ``timeout`` seconds if given (the heartbeat's bound), else ``self.timeout``."""
+        self._call("list pods", "list_namespaced_pod", self.namespace, limit=1, within=timeout)
 
     def node_name(self) -> str:
         return ""  # no one host: each Pod's node is its ``spec.nodeName`` (``inspect``)
