@@ -126,7 +126,7 @@ def entry_data(entry: Entry, *, viewer) -> dict:
     return data
 
 
-class EventOutputSerializer(serializers.Serializer):
+class FeedEntrySerializer(serializers.Serializer):
     """The schema of one entry (``entry_data`` renders it)."""
 
     source = serializers.ChoiceField(choices=SOURCES)
@@ -154,4 +154,4 @@ class EventsPageSerializer(serializers.Serializer):
         help_text="The position after this page's last entry: ask again with it later to "
         "read what was committed since (nothing is missed or repeated)."
     )
-    results = EventOutputSerializer(many=True)
+    results = FeedEntrySerializer(many=True)

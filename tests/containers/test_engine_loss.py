@@ -210,11 +210,14 @@ def test_past_engine_lost_after_running_and_under_way_fail_and_stopped_are_marke
     assert relay_drain() == ["sent"], shown(restarting)
     down()
     reconcile()
-    # Requests made while it is away wait: a start of a running instance, a create.
+    # Requests made while it is away wait: a start of a running instance (deferred), a
+    # create (left unclaimed by the claim guard: no engine with room, placement's wait).
     container_start(instance_id=restarting.pk, actor="t")
     waiting = container_create_by_template(template=template, owner=owner, actor="t", name="w")
-    assert sorted(relay_drain()) == ["deferred", "deferred"], shown(restarting, waiting)
+    assert relay_drain() == ["deferred"], shown(restarting, waiting)
     assert row(restarting).status == "start_pending", shown(restarting)
+    assert row(waiting).runtime_id is None, shown(waiting)
+    assert row(waiting).status_reason.startswith("waiting: no engine with room: fake unreachable")
     away_for(fake_runtime, 601)
     report = reconcile()
     assert report.lost == 3, (str(report), shown(running, restarting, stopped, waiting))

@@ -12,6 +12,7 @@ from django.db.models.functions import Now
 
 from containers.models import ContainerEvent, ContainerInstance
 from containers.requests.slots import slot_count
+from outbox.liveness import DISPATCHER
 from outbox.models import DispatcherBeat
 from tests.processes import App, descendants, sampling, wait_for
 
@@ -37,10 +38,18 @@ def kill_everything(app: App) -> None:
 
 
 def start_everything(app: App) -> None:
+    """Every process, and the dispatcher's start decided (warm or cold, its cold-start
+    callbacks run: one transaction with its mark), so a run started next is not judged
+    by it as one that was running before the start."""
     app.dispatcher()
     app.cluster("create")
     app.cluster("control")
     app.monitor()
+    wait_for(
+        lambda: DispatcherBeat.objects.filter(kind=DISPATCHER, beat_at__gte=Now() - COLD).exists(),
+        timeout=60,
+        message="the dispatcher's start recorded",
+    )
 
 
 def wait_until_cold() -> None:

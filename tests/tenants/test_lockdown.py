@@ -99,7 +99,7 @@ def test_the_admin_does_not_offer_the_fake_driver_outside_tests(production, call
     superuser = callers["superuser"].web
     url = reverse("admin:containers_runtime_add")
     form = superuser.get(url).context["adminform"].form
-    assert [value for value, _ in form.fields["driver"].choices] == ["docker"]
+    assert [value for value, _ in form.fields["driver"].choices] == ["docker", "kubernetes"]
     response = superuser.post(
         url, {"name": "sim", "driver": "fake", "base_url": "fake:///tmp/x", "labels": "{}"}
     )
