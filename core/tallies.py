@@ -109,6 +109,9 @@ END
 $$;
 CREATE OR REPLACE FUNCTION {fn}_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    -- Wait out a fold under way (its sums commit after this statement's snapshot would be
+    -- taken): the DELETE below then sees them, with a snapshot of its own.
+    LOCK TABLE core_tally IN SHARE ROW EXCLUSIVE MODE;
     DELETE FROM core_tally WHERE name = '{tally}';
     RETURN NULL;
 END

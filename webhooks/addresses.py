@@ -43,12 +43,33 @@ def _config() -> dict:
     return settings.GOBRAVE["webhooks"]
 
 
+# IPv6 prefixes that carry an IPv4 address a gateway may deliver to: NAT64 (RFC 6052's
+# well-known prefix and RFC 8215's local-use one) and IPv4-compatible (deprecated, ::/96).
+_CARRIERS = tuple(
+    ipaddress.ip_network(prefix) for prefix in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96")
+)
+
+
+def _carried(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for (mapped, 6to4, NAT64, compatible)."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if any(ip in network for network in _CARRIERS):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
 def is_public(address: str) -> bool:
-    """True for an address on the public internet (an IPv4-mapped IPv6 address is judged
-    as the IPv4 address it carries)."""
+    """True for an address on the public internet. An IPv6 address that carries an IPv4
+    one (IPv4-mapped, 6to4, NAT64, IPv4-compatible) must be public as that IPv4 address
+    too: ``64:ff9b::a9fe:a9fe`` is 169.254.169.254 through a NAT64 gateway."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        carried = _carried(ip)
+        if carried is not None and not (carried.is_global and not carried.is_multicast):
+            return False
     return ip.is_global and not ip.is_multicast
 
 

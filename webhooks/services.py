@@ -182,9 +182,9 @@ def webhook_event_emit(*, kind: EventKind, owner_id: int | None, data: dict[str,
     the instance or run the event is about; None for an event of no one's).
 
     Must run inside the transaction that makes the event, so the deliveries commit or roll
-    back with it. Locks the endpoints' rows (in id order) until then, so the deliveries of
-    one endpoint commit in id order, the order the relay delivers them in. Returns how many
-    rows it wrote (usually 0: one indexed query).
+    back with it. Locks the audience's endpoint rows (in id order) until then, so the
+    deliveries of one endpoint commit in id order, the order the relay delivers them in.
+    Returns how many rows it wrote (usually 0).
     """
     if not connection.in_atomic_block:
         raise RuntimeError("webhook_event_emit() must run inside transaction.atomic()")
@@ -194,17 +194,11 @@ def webhook_event_emit(*, kind: EventKind, owner_id: int | None, data: dict[str,
     # The kinds are matched here, not in SQL: a JSON "contains" is PostgreSQL's only (the
     # quick start runs on SQLite), and the enabled endpoints are few.
     candidates = WebhookEndpoint.objects.filter(audience, enabled=True)
-    wanted = [pk for pk, kinds in candidates.values_list("pk", "event_kinds") if kind in kinds]
-    endpoints = (
-        list(
-            candidates.filter(pk__in=wanted)
-            .order_by("pk")
-            .select_for_update()
-            .values_list("pk", flat=True)
-        )
-        if wanted
-        else []
-    )
+    # The whole audience is locked, in id order, whatever the kind: two emits of one
+    # transaction (a dead letter, then its instance failed) then take a superset of the
+    # same rows in the same order as any other transaction, never a cycle of waits.
+    locked = list(candidates.order_by("pk").select_for_update().values_list("pk", "event_kinds"))
+    endpoints = [pk for pk, kinds in locked if kind in kinds]
     stamp = timezone.now().isoformat()
     for endpoint_id in endpoints:
         outbox_enqueue(

@@ -208,7 +208,7 @@ class ContainerViewSet(viewsets.GenericViewSet):
     def extend(self, request, pk: str):
         data = s.ExtendInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        instance = self._instance(pk)
+        instance = self._operable(pk)  # a viewer who may only look may not extend
         instance = container_extend(
             instance_id=instance.id,
             user=request.user,

@@ -21,6 +21,7 @@ from containers.models import ContainerEvent, ContainerInstance, Gate
 from containers.queues import Queue
 from containers.requests.slots import slot_count
 from containers.signals import instance_moved
+from containers.spec.redaction import scrub, scrub_data
 from containers.states import ACTIVE_SLOTS, BEING_DELETED, Status, can_move
 from core import prepared
 from core.counters import counter_bump
@@ -135,7 +136,9 @@ MOVED_FIELDS = (
 
 def instance_notify(instance: ContainerInstance, kind: EventKind, **extra: Any) -> int:
     """Send the webhooks subscribed to ``kind`` about ``instance`` (its owner's endpoints
-    and the operators'), in the current transaction (the one that made the event)."""
+    and the operators'), in the current transaction (the one that made the event). The
+    texts are scrubbed of host paths and engine addresses as for a user's page (the owner's
+    endpoint receives them; operators read the unscrubbed history)."""
     return webhook_event_emit(
         kind=kind,
         owner_id=instance.owner_id,
@@ -144,8 +147,8 @@ def instance_notify(instance: ContainerInstance, kind: EventKind, **extra: Any) 
             "name": instance.name,
             "owner_id": instance.owner_id,
             "status": instance.status,
-            "reason": instance.status_reason,
-            **extra,
+            "reason": scrub(instance.status_reason),
+            **scrub_data(extra),
         },
     )
 
@@ -191,8 +194,10 @@ def move(
     )
     prepared.update_and_insert(instance, MOVED_FIELDS, entry)  # one statement on PostgreSQL
     log.info("instance %s %s -> %s by %s %s", instance.id, source, target, actor, message)
+    # A freed slot, or a delete accepted (room on its engine; or, for a create waiting
+    # unplaced, its parked request must end now so that the delete behind it runs).
     if (source in ACTIVE_SLOTS and target not in ACTIVE_SLOTS) or (
-        target in BEING_DELETED and source not in BEING_DELETED and instance.runtime_id
+        target in BEING_DELETED and source not in BEING_DELETED
     ):
         outbox_release_deferred(queue=Queue.CREATE)
     if target == Status.FAILED:

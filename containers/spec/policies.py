@@ -150,9 +150,10 @@ def may_extend(*, policy: Mapping[str, Any], owner_id: int, user: Any) -> bool:
     who = policy.get("extendable_by") or "nobody"
     if who == "nobody" or user is None:
         return False
-    if getattr(user, "is_staff", False):
-        return True
-    return who == "owner" and user.pk == owner_id
+    if user.pk == owner_id:
+        return who == "owner" or (who == "staff" and getattr(user, "is_staff", False))
+    # Another user's instance: staff who may act on instances (not viewers who only look).
+    return getattr(user, "is_staff", False) and user.has_perm("containers.change_containerinstance")
 
 
 @dataclass(frozen=True)

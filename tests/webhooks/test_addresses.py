@@ -28,6 +28,9 @@ REFUSED_BY_DEFAULT = [
     "https://[fe80::1]/hook",
     "https://[fc00::1]/hook",
     "https://[::ffff:127.0.0.1]/hook",  # IPv4-mapped loopback
+    "https://[64:ff9b::a9fe:a9fe]/hook",  # NAT64 of the link-local metadata address
+    "https://[2002:a9fe:a9fe::1]/hook",  # 6to4 of it
+    "https://[::7f00:1]/hook",  # IPv4-compatible loopback
     "https://224.0.0.1/hook",  # multicast
 ]
 
