@@ -578,3 +578,15 @@ def test_a_kubernetes_start_is_declared_as_not_waiting_for_the_pod_to_run():
     assert driver_class("kubernetes").start_runs is False
     assert driver_class("docker").start_runs is True
     assert driver_class("fake").start_runs is True
+
+
+def test_a_dollar_in_a_command_or_env_value_reaches_the_container_as_written():
+    """Kubernetes expands ``$(VAR)`` and folds ``$$`` in args and env values; Docker does
+    not: the Pod carries every ``$`` doubled, which the kubelet turns back into one."""
+    from containers.engines.kubernetes.pods import pod_manifest
+
+    made = spec(command=["sh", "-c", "kill $$; echo $(MODE)"], env={"GREETING": "a$(B)c"})
+    container = pod_manifest(made)["spec"]["containers"][0]
+    assert container["args"] == ["sh", "-c", "kill $$$$; echo $$(MODE)"], container["args"]
+    values = {e["name"]: e.get("value") for e in container["env"]}
+    assert values["GREETING"] == "a$$(B)c", values

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import yaml
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
@@ -58,7 +59,7 @@ def api_client(target: KubeTarget, *, timeout: float) -> client.ApiClient:
             )
         else:
             config.load_incluster_config(client_configuration=configuration)
-    except (ConfigException, OSError, TypeError, ValueError) as exc:
+    except (ConfigException, OSError, TypeError, ValueError, yaml.YAMLError) as exc:
         raise EngineError(
             f"cannot load the Kubernetes configuration of {target.where}: {exc}"
         ) from exc

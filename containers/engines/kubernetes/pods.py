@@ -25,6 +25,12 @@ TOLERATED = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 NETWORKS = (None, "bridge")  # the Pod network; ``none`` and named networks have no Pod field
 
 
+def _literal(text: str) -> str:
+    """``text`` as Docker passes it: Kubernetes expands ``$(VAR)`` in args and env values
+    and turns ``$$`` into ``$``, so every ``$`` is written doubled (it arrives as one)."""
+    return text.replace("$", "$$")
+
+
 def refusals(spec: ContainerSpec) -> list[str]:
     """What in ``spec`` this driver cannot run under Pod Security "restricted", in a
     user's words (empty: nothing). Templates are checked before any create
@@ -73,7 +79,7 @@ def pod_manifest(spec: ContainerSpec, *, access_mode: str = "ReadWriteOnce") -> 
             ref = {"name": names.secret_name(spec.name), "key": key}
             env.append({"name": key, "valueFrom": {"secretKeyRef": ref}})
         else:
-            env.append({"name": key, "value": str(value)})
+            env.append({"name": key, "value": _literal(str(value))})
     resources: dict[str, dict[str, str]] = {}
     if spec.cpu:
         resources.setdefault("requests", {})["cpu"] = _quantity_cpu(spec.cpu)
@@ -117,7 +123,7 @@ def pod_manifest(spec: ContainerSpec, *, access_mode: str = "ReadWriteOnce") -> 
         },
     }
     if spec.command:
-        container["args"] = list(spec.command)
+        container["args"] = [_literal(arg) for arg in spec.command]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
