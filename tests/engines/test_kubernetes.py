@@ -590,3 +590,18 @@ def test_a_dollar_in_a_command_or_env_value_reaches_the_container_as_written():
     assert container["args"] == ["sh", "-c", "kill $$$$; echo $$(MODE)"], container["args"]
     values = {e["name"]: e.get("value") for e in container["env"]}
     assert values["GREETING"] == "a$$(B)c", values
+
+
+def test_a_stop_of_a_pod_on_a_lost_node_ends_in_a_forced_delete(kube, engine, monkeypatch):
+    """A lost node never finishes a graceful delete: past the grace period and its slack
+    the Pod is deleted at once, so the stop ends (it would be retried to a dead letter)."""
+    from containers.engines.kubernetes import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "GONE_SLACK", 0.5)
+    made = spec()
+    engine.start(engine.create(made), made)
+    wait_status(engine, "gb-pod", {"running"})
+    kube.kubelet.lose_node(kube.namespace, "gb-pod")
+    wait_status(engine, "gb-pod", {"unknown"})
+    engine.stop("gb-pod", 0)
+    assert engine.inspect("gb-pod") is None

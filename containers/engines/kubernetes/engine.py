@@ -321,10 +321,16 @@ class KubernetesEngine:
             pause = min(pause * 2, GONE_POLL_CAP)
 
     def stop(self, ref: str, timeout: int) -> None:
-        """Delete the Pod with ``timeout`` s of grace and wait until it is gone. The
-        Secret and the workspace claim stay (a start makes the Pod again)."""
+        """Delete the Pod with ``timeout`` s of grace and wait until it is gone; one that
+        its node did not end in time (a lost node never does) is deleted at once, as a
+        Docker stop ends in a kill. The Secret and the workspace claim stay (a start makes
+        the Pod again)."""
         self._delete_pod(ref, grace=timeout)
-        self._wait_gone(ref, grace=timeout)
+        try:
+            self._wait_gone(ref, grace=timeout)
+        except EngineError:
+            self._delete_pod(ref, grace=0)
+            self._wait_gone(ref, grace=0)
 
     def remove(self, ref: str) -> None:
         """Delete the Pod at once and its Secret. Idempotent."""
