@@ -50,6 +50,7 @@ from django.db.models.functions import Cast, Coalesce, Now, Replace
 
 from containers.models import ContainerInstance
 from containers.states import ACTIVE_SLOTS, PLACE_FREE
+from containers.tallies import instance_counts
 from core import prepared
 from outbox.models import OutboxEvent, OutboxStatus
 
@@ -183,17 +184,20 @@ class EngineUsage:
 
 
 def engine_usage() -> dict[int, EngineUsage]:
-    """``{runtime_id: EngineUsage}`` in one grouped statement (runtimes holding nothing
-    are absent). Reads only; placement calls it with the capacity gate held, so what it
-    sees is exact (every earlier holder committed)."""
-    rows = (
-        ContainerInstance.objects.filter(runtime_id__isnull=False)
-        .exclude(status__in=sorted(PLACE_FREE))
-        .order_by()
-        .values_list("runtime_id")
-        .annotate(
-            containers=Count("id"),
-            slots=Count("id", filter=_holds_slot()),
-        )
-    )
-    return {pk: EngineUsage(containers=n, slots=held) for pk, n, held in rows}
+    """``{runtime_id: EngineUsage}`` (runtimes holding nothing are absent). Reads only;
+    placement calls it with the capacity gate held, so what it sees is exact (every
+    earlier holder committed).
+
+    The containers from the instance tally (``containers.tallies``: its cost is the
+    runtimes and statuses, where a grouped count read every instance placed anywhere
+    and outside ``PLACE_FREE``, the running and the stopped alike), the slots from
+    ``slots_by_runtime`` (the few ``creating``/``starting`` rows)."""
+    slots = slots_by_runtime()
+    containers: dict[int, int] = {}
+    for (runtime_id, status), n in instance_counts().items():
+        if runtime_id is not None and status not in PLACE_FREE:
+            containers[runtime_id] = containers.get(runtime_id, 0) + n
+    return {
+        pk: EngineUsage(containers=containers.get(pk, 0), slots=slots.get(pk, 0))
+        for pk in containers.keys() | {pk for pk in slots if pk is not None}
+    }
