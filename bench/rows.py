@@ -26,8 +26,9 @@ run is shown with ``EXPLAIN (ANALYZE)``: the bench prints every sequential scan 
 that holds more than ``SCAN_ROWS`` rows, so a query that reads the table rather than an
 index shows at once.
 
-Both databases start with ``--floor`` (200) instance rows, so that every list measured
-shows a full page on both sides (the admin's 100 rows, the API's 50): a list of 100 rows
+Both databases start with ``--floor`` (200) instance rows of the measured owner, so that
+every list measured shows a full page on both sides (the admin's 100 rows, the API's 50,
+the owner's own list and feed): a list of 100 rows
 against one of the 10 probe instances would measure the page, not the table. ``--floor
 0`` compares with the bare fixtures, as issue 29's first figures did.
 
@@ -132,14 +133,15 @@ def fixtures(fake_dir: str) -> dict:
     }
 
 
-def fill(fx: dict, n: int) -> float:
+def fill(fx: dict, n: int, owners: list[int] | None = None) -> float:
     """Add ``n`` instance rows of the bench's owners on the bulk runtime, with their
     history (``rows_data.make_rows``, then ``VACUUM ANALYZE``); returns the seconds it
     took."""
     from rows_data import make_rows
 
     t0 = time.perf_counter()
-    make_rows(n, owners=fx["owners"], template=fx["template"], runtime=fx["bulk"])
+    owners = owners or fx["owners"]
+    make_rows(n, owners=owners, template=fx["template"], runtime=fx["bulk"])
     return time.perf_counter() - t0
 
 
@@ -406,8 +408,8 @@ def main() -> int:
         for side in (EMPTY, FULL):
             use(dbs[side])
             fxs[side] = fixtures(f"{fake_dir}/{side}")
-            if args.floor:
-                fill(fxs[side], args.floor)
+            if args.floor:  # the measured owner's: their list and feed are full too
+                fill(fxs[side], args.floor, owners=fxs[side]["owners"][:1])
         with c.processes("rows") as procs:
             ports = {}
             for side, url in urls.items():
