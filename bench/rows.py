@@ -7,25 +7,33 @@ step the same figures are taken, each printed beside its figure on the empty dat
 
 - over HTTP, on the real web server (gunicorn with uvicorn's workers, as production and
   ``bench/end_to_end.py``): ``GET /api/containers/`` as an owner and as an operator, the
-  admin's instance list, ``/metrics``, ``GET /api/queue/`` and a create's 202 (medians of
+  admin's instance list, ``/metrics``, ``GET /api/queue/``, the events feed
+  (``GET /api/events/``) as an owner and as an operator, and a create's 202 (medians of
   ``--samples`` requests after two warm-ups, on a kept-open connection);
 - in this process: a reconciler pass (``reconcile()``) over a fake engine holding
   ``PROBE`` running instances, the admission gate's two counts (``slot_count()`` and the
   gate's pending count, ``gobrave_admission_pending()``, in a rolled-back transaction)
   and the relay's fair-share claim of the create queue (rolled back).
 
-Rows are made by ``INSERT ... SELECT generate_series`` in the server (a million instance
-rows in about a minute): 1,000 owners, 90% of the instances ``stopped`` and 10%
-``running`` (the 100,000 active rows of a million), two history events and one ``sent``
-outbox row per instance; then ``VACUUM ANALYZE``, as autovacuum would. The owner measured
-is one of the 1,000 (so their own list grows a thousandth as fast as the table).
+Rows are made by ``rows_data.make_rows`` (``INSERT ... SELECT generate_series`` in the
+server): 1,000 owners, 90% of the instances ``stopped`` and 10% ``running`` (the 100,000
+active rows of a million), three history events and one ``sent`` outbox row per
+instance, a DAG run with two events per 20; then ``VACUUM ANALYZE``, as autovacuum would.
+The owner measured is one of the 1,000 (so their own list grows a thousandth as fast as the table).
 
 At every size each query ``/metrics``, the admission gate and the reconciler's selection
 run is shown with ``EXPLAIN (ANALYZE)``: the bench prints every sequential scan of a table
 that holds more than ``SCAN_ROWS`` rows, so a query that reads the table rather than an
 index shows at once.
 
-    .venv/bin/python bench/rows.py [--sizes 0,100000,1000000] [--samples 15] [--keep]
+Both databases start with ``--floor`` (200) instance rows of the measured owner, so that
+every list measured shows a full page on both sides (the admin's 100 rows, the API's 50,
+the owner's own list and feed): a list of 100 rows
+against one of the 10 probe instances would measure the page, not the table. ``--floor
+0`` compares with the bare fixtures, as issue 29's first figures did.
+
+    .venv/bin/python bench/rows.py [--sizes 0,100000,1000000] [--samples 15] [--floor 200]
+                                   [--keep]
 """
 
 from __future__ import annotations
@@ -43,43 +51,11 @@ from admission import start_server
 
 OWNERS = 1000
 PROBE = 10  # running instances on the reconciled fake engine
+FLOOR = 200  # rows on both sides at the start: every list's page is full on both
 SCAN_ROWS = 10_000  # a sequential scan over more rows than this is printed
 TARGETS = {100_000: 1.5, 1_000_000: 2.0}  # reads: at most this times the empty figure
 CREATE_TARGET = 1.25  # a create's 202: unchanged, within this machine's noise
 EMPTY, FULL = "empty", "full"
-
-INSTANCES = """
-INSERT INTO containers_containerinstance
-    (id, name, status, container_id, runtime_node_name, runtime_missing, exit_code,
-     status_reason, spec, created_at, status_changed_at, started_at, finished_at,
-     owner_id, template_id, runtime_id)
-SELECT md5('bench-' || g)::uuid, 'i' || g,
-       CASE WHEN g %% 10 = 0 THEN 'running' ELSE 'stopped' END, 'c' || g, 'bench', false,
-       CASE WHEN g %% 10 = 0 THEN NULL ELSE 0 END, '', '{}'::jsonb,
-       now() - interval '30 days' + g * interval '1 second',
-       now() - interval '30 days' + g * interval '1 second',
-       now() - interval '30 days' + g * interval '1 second',
-       CASE WHEN g %% 10 = 0 THEN NULL ELSE now() - interval '29 days' END,
-       %(first_owner)s + g %% %(owners)s, %(template)s, %(runtime)s
-FROM generate_series(%(lo)s, %(hi)s) AS g
-"""
-EVENTS = """
-INSERT INTO containers_containerevent
-    (instance_id, instance_name, kind, from_status, to_status, message, actor, data, created_at)
-SELECT md5('bench-' || g)::uuid, 'i' || g, e.kind, e.src, e.dst, '', 'bench', '{}'::jsonb,
-       now() - interval '30 days' + g * interval '1 second'
-FROM generate_series(%(lo)s, %(hi)s) AS g,
-     (VALUES ('create', '', 'pending'), ('transition', 'creating', 'running')) AS e(kind, src, dst)
-"""
-OUTBOX = """
-INSERT INTO outbox_outboxevent
-    (kind, queue, aggregate_id, payload, status, attempts, reclaims, available_at, last_error,
-     outcome, created_at, sent_at, started_at)
-SELECT 'create', 'create', md5('bench-' || g)::uuid::text, '{}'::jsonb, 'sent', 1, 0,
-       now() - interval '1 hour', '', 'sent', now() - interval '1 hour',
-       now() - random() * interval '1 hour', now() - interval '1 hour'
-FROM generate_series(%(lo)s, %(hi)s) AS g
-"""
 
 
 def fixtures(fake_dir: str) -> dict:
@@ -150,35 +126,23 @@ def fixtures(fake_dir: str) -> dict:
         "owner_token": api_token_create(user=owners[0], name="bench").key,
         "operator_token": api_token_create(user=operator, name="bench").key,
         "session": session.session_key,
-        "first_owner": owners[0].pk,
+        "owners": [owner.pk for owner in owners],
         "template": template.pk,
         "bulk": bulk.pk,
         "probe": probe,
     }
 
 
-def fill(fx: dict, lo: int, hi: int) -> float:
-    """Add instance rows ``lo..hi`` (and their history); returns the seconds it took."""
-    from django.db import connection
+def fill(fx: dict, n: int, owners: list[int] | None = None) -> float:
+    """Add ``n`` instance rows of the bench's owners on the bulk runtime, with their
+    history (``rows_data.make_rows``, then ``VACUUM ANALYZE``); returns the seconds it
+    took."""
+    from rows_data import make_rows
 
     t0 = time.perf_counter()
-    step = 100_000
-    with connection.cursor() as cursor:
-        for start in range(lo, hi + 1, step):
-            args = {
-                "lo": start,
-                "hi": min(hi, start + step - 1),
-                "first_owner": fx["first_owner"],
-                "owners": OWNERS,
-                "template": fx["template"],
-                "runtime": fx["bulk"],
-            }
-            for sql in (INSTANCES, EVENTS, OUTBOX):
-                cursor.execute(sql, args)
-    took = time.perf_counter() - t0
-    with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE")
-    return took
+    owners = owners or fx["owners"]
+    make_rows(n, owners=owners, template=fx["template"], runtime=fx["bulk"])
+    return time.perf_counter() - t0
 
 
 class Http:
@@ -248,6 +212,8 @@ def http_figures(ports: dict, fxs: dict, samples: int, size: int) -> dict[str, t
         ),
         "/metrics": paired(read("/metrics", ""), samples),
         "GET /api/queue/": paired(read("/api/queue/", "operator"), samples),
+        "GET /api/events/ (owner)": paired(read("/api/events/", "owner"), samples),
+        "GET /api/events/ (operator)": paired(read("/api/events/", "operator"), samples),
         "POST /api/containers/ (202)": paired(create, samples),
     }
 
@@ -416,6 +382,12 @@ def main() -> int:
     parser.add_argument("--sizes", default="0,100000,1000000")
     parser.add_argument("--samples", type=int, default=15)
     parser.add_argument("--keep", action="store_true", help="keep the bench databases")
+    parser.add_argument(
+        "--floor",
+        type=int,
+        default=FLOOR,
+        help="instance rows both databases hold before the sizes (0: the bare fixtures)",
+    )
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     c.header("rows: reads, a create and the loops at 0 / 100k / 1M instance rows")
@@ -436,6 +408,8 @@ def main() -> int:
         for side in (EMPTY, FULL):
             use(dbs[side])
             fxs[side] = fixtures(f"{fake_dir}/{side}")
+            if args.floor:  # the measured owner's: their list and feed are full too
+                fill(fxs[side], args.floor, owners=fxs[side]["owners"][:1])
         with c.processes("rows") as procs:
             ports = {}
             for side, url in urls.items():
@@ -457,10 +431,10 @@ def main() -> int:
             for size in sizes:
                 use(dbs[FULL])
                 if size > made:
-                    took = fill(fxs[FULL], made + 1, size)
+                    took = fill(fxs[FULL], size - made)
                     print(f"-- made instance rows {made + 1:,}..{size:,} in {took:.0f} s")
                     made = size
-                print(f"-- {size:,} instance rows ({c.load()})")
+                print(f"-- {size:,} instance rows over the floor of {args.floor:,} ({c.load()})")
                 for line in explain_all(fxs[FULL]):
                     print(f"   EXPLAIN {line}")
                 figures = http_figures(ports, fxs, args.samples, size)

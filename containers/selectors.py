@@ -26,10 +26,10 @@ from containers.models import (
 )
 from containers.requests.slots import slot_count, slots_by_runtime, slots_on_runtime
 from containers.states import ACTIVE_SLOTS, BEING_DELETED, PLACE_FREE, Status
+from containers.tallies import instance_counts
 from core import prepared
 from core.counters import counter_rows, counters_since
 from core.ids import SHORT_ID_LENGTH, db_id, uuid_prefix
-from core.tallies import tallies_kept, tally_read
 from outbox.counters import RelayStat
 from outbox.models import OutboxEvent, OutboxStatus
 from outbox.selectors import outbox_counts
@@ -48,26 +48,6 @@ def _by_name_or_id(name_field: str, id_field: str, ref: object) -> Q:
 def count_by_status(rows: QuerySet) -> dict[str, int]:
     """``{status: count}`` over ``rows`` in one grouped query."""
     return dict(rows.order_by().values_list("status").annotate(n=Count("id")))
-
-
-INSTANCE_TALLY = "containers.instances"  # migration 0023's triggers keep it
-
-
-def instance_counts() -> dict[tuple[int | None, str], int]:
-    """``{(runtime_id, status): instances}`` over every instance, never a scan of them
-    (``runtime_id`` None: creates waiting unplaced).
-
-    On PostgreSQL the tally the table's triggers keep (``core.tallies``): its cost is the
-    number of runtimes and statuses, not of instances. Elsewhere (SQLite) one grouped count.
-    """
-    if tallies_kept():
-        counts = {}
-        for key, (n, _total) in tally_read(INSTANCE_TALLY).items():
-            runtime_id, _, status = key.partition(" ")
-            counts[(int(runtime_id) if runtime_id else None, status)] = n
-        return counts
-    grouped = ContainerInstance.objects.order_by().values_list("runtime_id", "status")
-    return {(r, s): n for r, s, n in grouped.annotate(n=Count("id"))}
 
 
 def instances_by_status() -> dict[str, int]:

@@ -50,6 +50,7 @@ from django.db.models.functions import Cast, Coalesce, Now, Replace
 
 from containers.models import ContainerInstance
 from containers.states import ACTIVE_SLOTS, PLACE_FREE
+from containers.tallies import instance_counts
 from core import prepared
 from outbox.models import OutboxEvent, OutboxStatus
 
@@ -154,9 +155,16 @@ def _secs(value: dt.timedelta | None) -> float | None:
 
 def slots_by_runtime() -> dict[int, int]:
     """``{runtime_id: slots held}`` in one grouped statement (runtimes holding none are
-    absent). Reads only; the same definition as ``slot_count``."""
-    rows = _holding().order_by().values_list("runtime_id").annotate(n=Count("id"))
-    return dict(rows)
+    absent). Reads only; the same definition as ``slot_count``. Every placement among
+    several engines asks, inside the capacity gate: a prepared statement on PostgreSQL,
+    compiled once (``core.prepared.rows``; the ORM's compilation alone took 12 ms of a
+    busy core, ``docs/benchmarks.md`` section 12)."""
+    return dict(prepared.rows(("slots_by_runtime",), _slots_grouped))
+
+
+def _slots_grouped():
+    """``slots_by_runtime``'s grouped query."""
+    return _holding().order_by().values_list("runtime_id").annotate(n=Count("id"))
 
 
 def slots_on_runtime():
@@ -182,26 +190,21 @@ class EngineUsage:
     slots: int  # create/start slots held there (the one definition above)
 
 
-def _usage_by_engine():
-    """``engine_usage``'s grouped query: per runtime, its containers and its slots."""
-    return (
-        ContainerInstance.objects.filter(runtime_id__isnull=False)
-        .exclude(status__in=sorted(PLACE_FREE))
-        .order_by()
-        .values_list("runtime_id")
-        .annotate(
-            containers=Count("id"),
-            slots=Count("id", filter=_holds_slot()),
-        )
-    )
-
-
 def engine_usage() -> dict[int, EngineUsage]:
-    """``{runtime_id: EngineUsage}`` in one grouped statement (runtimes holding nothing
-    are absent). Reads only; placement calls it with the capacity gate held, so what it
-    sees is exact (every earlier holder committed). Every placement among several
-    engines asks, inside the gate: a prepared statement on PostgreSQL, compiled once
-    (``core.prepared.rows``; the ORM's compilation alone took 12 ms of a busy core,
-    ``docs/benchmarks.md`` section 12)."""
-    rows = prepared.rows(("engine_usage",), _usage_by_engine)
-    return {pk: EngineUsage(containers=n, slots=held) for pk, n, held in rows}
+    """``{runtime_id: EngineUsage}`` (runtimes holding nothing are absent). Reads only;
+    placement calls it with the capacity gate held, so what it sees is exact (every
+    earlier holder committed).
+
+    The containers from the instance tally (``containers.tallies``: its cost is the
+    runtimes and statuses, where a grouped count read every instance placed anywhere
+    and outside ``PLACE_FREE``, the running and the stopped alike), the slots from
+    ``slots_by_runtime`` (the few ``creating``/``starting`` rows)."""
+    slots = slots_by_runtime()
+    containers: dict[int, int] = {}
+    for (runtime_id, status), n in instance_counts().items():
+        if runtime_id is not None and status not in PLACE_FREE:
+            containers[runtime_id] = containers.get(runtime_id, 0) + n
+    return {
+        pk: EngineUsage(containers=containers.get(pk, 0), slots=slots.get(pk, 0))
+        for pk in containers.keys() | {pk for pk in slots if pk is not None}
+    }

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Count
 
 from containers.models import ContainerInstance
-from containers.selectors import INSTANCE_TALLY, instance_counts
+from containers.tallies import INSTANCE_TALLY, instance_counts
 from core.models import Tally
 from core.tallies import tallies_fold
 from tests.factories import InstanceFactory, RuntimeFactory
@@ -76,3 +76,43 @@ def test_a_truncate_of_the_counted_table_empties_its_tally():
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # Django's foreign keys are deferred
         cursor.execute("TRUNCATE containers_containerinstance CASCADE")
     assert instance_counts() == {} == counted()
+
+
+def grouped_usage() -> dict[int, tuple[int, int]]:
+    """Placement's usage as a grouped count of the instances (what the tally replaces)."""
+    from containers.requests.slots import _holds_slot
+    from containers.states import PLACE_FREE
+
+    rows = (
+        ContainerInstance.objects.filter(runtime_id__isnull=False)
+        .exclude(status__in=sorted(PLACE_FREE))
+        .order_by()
+        .values_list("runtime_id")
+        .annotate(n=Count("id"), held=Count("id", filter=_holds_slot()))
+    )
+    return {pk: (n, held) for pk, n, held in rows}
+
+
+def test_placement_usage_from_the_tally_equals_a_count_of_the_instances():
+    from containers.requests.slots import engine_usage
+
+    def usage():
+        return {pk: (u.containers, u.slots) for pk, u in engine_usage().items()}
+
+    near, far = RuntimeFactory(name="near"), RuntimeFactory(name="far")
+    for runtime, statuses in (
+        (near, ("running", "running", "stopped", "creating", "pending", "deleting")),
+        (far, ("failed", "starting", "delete_pending")),
+        (None, ("pending", "pending")),  # creates waiting unplaced
+    ):
+        for status in statuses:
+            InstanceFactory(runtime=runtime, status=status)
+    assert usage() == grouped_usage()
+    assert usage()[near.pk] == (4, 1)  # running x2, stopped, creating; the creating's slot
+    with transaction.atomic():  # a writer's own rows count in its own transaction
+        InstanceFactory(runtime=far, status="running")
+        assert usage() == grouped_usage()
+        assert usage()[far.pk][0] == 3
+    ContainerInstance.objects.filter(runtime=near).update(status="deleting")
+    assert usage() == grouped_usage()
+    assert near.pk not in usage()
