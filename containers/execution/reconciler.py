@@ -235,7 +235,17 @@ STOPPED_BATCH = 1000
 #: Where each runtime's turn through its stopped instances stands (this process's passes).
 _stopped_after: dict[int, uuid.UUID] = {}
 # The fields a pass reads to decide whether to look (``instance_sync`` reads the row again).
-_COMPARED = ("id", "status", "container_id", "runtime_node_name", "runtime_missing", "created_at")
+# What ``running_as_recorded``/``stopped_as_recorded`` read (a deferred field would cost
+# a query per instance).
+_COMPARED = (
+    "id",
+    "status",
+    "container_id",
+    "runtime_node_name",
+    "runtime_missing",
+    "status_reason",
+    "created_at",
+)
 
 
 def _active_rows(runtime: Runtime) -> list[ContainerInstance]:

@@ -117,7 +117,6 @@ def stopped_as_recorded(instance: ContainerInstance, runtime_id: str, engine_sta
         and instance.container_id == runtime_id
         and bool(instance.runtime_node_name)
         and not instance.runtime_missing
-        and not instance.status_reason.startswith(SILENT_PREFIX)  # its node answers again
     )
 
 
