@@ -112,6 +112,21 @@ def test_the_token_list_is_flat(alice, owner):
     assert_flat(alice, "/api/tokens/", make, AUTH)
 
 
+def test_the_webhook_endpoint_list_is_flat(staff):
+    from webhooks.models import WebhookEndpoint
+
+    made = iter(range(100))
+
+    def make(n):
+        for _ in range(n):  # rows as stored: no URL is resolved in this test
+            WebhookEndpoint.objects.create(
+                url=f"https://hooks{next(made)}.example/h", event_kinds=["request.dead"]
+            )
+
+    # the token (with its user), the page (operators see every endpoint: no permission asked)
+    assert_flat(staff, "/api/webhooks/", make, AUTH + 1)
+
+
 def test_the_dag_template_list_is_flat(alice, template):
     made = iter(range(100))
 
@@ -254,7 +269,7 @@ def test_the_schema_documents_the_cursor_and_the_links_not_a_count():
         for path, item in schema["paths"].items()
         if any(p["name"] == "cursor" for p in item.get("get", {}).get("parameters", []))
     ]
-    assert len(lists) == 10, lists  # ... and the events feed (events.api)
+    assert len(lists) == 11, lists  # ... the events feed (events.api), webhooks
     page = schema["components"]["schemas"]["PaginatedInstanceOutputList"]
     assert set(page["properties"]) == {"next", "previous", "results"}
     for path in lists:
