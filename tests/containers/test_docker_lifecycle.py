@@ -35,8 +35,28 @@ def reaches(instance: ContainerInstance, wanted: str, timeout: float = 30) -> Co
         lambda: status(instance) == wanted,
         timeout=timeout,
         message=f"{instance.name} {wanted} (is {status(instance)})",
+        describe=lambda: _said(instance),
     )
     return ContainerInstance.objects.get(pk=instance.pk)
+
+
+def _said(instance: ContainerInstance) -> str:
+    """What the instance row, its engine's row and its requests say (a timeout's detail)."""
+    from outbox.models import OutboxEvent
+
+    row = ContainerInstance.objects.filter(pk=instance.pk).select_related("runtime").first()
+    if row is None:
+        return "the instance row is gone"
+    runtime = row.runtime
+    engine = f"{runtime.name} {runtime.health} {runtime.last_error!r}" if runtime else "unplaced"
+    requests = OutboxEvent.objects.filter(aggregate_id=str(instance.pk)).order_by("id")
+    lines = [f"{row.status} reason={row.status_reason!r} engine={engine}"]
+    lines += [
+        f"  #{r.id} {r.kind} {r.status} attempts={r.attempts} outcome={r.outcome!r} "
+        f"available_at={r.available_at} error={r.last_error!r}"
+        for r in requests
+    ]
+    return "\n".join(lines)
 
 
 def transitions(instance: ContainerInstance) -> list[tuple[str, str]]:
