@@ -24,9 +24,9 @@ pytestmark = pytest.mark.django_db
 DAY = dt.timedelta(days=1)
 
 
-def _row(status: str, **fields) -> OutboxEvent:
+def _row(status: str, kind: str = "ContainerCreateRequest", **fields) -> OutboxEvent:
     return OutboxEvent.objects.create(
-        kind="ContainerCreateRequest",
+        kind=kind,
         queue="create",
         aggregate_id="a",
         status=status,
@@ -44,6 +44,7 @@ def test_every_purge_is_registered():
         "containers.deleted_instance_history",
         "outbox.dead_letters_resolved",
         "outbox.sent",
+        "webhooks.deliveries",
     ]
 
 
@@ -139,3 +140,19 @@ def test_the_command_runs_every_purge_and_says_what_went():
     out = io.StringIO()
     call_command("retention_purge", "--batch", "5", stdout=out)
     assert "outbox.sent: 1 deleted" in out.getvalue().splitlines()
+
+
+def test_finished_webhook_deliveries_go_past_their_age_and_nothing_else(gobrave_config):
+    from webhooks.kinds import DELIVERY_KIND
+
+    gobrave_config(retention={"webhook_deliveries": 30 * 86400.0})
+    old = [_row(status, kind=DELIVERY_KIND) for status in ("sent", "dead", "pending")]
+    other = _row("dead")  # another kind's dead letter, as old: the outbox's rules keep it
+    OutboxEvent.objects.update(created_at=timezone.now() - 31 * DAY)
+    recent = _row("dead", kind=DELIVERY_KIND)
+    assert retention_run()["webhooks.deliveries"] == 2
+    left = set(OutboxEvent.objects.values_list("id", flat=True))
+    assert left == {old[2].id, other.id, recent.id}, left  # the waiting one stays
+    gobrave_config(retention={"webhook_deliveries": None})  # empty: kept
+    OutboxEvent.objects.filter(pk=recent.pk).update(created_at=timezone.now() - 400 * DAY)
+    assert retention_run()["webhooks.deliveries"] == 0
