@@ -605,3 +605,16 @@ def test_a_stop_of_a_pod_on_a_lost_node_ends_in_a_forced_delete(kube, engine, mo
     wait_status(engine, "gb-pod", {"unknown"})
     engine.stop("gb-pod", 0)
     assert engine.inspect("gb-pod") is None
+
+
+def test_a_cursor_the_cluster_never_reached_relists_instead_of_ending(kube, engine):
+    """A stored cursor made elsewhere (a runtime that was a Docker engine: a nanosecond
+    time) is a version the API server has not reached: 504, and the watch lists again
+    and goes on from the list's version instead of ending on every reconnect."""
+    made = spec("gb-here")
+    engine.start(engine.create(made), made)
+    wait_status(engine, "gb-here", {"running"})
+    foreign = str(time.time_ns())
+    events = _drain(engine, foreign, lambda seen: any(e.action == "resync" for e in seen))
+    assert events and events[-1].action == "resync", events
+    assert events[-1].cursor != foreign and int(events[-1].cursor) < int(foreign)

@@ -307,7 +307,8 @@ class Api:
            matching object as ADDED).
         2. Stream the changes after that version that concern the selection: an object
            that starts matching is ADDED, stops matching is DELETED, as the API server
-           does; a version older than the history answers an ERROR event with code 410.
+           does; a version older than the history answers an ERROR event with code 410,
+           one not reached yet a 504 ("Too large resource version").
         3. End after ``timeoutSeconds`` (with a BOOKMARK first when allowed)."""
         selected = self._selected(request, resource)
         raw_rv = request.query.get("resourceVersion", "")
@@ -320,6 +321,14 @@ class Api:
             )
         except ValueError as error:
             raise status.ApiError(400, f"invalid watch parameter: {error}") from error
+        if since is not None and since > self.store.resource_version:
+            # As the API server answers a version it has not reached (after its wait):
+            # 504, "Too large resource version" (a cursor from elsewhere).
+            raise status.ApiError(
+                504,
+                f"Too large resource version: {since}, current: {self.store.resource_version}",
+                reason="Timeout",
+            )
         bookmarks = request.query.get("allowWatchBookmarks") in TRUE
         loop = asyncio.get_running_loop()
         wake = asyncio.Event()

@@ -119,6 +119,12 @@ class PodWatch:
         return events
 
 
+def _too_large(exc: ApiException) -> bool:
+    """A watch from a version the cluster has not reached (504 "Too large resource
+    version"): a cursor made elsewhere (say, when the runtime was a Docker engine)."""
+    return exc.status == 504 and "too large resource version" in str(exc.body or "").lower()
+
+
 def stream(
     *,
     pods: PodWatch,
@@ -155,9 +161,9 @@ def stream(
                 elif kind in ("ADDED", "MODIFIED", "DELETED"):
                     yield from pods.transitions(raw, kind, cursor)
         except ApiException as exc:
-            if exc.status != 410:
+            if not (exc.status == 410 or _too_large(exc)):
                 return  # the stream ended badly: the monitor reconnects (and reconciles)
-            gone = True
+            gone = True  # expired, or a cursor this cluster never reached: list again
         except Exception:  # noqa: BLE001 - a dropped stream ends the iterator
             return
         finally:
