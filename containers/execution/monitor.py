@@ -15,8 +15,8 @@
    a second, ``CURSOR_STORE_EVERY``). A follower holds no database connection while it
    waits on its stream: it takes one (``Monitor.db``, ``FOLLOWER_DB_SLOTS`` at once)
    only for its own rows at each (re)connect. So N engines cost N follower threads and
-   at most 1 + ``monitor_appliers`` + ``FOLLOWER_DB_SLOTS`` connections, whatever N is
-   (docs/architecture.md, "The monitor at fleet size"). A dropped stream
+   at most 2 + ``monitor_appliers`` + ``FOLLOWER_DB_SLOTS`` connections (one the
+   heartbeat's), whatever N is (docs/architecture.md, "The monitor at fleet size"). A dropped stream
    (the SDK just ends the iterator) or an unreachable engine is logged and retried with
    a backoff capped at ``BACKOFF_CAP``; the monitor never exits on engine trouble.
 3. A heartbeat thread (``containers.execution.heartbeat``) pings every engine every
