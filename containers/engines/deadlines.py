@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
 from containers.engines.base import Engine, EngineError
 
 T = TypeVar("T")
 
-_in_flight: dict[str, threading.Thread] = {}  # engine key -> a call left past its deadline
+_in_flight: dict[Hashable, threading.Thread] = {}  # engine key -> a call left past its deadline
 _in_flight_lock = threading.Lock()
 
 
@@ -32,7 +32,7 @@ class EngineDeadlineExceeded(EngineError):
     """The engine did not answer within its share of the pass."""
 
 
-def engine_busy(key: str) -> bool:
+def engine_busy(key: Hashable) -> bool:
     """True while a call left past an earlier deadline on engine ``key`` still runs."""
     with _in_flight_lock:
         thread = _in_flight.get(key)
@@ -50,7 +50,7 @@ class EngineDeadline:
     through. Thread-safe as the engine is.
     """
 
-    def __init__(self, engine: Engine, *, key: str, seconds: float) -> None:
+    def __init__(self, engine: Engine, *, key: Hashable, seconds: float) -> None:
         self._engine = engine
         self._key = key
         self._seconds = seconds

@@ -41,20 +41,13 @@ from containers.engines import engine_for
 from containers.engines.base import EngineError
 from containers.execution.engine_loss import runtime_engine_lost
 from containers.execution.health import runtime_rows_health_record
-from containers.execution.reconciler import distinct_engines
+from containers.execution.reconciler import EngineKey, distinct_engines, engine_key
 from containers.models import Runtime
 
 log = logging.getLogger(__name__)
 
 POOL_THREADS = 16  # pings out at once (more engines wait for a thread: a longer round)
 MISSES = 2  # unanswered pings in a row that make an engine unreachable
-
-EngineKey = tuple[str, str]
-
-
-def engine_key(runtime: Runtime) -> EngineKey:
-    """Which daemon a row points at (rows with the same key share one engine)."""
-    return (runtime.driver, runtime.base_url)
 
 
 def _config() -> dict[str, Any]:

@@ -62,10 +62,10 @@ from containers.engines.calls import engine_ping
 from containers.engines.labels import LABEL_INSTANCE
 from containers.execution.appliers import Appliers
 from containers.execution.health import runtime_rows_health_record
-from containers.execution.heartbeat import Heartbeat, engine_key
+from containers.execution.heartbeat import Heartbeat
 from containers.execution.images import template_images_refresh
 from containers.execution.policies import policies_pass
-from containers.execution.reconciler import distinct_engines, reconcile
+from containers.execution.reconciler import distinct_engines, engine_key, reconcile
 from containers.execution.sync import (
     Sync,
     clean_exit_apply,

@@ -298,15 +298,19 @@ def _stopped_rows(
 
 def distinct_engines(runtimes: Iterable[Runtime]) -> list[Runtime]:
     """One runtime row per distinct engine (two rows may point at the same daemon)."""
-    seen: dict[tuple[str, str], Runtime] = {}
+    seen: dict[EngineKey, Runtime] = {}
     for runtime in sorted(runtimes, key=lambda r: r.pk):
-        seen.setdefault((runtime.driver, runtime.base_url), runtime)
+        seen.setdefault(engine_key(runtime), runtime)
     return list(seen.values())
 
 
-def engine_key(runtime: Runtime) -> str:
-    """The engine behind a row, as ``EngineDeadline`` names it (two rows, one daemon)."""
-    return f"{runtime.driver}:{runtime.base_url}"
+EngineKey = tuple[str, str]
+
+
+def engine_key(runtime: Runtime) -> EngineKey:
+    """Which daemon a row points at (rows with the same key share one engine): the key
+    of ``distinct_engines``, the monitor's followers, the heartbeat and ``EngineDeadline``."""
+    return (runtime.driver, runtime.base_url)
 
 
 def engine_share(runtime: Runtime, seconds: float) -> EngineDeadline:
