@@ -611,6 +611,58 @@ class ContainerEvent(models.Model):
         return f"{self.instance_name}: {self.kind} {self.from_status}->{self.to_status}"
 
 
+class RuntimeEvent(models.Model):
+    """Append-only history of an engine (a ``Runtime`` row): its health changes (reachable
+    again, unreachable), cordon and uncordon, decommission, enabled and disabled, and
+    capacity changes, each with who did it (``actor``: ``user:<name>``, ``monitor``...)
+    and why (``message``).
+
+    Written only by ``containers.runtime_history.runtime_event_record``, inside the
+    transaction that makes the change, so a change and its entry commit together or not
+    at all. Keeps the runtime's id and name as plain values (no foreign key): the history
+    outlives the row. Entries concern no one owner's instances: the events feed shows them
+    to those who see the engines (``containers.view_runtime``). ``txid`` is the writing
+    transaction (``core.write_order``): the events feed's order. Never updated.
+    """
+
+    class Kind(models.TextChoices):
+        # The health changes have the names of their webhooks (``webhooks.kinds``).
+        UNREACHABLE = "engine.unreachable", "engine unreachable"
+        REACHABLE = "engine.reachable", "engine reachable again"
+        CORDONED = "engine.cordoned", "engine cordoned"
+        UNCORDONED = "engine.uncordoned", "engine uncordoned"
+        DECOMMISSIONING = "engine.decommissioning", "engine decommission begun"
+        DECOMMISSIONED = "engine.decommissioned", "engine decommissioned"
+        ENABLED = "engine.enabled", "engine enabled"
+        DISABLED = "engine.disabled", "engine disabled"
+        CAPACITY = "engine.capacity", "engine capacity changed"
+
+    runtime_id = models.BigIntegerField(help_text="The runtime's id (the row may be gone).")
+    runtime_name = models.CharField(max_length=64)
+    kind = models.CharField(max_length=64, choices=Kind.choices)
+    from_status = models.CharField(max_length=32, blank=True)
+    to_status = models.CharField(max_length=32, blank=True)
+    message = models.TextField(blank=True)
+    actor = models.CharField(max_length=150, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    txid = txid_field()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # A runtime's history, newest first.
+            models.Index(fields=["runtime_id", "created_at", "id"], name="rtevent_history"),
+            # The events feed (events.selectors) in its order, and one per filter.
+            models.Index(fields=["txid", "id"], name="rtevent_feed"),
+            models.Index(fields=["kind", "txid", "id"], name="rtevent_feed_kind"),
+            models.Index(fields=["actor", "txid", "id"], name="rtevent_feed_actor"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.runtime_name}: {self.kind}"
+
+
 class Gate(models.Model):
     """A named row that serializes a global decision across every process and host.
 

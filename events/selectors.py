@@ -1,11 +1,12 @@
-"""The events feed: every history entry of instances and DAG runs, as one sequence.
+"""The events feed: every history entry of instances, DAG runs and engines, as one sequence.
 
-Two tables hold gobrave's history: ``containers.ContainerEvent`` (every request,
+Three tables hold gobrave's history: ``containers.ContainerEvent`` (every request,
 transition and engine event of an instance, policy actions and engine decommissions
-among them; orphans and leftovers removed) and ``dags.DagEvent`` (runs and their
-nodes). The feed reads both as one sequence ordered by ``(txid, source, id)``, where
-``txid`` is the writing transaction (``core.write_order``) and ``source`` the table's
-rank in ``SOURCES``.
+among them; orphans and leftovers removed), ``dags.DagEvent`` (runs and their nodes)
+and ``containers.RuntimeEvent`` (engines: health changes, cordons, decommissions,
+enabled and capacity changes). The feed reads them as one sequence ordered by
+``(txid, source, id)``, where ``txid`` is the writing transaction
+(``core.write_order``) and ``source`` the table's rank in ``SOURCES``.
 
 **The guarantee.** A page holds only entries whose transaction ended before the page
 was read (below the *horizon*, read once per page). Entries below a horizon are final,
@@ -18,8 +19,8 @@ reader reaches them are not served.
 
 **Costs.** One statement for the horizon and one per table the filters leave (each
 reads its index in order from the position: ``(txid, id)`` and one index per filter,
-``containers`` 0022 and ``dags`` 0008), with the owner joined; no count. Reads the
-database only.
+``containers`` 0028 and 0030, ``dags`` 0009), with the owner joined; no count. Reads
+the database only.
 """
 
 from __future__ import annotations
@@ -32,14 +33,18 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from containers.access import sees_all_instances
-from containers.models import ContainerEvent
+from containers.models import ContainerEvent, RuntimeEvent
 from core.write_order import horizon
 from dags.models import DagEvent
 
-INSTANCE, DAG_RUN = "instance", "dag_run"
-SOURCES: tuple[str, ...] = (INSTANCE, DAG_RUN)  # a transaction's entries: instances' first
-_MODELS = {INSTANCE: ContainerEvent, DAG_RUN: DagEvent}
+INSTANCE, DAG_RUN, ENGINE = "instance", "dag_run", "engine"
+# A transaction's entries: instances' first. A new source is added at the end (a cursor
+# names a source by its rank).
+SOURCES: tuple[str, ...] = (INSTANCE, DAG_RUN, ENGINE)
+_MODELS = {INSTANCE: ContainerEvent, DAG_RUN: DagEvent, ENGINE: RuntimeEvent}
+_OWNED = frozenset({INSTANCE, DAG_RUN})  # engines' entries concern no owner
 VIEW_DAG_RUNS = "dags.view_dagrun"
+VIEW_ENGINES = "containers.view_runtime"
 
 
 @dataclass(frozen=True)
@@ -85,11 +90,16 @@ class Page:
 def feed_scope(user) -> dict[str, int | None]:
     """Whose entries ``user`` may read, per source: None for everyone's (permission
     ``containers.view_containerinstance``, ``dags.view_dagrun``), else their own id:
-    also the history of their deleted instances, which keeps its owner."""
-    return {
+    also the history of their deleted instances, which keeps its owner. Engines'
+    entries only with ``containers.view_runtime`` (those who see the engines); a source
+    missing from the answer is not read at all."""
+    scope: dict[str, int | None] = {
         INSTANCE: None if sees_all_instances(user) else user.pk,
         DAG_RUN: None if user.has_perm(VIEW_DAG_RUNS) else user.pk,
     }
+    if user.has_perm(VIEW_ENGINES):
+        scope[ENGINE] = None
+    return scope
 
 
 def _after(position: Position, rank: int) -> Q:
@@ -107,6 +117,10 @@ def _rows(source: str, filters: Filters, owner: int | None) -> QuerySet | None:
         return None
     if (filters.instance and source != INSTANCE) or (filters.dag_run and source != DAG_RUN):
         return None
+    if source not in _OWNED:
+        if filters.owner_ids is not None:  # entries of no owner
+            return None
+        return _filtered(RuntimeEvent.objects.all(), filters)
     rows = _MODELS[source].objects.select_related("owner")
     if owner is not None:
         if filters.owner_ids is not None and owner not in filters.owner_ids:
@@ -120,6 +134,11 @@ def _rows(source: str, filters: Filters, owner: int | None) -> QuerySet | None:
         rows = rows.filter(instance_id=filters.instance)
     if filters.dag_run:
         rows = rows.filter(run_id=filters.dag_run)
+    return _filtered(rows, filters)
+
+
+def _filtered(rows: QuerySet, filters: Filters) -> QuerySet:
+    """The filters every source has: kind, actor, time range."""
     if filters.kind:
         rows = rows.filter(kind=filters.kind)
     if filters.actor:
@@ -132,7 +151,8 @@ def _rows(source: str, filters: Filters, owner: int | None) -> QuerySet | None:
 
 
 def events_page(*, user, filters: Filters, after: Position = Position(), limit: int = 50) -> Page:
-    """The next ``limit`` entries after ``after`` that ``user`` may read (``feed_scope``).
+    """The next ``limit`` entries after ``after`` that ``user`` may read (``feed_scope``);
+    the whole guarantee of the module's text holds for every source.
 
     1. Read the horizon (one statement).
     2. From each table the filters leave, read up to ``limit + 1`` rows after the
@@ -144,7 +164,9 @@ def events_page(*, user, filters: Filters, after: Position = Position(), limit: 
 
 
 def _page(*, scope: dict[str, int | None], filters: Filters, after: Position, limit: int) -> Page:
-    tables = [(rank, s, _rows(s, filters, scope[s])) for rank, s in enumerate(SOURCES)]
+    tables = [
+        (rank, s, _rows(s, filters, scope[s])) for rank, s in enumerate(SOURCES) if s in scope
+    ]
     tables = [(rank, s, rows) for rank, s, rows in tables if rows is not None]
     if not tables:
         return Page([], after, False)

@@ -25,7 +25,7 @@ ROLES: dict[str, frozenset[str]] = {
     OPERATORS: frozenset(
         _perms("containers", ("view", "add", "change", "delete"), ["containertemplate"])
         + _perms("containers", ("view", "change"), ["containerinstance", "runtime"])
-        + _perms("containers", ("view",), ["containerevent", "orphancontainer"])
+        + _perms("containers", ("view",), ["containerevent", "runtimeevent", "orphancontainer"])
         + _perms("containers", ("view", "delete"), ["workspace"])
         + _perms("outbox", ("view", "change"), ["outboxevent"])
         + _perms("tenants", ("view", "add", "change", "delete"), ["userquota", "groupquota"])
@@ -36,7 +36,8 @@ ROLES: dict[str, frozenset[str]] = {
     ),
     VIEWERS: frozenset(
         _perms("containers", ("view",), ["containertemplate", "containerinstance", "runtime"])
-        + _perms("containers", ("view",), ["containerevent", "orphancontainer", "workspace"])
+        + _perms("containers", ("view",), ["containerevent", "runtimeevent", "orphancontainer"])
+        + _perms("containers", ("view",), ["workspace"])
         + _perms("outbox", ("view",), ["outboxevent"])
         + _perms("tenants", ("view",), ["userquota", "groupquota"])
         + _perms("dags", ("view",), ["dagtemplate", "dagrun", "dagevent"])

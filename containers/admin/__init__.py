@@ -2,4 +2,4 @@
 and the extra views (dashboard, live pages).
 """
 
-from containers.admin import admins, workspaces  # noqa: F401  (registers the ModelAdmins)
+from containers.admin import admins, runtime_events, workspaces  # noqa: F401  (registers them)

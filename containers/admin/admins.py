@@ -784,11 +784,24 @@ class RuntimeAdmin(RuntimeFleetMixin, admin.ModelAdmin):
         "created_at",
     )
 
+    def save_model(self, request, obj, form, change) -> None:
+        """Through the services (``containers.fleet.runtimes``), as the API: a change of
+        ``enabled`` or of the capacity is an entry in the runtime's history, with the
+        user as its actor. The form has checked the row as the service does."""
+        given = {f: form.cleaned_data[f] for f in runtimes.WRITABLE if f in form.cleaned_data}
+        if change:
+            changed = {f: v for f, v in given.items() if f in form.changed_data}
+            saved = runtimes.runtime_update(runtime_id=obj.pk, actor=actor_of(request), **changed)
+        else:
+            saved = runtimes.runtime_create(**given)
+        obj.pk = saved.pk
+        obj.refresh_from_db()
+
     def change_view(self, request, object_id, form_url="", extra_context=None):
         """The runtime's own page checks its engine now (bounded), then shows the record."""
         runtime = self.get_object(request, object_id)
         if runtime is not None and request.method == "GET":
-            runtime_health_check(runtime=runtime)
+            runtime_health_check(runtime=runtime, actor=actor_of(request))
         return super().change_view(request, object_id, form_url, extra_context)
 
     @admin.display(description="engine answers", ordering="health")

@@ -475,6 +475,32 @@ class RuntimeInputSerializer(InputSerializer):
         return value
 
 
+REASON_MAX = 500
+
+
+def _reason_field(what: str) -> serializers.CharField:
+    return serializers.CharField(
+        max_length=REASON_MAX,
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text=f"Why: recorded with {what} in the runtime's history (the events feed).",
+    )
+
+
+class RuntimeChangeInputSerializer(RuntimeInputSerializer):
+    """PATCH: the fields to change, and why (switching it on or off and a capacity change
+    are entries in the runtime's history, with the caller and this reason)."""
+
+    reason = _reason_field("a change of enabled or of the capacity")
+
+
+class RuntimeActionInputSerializer(InputSerializer):
+    """Cordon, uncordon: an optional reason (the body may be empty)."""
+
+    reason = _reason_field("the action")
+
+
 class RuntimeOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = Runtime

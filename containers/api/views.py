@@ -63,6 +63,13 @@ def _actor(request) -> str:
     return user_actor(request.user)
 
 
+def _action_reason(request) -> str:
+    """The optional ``reason`` of a runtime action's body (400 for anything else)."""
+    data = s.RuntimeActionInputSerializer(data=request.data or {})
+    data.is_valid(raise_exception=True)
+    return data.validated_data["reason"]
+
+
 def _viewer(request) -> dict:
     """Serializer context: render for this caller (``containers.spec.redaction``)."""
     return {"viewer": request.user}
@@ -402,8 +409,9 @@ class RuntimeViewSet(viewsets.GenericViewSet):
     filterset_class = RuntimeFilter
 
     def get_serializer_class(self):  # the browsable API's forms
-        writes = {"create", "partial_update"}
-        return s.RuntimeInputSerializer if self.action in writes else self.serializer_class
+        if self.action == "partial_update":
+            return s.RuntimeChangeInputSerializer
+        return s.RuntimeInputSerializer if self.action == "create" else self.serializer_class
 
     @extend_schema(
         summary="Add a runtime (permission add_runtime)",
@@ -418,14 +426,21 @@ class RuntimeViewSet(viewsets.GenericViewSet):
 
     @extend_schema(
         summary="Change a runtime's fields (permission change_runtime)",
-        request=s.RuntimeInputSerializer(partial=True),
+        description="Switching it on or off (`enabled`) and changing its capacity "
+        "(`max_containers`, `max_concurrency`) are entries in the runtime's history (the "
+        "events feed, `source=engine`) with the caller and `reason`.",
+        request=s.RuntimeChangeInputSerializer(partial=True),
         responses={200: s.RuntimeOutputSerializer, **error_responses(400, 404)},
     )
     def partial_update(self, request, pk: str):
         runtime = selectors.runtime_by_id(runtime_id=pk)
-        data = s.RuntimeInputSerializer(data=request.data, partial=True)
+        data = s.RuntimeChangeInputSerializer(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
-        runtime = runtimes.runtime_update(runtime_id=runtime.pk, **data.validated_data)
+        fields = dict(data.validated_data)
+        reason = fields.pop("reason", "")
+        runtime = runtimes.runtime_update(
+            runtime_id=runtime.pk, actor=_actor(request), reason=reason, **fields
+        )
         return Response(s.RuntimeOutputSerializer(runtime).data)
 
     def list(self, request):
@@ -439,25 +454,29 @@ class RuntimeViewSet(viewsets.GenericViewSet):
         summary="Cordon: no new placement here (permission change_runtime)",
         description="What runs there keeps running and still starts there; a create whose "
         "only matching runtimes are cordoned is accepted and waits in `pending`, with the "
-        "reason, until one is uncordoned. Idempotent.",
-        request=None,
-        responses={200: s.RuntimeOutputSerializer, **error_responses(404)},
+        "reason, until one is uncordoned. Idempotent. The cordon is an entry in the "
+        "runtime's history (the events feed, `source=engine`) with the caller and `reason`.",
+        request=s.RuntimeActionInputSerializer,
+        responses={200: s.RuntimeOutputSerializer, **error_responses(400, 404)},
     )
     @action(detail=True, methods=["post"])
     def cordon(self, request, pk: str):
         runtime = selectors.runtime_by_id(runtime_id=pk)
-        runtime = runtime_cordon(runtime_id=runtime.pk, actor=_actor(request))
+        reason = _action_reason(request)
+        runtime = runtime_cordon(runtime_id=runtime.pk, actor=_actor(request), reason=reason)
         return Response(s.RuntimeOutputSerializer(runtime).data)
 
     @extend_schema(
         summary="Uncordon: new placements again (permission change_runtime)",
-        request=None,
-        responses={200: s.RuntimeOutputSerializer, **error_responses(404)},
+        description="Idempotent; an entry in the runtime's history with the caller and `reason`.",
+        request=s.RuntimeActionInputSerializer,
+        responses={200: s.RuntimeOutputSerializer, **error_responses(400, 404)},
     )
     @action(detail=True, methods=["post"])
     def uncordon(self, request, pk: str):
         runtime = selectors.runtime_by_id(runtime_id=pk)
-        runtime = runtime_uncordon(runtime_id=runtime.pk, actor=_actor(request))
+        reason = _action_reason(request)
+        runtime = runtime_uncordon(runtime_id=runtime.pk, actor=_actor(request), reason=reason)
         return Response(s.RuntimeOutputSerializer(runtime).data)
 
     @extend_schema(

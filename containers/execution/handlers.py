@@ -575,7 +575,9 @@ def _engine_silent(event: OutboxEvent) -> str:
     answers, problem = engine_ping(runtime=instance.runtime)
     if answers:
         return ""
-    runtime_health_record(runtime_id=instance.runtime_id, reachable=False, error=problem)
+    runtime_health_record(
+        runtime_id=instance.runtime_id, reachable=False, error=problem, actor=WORKER
+    )
     runtime = Runtime.objects.get(pk=instance.runtime_id)
     return away_reason(runtime)
 

@@ -32,8 +32,9 @@ from django.db.models.functions import Now
 
 from containers.engines.calls import ENGINE_CALL_SECONDS, engine_ping
 from containers.execution.engine_loss import runtime_instances_mark_away
-from containers.models import Runtime
+from containers.models import Runtime, RuntimeEvent
 from containers.queues import Queue
+from containers.runtime_history import runtime_event_record
 from outbox.services import outbox_release_deferred
 from webhooks.kinds import EventKind
 from webhooks.services import webhook_event_emit
@@ -42,10 +43,34 @@ log = logging.getLogger(__name__)
 Health = Runtime.Health
 
 
+def _health_changed(*, runtime_id: int, was: str, now: str, error: str, actor: str) -> None:
+    """The engine became unreachable, or reachable again: its history entry and its
+    webhook (``engine.unreachable`` / ``engine.reachable``), both in the caller's
+    transaction, from this one place."""
+    reachable = now == Health.REACHABLE
+    name = Runtime.objects.filter(pk=runtime_id).values_list("name", flat=True).first() or ""
+    message = "the engine answers again" if reachable else (error or "the engine did not answer")
+    runtime_event_record(
+        runtime_id=runtime_id,
+        runtime_name=name,
+        kind=RuntimeEvent.Kind.REACHABLE if reachable else RuntimeEvent.Kind.UNREACHABLE,
+        actor=actor,
+        message=message,
+        from_status=was,
+        to_status=now,
+    )
+    webhook_event_emit(
+        kind=EventKind.ENGINE_REACHABLE if reachable else EventKind.ENGINE_UNREACHABLE,
+        owner_id=None,
+        data={"runtime": runtime_id, "health": now, "error": "" if reachable else error},
+    )
+
+
 def runtime_health_record(
-    *, runtime_id: int, reachable: bool, error: str = "", node_name: str = ""
+    *, runtime_id: int, reachable: bool, error: str = "", node_name: str = "", actor: str = ""
 ) -> None:
-    """Store one check's result on the runtime row: an UPDATE or two, no read.
+    """Store one check's result on the runtime row: one UPDATE when the health is
+    unchanged (two or three when it changed), no read.
 
     Idempotent for a repeated result: ``health_since`` keeps its value while the
     health stays the same. ``node_name`` fills the row's node name only if it is empty.
@@ -53,8 +78,10 @@ def runtime_health_record(
     (``runtime_instances_mark_away``: they keep their state; the reconciler clears it
     once it has settled them from what the engine holds); a change from unreachable to
     reachable makes the requests deferred meanwhile due at once. A change to
-    ``unreachable``, and back from it to ``reachable``, sends the ``engine.unreachable`` /
-    ``engine.reachable`` webhooks in the same transaction as the change. Best outside a
+    ``unreachable``, and back from it to ``reachable``, writes the runtime's history entry
+    (``RuntimeEvent``, with ``actor``: who checked, and the error as its reason) and sends
+    the ``engine.unreachable`` / ``engine.reachable`` webhook, both in the same
+    transaction as the change (``_health_changed``). Best outside a
     transaction (the marking skips instance rows that others hold); times are the
     database's clock.
     """
@@ -76,23 +103,21 @@ def runtime_health_record(
     else:
         fields["last_error"] = Value((error or "the engine did not answer")[:2000])
     with transaction.atomic():
-        # The change, if any, made by one UPDATE whose WHERE names the old health: of two
-        # checks at once, only the first finds it changed (the second waits on the row lock,
-        # then matches nothing), so each change sends its webhook once.
-        came_back = reachable and Runtime.objects.filter(
-            pk=runtime_id, health=Health.UNREACHABLE
-        ).update(**fields)
-        changed = came_back or Runtime.objects.filter(pk=runtime_id).exclude(health=health).update(
-            **fields
-        )
-        if not changed:
+        # One UPDATE per health the row may have had, each naming it in its WHERE; the
+        # common case (no change) is the first. Of two checks at once, only the first
+        # finds it changed (the second waits on the row lock, then finds the old health
+        # gone and only refreshes the times), so each change is recorded and sent once.
+        was = ""
+        for old in (health, *(other for other in Health if other != health)):
+            if Runtime.objects.filter(pk=runtime_id, health=old).update(**fields):
+                was = old
+                break
+        else:  # changed by another check meanwhile (or gone): refresh the times
             Runtime.objects.filter(pk=runtime_id).update(**fields)
-        elif came_back or not reachable:
-            webhook_event_emit(
-                kind=EventKind.ENGINE_REACHABLE if reachable else EventKind.ENGINE_UNREACHABLE,
-                owner_id=None,
-                data={"runtime": runtime_id, "health": health, "error": "" if reachable else error},
-            )
+        changed = bool(was) and was != health
+        came_back = changed and was == Health.UNREACHABLE
+        if came_back or (changed and not reachable):
+            _health_changed(runtime_id=runtime_id, was=was, now=health, error=error, actor=actor)
     if changed and reachable and not came_back:  # creates waiting for an engine look again
         outbox_release_deferred(queue=Queue.CREATE)
     if changed:
@@ -112,19 +137,23 @@ def runtime_health_record(
             outbox_release_deferred(queue=queue)
 
 
-def runtime_rows_health_record(*, runtime: Runtime, reachable: bool, error: str = "") -> None:
+def runtime_rows_health_record(
+    *, runtime: Runtime, reachable: bool, error: str = "", actor: str = ""
+) -> None:
     """``runtime_health_record`` on every enabled row of ``runtime``'s daemon (rows sharing
     a driver and address share one engine, one stream and one ping)."""
     rows = Runtime.objects.filter(enabled=True, driver=runtime.driver, base_url=runtime.base_url)
     for runtime_id in rows.values_list("pk", flat=True):
-        runtime_health_record(runtime_id=runtime_id, reachable=reachable, error=error)
+        runtime_health_record(runtime_id=runtime_id, reachable=reachable, error=error, actor=actor)
 
 
-def runtime_health_check(*, runtime: Runtime, seconds: float = ENGINE_CALL_SECONDS) -> bool:
+def runtime_health_check(
+    *, runtime: Runtime, seconds: float = ENGINE_CALL_SECONDS, actor: str = ""
+) -> bool:
     """Ping the runtime's engine now (at most ``seconds``), record and return the result.
 
     Must not run inside a transaction that other work waits on (it waits on the engine).
     """
     reachable, problem = engine_ping(runtime=runtime, seconds=seconds)
-    runtime_health_record(runtime_id=runtime.pk, reachable=reachable, error=problem)
+    runtime_health_record(runtime_id=runtime.pk, reachable=reachable, error=problem, actor=actor)
     return reachable

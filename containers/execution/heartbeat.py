@@ -37,6 +37,7 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from containers.actors import MONITOR
 from containers.engines import engine_for
 from containers.engines.base import EngineError
 from containers.execution.engine_loss import runtime_engine_lost
@@ -134,7 +135,9 @@ class Heartbeat:
             if problem and misses < MISSES:
                 log.info("runtime %s: a ping went unanswered (%s)", runtime.name, problem)
                 continue
-            runtime_rows_health_record(runtime=runtime, reachable=not problem, error=problem)
+            runtime_rows_health_record(
+                runtime=runtime, reachable=not problem, error=problem, actor=MONITOR
+            )
             if not problem and runtime.health == Runtime.Health.UNREACHABLE:
                 log.info("runtime %s: the engine answers again", runtime.name)
                 self.on_return(runtime)

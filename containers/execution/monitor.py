@@ -388,7 +388,9 @@ class Follower:
             if not reachable:
                 reachable, error = engine_ping(runtime=runtime)
             with self.monitor.db():
-                runtime_rows_health_record(runtime=runtime, reachable=reachable, error=error)
+                runtime_rows_health_record(
+                    runtime=runtime, reachable=reachable, error=error, actor=MONITOR
+                )
         except Exception:  # noqa: BLE001 - the follower outlives a failed write (DB away)
             log.warning("runtime %s: health not recorded", self.name, exc_info=True)
 

@@ -366,6 +366,7 @@ def runtime_pass(
         runtime_id=runtime.pk,
         reachable=True,
         node_name=runtime.node_name or engine.node_name(),
+        actor=RECONCILER,
     )
 
 
@@ -432,7 +433,9 @@ def reconcile(
             message = f"runtime {runtime.name} ({runtime.base_url}) unreachable: {exc}"
             report.errors.append(message)
             unreachable.add(runtime.pk)
-            runtime_health_record(runtime_id=runtime.pk, reachable=False, error=str(exc))
+            runtime_health_record(
+                runtime_id=runtime.pk, reachable=False, error=str(exc), actor=RECONCILER
+            )
             log.warning("reconcile: %s", message)
     # An instance on an engine that does not answer keeps its state until the engine
     # answers again (then the pass above settles it): never timed out blind.

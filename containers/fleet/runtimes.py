@@ -1,4 +1,5 @@
-"""Runtime rows written through the API: created and changed, checked first.
+"""Runtime rows written through the API and the admin: created and changed, checked
+first; switching one on or off and changing its capacity are entries in its history.
 
 The admin's form checks the same (``Runtime.clean``, through ``full_clean``): how the row
 reaches its engine (``containers.addresses``: unix, tcp with mutual TLS given as file
@@ -17,6 +18,7 @@ from containers.engines import fake_driver_allowed
 from containers.errors import InvalidRuntime, NotFound
 from containers.models import Runtime
 from containers.queues import Queue
+from containers.runtime_history import Kind, runtime_event_record
 from outbox.services import outbox_release_deferred
 
 # What a caller may set; health, node name and timestamps are gobrave's.
@@ -71,12 +73,54 @@ def runtime_create(**fields: Any) -> Runtime:
     return runtime
 
 
-def runtime_update(*, runtime_id: int, **fields: Any) -> Runtime:
+CAPACITY = ("max_containers", "max_concurrency")
+
+
+def _record_changes(*, runtime: Runtime, before: dict[str, Any], actor: str, reason: str) -> None:
+    """The runtime's history entries of a change (inside its transaction): enabled or
+    disabled, and its capacity (old and new values in ``data``)."""
+    if before["enabled"] != runtime.enabled:
+        runtime_event_record(
+            runtime_id=runtime.pk,
+            runtime_name=runtime.name,
+            kind=Kind.ENABLED if runtime.enabled else Kind.DISABLED,
+            actor=actor,
+            message=reason,
+            from_status="enabled" if before["enabled"] else "disabled",
+            to_status="enabled" if runtime.enabled else "disabled",
+        )
+    changed = {
+        field: {"from": before[field], "to": getattr(runtime, field)}
+        for field in CAPACITY
+        if before[field] != getattr(runtime, field)
+    }
+    if changed:
+        words = ", ".join(
+            f"{field} {_limit(values['from'])} → {_limit(values['to'])}"
+            for field, values in changed.items()
+        )
+        runtime_event_record(
+            runtime_id=runtime.pk,
+            runtime_name=runtime.name,
+            kind=Kind.CAPACITY,
+            actor=actor,
+            message=f"{words}{': ' if reason else ''}{reason}",
+            data=changed,
+        )
+
+
+def _limit(value: int | None) -> str:
+    return "no limit" if value is None else str(value)
+
+
+def runtime_update(*, runtime_id: int, actor: str, reason: str = "", **fields: Any) -> Runtime:
     """Change the ``WRITABLE`` fields given, checked as a whole row (``InvalidRuntime``:
     nothing changes). Holds the row's lock while it checks and saves, so two changes never
     interleave; idempotent for the same fields. Instances already there stay: a new
     address is how the same engine is reached from now on (each process makes a new
-    engine object for it)."""
+    engine object for it). Switching it on or off and changing its capacity are entries
+    in the runtime's history (``RuntimeEvent``, with ``actor`` and ``reason``), written
+    in the same transaction."""
     unknown = set(fields) - set(WRITABLE)
     if unknown:
         raise InvalidRuntime(f"unknown runtime fields: {', '.join(sorted(unknown))}")
@@ -84,12 +128,14 @@ def runtime_update(*, runtime_id: int, **fields: Any) -> Runtime:
         runtime = Runtime.objects.select_for_update().filter(pk=runtime_id).first()
         if runtime is None:
             raise NotFound(f"no runtime {runtime_id}")
+        before = {field: getattr(runtime, field) for field in ("enabled", *CAPACITY)}
         for field, value in fields.items():
             setattr(runtime, field, value)
         _checked(runtime)
         # clean() derives a kubernetes row's base_url and fills its blank defaults.
         derived = {"base_url", "kube_volume_size", "kube_access_mode"}
         runtime.save(update_fields=sorted({*fields, *derived}))
+        _record_changes(runtime=runtime, before=before, actor=actor, reason=reason)
         # More room, other labels, enabled again: creates waiting for an engine look again.
         outbox_release_deferred(queue=Queue.CREATE)
     return runtime

@@ -1,4 +1,5 @@
-"""Writes on whole engines: cordon, uncordon, decommission (issue 27, item 5).
+"""Writes on whole engines: cordon, uncordon, decommission (issue 27, item 5), each
+recorded in the engine's history (``containers.runtime_history``).
 
 A cordon changes where new work goes (``containers.placement.choice`` skips cordoned
 runtimes); a decommission forgets what an engine that is gone for good held, without
@@ -18,6 +19,7 @@ from containers.errors import NotFound
 from containers.models import ContainerInstance, Runtime
 from containers.queues import Queue
 from containers.requests.lifecycle import instance_lock, move, record
+from containers.runtime_history import Kind, runtime_event_record
 from containers.signals import instance_removed, runtime_decommissioned
 from containers.states import Status
 from outbox.services import outbox_release_deferred, outbox_supersede_waiting
@@ -51,17 +53,37 @@ def _locked(runtime_id: int) -> Runtime:
     return runtime
 
 
-def _set_cordon(*, runtime_id: int, cordoned: bool, actor: str) -> Runtime:
+def _placement(runtime: Runtime) -> str:
+    """Where the runtime stands for new work, in the admin's words (its history's
+    from/to): open, cordoned, disabled or decommissioned."""
+    if runtime.decommissioned_at is not None:
+        return "decommissioned"
+    if runtime.cordoned:
+        return "cordoned"
+    return "open" if runtime.enabled else "disabled"
+
+
+def _set_cordon(*, runtime_id: int, cordoned: bool, actor: str, reason: str) -> Runtime:
     with transaction.atomic():
         runtime = _locked(runtime_id)
         # A decommissioned runtime stays cordoned; checked under the same lock, so a
         # decommission that commits first is never undone.
         if runtime.cordoned == cordoned or runtime.decommissioned_at is not None:
             return runtime
+        was = _placement(runtime)
         runtime.cordoned = cordoned
         runtime.cordoned_at = timezone.now() if cordoned else None
         runtime.cordoned_by = actor if cordoned else ""
         runtime.save(update_fields=["cordoned", "cordoned_at", "cordoned_by"])
+        runtime_event_record(
+            runtime_id=runtime.pk,
+            runtime_name=runtime.name,
+            kind=Kind.CORDONED if cordoned else Kind.UNCORDONED,
+            actor=actor,
+            message=reason,
+            from_status=was,
+            to_status=_placement(runtime),
+        )
         if not cordoned:  # creates waiting for an engine with room may go there now
             outbox_release_deferred(queue=Queue.CREATE)
     log.info(
@@ -74,27 +96,30 @@ def _set_cordon(*, runtime_id: int, cordoned: bool, actor: str) -> Runtime:
     return runtime
 
 
-def runtime_cordon(*, runtime_id: int, actor: str) -> Runtime:
+def runtime_cordon(*, runtime_id: int, actor: str, reason: str = "") -> Runtime:
     """Cordon the runtime: from the commit on, no new create and no new DAG run is placed
     on it; everything on it keeps running, its instances still start, stop and delete
     there, and a DAG run placed on it before goes on there.
 
     One transaction under the runtime's row lock; idempotent (cordoning a cordoned
-    runtime changes nothing, keeps who cordoned it and since when). Creates accepted
+    runtime changes nothing, keeps who cordoned it and since when). A change is an entry
+    in the runtime's history (``RuntimeEvent``) with ``actor`` and ``reason``, in the same
+    transaction. Creates accepted
     before the commit and already placed keep their engine; those still ``pending`` are
     placed elsewhere, or wait. ``NotFound`` for no such runtime.
     """
-    return _set_cordon(runtime_id=runtime_id, cordoned=True, actor=actor)
+    return _set_cordon(runtime_id=runtime_id, cordoned=True, actor=actor, reason=reason)
 
 
-def runtime_uncordon(*, runtime_id: int, actor: str) -> Runtime:
+def runtime_uncordon(*, runtime_id: int, actor: str, reason: str = "") -> Runtime:
     """Lift the cordon: the runtime takes new placements again (if ``enabled``).
 
-    One transaction under the runtime's row lock; idempotent. A decommissioned runtime
+    One transaction under the runtime's row lock; idempotent; a change is an entry in
+    the runtime's history, as for ``runtime_cordon``. A decommissioned runtime
     stays cordoned (its engine is gone): it is returned as it is. ``NotFound`` for no
     such runtime.
     """
-    return _set_cordon(runtime_id=runtime_id, cordoned=False, actor=actor)
+    return _set_cordon(runtime_id=runtime_id, cordoned=False, actor=actor, reason=reason)
 
 
 def _forget(
@@ -148,16 +173,29 @@ def runtime_decommission(*, runtime_id: int, actor: str) -> DecommissionResult:
        Repeated until none is left (a create placed before step 1's commit), at most a
        few rounds.
     4. Record ``decommissioned_at``: the runtime row may now be deleted.
+    Steps 1 and 4 each write an entry in the runtime's history (``RuntimeEvent``:
+    ``engine.decommissioning``, then ``engine.decommissioned`` with what was forgotten) in
+    their own transaction; the history outlives the row.
     Idempotent: a second call finds nothing left and changes nothing but the time.
     ``NotFound`` for no such runtime.
     """
     with transaction.atomic():
         runtime = _locked(runtime_id)
         now = timezone.now()
+        was = _placement(runtime)
         if not runtime.cordoned:
             runtime.cordoned, runtime.cordoned_at, runtime.cordoned_by = True, now, actor
         runtime.enabled = False
         runtime.save(update_fields=["cordoned", "cordoned_at", "cordoned_by", "enabled"])
+        runtime_event_record(
+            runtime_id=runtime.pk,
+            runtime_name=runtime.name,
+            kind=Kind.DECOMMISSIONING,
+            actor=actor,
+            message=f"{DECOMMISSIONED}: cordoned and disabled, forgetting what it held",
+            from_status=was,
+            to_status="cordoned",
+        )
         answers = runtime_decommissioned.send(
             sender=Runtime, runtime=runtime, reason=DECOMMISSIONED, actor=actor
         )
@@ -182,8 +220,26 @@ def runtime_decommission(*, runtime_id: int, actor: str) -> DecommissionResult:
                 superseded += done[1]
     with transaction.atomic():
         runtime = _locked(runtime_id)
+        was = _placement(runtime)
         runtime.decommissioned_at = timezone.now()
         runtime.save(update_fields=["decommissioned_at"])
+        runtime_event_record(
+            runtime_id=runtime.pk,
+            runtime_name=runtime.name,
+            kind=Kind.DECOMMISSIONED,
+            actor=actor,
+            message=f"{DECOMMISSIONED}: {len(forgotten)} instances forgotten, "
+            f"{superseded} requests superseded",
+            from_status=was,
+            to_status="decommissioned",
+            data={
+                "instances": len(forgotten),
+                # the first ones (each instance's own history says it too)
+                "instance_ids": [str(instance_id) for instance_id, _ in forgotten[:100]],
+                "superseded": superseded,
+                "others": others[:100],
+            },
+        )
     log.info(
         "runtime %s (%s) decommissioned by %s: %s instances forgotten, %s requests superseded, %s",
         runtime.pk,

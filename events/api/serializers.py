@@ -9,10 +9,11 @@ import json
 
 from rest_framework import serializers
 
+from containers.models import RuntimeEvent
 from containers.queues import event_kind_display
 from containers.spec import redaction
 from dags.history import dag_event_kind_display
-from events.selectors import DAG_RUN, INSTANCE, SOURCES, Entry, Position
+from events.selectors import DAG_RUN, ENGINE, INSTANCE, SOURCES, Entry, Position
 
 MAX_CURSOR_LENGTH = 200
 MAX_LIMIT = 500
@@ -82,7 +83,10 @@ class EventsQuerySerializer(serializers.Serializer):
     created_after = UTCDateTimeField(required=False, help_text="At or after (ISO 8601).")
     created_before = UTCDateTimeField(required=False, help_text="Before (ISO 8601).")
     source = serializers.ChoiceField(
-        required=False, choices=SOURCES, help_text="Only instances' or only DAG runs' history."
+        required=False,
+        choices=SOURCES,
+        help_text="Only one source's entries: instances', DAG runs' or engines' (engines: "
+        "only for callers with view_runtime).",
     )
 
     def to_internal_value(self, data):
@@ -98,21 +102,30 @@ class EventsQuerySerializer(serializers.Serializer):
         return attrs
 
 
+_KIND_WORDS = {
+    INSTANCE: event_kind_display,
+    DAG_RUN: dag_event_kind_display,
+    ENGINE: lambda kind: dict(RuntimeEvent.Kind.choices).get(kind, kind),
+}
+
+
 def entry_data(entry: Entry, *, viewer) -> dict:
     """One entry as the API and the export show it (host paths and engine addresses taken
     out of ``message`` and ``data`` for a viewer who may not see them)."""
     row = entry.row
-    instance = entry.source == INSTANCE
+    instance, engine = entry.source == INSTANCE, entry.source == ENGINE
     data = {
         "source": entry.source,
         "id": row.id,
         "kind": row.kind,
-        "kind_display": (event_kind_display if instance else dag_event_kind_display)(row.kind),
+        "kind_display": _KIND_WORDS[entry.source](row.kind),
         "instance_id": str(row.instance_id) if instance else None,
         "instance_name": row.instance_name if instance else None,
         "dag_run_id": str(row.run_id) if entry.source == DAG_RUN else None,
         "node": row.node if entry.source == DAG_RUN else None,
-        "owner": row.owner.get_username() if row.owner_id and row.owner else None,
+        "runtime_id": row.runtime_id if engine else None,
+        "runtime_name": row.runtime_name if engine else None,
+        "owner": None if engine or not row.owner_id or not row.owner else row.owner.get_username(),
         "actor": row.actor,
         "from_status": row.from_status,
         "to_status": row.to_status,
@@ -137,7 +150,11 @@ class FeedEntrySerializer(serializers.Serializer):
     instance_name = serializers.CharField(allow_null=True)
     dag_run_id = serializers.UUIDField(allow_null=True)
     node = serializers.CharField(allow_null=True, help_text="A DAG node's key; blank: the run.")
-    owner = serializers.CharField(allow_null=True)
+    runtime_id = serializers.IntegerField(
+        allow_null=True, help_text="An engine's entry: its runtime's id (the row may be gone)."
+    )
+    runtime_name = serializers.CharField(allow_null=True, help_text="An engine's entry: its name.")
+    owner = serializers.CharField(allow_null=True, help_text="Null for an engine's entry.")
     actor = serializers.CharField()
     from_status = serializers.CharField()
     to_status = serializers.CharField()

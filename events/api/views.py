@@ -1,4 +1,4 @@
-"""``GET /api/events/``: the audit trail of instances and DAG runs, as one feed."""
+"""``GET /api/events/``: the audit trail of instances, DAG runs and engines, as one feed."""
 
 from __future__ import annotations
 
@@ -15,10 +15,14 @@ from events.api import serializers as s
 from events.selectors import Filters, Position, events_page
 
 DESCRIPTION = """Every history entry of instances (requests, transitions, engine events,
-policy actions, engine decommissions, orphans) and of DAG runs, oldest first: in the
-order of the transactions that wrote them (then by source and id). A user reads the
+policy actions, engine decommissions, orphans), of DAG runs and of engines (`source`
+`engine`: unreachable, reachable again, cordoned, uncordoned, decommissioned, enabled,
+disabled, capacity changed; with `actor` and the reason in `message`), oldest first: in
+the order of the transactions that wrote them (then by source and id). A user reads the
 entries of their own instances and runs, deleted ones included; `view_containerinstance`
-(`view_dagrun`) shows everyone's.
+(`view_dagrun`) shows everyone's. Engines' entries belong to no owner: only callers with
+`view_runtime` (who see the engines) get them, and an `owner`, `instance` or `dag_run`
+filter leaves them out.
 
 **Paging, and what it guarantees.** Each page ends with `cursor`, the position after its
 last entry, and `next` (a link with that cursor) when more entries were ready at once.

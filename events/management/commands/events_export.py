@@ -33,9 +33,9 @@ def moment(text: str) -> dt.datetime:
 
 class Command(BaseCommand):
     help = (
-        "Write every history entry (instances and DAG runs, all owners) created from --since "
-        "(inclusive) to --until (exclusive) as JSON lines, in the feed's order. Streams: memory "
-        "stays flat however many entries; each page of the feed is a few short queries."
+        "Write every history entry (instances, DAG runs and engines, all owners) created from "
+        "--since (inclusive) to --until (exclusive) as JSON lines, in the feed's order. Streams: "
+        "memory stays flat however many entries; each page of the feed is a few short queries."
     )
 
     def add_arguments(self, parser):

@@ -1,0 +1,45 @@
+"""An engine's history (``RuntimeEvent``): the one writer of its entries.
+
+Every service that changes how an engine stands (its health, ``containers.execution.health``;
+cordon, uncordon, decommission, ``containers.fleet.services``; enabled and capacity,
+``containers.fleet.runtimes``) calls ``runtime_event_record`` inside the transaction that
+makes the change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection
+
+from containers.models import RuntimeEvent
+
+Kind = RuntimeEvent.Kind
+
+
+def runtime_event_record(
+    *,
+    runtime_id: int,
+    runtime_name: str,
+    kind: Kind,
+    actor: str,
+    message: str = "",
+    from_status: str = "",
+    to_status: str = "",
+    data: dict[str, Any] | None = None,
+) -> RuntimeEvent:
+    """Append one entry to the runtime's history. Must run inside the transaction that
+    makes the change it records (``RuntimeError`` otherwise), so the two commit together;
+    one INSERT, no lock. Not idempotent: each call is one entry."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("runtime_event_record() must run inside transaction.atomic()")
+    return RuntimeEvent.objects.create(
+        runtime_id=runtime_id,
+        runtime_name=runtime_name,
+        kind=kind,
+        actor=actor,
+        message=message[:2000],
+        from_status=from_status,
+        to_status=to_status,
+        data=data or {},
+    )
