@@ -5,7 +5,7 @@ so these tests cannot run inside pytest-django's per-test transaction, and a
 transactional test's flush of every table costs seconds on a busy machine. Instead
 ``committed`` lets the test write in autocommit and, afterwards, deletes exactly the
 rows made since it began (users and what hangs off them, entries, instances,
-templates, runtimes)."""
+templates, runtimes and their history)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,20 @@ from django.contrib.auth.models import Group
 from django.db import connection
 from django.db.models import Max
 
-from containers.models import ContainerEvent, ContainerInstance, ContainerTemplate, Runtime
+from containers.models import (
+    ContainerEvent,
+    ContainerInstance,
+    ContainerTemplate,
+    Runtime,
+    RuntimeEvent,
+)
 from dags.models import DagEvent, DagRun
 from outbox.models import OutboxEvent
 from tenants.models import ApiToken
 from tests.api.helpers import token_client
 from tests.factories import UserFactory
 
-_MARKED = (ContainerEvent, DagEvent, OutboxEvent, ContainerTemplate, Runtime)
+_MARKED = (ContainerEvent, DagEvent, RuntimeEvent, OutboxEvent, ContainerTemplate, Runtime)
 
 
 @pytest.fixture
@@ -42,7 +48,7 @@ def committed(request, django_db_blocker):
             yield
         finally:
             new_users = User.objects.filter(pk__gte=first_user)
-            for model in (ContainerEvent, DagEvent, OutboxEvent):
+            for model in (ContainerEvent, DagEvent, RuntimeEvent, OutboxEvent):
                 model.objects.filter(pk__gt=marks[model]).delete()
             DagRun.objects.filter(owner__in=new_users).delete()
             ContainerInstance.objects.filter(owner__in=new_users).delete()

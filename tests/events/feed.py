@@ -8,7 +8,7 @@ import uuid
 
 from django.db import connection
 
-from containers.models import ContainerEvent
+from containers.models import ContainerEvent, RuntimeEvent
 from core.write_order import HORIZON_SQL
 from dags.models import DagEvent
 
@@ -21,8 +21,8 @@ def settled(deadline: float = DEADLINE) -> None:
     if connection.vendor != "postgresql":
         return
     top = max(
-        ContainerEvent.objects.order_by("-txid").values_list("txid", flat=True).first() or 0,
-        DagEvent.objects.order_by("-txid").values_list("txid", flat=True).first() or 0,
+        model.objects.order_by("-txid").values_list("txid", flat=True).first() or 0
+        for model in (ContainerEvent, DagEvent, RuntimeEvent)
     )
     end = time.monotonic() + deadline
     with connection.cursor() as cursor:
@@ -41,6 +41,13 @@ def settled(deadline: float = DEADLINE) -> None:
                     f"horizon {horizon} never passed {top}; running: {cursor.fetchall()}"
                 )
             time.sleep(0.02)
+
+
+def engine_event(*, name="far", kind="engine.cordoned", actor="user:ev-root", **fields):
+    """One engine history entry, committed (outside any transaction) or in the caller's."""
+    return RuntimeEvent.objects.create(
+        runtime_id=fields.pop("runtime_id", 0), runtime_name=name, kind=kind, actor=actor, **fields
+    )
 
 
 def event(*, owner=None, instance_id=None, kind="transition", actor="worker", **fields):

@@ -15,12 +15,12 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from containers.models import ContainerEvent
+from containers.models import ContainerEvent, RuntimeEvent
 from containers.requests.lifecycle import record
 from dags.models import DagEvent
 from events.selectors import Filters, Position, _page
 from tests.api.helpers import assert_error
-from tests.events.feed import event, settled
+from tests.events.feed import engine_event, event, settled
 from tests.factories import InstanceFactory, UserFactory
 
 
@@ -68,9 +68,16 @@ def test_each_filter_keeps_exactly_its_entries(people):
     b = event(owner=alice, instance_id=mine, actor="policy", created_at=old)
     c = event(owner=mallory, instance_id=theirs, actor="worker")
     d = DagEvent.objects.create(run_id=run, owner=alice, kind="transition", actor="dag-runner")
+    e = engine_event(kind="engine.unreachable", actor="monitor")
     settled()
     every = _keys(_all(root, f"/api/events/?cursor={start}"))
-    assert every == [("instance", a.id), ("instance", b.id), ("instance", c.id), ("dag_run", d.id)]
+    assert every == [
+        ("instance", a.id),
+        ("instance", b.id),
+        ("instance", c.id),
+        ("dag_run", d.id),
+        ("engine", e.id),
+    ]
     day = (timezone.now() - dt.timedelta(days=1)).isoformat().replace("+", "%2B")
     cases = {
         f"instance={mine}": [("instance", a.id), ("instance", b.id)],
@@ -81,6 +88,9 @@ def test_each_filter_keeps_exactly_its_entries(people):
         "kind=ContainerStopRequest": [("instance", a.id)],
         "actor=policy": [("instance", b.id)],
         "source=dag_run": [("dag_run", d.id)],
+        "source=engine": [("engine", e.id)],
+        "kind=engine.unreachable": [("engine", e.id)],
+        "actor=monitor": [("engine", e.id)],
         f"created_before={day}": [("instance", b.id)],
         f"created_after={day}&owner=ev-alice": [("instance", a.id), ("dag_run", d.id)],
     }
@@ -223,22 +233,26 @@ def test_a_page_costs_the_same_queries_for_3_entries_as_for_30(people, who):
         assert len(body["results"]) == 2 * shown, body
         sql = "\n".join(q["sql"] for q in captured.captured_queries)
         assert "COUNT(" not in sql.upper() and " OFFSET " not in sql.upper(), sql
-    # the token and permissions, the horizon, one statement per table (owner joined)
-    assert counts == [AUTH + 3, AUTH + 3], counts
+    # the token and permissions, the horizon, one statement per table (owner joined):
+    # root reads the engines' too
+    tables = 3 if who == "root" else 2
+    assert counts == [AUTH + 1 + tables] * 2, counts
 
 
 def test_every_filter_reads_its_index_in_the_feeds_order(committed):
     with connection.cursor() as cursor:
         cursor.execute("SET enable_seqscan = off")
         try:
-            for column, value, index in [
-                ("owner_id", "1", "event_feed_owner"),
-                ("instance_id", f"'{uuid.uuid4()}'", "event_feed_instance"),
-                ("kind", "'x'", "event_feed_kind"),
-                ("actor", "'x'", "event_feed_actor"),
+            for table, column, value, index in [
+                (ContainerEvent, "owner_id", "1", "event_feed_owner"),
+                (ContainerEvent, "instance_id", f"'{uuid.uuid4()}'", "event_feed_instance"),
+                (ContainerEvent, "kind", "'x'", "event_feed_kind"),
+                (ContainerEvent, "actor", "'x'", "event_feed_actor"),
+                (RuntimeEvent, "kind", "'x'", "rtevent_feed_kind"),
+                (RuntimeEvent, "actor", "'x'", "rtevent_feed_actor"),
             ]:
                 cursor.execute(
-                    f"EXPLAIN SELECT id FROM {ContainerEvent._meta.db_table} "
+                    f"EXPLAIN SELECT id FROM {table._meta.db_table} "
                     f"WHERE {column} = {value} AND txid > 0 ORDER BY txid, id LIMIT 51"
                 )
                 plan = "\n".join(row[0] for row in cursor.fetchall())
