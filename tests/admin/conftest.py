@@ -23,6 +23,7 @@ WATCHED = {
         "containertemplate",
         "runtime",
         "containerevent",
+        "runtimeevent",
         "orphancontainer",
     ),
     "outbox": ("outboxevent",),

@@ -13,7 +13,13 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from containers.models import ContainerEvent, ContainerInstance, OrphanContainer, Workspace
+from containers.models import (
+    ContainerEvent,
+    ContainerInstance,
+    OrphanContainer,
+    RuntimeEvent,
+    Workspace,
+)
 from core import admin_lists
 from dags.models import DagEvent, DagRun
 from dags.services import dag_template_save
@@ -51,6 +57,14 @@ def _events(n):
             instance_name=f"i{i}",
             kind="transition",
             actor=f"actor{i % 3}",
+        )
+
+
+def _runtime_events(n):
+    for _ in range(n):
+        i = next(_n)
+        RuntimeEvent.objects.create(
+            runtime_id=i, runtime_name=f"r{i}", kind="engine.cordoned", actor=f"actor{i % 3}"
         )
 
 
@@ -127,6 +141,7 @@ def _webhook_endpoints(n: int) -> None:
 CASES = {
     "containers_containerinstance": (_instances, 6),  # + the runtimes filter
     "containers_containerevent": (_events, 5),
+    "containers_runtimeevent": (_runtime_events, 5),
     "containers_orphancontainer": (_orphans, 6),  # + the runtimes filter
     "containers_workspace": (_workspaces, 6),  # + the runtimes filter
     "containers_runtime": (_runtimes, 5),

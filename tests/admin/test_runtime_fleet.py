@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from containers.execution.health import runtime_health_record
-from containers.models import ContainerEvent, ContainerInstance, Runtime
+from containers.models import ContainerEvent, ContainerInstance, Runtime, RuntimeEvent
 from dags.models import DagRun
 from outbox.models import OutboxEvent
 from tests.admin.test_other_admins import _engine_calls
@@ -144,3 +144,34 @@ def test_the_dashboard_shows_each_engine_health_since_placement_load_and_labels(
     start = content.index('id="gb-engine-idle"')
     row = content[start : content.index("</tr>", start)]
     assert '"gb-engine-placement">cordoned<' in row and "not checked" not in row, row
+
+
+def test_the_actions_and_the_form_write_the_engines_history_with_the_user(as_user, operator):
+    runtime = RuntimeFactory(name="kept", max_containers=2)
+    client = as_user(operator)
+    _action(client, "cordon_runtimes", [runtime])
+    form = {
+        "name": "kept",
+        "driver": "fake",
+        "base_url": runtime.base_url,
+        "labels": "{}",
+        "kube_volume_size": "1Gi",
+        "kube_access_mode": "ReadWriteOnce",
+        "max_containers": "4",  # and ``enabled`` unticked
+    }
+    url = reverse("admin:containers_runtime_change", args=[runtime.pk])
+    response = client.post(url, form)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    entries = RuntimeEvent.objects.filter(runtime_id=runtime.pk).order_by("id")
+    shown = [(e.kind, e.actor, e.from_status, e.to_status, e.data) for e in entries]
+    assert shown == [
+        ("engine.cordoned", "user:operator", "open", "cordoned", {}),
+        ("engine.disabled", "user:operator", "enabled", "disabled", {}),
+        ("engine.capacity", "user:operator", "", "", {"max_containers": {"from": 2, "to": 4}}),
+    ], shown
+    row = Runtime.objects.get(pk=runtime.pk)
+    assert (row.enabled, row.max_containers, row.labels) == (False, 4, {}), vars(row)
+    page = client.get(
+        reverse("admin:containers_runtimeevent_changelist"), {"kind": "engine.disabled"}
+    )
+    assert list(page.context["cl"].result_list) == [entries[1]]

@@ -191,6 +191,7 @@ PAGES = [
     ("containers_runtime_add", (), (L, L, L, 403, 403, 403, 200)),
     ("containers_runtime_change", ("runtime",), (L, L, L, 403, 200, 200, 200)),
     ("containers_containerevent_changelist", (), (L, L, L, 403, 200, 200, 200)),
+    ("containers_runtimeevent_changelist", (), (L, L, L, 403, 200, 200, 200)),
     ("containers_orphancontainer_changelist", (), (L, L, L, 403, 200, 200, 200)),
     ("containers_workspace_changelist", (), (L, L, L, 403, 200, 200, 200)),
     ("outbox_outboxevent_changelist", (), (L, L, L, 403, 200, 200, 200)),

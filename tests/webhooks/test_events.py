@@ -13,6 +13,7 @@ from containers.actors import POLICY
 from containers.counters import RequestStat
 from containers.execution import handlers
 from containers.execution.health import runtime_health_record
+from containers.models import RuntimeEvent
 from containers.requests.lifecycle import instance_lock, move
 from core.models import Counter
 from outbox.models import OutboxEvent
@@ -81,6 +82,12 @@ def test_an_engine_going_away_and_back_is_sent_once_each(subscribed):
     for _ in range(2):
         runtime_health_record(runtime_id=runtime.pk, reachable=True)
     assert [kind for kind, _ in sent_kinds()] == ["engine.unreachable", "engine.reachable"]
+    # the engine's history has the same changes, from the same calls
+    history = RuntimeEvent.objects.filter(runtime_id=runtime.pk).order_by("id")
+    assert [(e.kind, e.message) for e in history] == [
+        ("engine.unreachable", "refused"),
+        ("engine.reachable", "the engine answers again"),
+    ]
 
 
 def test_limit_hits_are_sent_from_the_counter_once_per_period(subscribed):
