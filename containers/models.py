@@ -42,7 +42,8 @@ class Runtime(models.Model):
     ``cordoned``: the engine takes no new placement (creates, DAG runs) while everything
     on it keeps running and its instances still start there; ``decommissioned_at``: the
     engine is gone for good and gobrave forgot what it held, so the row may be deleted.
-    Both are written only by ``containers.fleet.services``.
+    Both are written only by ``containers.fleet.services``. Every change of health,
+    cordon, decommission, ``enabled`` and capacity is an entry in ``RuntimeEvent``.
     """
 
     class Driver(models.TextChoices):
