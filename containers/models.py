@@ -177,6 +177,16 @@ class Runtime(models.Model):
         return self.name
 
     @property
+    def placement_state(self) -> str:
+        """Where it stands for new work, in the admin's words (its placement column and
+        its history's from/to): ``decommissioned``, ``cordoned``, ``disabled`` or ``open``."""
+        if self.decommissioned_at is not None:
+            return "decommissioned"
+        if self.cordoned:
+            return "cordoned"
+        return "open" if self.enabled else "disabled"
+
+    @property
     def is_local(self) -> bool:
         """The engine runs on this host (a unix socket), so its host paths are ours to
         check; every other engine gets named volumes only."""

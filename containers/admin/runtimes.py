@@ -44,14 +44,13 @@ class RuntimeFleetMixin:
 
     @admin.display(description="placement", ordering="cordoned")
     def placement(self, obj: Runtime):
-        if obj.decommissioned_at is not None:
-            return badge("decommissioned", GREY, title=f"{obj.decommissioned_at:%Y-%m-%d %H:%M}")
-        if obj.cordoned:
+        state = obj.placement_state
+        if state == "decommissioned":
+            return badge(state, GREY, title=f"{obj.decommissioned_at:%Y-%m-%d %H:%M}")
+        if state == "cordoned":
             when = f" since {obj.cordoned_at:%Y-%m-%d %H:%M:%S}" if obj.cordoned_at else ""
-            return badge("cordoned", "#fd7e14", title=f"by {obj.cordoned_by}{when}")
-        if not obj.enabled:
-            return badge("disabled", GREY)
-        return badge("open", "#198754")
+            return badge(state, "#fd7e14", title=f"by {obj.cordoned_by}{when}")
+        return badge(state, GREY if state == "disabled" else "#198754")
 
     @admin.display(description="labels")
     def label_list(self, obj: Runtime):

@@ -53,16 +53,6 @@ def _locked(runtime_id: int) -> Runtime:
     return runtime
 
 
-def _placement(runtime: Runtime) -> str:
-    """Where the runtime stands for new work, in the admin's words (its history's
-    from/to): open, cordoned, disabled or decommissioned."""
-    if runtime.decommissioned_at is not None:
-        return "decommissioned"
-    if runtime.cordoned:
-        return "cordoned"
-    return "open" if runtime.enabled else "disabled"
-
-
 def _set_cordon(*, runtime_id: int, cordoned: bool, actor: str, reason: str) -> Runtime:
     with transaction.atomic():
         runtime = _locked(runtime_id)
@@ -70,7 +60,7 @@ def _set_cordon(*, runtime_id: int, cordoned: bool, actor: str, reason: str) -> 
         # decommission that commits first is never undone.
         if runtime.cordoned == cordoned or runtime.decommissioned_at is not None:
             return runtime
-        was = _placement(runtime)
+        was = runtime.placement_state
         runtime.cordoned = cordoned
         runtime.cordoned_at = timezone.now() if cordoned else None
         runtime.cordoned_by = actor if cordoned else ""
@@ -82,7 +72,7 @@ def _set_cordon(*, runtime_id: int, cordoned: bool, actor: str, reason: str) -> 
             actor=actor,
             message=reason,
             from_status=was,
-            to_status=_placement(runtime),
+            to_status=runtime.placement_state,
         )
         if not cordoned:  # creates waiting for an engine with room may go there now
             outbox_release_deferred(queue=Queue.CREATE)
@@ -182,7 +172,7 @@ def runtime_decommission(*, runtime_id: int, actor: str) -> DecommissionResult:
     with transaction.atomic():
         runtime = _locked(runtime_id)
         now = timezone.now()
-        was = _placement(runtime)
+        was = runtime.placement_state
         if not runtime.cordoned:
             runtime.cordoned, runtime.cordoned_at, runtime.cordoned_by = True, now, actor
         runtime.enabled = False
@@ -194,7 +184,7 @@ def runtime_decommission(*, runtime_id: int, actor: str) -> DecommissionResult:
             actor=actor,
             message=f"{DECOMMISSIONED}: cordoned and disabled, forgetting what it held",
             from_status=was,
-            to_status="cordoned",
+            to_status=runtime.placement_state,
         )
         answers = runtime_decommissioned.send(
             sender=Runtime, runtime=runtime, reason=DECOMMISSIONED, actor=actor
@@ -220,7 +210,7 @@ def runtime_decommission(*, runtime_id: int, actor: str) -> DecommissionResult:
                 superseded += done[1]
     with transaction.atomic():
         runtime = _locked(runtime_id)
-        was = _placement(runtime)
+        was = runtime.placement_state
         runtime.decommissioned_at = timezone.now()
         runtime.save(update_fields=["decommissioned_at"])
         runtime_event_record(
@@ -231,7 +221,7 @@ def runtime_decommission(*, runtime_id: int, actor: str) -> DecommissionResult:
             message=f"{DECOMMISSIONED}: {len(forgotten)} instances forgotten, "
             f"{superseded} requests superseded",
             from_status=was,
-            to_status="decommissioned",
+            to_status=runtime.placement_state,
             data={
                 "instances": len(forgotten),
                 # the first ones (each instance's own history says it too)

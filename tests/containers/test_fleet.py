@@ -21,7 +21,7 @@ from containers.fleet.services import (
     runtime_decommission,
     runtime_uncordon,
 )
-from containers.models import ContainerEvent, ContainerInstance, Runtime
+from containers.models import ContainerEvent, ContainerInstance, Runtime, RuntimeEvent
 from containers.placement.choice import runtime_select
 from containers.requests.services import container_create_by_template, container_start
 from containers.states import Status
@@ -244,6 +244,14 @@ def test_decommission_cordons_disables_fails_its_dag_runs_and_lets_the_row_be_de
     assert engines_asked == []
     row.delete()
     assert not Runtime.objects.filter(pk=runtime.pk).exists()
+    # the engine's history stays, under its name
+    history = RuntimeEvent.objects.filter(runtime_id=runtime.pk).order_by("id")
+    shown = [(e.runtime_name, e.kind, e.actor, e.from_status, e.to_status) for e in history]
+    assert shown == [
+        ("gone", "engine.decommissioning", "user:op", "open", "cordoned"),
+        ("gone", "engine.decommissioned", "user:op", "cordoned", "decommissioned"),
+    ], shown
+    assert history[1].data["instances"] == 1, history[1].data
 
 
 def test_decommission_leaves_other_engines_instances_alone_and_a_repeat_changes_nothing():
