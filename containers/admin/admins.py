@@ -773,6 +773,7 @@ class RuntimeAdmin(RuntimeFleetMixin, admin.ModelAdmin):
     readonly_fields = (
         "answers",
         "placement",
+        "history",
         "health_checked_at",
         "health_since",
         "node_name",

@@ -8,8 +8,11 @@ queries however many runtimes a page shows.
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.contrib import admin, messages
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from containers import selectors
@@ -51,6 +54,18 @@ class RuntimeFleetMixin:
             when = f" since {obj.cordoned_at:%Y-%m-%d %H:%M:%S}" if obj.cordoned_at else ""
             return badge(state, "#fd7e14", title=f"by {obj.cordoned_by}{when}")
         return badge(state, GREY if state == "disabled" else "#198754")
+
+    @admin.display(description="history")
+    def history(self, obj: Runtime):
+        """A link to its entries in the engines' history (``RuntimeEvent``, by name)."""
+        if obj is None or obj.pk is None:
+            return "–"
+        url = reverse("admin:containers_runtimeevent_changelist")
+        return format_html(
+            '<a href="{}?{}">health changes, cordons, capacity and more</a>',
+            url,
+            urlencode({"runtime_name": obj.name}),
+        )
 
     @admin.display(description="labels")
     def label_list(self, obj: Runtime):

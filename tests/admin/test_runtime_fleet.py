@@ -171,7 +171,13 @@ def test_the_actions_and_the_form_write_the_engines_history_with_the_user(as_use
     ], shown
     row = Runtime.objects.get(pk=runtime.pk)
     assert (row.enabled, row.max_containers, row.labels) == (False, 4, {}), vars(row)
-    page = client.get(
-        reverse("admin:containers_runtimeevent_changelist"), {"kind": "engine.disabled"}
-    )
+    changelist = reverse("admin:containers_runtimeevent_changelist")
+    page = client.get(changelist, {"kind": "engine.disabled"})
     assert list(page.context["cl"].result_list) == [entries[1]]
+    # the runtime's page links to its history
+    RuntimeEvent.objects.create(runtime_id=0, runtime_name="other", kind="engine.cordoned")
+    assert f'href="{changelist}?runtime_name=kept"' in client.get(url).content.decode()
+    page = client.get(changelist, {"runtime_name": "kept"})
+    listed = page.context["cl"].result_list
+    assert {e.runtime_name for e in listed} == {"kept"}, listed
+    assert {e.pk for e in entries} <= {e.pk for e in listed}, listed
