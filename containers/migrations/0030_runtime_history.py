@@ -3,10 +3,10 @@ and capacity, with actor and reason, kept after the runtime row is deleted. A ne
 its ``txid`` default is the writing transaction's id from the start. Operators and
 viewers see it (``tenants.roles.ROLES``)."""
 
-import core.write_order
 import django.utils.timezone
 from django.db import migrations, models
 
+import core.write_order
 from tenants.roles import grant
 
 
@@ -64,7 +64,8 @@ class Migration(migrations.Migration):
                     models.BigIntegerField(
                         db_default=core.write_order.TransactionId(),
                         editable=False,
-                        help_text="The writing transaction's id (core.write_order): the order readers follow.",
+                        help_text="The writing transaction's id (core.write_order): the order "
+                        "readers follow.",
                     ),
                 ),
             ],
