@@ -29,7 +29,9 @@ from containers.states import Status
 from tests.engines.kube_harness import engine_for_cluster
 from tests.processes import PATIENCE
 
-ROLE = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "base" / "role.yaml"
+REPO = Path(__file__).resolve().parents[2]
+ROLE = REPO / "deploy" / "kubernetes" / "base" / "role.yaml"
+WEB_ROLE = ROLE.with_name("web-role.yaml")
 IMAGE = "gobrave-test-busybox:latest"
 SECRET_VALUE = "s3cr3t-value-7f1e"
 
@@ -359,6 +361,118 @@ def test_every_call_of_a_whole_lifecycle_is_granted_by_the_role(kube, engine):
 
     [role] = [d for d in yaml.safe_load_all(ROLE.read_text()) if d and d["kind"] == "Role"]
     assert uncovered(kube.emulator.calls, role) == []
+
+
+# The web tier's modules, and the functions through which they reach an engine: the
+# admin's and the API's, named as those modules call them (``calls.X``, or imported from
+# ``containers.execution``). The test below drives every one of them.
+WEB_MODULES = ("containers/admin", "containers/api", "containers/live.py")
+WEB_ENGINE_PATHS = {
+    "container_logs",
+    "container_logs_for_console",
+    "container_logs_follow",
+    "runtime_health_check",
+    "orphan_remove",
+    "template_images_refresh",
+    "workspace_remove",
+    "workspace_sizes_refresh",
+}
+
+
+def _web_engine_paths() -> set[str]:
+    import ast
+
+    found = set()
+    for entry in WEB_MODULES:
+        path = REPO / entry
+        for module in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            for node in ast.walk(ast.parse(module.read_text())):
+                if (
+                    isinstance(node, ast.ImportFrom)
+                    and (node.module or "").startswith("containers.execution")
+                ):
+                    found |= {alias.name for alias in node.names}
+                elif (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "calls"
+                    and not node.attr.isupper()  # constants, not calls
+                ):
+                    found.add(node.attr)
+    return found
+
+
+def test_the_web_tier_reaches_engines_only_through_the_paths_its_role_is_tested_on():
+    assert _web_engine_paths() == WEB_ENGINE_PATHS
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_call_of_the_web_tier_is_granted_by_the_webs_role_and_each_grant_is_used(
+    kube, kube_runtime, owner, engine
+):
+    """The web's Role (deploy/kubernetes/base/web-role.yaml) against what the web tier's
+    engine paths (``WEB_ENGINE_PATHS``) call on the emulator: all granted, nothing more."""
+    import asyncio
+
+    from containers.engines import calls
+    from containers.engines.base import Workspace as WorkspaceSpec
+    from containers.execution.health import runtime_health_check
+    from containers.execution.housekeeping import orphan_remove, workspace_remove
+    from containers.execution.images import template_images_refresh
+    from containers.execution.workspaces import workspace_sizes_refresh
+    from containers.models import ContainerInstance, OrphanContainer, Workspace
+    from tests.factories import TemplateFactory
+    from tests.kube.rbac import uncovered
+
+    kube.kubelet.add_rule(name="gb-pod", logs=["hello web"])
+    made = spec(
+        env={"TOKEN": SECRET_VALUE},
+        secret_env=["TOKEN"],
+        mounts=[Mount("gobrave-ws-1", "/w", type="volume", workspace=True)],
+    )
+    engine.ensure_workspace(
+        WorkspaceSpec("volume", "gobrave-ws-1", 10001, 10001, {LABEL_INSTALLATION: "inst1"}),
+        image=IMAGE,
+    )
+    engine.start(engine.create(made), made)
+    wait_status(engine, "gb-pod", {"running"})
+    template = TemplateFactory(name="kube-web-role", constraints={"engine": "kube"})
+    instance = ContainerInstance(  # never saved: the web paths read what they are given
+        owner=owner, name="web", runtime=kube_runtime, container_id="gb-pod", status="running"
+    )
+    web_started = len(kube.emulator.calls)
+    assert "hello web" in calls.container_logs(instance=instance, tail=5).text
+    assert "hello web" in calls.container_logs_for_console(instance=instance, tail=5)[0]
+
+    async def follow() -> bytes:
+        stream = await calls.container_logs_follow(instance=instance, tail=5, seconds=0.3)
+        return b"".join([chunk async for chunk in stream])
+
+    assert b"hello web" in asyncio.run(follow())
+    assert runtime_health_check(runtime=kube_runtime) is True
+    template_images_refresh(templates=[template])
+    workspace = Workspace.objects.create(
+        runtime=kube_runtime, owner=owner, kind="volume", source="gobrave-ws-1", uid=1, gid=1
+    )
+    assert workspace_sizes_refresh(workspaces=[workspace]) == []
+    orphan = OrphanContainer.objects.create(
+        runtime=kube_runtime, container_id="gb-pod", name="gb-pod", labels=made.labels
+    )
+    assert orphan_remove(orphan=orphan, actor="t").removed_at is not None
+    workspace_remove(workspace_id=workspace.pk, actor="t")
+    web_calls = kube.emulator.calls[web_started:]
+    [role] = [d for d in yaml.safe_load_all(WEB_ROLE.read_text()) if d and d["kind"] == "Role"]
+    assert uncovered(web_calls, role) == []
+    used = {(c.group, f"{c.resource}/{c.subresource}" if c.subresource else c.resource, c.verb)
+            for c in web_calls}  # fmt: skip
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert granted == used, (granted - used, used - granted)
 
 
 # --- through the services and the handlers ------------------------------------------------
