@@ -387,9 +387,8 @@ def _web_engine_paths() -> set[str]:
         path = REPO / entry
         for module in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
             for node in ast.walk(ast.parse(module.read_text())):
-                if (
-                    isinstance(node, ast.ImportFrom)
-                    and (node.module or "").startswith("containers.execution")
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                    "containers.execution"
                 ):
                     found |= {alias.name for alias in node.names}
                 elif (
