@@ -63,10 +63,10 @@ def instance_fail_stuck(*, instance_id: uuid.UUID | str) -> bool:
     ``unschedulable_timeout`` instead (``_fail_waited_too_long``); once the engine found
     it room (``engine_placed_at``) ``start_timeout`` runs again, the time it waited not
     counted (``_waited``). Slot-holding time only (``containers.requests.slots``), on
-    the database's clock: never while
-    a worker holds its request under a live lease (the worker is still in its runtime
-    calls and will apply what it finds), nor while the request waits for a retry
-    (``max_attempts`` bounds that). Locks the instance row, moves it to ``failed`` with
+    the database's clock: never while a worker holds its request under a live lease
+    (the worker is still in its runtime calls and will apply what it finds), nor while
+    the request waits for a retry (``max_attempts`` bounds that). Locks the instance
+    row, moves it to ``failed`` with
     the reason (which frees its slot and wakes deferred creates), and returns True; a
     worker that later finds it failed removes what it created. Idempotent: an instance
     that moved on is left alone.
