@@ -401,10 +401,15 @@ class ContainerInstance(FSMModelMixin, models.Model):
     runtime_missing = models.BooleanField(
         default=False, help_text="The engine no longer has this container."
     )
-    # The engine accepted the container and waits for room of its own (a Pod waiting for a
-    # node) since then: the instance holds no create/start slot and ``start_timeout`` does
-    # not run; ``unschedulable_timeout`` may bound it. Written by ``execution.sync`` only.
+    # The engine accepted the container and made it wait for room of its own (a Pod
+    # waiting for a node) since then: from then until its next transition the instance
+    # holds no create/start slot (it passed the capacity gate once; the engine has it
+    # now). While ``engine_placed_at`` is empty it still waits: ``start_timeout`` does not
+    # run and ``unschedulable_timeout`` may bound it. Once the engine found it room
+    # (``engine_placed_at``: the Pod was scheduled) ``start_timeout`` runs again, the wait
+    # not counted. Written by ``execution.sync``; every transition clears both.
     engine_waiting_since = models.DateTimeField(null=True, blank=True)
+    engine_placed_at = models.DateTimeField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     status_reason = models.TextField(blank=True)
     spec = models.JSONField(default=dict, blank=True)
@@ -489,6 +494,8 @@ class ContainerInstance(FSMModelMixin, models.Model):
     def _changed(self, reason: str = "") -> None:
         self.status_changed_at = timezone.now()
         self.status_reason = reason
+        # A wait for room on the engine belongs to the state it happened in.
+        self.engine_waiting_since = self.engine_placed_at = None
 
     def _policy(self) -> dict:
         return (self.spec or {}).get("policy") or {}

@@ -308,19 +308,21 @@ def test_gobraves_pods_meet_the_restricted_profile_with_resources(name, spec):
             assert set(container["resources"][bound]) == {"cpu", "memory"}, container["name"]
 
 
-def test_only_the_pods_that_call_the_kubernetes_api_get_a_token():
-    callers = {
-        "gobrave-web",
-        "gobrave-monitor",
-        "gobrave-cluster-create",
-        "gobrave-cluster-control",
+def test_only_the_pods_that_call_the_kubernetes_api_get_a_token_and_the_web_its_own():
+    callers = {  # Pod: its ServiceAccount
+        "gobrave-web": "gobrave-web",
+        "gobrave-monitor": "gobrave",
+        "gobrave-cluster-create": "gobrave",
+        "gobrave-cluster-control": "gobrave",
     }
     for name, spec in _pod_specs():
         assert spec["automountServiceAccountToken"] is (name in callers), name
         if name in callers:
-            assert spec["serviceAccountName"] == "gobrave"
-    (account,) = _by_kind("ServiceAccount")
-    assert account["automountServiceAccountToken"] is False  # only where a Pod asks
+            assert spec["serviceAccountName"] == callers[name], name
+    accounts = {doc["metadata"]["name"]: doc for doc in _by_kind("ServiceAccount")}
+    assert set(accounts) == {"gobrave", "gobrave-web"}
+    for account in accounts.values():
+        assert account["automountServiceAccountToken"] is False  # only where a Pod asks
 
 
 def test_secrets_are_referenced_never_written():
@@ -339,9 +341,9 @@ def test_secrets_are_referenced_never_written():
             assert "DJANGO_SECRET_KEY" in names, (name, container["name"])
 
 
-# What the Kubernetes driver calls (containers/engines/kubernetes/engine.py), and the metrics
-# the idle culler will read: exactly this. The driver's own tests check that every call it
-# makes is granted here.
+# What the Kubernetes driver calls in the workers and the monitor
+# (containers/engines/kubernetes/engine.py), and the metrics the idle culler reads:
+# exactly this. The driver's own tests check that every call it makes is granted here.
 ROLE_RULES = {
     ("", "pods"): {"get", "list", "watch", "create", "delete"},
     ("", "pods/log"): {"get"},
@@ -349,11 +351,27 @@ ROLE_RULES = {
     ("", "secrets"): {"get", "create", "delete", "patch"},
     ("metrics.k8s.io", "pods"): {"get", "list"},
 }
+# What the web tier calls: logs, and the admin's engine check, orphan and workspace
+# removals. tests/engines/test_kubernetes.py drives each on the emulator.
+WEB_ROLE_RULES = {
+    ("", "pods/log"): {"get"},
+    ("", "pods"): {"list", "delete"},
+    ("", "secrets"): {"delete"},
+    ("", "persistentvolumeclaims"): {"delete"},
+}
 
 
-def test_the_role_is_namespaced_grants_no_wildcard_and_exactly_the_drivers_calls():
+@pytest.mark.parametrize(
+    ("path", "account", "rules"),
+    [("role.yaml", "gobrave", ROLE_RULES), ("web-role.yaml", "gobrave-web", WEB_ROLE_RULES)],
+    ids=["driver", "web"],
+)
+def test_each_role_is_namespaced_grants_no_wildcard_and_exactly_its_callers_calls(
+    path, account, rules
+):
     assert not _by_kind("ClusterRole") and not _by_kind("ClusterRoleBinding")
-    docs = _documents([BASE / "role.yaml"])
+    docs = _documents([BASE / path])
+    assert sorted(doc["kind"] for doc in docs) == ["Role", "RoleBinding"]
     role = next(doc for doc in docs if doc["kind"] == "Role")
     granted: dict[tuple[str, str], set[str]] = {}
     for rule in role["rules"]:
@@ -362,12 +380,19 @@ def test_the_role_is_namespaced_grants_no_wildcard_and_exactly_the_drivers_calls
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 granted.setdefault((group, resource), set()).update(rule["verbs"])
-    assert granted == ROLE_RULES
+    assert granted == rules
     binding = next(doc for doc in docs if doc["kind"] == "RoleBinding")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]
     }  # fmt: skip
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gobrave"}]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account}]
+
+
+def test_the_web_role_grants_less_than_the_drivers_and_no_secret_reads():
+    for (group, resource), verbs in WEB_ROLE_RULES.items():
+        assert verbs <= ROLE_RULES[(group, resource)], (resource, verbs)
+    assert not {"create", "watch", "patch"} & set().union(*WEB_ROLE_RULES.values())
+    assert WEB_ROLE_RULES[("", "secrets")] == {"delete"}
 
 
 # --- network isolation --------------------------------------------------------------------

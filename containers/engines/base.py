@@ -170,7 +170,8 @@ class EngineEvent:
 
     ``action`` is one of: ``start``, ``die``, ``oom``, ``pause``, ``unpause``,
     ``destroy``, ``stop``, ``kill``, ``create``, ``wait`` (the engine waits for room of
-    its own: ``ContainerState.waiting``). ``time_nano`` is when it happened (the
+    its own: ``ContainerState.waiting``), ``place`` (it found room for a container that
+    waited, which does not run yet: a Pod scheduled). ``time_nano`` is when it happened (the
     engine's clock, or when the driver saw it). ``cursor`` is the monitor's resume point,
     opaque to everything but the driver that made it (Docker: ``time_nano`` as a string;
     Kubernetes: a ``resourceVersion``); empty means ``str(time_nano)``.

@@ -13,6 +13,10 @@ append-only ``calls.log`` of every call, and control files the test writes:
 - ``cpu.json``: ``{container name: cores}``, the CPU ``stats`` reports for each running
   container (a rate, as the Kubernetes metrics API gives it); absent names use 0.
 
+Workspaces: ``ensure_workspace`` logs each call (``workspaces.log``) and makes the
+workspace once (a file under ``volumes/`` holding a fresh id), ``remove_volume`` logs
+each call (``volumes-removed.log``) and removes it; ``volume_id`` says which one exists.
+
 Its output is one line, ``fake log line``; a container whose command is ``["env"]``
 prints its env after it (``KEY=value`` lines), as the real program would, and a follow
 yields that in pieces of ``ENV_PIECE`` bytes (values split across chunks).
@@ -39,6 +43,7 @@ from collections.abc import AsyncGenerator, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
+from urllib.parse import quote
 
 from containers.engines.base import (
     ContainerSpec,
@@ -169,10 +174,24 @@ class FakeEngine:
             raise PermanentEngineError(f"image {image} is missing and pull_policy is never")
 
     def ensure_workspace(self, workspace: Workspace, *, image: str) -> None:
-        """Records the workspace in ``workspaces.log`` (one JSON line per call)."""
+        """Records the workspace in ``workspaces.log`` (one JSON line per call) and makes
+        it, once (``volume_id``)."""
         self._gate("workspace", workspace.source)
         with self._locked(), open(self.root / "workspaces.log", "a") as log:
             log.write(json.dumps(asdict(workspace)) + "\n")
+            volume = self._volume_path(workspace.source)
+            if not volume.exists():
+                volume.parent.mkdir(exist_ok=True)
+                volume.write_text(uuid.uuid4().hex)
+
+    def _volume_path(self, name: str) -> Path:
+        return self.root / "volumes" / quote(name, safe="")
+
+    def volume_id(self, name: str) -> str | None:
+        """The id of the workspace ``name`` (a new one each time it is made); None: none."""
+        with self._locked():
+            volume = self._volume_path(name)
+            return volume.read_text() if volume.exists() else None
 
     def ensure_network(self, name: str, *, labels: dict[str, str]) -> None:
         self._gate("network", name)
@@ -248,6 +267,7 @@ class FakeEngine:
         self._gate("remove_volume", name)
         with self._locked(), open(self.root / "volumes-removed.log", "a") as log:
             log.write(f"{name}\n")
+            self._volume_path(name).unlink(missing_ok=True)
 
     def volume_sizes(self, names: list[str]) -> dict[str, int]:
         """What ``volume-sizes.json`` (name: bytes) says, as a test wrote it; nothing else."""

@@ -85,8 +85,9 @@ from webhooks.services import webhook_limit_hits_notify
 log = logging.getLogger(__name__)
 
 # Events after which the container's state may differ from what the instance says.
-# ``wait``: the engine waits for room of its own (a Pod waiting for a node).
-APPLIED_ACTIONS = frozenset({"start", "die", "oom", "pause", "unpause", "destroy", "wait"})
+# ``wait``: the engine waits for room of its own (a Pod waiting for a node); ``place``:
+# that wait ended (the Pod was scheduled), so the reason clears and the timers change.
+APPLIED_ACTIONS = frozenset({"start", "die", "oom", "pause", "unpause", "destroy", "wait", "place"})
 BACKOFF_FIRST = 1.0
 BACKOFF_CAP = 30.0
 HEALTHY_STREAM = 60.0  # a stream that lasted this long restarts the backoff

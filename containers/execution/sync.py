@@ -273,22 +273,44 @@ def _recorded_after(instance: ContainerInstance, time_nano: int | None) -> bool:
 
 
 def _engine_wait_record(instance: ContainerInstance, state: ContainerState | None) -> None:
-    """Record whether the engine waits for room of its own for this instance (a Pod
-    waiting for a node: ``ContainerState.waiting``), on the locked row: from when
-    (``engine_waiting_since``, which frees its slot and pauses ``start_timeout``) and
-    why (its ``status_reason``, until the next transition). Cleared once it no longer
-    waits."""
-    waiting = state is not None and state.waiting and instance.status in ACTIVE_SLOTS
-    if waiting and instance.engine_waiting_since is None:
-        instance.engine_waiting_since = timezone.now()
-        instance.status_reason = state.error[:1000] if state else ""
-        instance.save(update_fields=["engine_waiting_since", "status_reason"])
-    elif waiting and state is not None and instance.status_reason != state.error[:1000]:
-        instance.status_reason = state.error[:1000]
-        instance.save(update_fields=["status_reason"])
-    elif not waiting and instance.engine_waiting_since is not None:
-        instance.engine_waiting_since = None
-        instance.save(update_fields=["engine_waiting_since"])
+    """Record, on the locked row, whether the engine waits for room of its own for this
+    instance (a Pod waiting for a node: ``ContainerState.waiting``) and when that wait
+    ends. Only while the instance is ``creating``/``starting`` (``ACTIVE_SLOTS``); every
+    transition clears what this records (``ContainerInstance._changed``).
+
+    1. It waits: from when (``engine_waiting_since``: from then on it holds no slot and
+       ``start_timeout`` does not run) and why (its ``status_reason``).
+    2. It no longer waits but has not moved on (the Pod was scheduled and does not run
+       yet): when (``engine_placed_at``), and the "waiting for a node" reason clears.
+       ``engine_waiting_since`` stays: the instance still holds no slot, since taking
+       one now would pass no capacity gate (the engine has it; the gate let it through
+       once). ``start_timeout`` runs again, the wait not counted
+       (``reconciler.instance_fail_stuck``).
+    3. It waits again after that (rare: a Pod made again in the same state): the wait
+       goes on from the first one's start (the time between is not counted towards
+       ``start_timeout``: more lenient, never sooner).
+    Idempotent: a look that says what the row records writes nothing.
+    """
+    if instance.status not in ACTIVE_SLOTS or state is None:
+        return
+    if state.waiting:
+        reason = state.error[:1000]
+        changed = []
+        if instance.engine_waiting_since is None:
+            instance.engine_waiting_since = timezone.now()
+            changed.append("engine_waiting_since")
+        if instance.engine_placed_at is not None:
+            instance.engine_placed_at = None
+            changed.append("engine_placed_at")
+        if instance.status_reason != reason:
+            instance.status_reason = reason
+            changed.append("status_reason")
+        if changed:
+            instance.save(update_fields=changed)
+    elif instance.engine_waiting_since is not None and instance.engine_placed_at is None:
+        instance.engine_placed_at = timezone.now()
+        instance.status_reason = ""
+        instance.save(update_fields=["engine_placed_at", "status_reason"])
 
 
 # The reason a container whose node stopped reporting shows (its instance keeps its state).

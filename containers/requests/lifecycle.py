@@ -125,6 +125,9 @@ MOVED_FIELDS = (
     "started_at",
     "finished_at",
     "exit_code",
+    # A wait for room on the engine ends with the state it happened in.
+    "engine_waiting_since",
+    "engine_placed_at",
     # Lifecycle policies' deadlines, armed and cleared by the transitions.
     "stop_at",
     "extended_seconds",

@@ -8,8 +8,10 @@ An instance holds a slot while it is ``creating`` or ``starting`` and its reques
 in flight: ``processing`` under a live lease (claimed, whether or not a worker has begun
 it), or finished while the instance has not settled yet (the worker returned; the
 instance reaches ``running``, ``failed`` or ``stopped`` by the events or the reconciler).
-It holds none while the engine, having accepted it, waits for room of its own (a
-Kubernetes Pod waiting for a node: ``engine_waiting_since``). It holds none while its
+It holds none once the engine, having accepted it, made it wait for room of its own (a
+Kubernetes Pod waiting for a node: ``engine_waiting_since``), nor after the engine found
+it room (``engine_placed_at``) until its next transition: taking a slot then would pass
+no gate. It holds none while its
 request waits: ``pending`` (a retry's backoff, a deferral, a claim
 held back), or ``processing`` under a lease that ran out (its worker died; the row is due
 again). So the count never passes ``create_queue_max_concurrency``, because every way into
@@ -71,7 +73,8 @@ def _waiting_rows():
 
 def _holds_slot() -> Q:
     """An instance that holds a slot (the one definition; see the module docstring)."""
-    # One the engine accepted and that waits for room of its own holds none (section 9).
+    # One the engine accepted and made wait for room of its own holds none (section 9),
+    # also once placed, until its next transition clears ``engine_waiting_since``.
     return Q(status__in=ACTIVE_SLOTS, engine_waiting_since__isnull=True) & ~Exists(_waiting_rows())
 
 

@@ -75,10 +75,30 @@ def harness_for(cluster: Any, harness_class: type) -> Any:
             timeout=2,
         )
 
+    def workspace(name: str) -> str | None:
+        """The uid of the workspace's claim; None when there is none, or it is being
+        deleted (a cluster's protection finalizer holds it until no Pod uses it)."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        from containers.engines.kubernetes import names
+
+        with cluster.api_client() as api_client:
+            try:
+                claim = client.CoreV1Api(api_client).read_namespaced_persistent_volume_claim(
+                    names.claim_name(name), cluster.namespace
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+        return None if claim.metadata.deletion_timestamp else claim.metadata.uid
+
     return harness_class(
         driver="kubernetes",
         engine=engine,
         before_start=before_start,
         foreign=foreign,
         unreachable=unreachable,
+        workspace=workspace,
     )

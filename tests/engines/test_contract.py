@@ -59,6 +59,9 @@ class Harness:
     before_start: Callable[[ContainerSpec, str], None] = lambda spec, program: None
     foreign: Callable[[str], None] = lambda name: None
     unreachable: Callable[[], Engine] | None = None
+    # What tells the workspace ``name`` from one made again (Docker: a mark left inside
+    # it; Kubernetes: the claim's uid; the fake: its file's id); None while there is none.
+    workspace: Callable[[str], str | None] = lambda name: None
     event_until: Callable[[], dict[str, Any]] = dict  # extra kwargs for a bounded events()
     counter: Iterator[int] = field(default_factory=lambda: iter(range(10_000)))
 
@@ -120,7 +123,15 @@ class Harness:
             finally:
                 getattr(stream, "close", lambda: None)()  # a watch ends with its reader
         return seen
-        return seen
+
+    def wait_workspace_gone(self, name: str) -> None:
+        """Wait (a deadline) until the workspace ``name`` is gone (a cluster deletes a
+        claim after its protection finalizer clears)."""
+        deadline = time.monotonic() + 20 * PATIENCE
+        while (held := self.workspace(name)) is not None:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.driver}: workspace {name} still there ({held})")
+            time.sleep(0.05)
 
     def cleanup(self) -> None:
         for state in self.engine.list_ours(self.installation):
@@ -146,12 +157,38 @@ def _docker(request) -> Harness:
     def until() -> dict[str, Any]:
         return {"until_nano": time.time_ns() + 2_000_000_000}
 
+    def workspace(name: str) -> str | None:
+        """A mark a throw-away container leaves in the volume the first time it looks (a
+        volume has no id, and its CreatedAt is its directory's mtime, which an ensure
+        moves): a volume made again has lost it."""
+        import docker
+
+        api = engine._api()
+        try:
+            api.inspect_volume(name)
+        except docker.errors.NotFound:
+            return None
+        mark = uuid.uuid4().hex
+        reader = api.create_container(
+            IMAGE,
+            command=["sh", "-c", f"[ -f /w/.mark ] || echo {mark} > /w/.mark; cat /w/.mark"],
+            user="0",
+            host_config=api.create_host_config(binds={name: {"bind": "/w", "mode": "rw"}}),
+        )
+        try:
+            api.start(reader)
+            assert api.wait(reader, timeout=30)["StatusCode"] == 0, api.logs(reader)
+            return api.logs(reader).decode().strip()
+        finally:
+            api.remove_container(reader, force=True)
+
     return Harness(
         driver="docker",
         engine=engine,
         foreign=foreign,
         unreachable=unreachable,
         event_until=until,
+        workspace=workspace,
     )
 
 
@@ -183,14 +220,12 @@ def _fake(request, tmp_path: Path) -> Harness:
         before_start=before_start,
         foreign=foreign,
         unreachable=unreachable,
+        workspace=engine.volume_id,
     )
 
 
 def _kubernetes(request) -> Harness:
-    try:
-        cluster = request.getfixturevalue("kube_cluster")
-    except pytest.FixtureLookupError:
-        pytest.skip("no kube_cluster fixture on this branch (tests/kube)")
+    cluster = request.getfixturevalue("kube_cluster")  # tests/kube: never skipped silently
     from tests.engines.kube_harness import harness_for
 
     return harness_for(cluster, Harness)
@@ -333,12 +368,31 @@ def test_a_follow_gives_the_output_then_ends_at_until(harness: Harness) -> None:
     ref = harness.run(spec)
     harness.wait(ref, {"running"})
 
-    async def follow() -> str:
-        stream = await harness.engine.follow_logs(ref, tail=10, until=time.time() + 1)
-        chunks = [chunk async for chunk in stream]
-        return b"".join(chunks).decode(errors="replace")
+    async def follow_until_seen() -> str:
+        stream = await harness.engine.follow_logs(ref, tail=10, until=time.time() + 20 * PATIENCE)
+        text = ""
+        try:
+            async for chunk in stream:
+                text += chunk.decode(errors="replace")
+                if harness.output in text:
+                    break
+        finally:
+            await stream.aclose()
+        return text
 
-    assert harness.output in asyncio.run(follow())
+    assert harness.output in asyncio.run(follow_until_seen())
+    # A running container that prints nothing new: the follow ends once ``until`` passes,
+    # not before (its stream is whole) and with the container still running.
+    until = time.time() + 0.5
+
+    async def follow_to_the_end() -> None:
+        stream = await harness.engine.follow_logs(ref, tail=1, until=until)
+        [chunk async for chunk in stream]
+
+    asyncio.run(follow_to_the_end())
+    assert time.time() >= until
+    state = harness.engine.inspect(ref)
+    assert state is not None and state.status == "running", state
 
 
 def test_events_report_a_run_and_resume_after_their_cursor(harness: Harness) -> None:
@@ -352,19 +406,32 @@ def test_events_report_a_run_and_resume_after_their_cursor(harness: Harness) -> 
 
     events = harness.events(since, until=died)
     actions = [e.action for e in events if e.runtime_id == ref]
-    assert "start" in actions and "die" in actions, actions
-    assert actions.index("start") < actions.index("die"), actions
+    assert {"create", "start", "die"} <= set(actions), actions
+    assert actions.index("create") < actions.index("start") < actions.index("die"), actions
     die = next(e for e in events if e.runtime_id == ref and e.action == "die")
     assert die.exit_code == 0 and die.labels[LABEL_INSTANCE] == spec.labels[LABEL_INSTANCE]
-    # From the die's cursor: never an event from before it (events at it may come again).
-    again = harness.events(die.cursor, until=lambda events: True)
-    assert not [e for e in again if e.runtime_id == ref and e.action == "start"], again
+    # From the die's cursor, what happens next (its removal) and never an event from
+    # before it (the create, the start); events *at* it (the die) may come again.
+    harness.engine.remove(ref)
+
+    def destroyed(events: list[EngineEvent]) -> bool:
+        return any(e.runtime_id == ref and e.action == "destroy" for e in events)
+
+    again = harness.events(die.cursor, until=destroyed)
+    later = [e.action for e in again if e.runtime_id == ref]
+    assert "destroy" in later, later
+    assert not {"create", "start"} & set(later), later
+    assert set(later) <= {"die", "stop", "kill", "destroy"}, later
+    destroy = next(e for e in again if e.runtime_id == ref and e.action == "destroy")
+    assert destroy.labels[LABEL_INSTANCE] == spec.labels[LABEL_INSTANCE], destroy
 
 
 # --- workspaces and health ---------------------------------------------------------------
 
 
-def test_ensure_workspace_and_remove_volume_are_idempotent(harness: Harness) -> None:
+def test_ensure_workspace_makes_it_once_and_remove_volume_removes_it_idempotently(
+    harness: Harness,
+) -> None:
     name = f"gobrave-ws-{harness.installation}"
     workspace = Workspace(
         kind="volume",
@@ -373,10 +440,25 @@ def test_ensure_workspace_and_remove_volume_are_idempotent(harness: Harness) -> 
         gid=10001,
         labels={LABEL_INSTALLATION: harness.installation},
     )
-    harness.engine.ensure_workspace(workspace, image=IMAGE)
-    harness.engine.ensure_workspace(workspace, image=IMAGE)
+    assert harness.workspace(name) is None
+    try:
+        harness.engine.ensure_workspace(workspace, image=IMAGE)
+        made = harness.workspace(name)
+        assert made is not None, f"{harness.driver}: no workspace {name} after ensure"
+        harness.engine.ensure_workspace(workspace, image=IMAGE)  # a retried create
+        assert harness.workspace(name) == made  # the same one, not made again
+        harness.engine.remove_volume(name)
+        harness.wait_workspace_gone(name)
+        harness.engine.remove_volume(name)  # again: nothing left, and that is fine
+        harness.wait_workspace_gone(name)
+    finally:
+        harness.engine.remove_volume(name)
+
+
+def test_removing_a_workspace_that_never_existed_is_fine(harness: Harness) -> None:
+    name = f"gobrave-ws-{harness.installation}-never"
     harness.engine.remove_volume(name)
-    harness.engine.remove_volume(name)
+    assert harness.workspace(name) is None
 
 
 def test_an_engine_that_does_not_answer_says_why_in_words(harness: Harness) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +29,9 @@ from containers.states import Status
 from tests.engines.kube_harness import engine_for_cluster
 from tests.processes import PATIENCE
 
-ROLE = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "base" / "role.yaml"
+REPO = Path(__file__).resolve().parents[2]
+ROLE = REPO / "deploy" / "kubernetes" / "base" / "role.yaml"
+WEB_ROLE = ROLE.with_name("web-role.yaml")
 IMAGE = "gobrave-test-busybox:latest"
 SECRET_VALUE = "s3cr3t-value-7f1e"
 
@@ -57,11 +60,18 @@ def raw_pod(kube, name: str) -> dict[str, Any]:
         return json.loads(response.data)
 
 
-def wait_status(engine: KubernetesEngine, ref: str, wanted: set[str], timeout: float = 10):
+def wait_status(
+    engine: KubernetesEngine,
+    ref: str,
+    wanted: set[str],
+    timeout: float = 10,
+    until: Callable[[Any], bool] = lambda state: True,
+):
+    """Wait (a deadline) until ``ref``'s status is one of ``wanted`` and ``until(state)``."""
     deadline = time.monotonic() + timeout * PATIENCE
     while True:
         state = engine.inspect(ref)
-        if state is not None and state.status in wanted:
+        if state is not None and state.status in wanted and until(state):
             return state
         if time.monotonic() > deadline:
             raise AssertionError(f"{ref}: wanted {wanted}, still {state}")
@@ -190,7 +200,8 @@ def test_the_state_table_on_the_kubelets_rules(
     kube.kubelet.add_rule(name="gb-pod", **rule)
     made = spec()
     engine.start(engine.create(made), made)
-    state = wait_status(engine, "gb-pod", {status})
+    # A Pod is ``created`` from the moment it exists: wait for what the rule makes of it.
+    state = wait_status(engine, "gb-pod", {status}, until=check)
     assert check(state), state
 
 
@@ -218,12 +229,17 @@ def test_the_docs_state_table_is_the_codes():
 # --- events ------------------------------------------------------------------------------
 
 
-def _drain(engine: KubernetesEngine, since: str, until: Callable[[list], bool]) -> list:
+def _drain(
+    engine: KubernetesEngine,
+    since: str,
+    until: Callable[[list], bool],
+    installation: str = "inst1",
+) -> list:
     seen: list[EngineEvent] = []
     deadline = time.monotonic() + 15 * PATIENCE
     cursor = since
     while not until(seen) and time.monotonic() < deadline:
-        stream = engine.events("inst1", cursor)
+        stream = engine.events(installation, cursor)
         try:
             for event in stream:
                 seen.append(event)
@@ -280,6 +296,29 @@ def test_a_dropped_stream_ends_and_resumes_from_its_cursor_without_repeats(kube,
     assert ("gb-pod", "die", 4) in actions and ("gb-pod", "start", None) not in actions, actions
 
 
+def test_a_pod_that_waited_for_a_node_reports_when_it_is_placed(kube, engine):
+    """Scheduled after waiting for a node, a Pod that does not run yet (its image being
+    pulled) is a ``place`` event: the monitor hears that the wait is over."""
+    kube.kubelet.add_rule(name="gb-pod", unschedulable="0/1 nodes are available.")
+    since = engine.event_cursor_now()
+    made = spec()
+    engine.start(engine.create(made), made)
+
+    def has(action: str) -> Callable[[list], bool]:
+        return lambda seen: any(e.action == action for e in seen)
+
+    waited = _drain(engine, since, has("wait"))
+    assert [e.action for e in waited if e.runtime_id == "gb-pod"] == ["create", "wait"], waited
+    kube.kubelet.add_rule(name="gb-pod", pulling=True)  # a node frees; the pull is slow
+    placed = _drain(engine, waited[-1].cursor, has("place"))
+    assert [e.action for e in placed if e.runtime_id == "gb-pod"] == ["place"], placed
+    state = engine.inspect("gb-pod")
+    assert (state.status, state.waiting, state.node_name) == ("created", False, "kube-node-1")
+    kube.kubelet.trigger(kube.namespace, "gb-pod")
+    started = _drain(engine, placed[-1].cursor, has("start"))
+    assert [e.action for e in started if e.runtime_id == "gb-pod"] == ["start"], started
+
+
 # --- the role -----------------------------------------------------------------------------
 
 
@@ -322,6 +361,117 @@ def test_every_call_of_a_whole_lifecycle_is_granted_by_the_role(kube, engine):
 
     [role] = [d for d in yaml.safe_load_all(ROLE.read_text()) if d and d["kind"] == "Role"]
     assert uncovered(kube.emulator.calls, role) == []
+
+
+# The web tier's modules, and the functions through which they reach an engine: the
+# admin's and the API's, named as those modules call them (``calls.X``, or imported from
+# ``containers.execution``). The test below drives every one of them.
+WEB_MODULES = ("containers/admin", "containers/api", "containers/live.py")
+WEB_ENGINE_PATHS = {
+    "container_logs",
+    "container_logs_for_console",
+    "container_logs_follow",
+    "runtime_health_check",
+    "orphan_remove",
+    "template_images_refresh",
+    "workspace_remove",
+    "workspace_sizes_refresh",
+}
+
+
+def _web_engine_paths() -> set[str]:
+    import ast
+
+    found = set()
+    for entry in WEB_MODULES:
+        path = REPO / entry
+        for module in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            for node in ast.walk(ast.parse(module.read_text())):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                    "containers.execution"
+                ):
+                    found |= {alias.name for alias in node.names}
+                elif (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "calls"
+                    and not node.attr.isupper()  # constants, not calls
+                ):
+                    found.add(node.attr)
+    return found
+
+
+def test_the_web_tier_reaches_engines_only_through_the_paths_its_role_is_tested_on():
+    assert _web_engine_paths() == WEB_ENGINE_PATHS
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_call_of_the_web_tier_is_granted_by_the_webs_role_and_each_grant_is_used(
+    kube, kube_runtime, owner, engine
+):
+    """The web's Role (deploy/kubernetes/base/web-role.yaml) against what the web tier's
+    engine paths (``WEB_ENGINE_PATHS``) call on the emulator: all granted, nothing more."""
+    import asyncio
+
+    from containers.engines import calls
+    from containers.engines.base import Workspace as WorkspaceSpec
+    from containers.execution.health import runtime_health_check
+    from containers.execution.housekeeping import orphan_remove, workspace_remove
+    from containers.execution.images import template_images_refresh
+    from containers.execution.workspaces import workspace_sizes_refresh
+    from containers.models import ContainerInstance, OrphanContainer, Workspace
+    from tests.factories import TemplateFactory
+    from tests.kube.rbac import uncovered
+
+    kube.kubelet.add_rule(name="gb-pod", logs=["hello web"])
+    made = spec(
+        env={"TOKEN": SECRET_VALUE},
+        secret_env=["TOKEN"],
+        mounts=[Mount("gobrave-ws-1", "/w", type="volume", workspace=True)],
+    )
+    engine.ensure_workspace(
+        WorkspaceSpec("volume", "gobrave-ws-1", 10001, 10001, {LABEL_INSTALLATION: "inst1"}),
+        image=IMAGE,
+    )
+    engine.start(engine.create(made), made)
+    wait_status(engine, "gb-pod", {"running"})
+    template = TemplateFactory(name="kube-web-role", constraints={"engine": "kube"})
+    instance = ContainerInstance(  # never saved: the web paths read what they are given
+        owner=owner, name="web", runtime=kube_runtime, container_id="gb-pod", status="running"
+    )
+    web_started = len(kube.emulator.calls)
+    assert "hello web" in calls.container_logs(instance=instance, tail=5).text
+    assert "hello web" in calls.container_logs_for_console(instance=instance, tail=5)[0]
+
+    async def follow() -> bytes:
+        stream = await calls.container_logs_follow(instance=instance, tail=5, seconds=0.3)
+        return b"".join([chunk async for chunk in stream])
+
+    assert b"hello web" in asyncio.run(follow())
+    assert runtime_health_check(runtime=kube_runtime) is True
+    template_images_refresh(templates=[template])
+    workspace = Workspace.objects.create(
+        runtime=kube_runtime, owner=owner, kind="volume", source="gobrave-ws-1", uid=1, gid=1
+    )
+    assert workspace_sizes_refresh(workspaces=[workspace]) == []
+    orphan = OrphanContainer.objects.create(
+        runtime=kube_runtime, container_id="gb-pod", name="gb-pod", labels=made.labels
+    )
+    assert orphan_remove(orphan=orphan, actor="t").removed_at is not None
+    workspace_remove(workspace_id=workspace.pk, actor="t")
+    web_calls = kube.emulator.calls[web_started:]
+    [role] = [d for d in yaml.safe_load_all(WEB_ROLE.read_text()) if d and d["kind"] == "Role"]
+    assert uncovered(web_calls, role) == []
+    used = {(c.group, f"{c.resource}/{c.subresource}" if c.subresource else c.resource, c.verb)
+            for c in web_calls}  # fmt: skip
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert granted == used, (granted - used, used - granted)
 
 
 # --- through the services and the handlers ------------------------------------------------
@@ -498,6 +648,75 @@ def test_a_pod_waiting_for_a_node_holds_no_slot_and_only_unschedulable_timeout_f
     assert row.status == "failed" and row.status_reason.startswith("unschedulable_timeout"), (
         row.status_reason
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pod_placed_after_waiting_clears_the_reason_takes_no_slot_and_times_out_later(
+    kube, kube_runtime, owner
+):
+    """Scheduled after a wait past ``start_timeout``: the monitor's event clears the
+    reason; the instance takes no slot (none outside the capacity gate) and is not failed
+    for the time it waited, but ``start_timeout`` bounds it again from its placement."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from containers.execution.monitor import cursor_for, event_apply
+    from containers.execution.reconciler import reconcile
+    from containers.installation import installation_id
+    from containers.models import ContainerInstance
+    from containers.requests.services import container_create_by_template
+    from containers.requests.slots import slot_count
+    from outbox.models import OutboxEvent
+    from tests.factories import TemplateFactory
+    from tests.processes import relay_drain
+
+    kube.kubelet.add_rule(labels={}, unschedulable="0/1 nodes are available: 1 Insufficient cpu.")
+    template = TemplateFactory(name="kube-later", constraints={"engine": "kube"})
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert relay_drain() == ["sent"]
+    deadline = time.monotonic() + 10 * PATIENCE
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    while row.engine_waiting_since is None and time.monotonic() < deadline:
+        reconcile()
+        row = ContainerInstance.objects.get(pk=instance.pk)
+    assert row.status_reason.startswith("waiting for a node: "), row.status_reason
+    # It waited most of an hour; its attempt began an hour ago (start_timeout is 300 s).
+    now = timezone.now()
+    OutboxEvent.objects.filter(aggregate_id=str(instance.pk)).update(
+        started_at=now - dt.timedelta(hours=1)
+    )
+    ContainerInstance.objects.filter(pk=instance.pk).update(
+        engine_waiting_since=now - dt.timedelta(minutes=59)
+    )
+    watcher = engine_for_cluster(kube)  # as a monitor started during the wait: it saw none
+    since = watcher.event_cursor_now()
+    kube.kubelet.add_rule(labels={}, pulling=True)  # a node frees; the pull is slow
+    events = _drain(
+        watcher, since, lambda seen: any(e.action == "place" for e in seen), installation_id()
+    )
+    cursor = cursor_for(kube_runtime)
+    for event in events:
+        event_apply(runtime=kube_runtime, cursor=cursor, event=event)
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.status_reason) == ("creating", ""), (row.status, row.status_reason)
+    assert row.engine_placed_at is not None and row.engine_waiting_since is not None, row
+    assert slot_count() == 0  # taking one now would pass no gate
+    reconcile()
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.status_reason) == ("creating", ""), (row.status, row.status_reason)
+    assert slot_count() == 0
+    # 60 s of its attempt before the wait and 250 s since its placement: past 300 s.
+    ContainerInstance.objects.filter(pk=instance.pk).update(
+        engine_placed_at=timezone.now() - dt.timedelta(seconds=250)
+    )
+    reconcile()
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert row.status == "failed", (row.status, row.status_reason)
+    counted = re.search(r"for (\d+)s, not counting (\d+)s waiting", row.status_reason)
+    assert row.status_reason.startswith("start_timeout: ") and counted, row.status_reason
+    assert 305 <= int(counted[1]) <= 315 and int(counted[2]) >= 3290, row.status_reason
+    assert (row.engine_waiting_since, row.engine_placed_at) == (None, None)
 
 
 @pytest.mark.django_db

@@ -5,8 +5,9 @@ What it is
   a bearer token), aiohttp in a thread of its own. The official ``kubernetes`` client
   reaches it through the kubeconfig that ``write_kubeconfig`` writes.
 - ``kubelet.FakeKubelet``: a thread that schedules and runs the emulator's Pods on one node,
-  on rules the test sets (unschedulable, image pull error, exit code, OOM, node lost, log
-  lines, metrics), writing their status and Events as the real scheduler and kubelet do;
+  on rules the test sets (unschedulable, a slow pull, image pull error, exit code, OOM,
+  node lost, log lines, metrics), writing their status and Events as the real scheduler
+  and kubelet do;
   it also holds a Pod back for a missing claim or Secret and for a ``nodeSelector`` the
   node's labels do not meet. Its parts: ``podstatus`` (the status written at each step),
   ``prerequisites`` (claims, Secrets, node labels), ``events``.

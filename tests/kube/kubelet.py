@@ -11,7 +11,8 @@ A Pod goes, one write (one watch event) per step:
    ``startTime`` (an ``image_error`` rule stops here with ``waiting: ErrImagePull`` ->
    ``ImagePullBackOff``, or ``InvalidImageName``; an image reference with upper-case
    letters or blanks is always ``InvalidImageName``; a Secret or key an env var needs
-   and lacks gives ``CreateContainerConfigError`` until it exists);
+   and lacks gives ``CreateContainerConfigError`` until it exists; a ``pulling`` rule
+   stops here, the image being pulled, until ``trigger()``);
 3. ``Running``: containers ``running``, ``ready``, ``podIP``, condition Ready True, an
    Event ``Started``; the rule's log lines are written;
 4. on the rule's outcome, after ``after_ms`` or on ``trigger()``: ``Succeeded`` (exit 0,
@@ -59,6 +60,7 @@ class Rule:
     node_lost: bool = False  # the node stops reporting: phase Unknown
     after_ms: int = 0  # when the outcome comes, counted from Running
     on_trigger: bool = False  # the outcome waits for trigger(pod name)
+    pulling: bool = False  # ContainerCreating (a pull under way) until trigger(pod name)
     logs: list[str] = field(default_factory=list)  # written when the Pod runs
     usage: dict[str, str] | None = None  # PodMetrics usage, {"cpu": "50m", "memory": "64Mi"}
 
@@ -130,7 +132,8 @@ class FakeKubelet:
         self._poke()
 
     def trigger(self, namespace: str, name: str) -> None:
-        """Let the outcome of an ``on_trigger`` rule happen to Pod ``name`` now."""
+        """Let the outcome of an ``on_trigger`` rule (or the pull of a ``pulling`` one)
+        happen to Pod ``name`` now."""
         with self._wake:
             self._triggers.add((namespace, name))
             self._pending.add((namespace, name))
@@ -351,6 +354,12 @@ class FakeKubelet:
                 message = podstatus.MESSAGES[reason].format(image=images[0])
                 self._event(pod, "Warning", "Failed", message)
             return
+        if rule.pulling:
+            with self._wake:
+                pulled = (ns, name) in self._triggers
+                self._triggers.discard((ns, name))
+            if not pulled:
+                return
         missing = prerequisites.missing_secret(self.store, pod)
         self._block((ns, name), missing is not None)
         if missing is not None:

@@ -447,6 +447,25 @@ def test_an_outcome_on_trigger_waits_for_it(core, kube):
     until(core, kube, "held", lambda p: p.status.phase == "Succeeded", "succeeded")
 
 
+def test_a_pulling_pod_waits_in_container_creating_until_triggered(core, kube):
+    kube.kubelet.add_rule(name="slow", pulling=True)
+    core.create_namespaced_pod(kube.namespace, pod("slow"))
+
+    def creating(p) -> bool:
+        states = p.status.container_statuses or []
+        return bool(states) and states[0].state.waiting is not None
+
+    until(core, kube, "slow", creating, "waited for its image")
+    # A Pod made after it runs: the kubelet has stepped past "slow"'s last change.
+    core.create_namespaced_pod(kube.namespace, pod("quick"))
+    until(core, kube, "quick", lambda p: p.status.phase == "Running", "ran")
+    held = core.read_namespaced_pod("slow", kube.namespace)
+    assert held.spec.node_name and held.status.phase == "Pending", held.status
+    assert held.status.container_statuses[0].state.waiting.reason == "ContainerCreating"
+    kube.kubelet.trigger(kube.namespace, "slow")
+    until(core, kube, "slow", lambda p: p.status.phase == "Running", "ran")
+
+
 def test_an_unschedulable_pod_stays_pending_with_the_reason(core, kube):
     kube.kubelet.add_rule(name="big", unschedulable="0/1 nodes are available: 1 Insufficient cpu.")
     core.create_namespaced_pod(kube.namespace, pod("big"))

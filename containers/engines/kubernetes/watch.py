@@ -8,7 +8,12 @@
    the Pod's state (``states.state_of``) against the last one this process saw of it.
    ``ADDED`` gives ``create`` (and what it already is), a new state gives ``start``,
    ``die`` (after ``oom`` when killed for memory) for an exit or a rejection, ``wait``
-   when the Pod starts waiting for a node, ``DELETED`` gives ``destroy``.
+   when the Pod starts waiting for a node, ``place`` when a Pod that waited for a node
+   is scheduled but does not run yet (without it the monitor would not hear that the
+   wait ended: the instance would keep showing "waiting for a node" and its timers would
+   stay those of a wait; a Pod this process had not seen before, bound to a node and not
+   running, gives it too, as this process may have started during the wait), ``DELETED``
+   gives ``destroy``.
 3. ``410 Gone`` (the cursor is older than the API server keeps): list again with the
    same selector and emit what changed against what this process saw (a Pod gone since:
    ``destroy``), then a ``resync`` event carrying the list's ``resourceVersion`` (no
@@ -33,11 +38,12 @@ from containers.engines.kubernetes.states import state_of
 
 WATCH_SECONDS = 300  # a stream ends after this (the default); the monitor reopens it
 NO_CONTAINER = "resync"  # an event that only moves the cursor
+WAITING_SHAPE = "created/waiting"  # ``_shape`` of a Pod waiting for a node
 
 
 def _shape(state: ContainerState) -> str:
     """What of a Pod's state makes an event: its status, and whether it waits for room."""
-    return f"{state.status}/waiting" if state.waiting else state.status
+    return WAITING_SHAPE if state.waiting else state.status
 
 
 def _nano(at: dt.datetime | None) -> int:
@@ -84,15 +90,25 @@ class PodWatch:
             events.append(event("create"))
         if not fresh and before is not None and before[1] == _shape(state):
             return events
-        events.extend(self._state_events(state, event))
+        # Placed after a wait: seen waiting, or (a Pod this process had not seen: a
+        # monitor that started since) bound to a node and not running yet.
+        waited = (
+            before[1] == WAITING_SHAPE
+            if not fresh and before is not None
+            else kind != "ADDED" and bool(state.node_name)
+        )
+        events.extend(self._state_events(state, event, waited=waited))
         return events
 
     @staticmethod
     def _state_events(
-        state: ContainerState, event: Callable[..., EngineEvent]
+        state: ContainerState, event: Callable[..., EngineEvent], *, waited: bool = False
     ) -> list[EngineEvent]:
+        """The events of a Pod now in ``state``; ``waited``: it was waiting for a node."""
         if state.status == "created":
-            return [event("wait")] if state.waiting else []
+            if state.waiting:
+                return [event("wait")]
+            return [event("place")] if waited else []
         if state.status == "running":
             return [event("start")]
         if state.status == "exited":
