@@ -6,7 +6,7 @@ class Migration(migrations.Migration):
     # ``start_timeout`` runs again from then, the wait not counted.
 
     dependencies = [
-        ('containers', '0029_lifecycle_policies'),
+        ('containers', '0030_runtime_history'),
     ]
 
     operations = [
