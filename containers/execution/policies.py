@@ -24,7 +24,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from containers.actors import POLICY
@@ -192,21 +193,39 @@ def _judge(
 
 
 def workspaces_retire(*, report: PolicyReport, now: dt.datetime, batch: int) -> None:
-    """The workspace_retention rule (off unless set): a volume workspace whose owner has
-    had no instance for that long is removed (``workspace_remove``, which checks again
-    under the row lock). Marks ``unused_since`` when the last instance is gone and clears
-    it when one comes back. One query over the workspaces (one row per owner and engine,
-    not per instance), each probing the instances' owner index."""
-    retention = _config()["workspace_retention"]
-    if not retention:
-        return
-    used = ContainerInstance.objects.filter(owner_id=OuterRef("owner_id"))
+    """The workspace_retention rule: a volume workspace whose owner has had no instance
+    for as long as its retention is removed (``workspace_remove``, which checks again
+    under the row lock).
+
+    A workspace's retention is its ``retention`` (the longest ``workspace_retention`` of
+    the templates of the deleted instances that mounted it, 0: kept for good), or, while
+    none of those was deleted since it was made, config.yml's value (empty: kept).
+    1. Clear ``unused_since`` of the workspaces whose owner has an instance again.
+    2. Set it on the watched workspaces (a retention other than 0) whose owner has none.
+    3. Remove those unused for their retention, at most ``batch``.
+    One statement each over the workspaces (one row per owner and engine, not per
+    instance), each probing the instances' owner index; with config.yml's value empty,
+    only workspaces a template set a retention on are watched.
+    """
+    default = int(_config()["workspace_retention"] or 0)
     volumes = Workspace.objects.filter(kind=Runtime.WorkspaceDriver.VOLUME)
+    watched = volumes.filter(retention__gt=0)
+    if default:
+        watched = volumes.filter(Q(retention__gt=0) | Q(retention__isnull=True))
+    used = ContainerInstance.objects.filter(owner_id=OuterRef("owner_id"))
     volumes.filter(unused_since__isnull=False).filter(Exists(used)).update(unused_since=None)
-    volumes.filter(unused_since__isnull=True).exclude(Exists(used)).update(unused_since=now)
-    due = volumes.filter(unused_since__lte=now - dt.timedelta(seconds=retention)).values_list(
-        "pk", flat=True
-    )[:batch]
+    watched.filter(unused_since__isnull=True).exclude(Exists(used)).update(unused_since=now)
+    keep = ExpressionWrapper(
+        Coalesce(F("retention"), Value(default)) * Value(dt.timedelta(seconds=1)),
+        output_field=DurationField(),
+    )
+    due = (
+        watched.filter(unused_since__isnull=False)
+        .alias(due_at=F("unused_since") + keep)
+        .filter(due_at__lte=now)
+        .order_by("unused_since")
+        .values_list("pk", flat=True)[:batch]
+    )
     for workspace_id in list(due):
         try:
             workspace_remove(workspace_id=workspace_id, actor=POLICY)

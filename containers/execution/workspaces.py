@@ -2,7 +2,8 @@
 
 ``workspace_ensure`` runs in the worker before each create whose spec mounts the owner's
 workspace; ``mounts_check`` before each create and start on a local engine. Neither
-holds a transaction while it calls the engine.
+holds a transaction while it calls the engine. ``workspace_retention_note`` runs when an
+instance is deleted (the workspace_retention policy).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Iterable
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Case, F, PositiveIntegerField, Value, When
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from containers.engines import engine_for
@@ -67,6 +70,41 @@ def workspace_ensure(*, instance: ContainerInstance, engine: Engine) -> bool:
         instance.owner_id,
     )
     return True
+
+
+def workspace_retention_note(*, instance: ContainerInstance) -> None:
+    """Record the deleted instance's ``workspace_retention`` on the workspace it mounted
+    (the ``retention`` of the owner's row for its engine and source): the workspace is
+    kept, once its owner has no instance left, for the longest of the values recorded
+    since it was made, and for good once any of them is 0 (the rule was off).
+
+    The value is the one resolved into the instance's ``spec["policy"]`` at its create;
+    an instance created before templates had the field takes config.yml's value now
+    (empty: 0). Must run in the transaction that deletes the instance, under its row
+    lock; one UPDATE through the workspaces' unique index, none for an instance that
+    mounted no workspace. Idempotent.
+    """
+    wanted = (instance.spec or {}).get("workspace")
+    if not wanted or instance.runtime_id is None:
+        return
+    policy = instance.spec.get("policy") or {}
+    if "workspace_retention" in policy:
+        keep = int(policy["workspace_retention"] or 0)
+    else:
+        keep = int(settings.GOBRAVE["container"]["policies"]["workspace_retention"] or 0)
+    row = Workspace.objects.filter(
+        runtime_id=instance.runtime_id, owner_id=instance.owner_id, source=wanted["source"]
+    )
+    if keep == 0:
+        row.exclude(retention=0).update(retention=0)
+        return
+    seconds = Value(keep, output_field=PositiveIntegerField())
+    longest = Case(
+        When(retention=0, then=Value(0)),
+        default=Greatest(Coalesce(F("retention"), seconds), seconds),
+        output_field=PositiveIntegerField(),
+    )
+    row.update(retention=longest)
 
 
 def shared_volumes_ensure(*, instance: ContainerInstance, engine: Engine) -> int:

@@ -1,7 +1,8 @@
 """Lifecycle policies of a template, resolved and checked (docs/operations.md, "Policies").
 
 A template's policy fields (``max_lifetime``, ``idle_timeout``, ``idle_cpu_threshold``,
-``delete_stopped_after``, ``extendable_by``, ``extend_max``) override config.yml's
+``delete_stopped_after``, ``extendable_by``, ``extend_max``, ``workspace_retention``)
+override config.yml's
 ``container.policies`` one by one: an empty field takes the installation's value, ``0``
 turns the rule off for the template. ``policy_resolve`` fixes the result into each new
 instance's ``spec["policy"]`` (like the rest of the spec, a later template change does not
@@ -29,6 +30,15 @@ POLICY_FIELDS = (
     "delete_stopped_after",
     "extendable_by",
     "extend_max",
+    "workspace_retention",
+)
+# The policy fields that are whole seconds.
+DURATIONS = (
+    "max_lifetime",
+    "idle_timeout",
+    "delete_stopped_after",
+    "extend_max",
+    "workspace_retention",
 )
 EXTENDERS = ("nobody", "owner", "staff")
 _MOST_SECONDS = 366 * 86400 * 10
@@ -61,6 +71,9 @@ def policy_resolve(template: Any) -> dict[str, Any]:
         "delete_stopped_after": seconds("delete_stopped_after"),
         "extendable_by": pick("extendable_by"),
         "extend_max": float(pick("extend_max") or 0),
+        # Recorded on the owner's workspace when the instance is deleted
+        # (``containers.execution.workspaces.workspace_retention_note``).
+        "workspace_retention": seconds("workspace_retention"),
     }
 
 
@@ -88,7 +101,7 @@ def template_policy_check(cleaned: Mapping[str, Any], current: Any | None) -> No
             return cleaned[name]
         return getattr(current, name, None) if current is not None else None
 
-    for name in ("max_lifetime", "idle_timeout", "delete_stopped_after", "extend_max"):
+    for name in DURATIONS:
         given = cleaned.get(name)
         if given is None:
             continue
