@@ -113,6 +113,13 @@ def test_requeuing_a_row_that_is_not_dead_is_409_and_writes_nothing(operator_api
     assert_error(operator_api.post(f"/api/outbox/{unknown.id}/requeue/"), 409, "not_requeuable")
     unknown.refresh_from_db()
     assert unknown.resolved_at is None and OutboxEvent.objects.count() == 2
+    viewer = token_client(
+        make_user("look", perms=Permission.objects.filter(codename="view_outboxevent"))
+    )
+    dead = _row("dead")
+    assert viewer.post(f"/api/outbox/{dead.id}/requeue/").status_code == 403
+    dead.refresh_from_db()
+    assert dead.resolved_at is None and OutboxEvent.objects.count() == 3
 
 
 def test_retention_purges_the_requeued_dead_row_and_never_its_pending_copy(
