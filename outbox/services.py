@@ -161,8 +161,10 @@ def outbox_dead_requeue(*, event_id: int, actor: str) -> OutboxEvent:
        ``NotRequeuable`` for a kind no handler is registered for any more (nothing
        changes).
     2. Write the new row (``outbox_enqueue``: a new id, so it runs after every request of
-       its aggregate already written; a handler finds the state as it is then, and one
-       whose request no longer applies ends ``superseded``).
+       its aggregate already committed; the outbox holds no lock of the aggregate, so
+       one written concurrently may run on either side of it. A handler finds the state
+       as it is then, and one whose request no longer applies ends ``superseded``; the
+       payload is the same, so a webhook delivery keeps its ``webhook-id``).
     3. Set the dead row's ``resolved_at`` and ``resolved_by`` (a row already dismissed
        keeps its first resolution). The status stays ``dead`` (contract §3), so
        retention deletes the dead row ``retention.dead_letters_resolved`` later, and

@@ -35,7 +35,8 @@ def _event_id(pk: str) -> int:
     ),
 )
 class OutboxViewSet(viewsets.GenericViewSet):
-    """Outbox rows, for diagnosis. Dead rows stay; the remedy is a new request."""
+    """Outbox rows, for diagnosis. Dead rows stay; the remedy is a new request, or a
+    requeue (a new row with the dead one's request)."""
 
     parser_classes = [JSONParser]
     required_permissions = {
