@@ -719,11 +719,14 @@ class Workspace(models.Model):
     # Since when its owner has had no instance (the workspace_retention policy; null:
     # in use, or not looked at). Written only by ``containers.execution.policies``.
     unused_since = models.DateTimeField(null=True, blank=True)
-    # How long it is kept once unused: the longest workspace_retention (seconds) of the
-    # deleted instances that mounted it, 0 (kept) if any of theirs was off; null: none
-    # deleted since it was made, config.yml's applies. Written when an instance is
-    # deleted (``containers.execution.workspaces.workspace_retention_note``).
+    # How long it is kept once unused (``containers.execution.policies``): the longest
+    # of the workspace_retention of the deleted instances that mounted it, each its
+    # template's own value (``retention``: the longest of those, 0 if any was 0, i.e.
+    # kept; null: none had one) or config.yml's (``retention_default``: true if an
+    # instance took it; null: no instance recorded yet, so config.yml's applies).
+    # Written when an instance is deleted (``workspaces.workspace_retention_note``).
     retention = models.PositiveIntegerField(null=True, blank=True)
+    retention_default = models.BooleanField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.conf import settings
 from django.contrib import admin, messages
 from django.template.defaultfilters import filesizeformat
 from django.utils.html import format_html
@@ -19,7 +18,7 @@ from containers.admin.display import time_ago
 from containers.execution.housekeeping import workspace_remove
 from containers.execution.workspaces import workspace_sizes_refresh
 from containers.models import Runtime, Workspace
-from containers.spec.policies import span
+from containers.spec.policies import span, workspace_retention_of
 from core.admin_helpers import ReadOnlyAdminMixin
 from core.errors import DomainError
 
@@ -62,9 +61,7 @@ class WorkspaceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         and when it goes if its owner has had no instance since ``unused_since``."""
         if obj.kind != Runtime.WorkspaceDriver.VOLUME:
             return "-"
-        keep = obj.retention
-        if keep is None:
-            keep = settings.GOBRAVE["container"]["policies"]["workspace_retention"]
+        keep = workspace_retention_of(retention=obj.retention, by_default=obj.retention_default)
         if not keep:
             return "kept"
         if obj.unused_since is None:

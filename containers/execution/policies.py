@@ -24,8 +24,19 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, Value
-from django.db.models.functions import Coalesce
+from django.db.models import (
+    Case,
+    DurationField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    PositiveIntegerField,
+    Q,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from containers.actors import POLICY
@@ -197,11 +208,12 @@ def workspaces_retire(*, report: PolicyReport, now: dt.datetime, batch: int) -> 
     for as long as its retention is removed (``workspace_remove``, which checks again
     under the row lock).
 
-    A workspace's retention is its ``retention`` (the longest ``workspace_retention`` of
-    the templates of the deleted instances that mounted it, 0: kept for good), or, while
-    none of those was deleted since it was made, config.yml's value (empty: kept).
+    A workspace's retention is the longest of those of the deleted instances that
+    mounted it (``workspaces.workspace_retention_note``): their templates' own values
+    (``retention``) and, if any of them took it or none is recorded yet, config.yml's
+    (``retention_default``); 0 or an empty config.yml value among them keeps it.
     1. Clear ``unused_since`` of the workspaces whose owner has an instance again.
-    2. Set it on the watched workspaces (a retention other than 0) whose owner has none.
+    2. Set it on the watched workspaces (a retention that ends) whose owner has none.
     3. Remove those unused for their retention, at most ``batch``.
     One statement each over the workspaces (one row per owner and engine, not per
     instance), each probing the instances' owner index; with config.yml's value empty,
@@ -209,16 +221,20 @@ def workspaces_retire(*, report: PolicyReport, now: dt.datetime, batch: int) -> 
     """
     default = int(_config()["workspace_retention"] or 0)
     volumes = Workspace.objects.filter(kind=Runtime.WorkspaceDriver.VOLUME)
-    watched = volumes.filter(retention__gt=0)
+    templates_only = Q(retention_default=False)
+    watched_q = templates_only & Q(retention__gt=0)
     if default:
-        watched = volumes.filter(Q(retention__gt=0) | Q(retention__isnull=True))
+        watched_q |= ~Q(retention_default=False) & (Q(retention__isnull=True) | Q(retention__gt=0))
+    watched = volumes.filter(watched_q)
     used = ContainerInstance.objects.filter(owner_id=OuterRef("owner_id"))
     volumes.filter(unused_since__isnull=False).filter(Exists(used)).update(unused_since=None)
     watched.filter(unused_since__isnull=True).exclude(Exists(used)).update(unused_since=now)
-    keep = ExpressionWrapper(
-        Coalesce(F("retention"), Value(default)) * Value(dt.timedelta(seconds=1)),
-        output_field=DurationField(),
+    seconds = Case(
+        When(templates_only, then=F("retention")),
+        default=Greatest(Coalesce(F("retention"), Value(default)), Value(default)),
+        output_field=PositiveIntegerField(),
     )
+    keep = ExpressionWrapper(seconds * Value(dt.timedelta(seconds=1)), output_field=DurationField())
     due = (
         watched.filter(unused_since__isnull=False)
         .alias(due_at=F("unused_since") + keep)

@@ -74,37 +74,37 @@ def workspace_ensure(*, instance: ContainerInstance, engine: Engine) -> bool:
 
 def workspace_retention_note(*, instance: ContainerInstance) -> None:
     """Record the deleted instance's ``workspace_retention`` on the workspace it mounted
-    (the ``retention`` of the owner's row for its engine and source): the workspace is
-    kept, once its owner has no instance left, for the longest of the values recorded
-    since it was made, and for good once any of them is 0 (the rule was off).
+    (the owner's row for its engine and source), for the policy pass.
 
-    The value is the one resolved into the instance's ``spec["policy"]`` at its create;
-    an instance created before templates had the field takes config.yml's value now
-    (empty: 0). Must run in the transaction that deletes the instance, under its row
-    lock; one UPDATE through the workspaces' unique index, none for an instance that
-    mounted no workspace. Idempotent.
+    The instance's value is its template's own, as resolved into its ``spec["policy"]``
+    at its create, or, where the template had none (or the instance predates the
+    field), config.yml's, read when the pass runs. A template's value goes into
+    ``retention`` (the longest so far; 0, kept for good, outlasts any); config.yml's
+    sets ``retention_default``; the first record also ends "nothing recorded yet"
+    (``retention_default`` null). Must run in the transaction that deletes the
+    instance, under its row lock; one UPDATE through the workspaces' unique index, none
+    for an instance that mounted no workspace. Idempotent.
     """
     wanted = (instance.spec or {}).get("workspace")
     if not wanted or instance.runtime_id is None:
         return
-    policy = instance.spec.get("policy") or {}
-    if "workspace_retention" in policy:
-        keep = int(policy["workspace_retention"] or 0)
-    else:
-        keep = int(settings.GOBRAVE["container"]["policies"]["workspace_retention"] or 0)
+    own = (instance.spec.get("policy") or {}).get("workspace_retention")
     row = Workspace.objects.filter(
         runtime_id=instance.runtime_id, owner_id=instance.owner_id, source=wanted["source"]
     )
-    if keep == 0:
-        row.exclude(retention=0).update(retention=0)
+    if own is None:
+        row.update(retention_default=True)
         return
-    seconds = Value(keep, output_field=PositiveIntegerField())
+    seconds = Value(int(own), output_field=PositiveIntegerField())
     longest = Case(
         When(retention=0, then=Value(0)),
         default=Greatest(Coalesce(F("retention"), seconds), seconds),
         output_field=PositiveIntegerField(),
     )
-    row.update(retention=longest)
+    row.update(
+        retention=longest if own else Value(0),
+        retention_default=Coalesce(F("retention_default"), Value(False)),
+    )
 
 
 def shared_volumes_ensure(*, instance: ContainerInstance, engine: Engine) -> int:

@@ -24,6 +24,11 @@ class Migration(migrations.Migration):
             name='retention',
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
+        migrations.AddField(
+            model_name='workspace',
+            name='retention_default',
+            field=models.BooleanField(blank=True, null=True),
+        ),
         migrations.AddIndex(
             model_name='workspace',
             index=models.Index(condition=models.Q(('unused_since__isnull', False)), fields=['unused_since'], name='workspace_unused'),

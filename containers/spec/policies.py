@@ -71,10 +71,27 @@ def policy_resolve(template: Any) -> dict[str, Any]:
         "delete_stopped_after": seconds("delete_stopped_after"),
         "extendable_by": pick("extendable_by"),
         "extend_max": float(pick("extend_max") or 0),
-        # Recorded on the owner's workspace when the instance is deleted
-        # (``containers.execution.workspaces.workspace_retention_note``).
-        "workspace_retention": seconds("workspace_retention"),
+        # The template's own value only (0: keep the workspace), None: config.yml's, read
+        # when the pass runs; recorded on the owner's workspace when the instance is
+        # deleted (``containers.execution.workspaces.workspace_retention_note``).
+        "workspace_retention": _own(template, "workspace_retention"),
     }
+
+
+def _own(template: Any, name: str) -> int | None:
+    value = getattr(template, name, None)
+    return None if value is None or value == "" else int(value)
+
+
+def workspace_retention_of(*, retention: int | None, by_default: bool | None) -> int:
+    """Seconds a workspace is kept once unused, 0 for good: the longest of its recorded
+    template values (``Workspace.retention``) and, when an instance took it or none is
+    recorded (``Workspace.retention_default`` true or null), config.yml's value. The
+    policy pass computes the same in SQL (``execution.policies.workspaces_retire``)."""
+    values = [] if retention is None else [retention]
+    if by_default is not False:
+        values.append(int(_defaults()["workspace_retention"] or 0))
+    return 0 if not values or 0 in values else max(values)
 
 
 def runtimes_without_stats(constraints: Mapping[str, Any]) -> list[str]:

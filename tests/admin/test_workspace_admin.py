@@ -133,5 +133,5 @@ def test_a_user_who_may_only_view_gets_no_remove_action(client, workspace):
 
 def test_the_list_shows_which_retention_applies(remover, workspace):
     assert "kept" in remover.get(reverse(LIST)).content.decode()  # config.yml's: empty
-    Workspace.objects.filter(pk=workspace.pk).update(retention=7200)
+    Workspace.objects.filter(pk=workspace.pk).update(retention=7200, retention_default=False)
     assert "2h once unused" in remover.get(reverse(LIST)).content.decode()

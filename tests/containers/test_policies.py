@@ -254,13 +254,42 @@ def test_a_templates_workspace_retention_applies_and_the_longest_wins(fake_runti
     _deleted(first)
     _deleted(second)  # the last one removed has the shorter retention: the longer stays
     row = Workspace.objects.get(pk=workspace.pk)
-    assert (row.retention, row.unused_since) == (5 * HOUR, None), vars(row)
+    recorded = (row.retention, row.retention_default, row.unused_since)
+    assert recorded == (5 * HOUR, False, None), vars(row)
     assert policies_pass().workspaces_removed == 0  # marks it unused from now
     assert policies_pass(now=later(2 * HOUR)).workspaces_removed == 0
     assert policies_pass(now=later(5 * HOUR + 60)).workspaces_removed == 1
     assert not Workspace.objects.filter(pk=workspace.pk).exists()
     removed = (engine_for(fake_runtime).root / "volumes-removed.log").read_text().split()
     assert removed == [workspace.source]
+
+
+def test_an_instance_without_a_template_value_brings_config_yml_s_into_the_longest(
+    fake_runtime, owner, gobrave_config
+):
+    from django.conf import settings
+
+    gobrave_config(
+        container={
+            "policies": {
+                **settings.GOBRAVE["container"]["policies"],
+                "workspace_retention": 3 * HOUR,
+            }
+        }
+    )
+    short = _with_workspace("short", workspace_retention=HOUR)
+    plain = _with_workspace("plain")  # no value of its own: config.yml's, when the pass runs
+    first = container_create_by_template(template=short, owner=owner, actor="test")
+    workspace = _workspace_made(first)
+    second = container_create_by_template(template=plain, owner=owner, actor="test")
+    relay_drain()
+    _deleted(first)
+    _deleted(second)
+    row = Workspace.objects.get(pk=workspace.pk)
+    assert (row.retention, row.retention_default) == (HOUR, True), vars(row)
+    assert policies_pass().workspaces_removed == 0
+    assert policies_pass(now=later(2 * HOUR)).workspaces_removed == 0
+    assert policies_pass(now=later(3 * HOUR + 60)).workspaces_removed == 1
 
 
 def test_a_template_that_turns_workspace_retention_off_keeps_the_workspace(
