@@ -7,10 +7,12 @@ retention."""
 from __future__ import annotations
 
 import datetime as dt
+import io
 
 import pytest
 from django.contrib.auth.models import Permission
 from django.contrib.messages import get_messages
+from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
@@ -154,3 +156,25 @@ def test_the_admin_action_requeues_dead_rows_and_refuses_the_others(client):
     dead.refresh_from_db()
     assert dead.resolved_at is not None and dead.resolved_by == "op"
     assert again.status == "pending"
+
+
+def test_the_command_requeues_and_dismisses_and_refuses_rows_that_are_not_dead():
+    dead, other, pending = _row("dead"), _row("dead"), _row("pending")
+    out, err = io.StringIO(), io.StringIO()
+    call_command("outbox_dead", "requeue", str(dead.id), "--as", "ops", stdout=out)
+    again = OutboxEvent.objects.get(id=int(out.getvalue().split("#")[-1]))
+    assert (again.status, again.kind) == ("pending", dead.kind), out.getvalue()
+    with pytest.raises(CommandError, match="1 of 2 refused"):
+        call_command(
+            "outbox_dead", "dismiss", str(other.id), str(pending.id), stdout=out, stderr=err
+        )
+    assert f"#{pending.id}: refused: outbox row #{pending.id} is pending" in err.getvalue()
+    rows = {r.id: (r.status, r.resolved_at is not None) for r in OutboxEvent.objects.all()}
+    expected = {
+        dead.id: ("dead", True),
+        other.id: ("dead", True),
+        pending.id: ("pending", False),
+        again.id: ("pending", False),
+    }
+    assert rows == expected, rows
+    assert OutboxEvent.objects.get(id=dead.id).resolved_by == "ops"
