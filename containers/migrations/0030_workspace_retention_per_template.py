@@ -9,28 +9,40 @@ class Migration(migrations.Migration):
     # engine (not per instance): its index is built in the transaction.
 
     dependencies = [
-        ('containers', '0029_lifecycle_policies'),
+        ("containers", "0029_lifecycle_policies"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='containertemplate',
-            name='workspace_retention',
-            field=models.PositiveIntegerField(blank=True, help_text="Seconds: the owner's volume workspace is removed this long after their last instance is gone (the longest among the templates of the instances that used it wins). Empty: the installation's default; 0: kept.", null=True),
+            model_name="containertemplate",
+            name="workspace_retention",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text=(
+                    "Seconds: the owner's volume workspace is removed this long after their "
+                    "last instance is gone (the longest among the templates of the instances "
+                    "that used it wins). Empty: the installation's default; 0: kept."
+                ),
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='workspace',
-            name='retention',
+            model_name="workspace",
+            name="retention",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='workspace',
-            name='retention_default',
+            model_name="workspace",
+            name="retention_default",
             field=models.BooleanField(blank=True, null=True),
         ),
         migrations.AddIndex(
-            model_name='workspace',
-            index=models.Index(condition=models.Q(('unused_since__isnull', False)), fields=['unused_since'], name='workspace_unused'),
+            model_name="workspace",
+            index=models.Index(
+                condition=models.Q(("unused_since__isnull", False)),
+                fields=["unused_since"],
+                name="workspace_unused",
+            ),
         ),
     ]
