@@ -357,6 +357,13 @@ class ContainerTemplate(models.Model):
         help_text="Seconds: the most a run's stop may be pushed back in all. Empty: the "
         "installation's default.",
     )
+    workspace_retention = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Seconds: the owner's volume workspace is removed this long after their "
+        "last instance is gone (the longest among the templates of the instances that used "
+        "it wins). Empty: the installation's default; 0: kept.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -782,10 +789,26 @@ class Workspace(models.Model):
     # Since when its owner has had no instance (the workspace_retention policy; null:
     # in use, or not looked at). Written only by ``containers.execution.policies``.
     unused_since = models.DateTimeField(null=True, blank=True)
+    # How long it is kept once unused (``containers.execution.policies``): the longest
+    # of the workspace_retention of the deleted instances that mounted it, each its
+    # template's own value (``retention``: the longest of those, 0 if any was 0, i.e.
+    # kept; null: none had one) or config.yml's (``retention_default``: true if an
+    # instance took it; null: no instance recorded yet, so config.yml's applies).
+    # Written when an instance is deleted (``workspaces.workspace_retention_note``).
+    retention = models.PositiveIntegerField(null=True, blank=True)
+    retention_default = models.BooleanField(null=True, blank=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["runtime", "owner", "source"], name="workspace_unique")
+        ]
+        indexes = [
+            # The workspace_retention pass reads the unused ones only.
+            models.Index(
+                fields=["unused_since"],
+                name="workspace_unused",
+                condition=models.Q(unused_since__isnull=False),
+            )
         ]
 
     def __str__(self) -> str:

@@ -8,12 +8,18 @@ models declare the index in ``Meta.indexes`` as usual.
 
 A concurrent build that fails (a deadlock, a cancelled migrate) leaves an INVALID index
 behind: ``docs/operations.md`` says how to find and drop it before migrating again.
+
+``add_txid`` adds the events feed's ``txid`` column (``core.write_order``) to an existing
+history table without rewriting it (containers 0026 and dags 0007 both call it).
 """
 
 from __future__ import annotations
 
 from django.contrib.postgres.operations import AddIndexConcurrently as PostgresAddIndexConcurrently
+from django.db import migrations
 from django.db.migrations import AddIndex
+
+from core import write_order
 
 
 class AddIndexConcurrently(PostgresAddIndexConcurrently):
@@ -28,3 +34,29 @@ class AddIndexConcurrently(PostgresAddIndexConcurrently):
             super().database_backwards(app_label, schema_editor, from_state, to_state)
         else:
             AddIndex.database_backwards(self, app_label, schema_editor, from_state, to_state)
+
+
+def add_txid(app_label: str, model_name: str) -> migrations.SeparateDatabaseAndState:
+    """Add ``txid`` to the model's existing table: in the database by
+    ``write_order.add_txid_sql`` (old rows 0, catalog changes only on PostgreSQL; undone
+    by dropping the column), in the migration state as the model declares it
+    (``write_order.txid_field``)."""
+
+    def table(apps) -> str:
+        return apps.get_model(app_label, model_name)._meta.db_table
+
+    def forwards(apps, schema_editor):
+        for sql in write_order.add_txid_sql(schema_editor.connection.vendor, table(apps)):
+            schema_editor.execute(sql)
+
+    def backwards(apps, schema_editor):
+        schema_editor.execute(f'ALTER TABLE "{table(apps)}" DROP COLUMN "txid"')
+
+    return migrations.SeparateDatabaseAndState(
+        database_operations=[migrations.RunPython(forwards, backwards)],
+        state_operations=[
+            migrations.AddField(
+                model_name=model_name.lower(), name="txid", field=write_order.txid_field()
+            )
+        ],
+    )

@@ -21,7 +21,7 @@ from core.errors import DomainError
 from outbox import registry
 from outbox.models import OutboxEvent, OutboxStatus
 from outbox.outcomes import Outcome
-from outbox.services import outbox_dead_resolve, outbox_retry_now
+from outbox.services import outbox_dead_requeue, outbox_dead_resolve, outbox_retry_now
 
 STATUS_COLOURS = {
     OutboxStatus.PENDING: "#6c757d",
@@ -71,7 +71,7 @@ class OutboxEventAdmin(FlatChangelistMixin, ActionsOnlyAdminMixin, admin.ModelAd
         choices_filter("outcome", lambda: [(o.value, o.value) for o in Outcome], title="outcome"),
     )
     search_fields = ("=aggregate_id", "kind")
-    actions = ("retry_now", "dismiss")
+    actions = ("retry_now", "dismiss", "requeue")
     fieldsets = (
         (None, {"fields": ("id", "kind", "queue", "status_display", "outcome", "aggregate")}),
         (
@@ -168,3 +168,21 @@ class OutboxEventAdmin(FlatChangelistMixin, ActionsOnlyAdminMixin, admin.ModelAd
                 self.message_user(request, f"{label}: refused: {exc.message}", messages.WARNING)
                 continue
             self.message_user(request, f"{label}: dismissed", messages.SUCCESS)
+
+    @admin.action(
+        description="Requeue (run dead letters again as new rows)", permissions=["change"]
+    )
+    def requeue(self, request, queryset):
+        for event in queryset.only("id", "status").order_by("id"):
+            label = f"#{event.id}"
+            if event.status != OutboxStatus.DEAD:
+                self.message_user(
+                    request, f"{label}: refused: it is {event.status}, not dead", messages.WARNING
+                )
+                continue
+            try:
+                again = outbox_dead_requeue(event_id=event.id, actor=request.user.get_username())
+            except DomainError as exc:  # gone meanwhile, or its kind is no longer run
+                self.message_user(request, f"{label}: refused: {exc.message}", messages.WARNING)
+                continue
+            self.message_user(request, f"{label}: requeued as #{again.id}", messages.SUCCESS)

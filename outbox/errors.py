@@ -24,3 +24,10 @@ class NotDead(DomainError):
 
     code = "not_dead"
     http_status = 409
+
+
+class NotRequeuable(DomainError):
+    """A dead letter whose kind no handler runs any more cannot be requeued (HTTP 409)."""
+
+    code = "not_requeuable"
+    http_status = 409

@@ -13,7 +13,7 @@ from core import prepared
 from core.counters import counter_add
 from outbox import conf, registry
 from outbox.counters import RelayStat
-from outbox.errors import NotDead, NotRetriable, OutboxRowNotFound
+from outbox.errors import NotDead, NotRequeuable, NotRetriable, OutboxRowNotFound
 from outbox.models import OutboxEvent, OutboxStatus
 from outbox.outcomes import Outcome
 
@@ -125,8 +125,9 @@ def outbox_retry_now(*, event_id: int) -> OutboxEvent:
 
 
 def outbox_dead_resolve(*, event_id: int, actor: str) -> OutboxEvent:
-    """Mark a dead letter resolved: an operator dismissed it (or a requeue replaced it
-    with a new row), so retention may delete it ``retention.dead_letters_resolved`` later.
+    """Mark a dead letter resolved: an operator dismissed it (``outbox_dead_requeue``
+    resolves it too, with the new row it writes), so retention may delete it
+    ``retention.dead_letters_resolved`` later.
 
     Under the row's lock: ``OutboxRowNotFound`` for no such row, ``NotDead`` for a row in
     any other status (nothing changes). The status stays ``dead`` (contract §3: a dead
@@ -149,6 +150,55 @@ def outbox_dead_resolve(*, event_id: int, actor: str) -> OutboxEvent:
             event.refresh_from_db(fields=["resolved_at"])
             log.info("outbox: dead row #%s resolved by %s", event_id, actor)
     return event
+
+
+def outbox_dead_requeue(*, event_id: int, actor: str) -> OutboxEvent:
+    """Run a dead letter's request again: a new ``pending`` row with the dead row's kind,
+    aggregate, fairness key and payload, due now; the dead row is resolved by it.
+
+    In one transaction, under the dead row's lock:
+    1. ``OutboxRowNotFound`` for no such row, ``NotDead`` for a row in any other status,
+       ``NotRequeuable`` for a kind no handler is registered for any more (nothing
+       changes).
+    2. Write the new row (``outbox_enqueue``: a new id, so it runs after every request of
+       its aggregate already committed; the outbox holds no lock of the aggregate, so
+       one written concurrently may run on either side of it. A handler finds the state
+       as it is then, and one whose request no longer applies ends ``superseded``; the
+       payload is the same, so a webhook delivery keeps its ``webhook-id``).
+    3. Set the dead row's ``resolved_at`` and ``resolved_by`` (a row already dismissed
+       keeps its first resolution). The status stays ``dead`` (contract §3), so
+       retention deletes the dead row ``retention.dead_letters_resolved`` later, and
+       never the new row, which is an ordinary pending row.
+    Not idempotent: each call writes another row. Returns the new row.
+    """
+    with transaction.atomic():
+        event = OutboxEvent.objects.select_for_update().filter(id=event_id).first()
+        if event is None:
+            raise OutboxRowNotFound(f"no outbox row {event_id}", id=event_id)
+        if event.status != OutboxStatus.DEAD:
+            raise NotDead(
+                f"outbox row #{event_id} is {event.status}, not dead",
+                id=event_id,
+                status=event.status,
+            )
+        if registry.route(event.kind) is None:
+            raise NotRequeuable(
+                f"outbox row #{event_id}: no handler runs {event.kind} any more",
+                id=event_id,
+                kind=event.kind,
+            )
+        again = outbox_enqueue(
+            kind=event.kind,
+            aggregate_id=event.aggregate_id,
+            payload=event.payload,
+            fairness_key=event.fairness_key,
+        )
+        if event.resolved_at is None:
+            event.resolved_at = Now()
+            event.resolved_by = actor[:150]
+            event.save(update_fields=["resolved_at", "resolved_by"])
+        log.info("outbox: dead row #%s requeued as #%s by %s", event_id, again.id, actor)
+    return OutboxEvent.objects.get(id=again.id)
 
 
 def _deferred(*, queue: str):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -144,15 +145,21 @@ def endpoint_url_check(url: str) -> Target:
     return target
 
 
-def open_socket(target: Target, *, timeout: float) -> socket.socket:
+def open_socket(target: Target, *, timeout: float, deadline: float | None = None) -> socket.socket:
     """Step 3: resolve, check, connect to a checked address, check the peer reached.
 
-    Tries each allowed address in turn (within ``timeout`` each); raises
+    Tries each allowed address in turn (within ``timeout`` each, and all of them before
+    ``deadline``, a ``time.monotonic()`` instant, when given); raises
     ``WebhookUrlRefused`` for a refused address (before any connection is made) and
-    ``OSError`` when none answers.
+    ``OSError`` (``TimeoutError`` past the deadline) when none answers.
     """
     last: OSError | None = None
     for family, kind, proto, _, sockaddr in resolve(target):
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{target.host}: no connection within the deadline")
+            timeout = min(timeout, left)
         sock = socket.socket(family, kind, proto)
         try:
             sock.settimeout(timeout)

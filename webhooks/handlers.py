@@ -30,9 +30,9 @@ log = logging.getLogger(__name__)
 
 
 def wait_limit() -> float:
-    """Seconds a delivery waits for the connect, then for each read of the answer:
-    ``webhooks.timeout``, and never above a third of ``outbox.delivery_timeout`` (the
-    handler's whole budget)."""
+    """Seconds one delivery attempt may take in all (connect, send and the answer, a
+    deadline ``delivery.post`` enforces on every socket wait): ``webhooks.timeout``, and
+    never above a third of ``outbox.delivery_timeout`` (the handler's whole budget)."""
     return min(settings.GOBRAVE["webhooks"]["timeout"], conf.value("delivery_timeout") / 3)
 
 
@@ -44,7 +44,7 @@ def deliver(event: OutboxEvent) -> Outcome:
        refused address is a permanent failure (dead at once), a name that does not
        resolve is retried.
     3. A 2xx answer: sent, and the endpoint's failure streak resets. Any other answer
-       (a redirect is never followed), or none within ``wait_limit()``: retried
+       (a redirect is never followed), or none complete within ``wait_limit()``: retried
        (a ``Retry-After`` is the backoff's floor).
     """
     payload = event.payload

@@ -64,7 +64,7 @@ from containers.requests.services import (
     container_stop,
 )
 from containers.spec import env_policy, redaction
-from containers.spec.policies import policy_status, template_policy_check
+from containers.spec.policies import POLICY_FIELDS, policy_status, template_policy_check
 from containers.spec.resolve import (
     check_volume_roots,
     clean_template_fields,
@@ -648,6 +648,16 @@ class ContainerTemplateAdmin(RedactedFieldsMixin, admin.ModelAdmin):
             },
         ),
         ("Placement", {"fields": ("resources", "constraints")}),
+        (
+            "Lifecycle policies",
+            {
+                "fields": POLICY_FIELDS,
+                "description": "Each overrides config.yml's container.policies for this "
+                "template: empty takes the installation's value, 0 turns the rule off "
+                '(docs/operations.md, "Policies"). Instances keep the policy of the '
+                "template as it was at their create.",
+            },
+        ),
         (
             "Security",
             {

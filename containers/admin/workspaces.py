@@ -7,6 +7,8 @@ The list reads the database only; sizes come from the "measure" action
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django.contrib import admin, messages
 from django.template.defaultfilters import filesizeformat
 from django.utils.html import format_html
@@ -15,7 +17,8 @@ from containers.actors import user_actor
 from containers.admin.display import time_ago
 from containers.execution.housekeeping import workspace_remove
 from containers.execution.workspaces import workspace_sizes_refresh
-from containers.models import Workspace
+from containers.models import Runtime, Workspace
+from containers.spec.policies import span, workspace_retention_of
 from core.admin_helpers import ReadOnlyAdminMixin
 from core.errors import DomainError
 
@@ -24,7 +27,16 @@ from core.errors import DomainError
 class WorkspaceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Workspaces (and the volumes gobrave owns like them: a DAG run's ``/dag``)."""
 
-    list_display = ("source", "kind", "runtime", "owner", "size", "measured", "created_at")
+    list_display = (
+        "source",
+        "kind",
+        "runtime",
+        "owner",
+        "size",
+        "measured",
+        "retention_shown",
+        "created_at",
+    )
     list_filter = ("runtime", "kind")
     list_select_related = ("runtime", "owner")
     search_fields = ("source", "owner__username")
@@ -42,6 +54,20 @@ class WorkspaceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="measured", ordering="size_checked_at")
     def measured(self, obj: Workspace):
         return time_ago(obj.size_checked_at) if obj.size_checked_at else "-"
+
+    @admin.display(description="retention")
+    def retention_shown(self, obj: Workspace) -> str:
+        """The workspace_retention that applies to it (docs/operations.md, "Policies"),
+        and when it goes if its owner has had no instance since ``unused_since``."""
+        if obj.kind != Runtime.WorkspaceDriver.VOLUME:
+            return "-"
+        keep = workspace_retention_of(retention=obj.retention, by_default=obj.retention_default)
+        if not keep:
+            return "kept"
+        if obj.unused_since is None:
+            return f"{span(keep)} once unused"
+        due = obj.unused_since + dt.timedelta(seconds=keep)
+        return f"unused: removed after {due:%Y-%m-%d %H:%M %Z}"
 
     def has_remove_permission(self, request) -> bool:
         return request.user.has_perm("containers.delete_workspace")

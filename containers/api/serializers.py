@@ -357,6 +357,15 @@ class TemplateInputSerializer(InputSerializer):
         default=None,
         help_text="Seconds a run's stop may be pushed back in all; null: the default.",
     )
+    workspace_retention = serializers.IntegerField(
+        min_value=0,
+        max_value=3660 * 86400,
+        allow_null=True,
+        default=None,
+        help_text="Seconds the owner's volume workspace is kept once their last instance "
+        "is gone (the longest among the templates of the instances that used it); null: "
+        "the installation's default; 0: kept.",
+    )
     enabled = serializers.BooleanField(default=True, help_text="Off: no user sees or uses it.")
     allowed_groups = GroupNamesField(
         child=serializers.CharField(max_length=150),
@@ -397,6 +406,7 @@ class TemplateOutputSerializer(ForViewer, serializers.ModelSerializer):
             "delete_stopped_after",
             "extendable_by",
             "extend_max",
+            "workspace_retention",
             "enabled",
             "allowed_groups",
             "image_status",

@@ -40,6 +40,7 @@ from containers.execution.workspaces import (
     mounts_check,
     shared_volumes_ensure,
     workspace_ensure,
+    workspace_retention_note,
 )
 from containers.models import ContainerInstance, Runtime
 from containers.queues import Queue, RequestKind
@@ -457,6 +458,7 @@ def handle_delete(event: OutboxEvent) -> Outcome:
                 from_status=Status.DELETING,
                 message="container removed and instance deleted",
             )
+            workspace_retention_note(instance=instance)
             instance_removed.send(sender=ContainerInstance, instance=instance, actor=WORKER)
             instance.delete()
     return Outcome.SENT

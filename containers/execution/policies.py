@@ -24,7 +24,19 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import (
+    Case,
+    DurationField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    PositiveIntegerField,
+    Q,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from containers.actors import POLICY
@@ -192,21 +204,44 @@ def _judge(
 
 
 def workspaces_retire(*, report: PolicyReport, now: dt.datetime, batch: int) -> None:
-    """The workspace_retention rule (off unless set): a volume workspace whose owner has
-    had no instance for that long is removed (``workspace_remove``, which checks again
-    under the row lock). Marks ``unused_since`` when the last instance is gone and clears
-    it when one comes back. One query over the workspaces (one row per owner and engine,
-    not per instance), each probing the instances' owner index."""
-    retention = _config()["workspace_retention"]
-    if not retention:
-        return
-    used = ContainerInstance.objects.filter(owner_id=OuterRef("owner_id"))
+    """The workspace_retention rule: a volume workspace whose owner has had no instance
+    for as long as its retention is removed (``workspace_remove``, which checks again
+    under the row lock).
+
+    A workspace's retention is the longest of those of the deleted instances that
+    mounted it (``workspaces.workspace_retention_note``): their templates' own values
+    (``retention``) and, if any of them took it or none is recorded yet, config.yml's
+    (``retention_default``); 0 or an empty config.yml value among them keeps it.
+    1. Clear ``unused_since`` of the workspaces whose owner has an instance again.
+    2. Set it on the watched workspaces (a retention that ends) whose owner has none.
+    3. Remove those unused for their retention, at most ``batch``.
+    One statement each over the workspaces (one row per owner and engine, not per
+    instance), each probing the instances' owner index; with config.yml's value empty,
+    only workspaces a template set a retention on are watched.
+    """
+    default = int(_config()["workspace_retention"] or 0)
     volumes = Workspace.objects.filter(kind=Runtime.WorkspaceDriver.VOLUME)
+    templates_only = Q(retention_default=False)
+    watched_q = templates_only & Q(retention__gt=0)
+    if default:
+        watched_q |= ~Q(retention_default=False) & (Q(retention__isnull=True) | Q(retention__gt=0))
+    watched = volumes.filter(watched_q)
+    used = ContainerInstance.objects.filter(owner_id=OuterRef("owner_id"))
     volumes.filter(unused_since__isnull=False).filter(Exists(used)).update(unused_since=None)
-    volumes.filter(unused_since__isnull=True).exclude(Exists(used)).update(unused_since=now)
-    due = volumes.filter(unused_since__lte=now - dt.timedelta(seconds=retention)).values_list(
-        "pk", flat=True
-    )[:batch]
+    watched.filter(unused_since__isnull=True).exclude(Exists(used)).update(unused_since=now)
+    seconds = Case(
+        When(templates_only, then=F("retention")),
+        default=Greatest(Coalesce(F("retention"), Value(default)), Value(default)),
+        output_field=PositiveIntegerField(),
+    )
+    keep = ExpressionWrapper(seconds * Value(dt.timedelta(seconds=1)), output_field=DurationField())
+    due = (
+        watched.filter(unused_since__isnull=False)
+        .alias(due_at=F("unused_since") + keep)
+        .filter(due_at__lte=now)
+        .order_by("unused_since")
+        .values_list("pk", flat=True)[:batch]
+    )
     for workspace_id in list(due):
         try:
             workspace_remove(workspace_id=workspace_id, actor=POLICY)

@@ -2,7 +2,8 @@
 
 ``workspace_ensure`` runs in the worker before each create whose spec mounts the owner's
 workspace; ``mounts_check`` before each create and start on a local engine. Neither
-holds a transaction while it calls the engine.
+holds a transaction while it calls the engine. ``workspace_retention_note`` runs when an
+instance is deleted (the workspace_retention policy).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Iterable
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Case, F, PositiveIntegerField, Value, When
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from containers.engines import engine_for
@@ -67,6 +70,41 @@ def workspace_ensure(*, instance: ContainerInstance, engine: Engine) -> bool:
         instance.owner_id,
     )
     return True
+
+
+def workspace_retention_note(*, instance: ContainerInstance) -> None:
+    """Record the deleted instance's ``workspace_retention`` on the workspace it mounted
+    (the owner's row for its engine and source), for the policy pass.
+
+    The instance's value is its template's own, as resolved into its ``spec["policy"]``
+    at its create, or, where the template had none (or the instance predates the
+    field), config.yml's, read when the pass runs. A template's value goes into
+    ``retention`` (the longest so far; 0, kept for good, outlasts any); config.yml's
+    sets ``retention_default``; the first record also ends "nothing recorded yet"
+    (``retention_default`` null). Must run in the transaction that deletes the
+    instance, under its row lock; one UPDATE through the workspaces' unique index, none
+    for an instance that mounted no workspace. Idempotent.
+    """
+    wanted = (instance.spec or {}).get("workspace")
+    if not wanted or instance.runtime_id is None:
+        return
+    own = (instance.spec.get("policy") or {}).get("workspace_retention")
+    row = Workspace.objects.filter(
+        runtime_id=instance.runtime_id, owner_id=instance.owner_id, source=wanted["source"]
+    )
+    if own is None:
+        row.update(retention_default=True)
+        return
+    seconds = Value(int(own), output_field=PositiveIntegerField())
+    longest = Case(
+        When(retention=0, then=Value(0)),
+        default=Greatest(Coalesce(F("retention"), seconds), seconds),
+        output_field=PositiveIntegerField(),
+    )
+    row.update(
+        retention=longest if own else Value(0),
+        retention_default=Coalesce(F("retention_default"), Value(False)),
+    )
 
 
 def shared_volumes_ensure(*, instance: ContainerInstance, engine: Engine) -> int:

@@ -6,18 +6,7 @@ default becomes the writing transaction's id, so the table is never rewritten.""
 from django.conf import settings
 from django.db import migrations, models
 
-import core.write_order
-
-
-def add_txid(apps, schema_editor):
-    table = apps.get_model("containers", "ContainerEvent")._meta.db_table
-    for sql in core.write_order.add_txid_sql(schema_editor.connection.vendor, table):
-        schema_editor.execute(sql)
-
-
-def drop_txid(apps, schema_editor):
-    table = apps.get_model("containers", "ContainerEvent")._meta.db_table
-    schema_editor.execute(f'ALTER TABLE "{table}" DROP COLUMN "txid"')
+from core.migration_operations import add_txid
 
 
 class Migration(migrations.Migration):
@@ -39,14 +28,5 @@ class Migration(migrations.Migration):
                 to=settings.AUTH_USER_MODEL,
             ),
         ),
-        migrations.SeparateDatabaseAndState(
-            database_operations=[migrations.RunPython(add_txid, drop_txid)],
-            state_operations=[
-                migrations.AddField(
-                    model_name="containerevent",
-                    name="txid",
-                    field=core.write_order.txid_field(),
-                )
-            ],
-        ),
+        add_txid("containers", "ContainerEvent"),
     ]

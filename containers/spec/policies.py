@@ -1,7 +1,8 @@
 """Lifecycle policies of a template, resolved and checked (docs/operations.md, "Policies").
 
 A template's policy fields (``max_lifetime``, ``idle_timeout``, ``idle_cpu_threshold``,
-``delete_stopped_after``, ``extendable_by``, ``extend_max``) override config.yml's
+``delete_stopped_after``, ``extendable_by``, ``extend_max``, ``workspace_retention``)
+override config.yml's
 ``container.policies`` one by one: an empty field takes the installation's value, ``0``
 turns the rule off for the template. ``policy_resolve`` fixes the result into each new
 instance's ``spec["policy"]`` (like the rest of the spec, a later template change does not
@@ -29,6 +30,15 @@ POLICY_FIELDS = (
     "delete_stopped_after",
     "extendable_by",
     "extend_max",
+    "workspace_retention",
+)
+# The policy fields that are whole seconds.
+DURATIONS = (
+    "max_lifetime",
+    "idle_timeout",
+    "delete_stopped_after",
+    "extend_max",
+    "workspace_retention",
 )
 EXTENDERS = ("nobody", "owner", "staff")
 _MOST_SECONDS = 366 * 86400 * 10
@@ -61,7 +71,27 @@ def policy_resolve(template: Any) -> dict[str, Any]:
         "delete_stopped_after": seconds("delete_stopped_after"),
         "extendable_by": pick("extendable_by"),
         "extend_max": float(pick("extend_max") or 0),
+        # The template's own value only (0: keep the workspace), None: config.yml's, read
+        # when the pass runs; recorded on the owner's workspace when the instance is
+        # deleted (``containers.execution.workspaces.workspace_retention_note``).
+        "workspace_retention": _own(template, "workspace_retention"),
     }
+
+
+def _own(template: Any, name: str) -> int | None:
+    value = getattr(template, name, None)
+    return None if value is None or value == "" else int(value)
+
+
+def workspace_retention_of(*, retention: int | None, by_default: bool | None) -> int:
+    """Seconds a workspace is kept once unused, 0 for good: the longest of its recorded
+    template values (``Workspace.retention``) and, when an instance took it or none is
+    recorded (``Workspace.retention_default`` true or null), config.yml's value. The
+    policy pass computes the same in SQL (``execution.policies.workspaces_retire``)."""
+    values = [] if retention is None else [retention]
+    if by_default is not False:
+        values.append(int(_defaults()["workspace_retention"] or 0))
+    return 0 if not values or 0 in values else max(values)
 
 
 def runtimes_without_stats(constraints: Mapping[str, Any]) -> list[str]:
@@ -88,7 +118,7 @@ def template_policy_check(cleaned: Mapping[str, Any], current: Any | None) -> No
             return cleaned[name]
         return getattr(current, name, None) if current is not None else None
 
-    for name in ("max_lifetime", "idle_timeout", "delete_stopped_after", "extend_max"):
+    for name in DURATIONS:
         given = cleaned.get(name)
         if given is None:
             continue

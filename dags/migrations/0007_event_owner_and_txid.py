@@ -4,18 +4,7 @@ feed, ``core.write_order``); catalog changes only, as containers 0020."""
 from django.conf import settings
 from django.db import migrations, models
 
-import core.write_order
-
-
-def add_txid(apps, schema_editor):
-    table = apps.get_model("dags", "DagEvent")._meta.db_table
-    for sql in core.write_order.add_txid_sql(schema_editor.connection.vendor, table):
-        schema_editor.execute(sql)
-
-
-def drop_txid(apps, schema_editor):
-    table = apps.get_model("dags", "DagEvent")._meta.db_table
-    schema_editor.execute(f'ALTER TABLE "{table}" DROP COLUMN "txid"')
+from core.migration_operations import add_txid
 
 
 class Migration(migrations.Migration):
@@ -37,12 +26,5 @@ class Migration(migrations.Migration):
                 to=settings.AUTH_USER_MODEL,
             ),
         ),
-        migrations.SeparateDatabaseAndState(
-            database_operations=[migrations.RunPython(add_txid, drop_txid)],
-            state_operations=[
-                migrations.AddField(
-                    model_name="dagevent", name="txid", field=core.write_order.txid_field()
-                )
-            ],
-        ),
+        add_txid("dags", "DagEvent"),
     ]

@@ -1,5 +1,5 @@
 """The outbox REST API: list and filter rows (``view_outboxevent``), make a backing-off
-row due now and dismiss a dead letter (``change_outboxevent``)."""
+row due now, dismiss a dead letter and requeue one (``change_outboxevent``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from outbox import selectors
 from outbox.api import serializers as s
 from outbox.api.filters import OutboxFilter
 from outbox.models import OutboxEvent
-from outbox.services import outbox_dead_resolve, outbox_retry_now
+from outbox.services import outbox_dead_requeue, outbox_dead_resolve, outbox_retry_now
 
 
 def _event_id(pk: str) -> int:
@@ -35,7 +35,8 @@ def _event_id(pk: str) -> int:
     ),
 )
 class OutboxViewSet(viewsets.GenericViewSet):
-    """Outbox rows, for diagnosis. Dead rows stay; the remedy is a new request."""
+    """Outbox rows, for diagnosis. Dead rows stay; the remedy is a new request, or a
+    requeue (a new row with the dead one's request)."""
 
     parser_classes = [JSONParser]
     required_permissions = {
@@ -43,6 +44,7 @@ class OutboxViewSet(viewsets.GenericViewSet):
         "retrieve": ("outbox.view_outboxevent",),
         "retry": ("outbox.change_outboxevent",),
         "dismiss": ("outbox.change_outboxevent",),
+        "requeue": ("outbox.change_outboxevent",),
     }
     serializer_class = s.OutboxEventOutputSerializer
     queryset = OutboxEvent.objects.none()
@@ -84,3 +86,18 @@ class OutboxViewSet(viewsets.GenericViewSet):
     def dismiss(self, request, pk: str):
         event = outbox_dead_resolve(event_id=_event_id(pk), actor=request.user.get_username())
         return Response(s.OutboxEventOutputSerializer(event).data)
+
+    @extend_schema(
+        summary="Requeue a dead letter (permission change_outboxevent)",
+        description="Run a dead row's request again: a new pending row with its kind, "
+        "aggregate and payload, due now (answered, 201). The dead row is resolved "
+        "(`resolved_at`, `resolved_by`) and stays `dead` until `retention."
+        "dead_letters_resolved`. Each call writes another row; rows in any other status, "
+        "or of a kind no handler runs any more, answer 409.",
+        request=None,
+        responses={201: s.OutboxEventOutputSerializer, **error_responses(404, 409)},
+    )
+    @action(detail=True, methods=["post"])
+    def requeue(self, request, pk: str):
+        event = outbox_dead_requeue(event_id=_event_id(pk), actor=request.user.get_username())
+        return Response(s.OutboxEventOutputSerializer(event).data, status=201)

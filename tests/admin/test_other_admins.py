@@ -51,6 +51,18 @@ def test_a_valid_template_is_saved(as_user, operator):
     assert ContainerTemplate.objects.get(name="web").resources == {"cpu": 0.5, "memory": "64m"}
 
 
+def test_the_template_form_sets_the_lifecycle_policies(as_user, operator):
+    fields = {"max_lifetime": "3600", "workspace_retention": "86400", "extendable_by": "staff"}
+    response = as_user(operator).post(
+        reverse("admin:containers_containertemplate_add"), {**VALID, **fields}
+    )
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    saved = ContainerTemplate.objects.get(name="web")
+    policies = (saved.max_lifetime, saved.workspace_retention, saved.extendable_by)
+    assert policies == (3600, 86400, "staff"), policies
+    assert saved.idle_timeout is None  # empty: the installation's default
+
+
 def test_template_form_help_shows_an_example_for_resources_constraints_and_security(
     as_user, operator
 ):

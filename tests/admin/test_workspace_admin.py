@@ -129,3 +129,9 @@ def test_a_user_who_may_only_view_gets_no_remove_action(client, workspace):
     response = _act(client, "remove_workspaces", workspace)
     assert Workspace.objects.filter(pk=workspace.pk).exists()
     assert response.status_code in (200, 302)
+
+
+def test_the_list_shows_which_retention_applies(remover, workspace):
+    assert "kept" in remover.get(reverse(LIST)).content.decode()  # config.yml's: empty
+    Workspace.objects.filter(pk=workspace.pk).update(retention=7200, retention_default=False)
+    assert "2h once unused" in remover.get(reverse(LIST)).content.decode()

@@ -109,6 +109,19 @@ def test_staff_patches_a_template(staff, template):
     assert (template.env, template.image) == ({"A": "1"}, "busybox:2")
 
 
+def test_staff_sets_a_templates_workspace_retention_and_a_bad_one_changes_nothing(staff, template):
+    url = f"/api/templates/{template.pk}/"
+    response = staff.patch(url, {"workspace_retention": 86400}, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["workspace_retention"] == 86400, response.json()
+    error = assert_error(
+        staff.patch(url, {"workspace_retention": -1}, format="json"), 400, "invalid"
+    )
+    assert "workspace_retention" in error["details"], error
+    template.refresh_from_db()
+    assert template.workspace_retention == 86400
+
+
 def test_patch_with_invalid_volumes_changes_nothing(staff, template):
     response = staff.patch(
         f"/api/templates/{template.pk}/", {"volumes": [{"source": ""}]}, format="json"

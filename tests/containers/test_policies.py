@@ -20,12 +20,13 @@ from containers.execution.policies import policies_pass
 from containers.models import ContainerEvent, ContainerInstance, ContainerTemplate, Workspace
 from containers.requests.extensions import container_extend
 from containers.requests.lifecycle import instance_lock, move
-from containers.requests.services import container_create_by_template
+from containers.requests.services import container_create_by_template, container_delete
 from containers.spec.template_services import template_create, template_update
 from containers.states import Status
 from outbox.models import OutboxEvent
 from tests.factories import TemplateFactory, UserFactory
 from tests.placing import place
+from tests.processes import relay_drain
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("postgres", "only_test_runtimes")]
 
@@ -220,6 +221,106 @@ def test_workspaces_are_kept_when_workspace_retention_is_off(fake_runtime, owner
     )
     assert policies_pass(now=later(1000 * HOUR)).workspaces_removed == 0
     assert Workspace.objects.get().unused_since is None
+
+
+def _with_workspace(name: str, **fields) -> ContainerTemplate:
+    volumes = [{"source": "$WORKSPACE_PATH", "target": "/work"}]
+    return TemplateFactory(name=name, volumes=volumes, **fields)
+
+
+def _deleted(instance) -> None:
+    """Delete the instance as the worker does (its container removed, its row gone)."""
+    container_delete(instance_id=instance.pk, actor="test")
+    outcomes = relay_drain()
+    assert outcomes and outcomes[-1] == "sent", outcomes
+    assert not ContainerInstance.objects.filter(pk=instance.pk).exists()
+
+
+def _workspace_made(instance) -> Workspace:
+    relay_drain()  # the create: the worker makes the owner's workspace
+    return Workspace.objects.get(owner_id=instance.owner_id, kind="volume")
+
+
+def test_a_templates_workspace_retention_applies_and_the_longest_wins(fake_runtime, owner):
+    """config.yml's workspace_retention is off: the templates' own values decide, the
+    longest of the deleted instances that used the workspace."""
+    short = _with_workspace("short", workspace_retention=HOUR)
+    long = _with_workspace("long", workspace_retention=5 * HOUR)
+    first = container_create_by_template(template=long, owner=owner, actor="test")
+    workspace = _workspace_made(first)
+    second = container_create_by_template(template=short, owner=owner, actor="test")
+    relay_drain()
+    assert Workspace.objects.get(pk=workspace.pk).retention is None
+    _deleted(first)
+    _deleted(second)  # the last one removed has the shorter retention: the longer stays
+    row = Workspace.objects.get(pk=workspace.pk)
+    recorded = (row.retention, row.retention_default, row.unused_since)
+    assert recorded == (5 * HOUR, False, None), vars(row)
+    assert policies_pass().workspaces_removed == 0  # marks it unused from now
+    assert policies_pass(now=later(2 * HOUR)).workspaces_removed == 0
+    assert policies_pass(now=later(5 * HOUR + 60)).workspaces_removed == 1
+    assert not Workspace.objects.filter(pk=workspace.pk).exists()
+    removed = (engine_for(fake_runtime).root / "volumes-removed.log").read_text().split()
+    assert removed == [workspace.source]
+
+
+def test_an_instance_without_a_template_value_brings_config_yml_s_into_the_longest(
+    fake_runtime, owner, gobrave_config
+):
+    from django.conf import settings
+
+    gobrave_config(
+        container={
+            "policies": {
+                **settings.GOBRAVE["container"]["policies"],
+                "workspace_retention": 3 * HOUR,
+            }
+        }
+    )
+    short = _with_workspace("short", workspace_retention=HOUR)
+    plain = _with_workspace("plain")  # no value of its own: config.yml's, when the pass runs
+    first = container_create_by_template(template=short, owner=owner, actor="test")
+    workspace = _workspace_made(first)
+    second = container_create_by_template(template=plain, owner=owner, actor="test")
+    relay_drain()
+    _deleted(first)
+    _deleted(second)
+    row = Workspace.objects.get(pk=workspace.pk)
+    assert (row.retention, row.retention_default) == (HOUR, True), vars(row)
+    assert policies_pass().workspaces_removed == 0
+    assert policies_pass(now=later(2 * HOUR)).workspaces_removed == 0
+    assert policies_pass(now=later(3 * HOUR + 60)).workspaces_removed == 1
+
+
+def test_a_template_that_turns_workspace_retention_off_keeps_the_workspace(
+    fake_runtime, owner, gobrave_config
+):
+    from django.conf import settings
+
+    gobrave_config(
+        container={
+            "policies": {**settings.GOBRAVE["container"]["policies"], "workspace_retention": HOUR}
+        }
+    )
+    keeper = _with_workspace("keeper", workspace_retention=0)
+    instance = container_create_by_template(template=keeper, owner=owner, actor="test")
+    workspace = _workspace_made(instance)
+    _deleted(instance)
+    assert Workspace.objects.get(pk=workspace.pk).retention == 0
+    assert policies_pass().workspaces_removed == 0
+    assert policies_pass(now=later(1000 * HOUR)).workspaces_removed == 0
+    row = Workspace.objects.get(pk=workspace.pk)
+    assert row.unused_since is None, vars(row)  # not watched at all
+
+
+def test_workspace_retention_is_resolved_into_the_instance_and_validated(fake_runtime, owner):
+    template = template_create(name="kept", image="busybox", workspace_retention=HOUR)
+    instance = container_create_by_template(template=template, owner=owner, actor="test")
+    assert instance.spec["policy"]["workspace_retention"] == HOUR
+    with pytest.raises(InvalidSpec) as refused:
+        template_update(template_id=template.pk, workspace_retention=-5)
+    assert refused.value.details["field"] == "workspace_retention"
+    assert ContainerTemplate.objects.get(pk=template.pk).workspace_retention == HOUR
 
 
 def test_idle_timeout_on_a_runtime_without_cpu_statistics_is_refused(fake_runtime, monkeypatch):
