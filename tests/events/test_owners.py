@@ -90,7 +90,7 @@ def test_deleted_instances_entries_get_their_owner_where_it_is_known_not_their_c
 
 def test_the_follow_up_corrects_entries_given_to_the_creator_where_the_owner_is_known():
     migration = importlib.import_module(
-        "containers.migrations.0031_event_owner_of_deleted_instances"
+        "containers.migrations.0033_event_owner_of_deleted_instances"
     )
     op = UserFactory(username="fu-op", is_staff=True)
     bob, carol = UserFactory(username="fu-bob"), UserFactory(username="fu-carol")

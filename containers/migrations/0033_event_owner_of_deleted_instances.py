@@ -30,7 +30,7 @@ class Migration(migrations.Migration):
     atomic = False  # each statement commits on its own
 
     dependencies = [
-        ("containers", "0030_workspace_retention_per_template"),
+        ("containers", "0032_workspace_retention_per_template"),
         ("outbox", "0004_fair_share"),
         ("dags", "0001_initial"),
     ]

@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
     # engine (not per instance): its index is built in the transaction.
 
     dependencies = [
-        ("containers", "0029_lifecycle_policies"),
+        ("containers", "0031_instance_engine_placed"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
