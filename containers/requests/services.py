@@ -381,7 +381,6 @@ def _request(
 ) -> RequestResult:
     """The shared shape of start, stop and delete (see the module docstring). ``reason``
     (why, e.g. a policy's rule) and ``data`` go into the history entry."""
-    kind, target, noop = _REQUESTS[action]
     with transaction.atomic():
         try:
             instance = instance_lock(instance_id)
@@ -389,23 +388,41 @@ def _request(
             instance = None
         if instance is None:
             raise NotFound(f"no container instance {instance_id}", id=str(instance_id))
-        if instance.status in noop:
-            return RequestResult(instance=instance, queued=False)
-        if instance.status not in sources_of(target):
-            raise InvalidTransition(
-                f"cannot {action} {instance.name}: it is {instance.status}",
-                status=instance.status,
-                action=action,
-            )
-        message = f"{action} requested" + (f": {reason}" if reason else "")
-        move(instance, target, actor=actor, kind=kind, message=message, data=data)
-        outbox_enqueue(
-            kind=kind,
-            aggregate_id=str(instance.id),
-            payload={"by": actor},
-            fairness_key=str(instance.owner_id),
+        return request_locked(action, instance, actor=actor, reason=reason, data=data)
+
+
+def request_locked(
+    action: str,
+    instance: ContainerInstance,
+    *,
+    actor: str,
+    reason: str = "",
+    data: dict[str, Any] | None = None,
+) -> RequestResult:
+    """The request ``action`` (``start``, ``stop``, ``delete``) on an instance whose row
+    the caller holds (``instance_lock``, or a bulk lock: ``containers.requests.bulk``),
+    inside the caller's transaction: the no-op check, the transition check, the move (its
+    history entry) and the outbox row. Raises ``InvalidTransition`` before it writes
+    anything, so a caller that catches it outside an ``atomic`` block may go on in the
+    same transaction."""
+    kind, target, noop = _REQUESTS[action]
+    if instance.status in noop:
+        return RequestResult(instance=instance, queued=False)
+    if instance.status not in sources_of(target):
+        raise InvalidTransition(
+            f"cannot {action} {instance.name}: it is {instance.status}",
+            status=instance.status,
+            action=action,
         )
-        return RequestResult(instance=instance, queued=True)
+    message = f"{action} requested" + (f": {reason}" if reason else "")
+    move(instance, target, actor=actor, kind=kind, message=message, data=data)
+    outbox_enqueue(
+        kind=kind,
+        aggregate_id=str(instance.id),
+        payload={"by": actor},
+        fairness_key=str(instance.owner_id),
+    )
+    return RequestResult(instance=instance, queued=True)
 
 
 def container_start(*, instance_id: uuid.UUID | str, actor: str) -> RequestResult:
