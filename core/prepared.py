@@ -174,6 +174,30 @@ def _update_statement(obj: models.Model, fields: tuple[str, ...]) -> tuple[str, 
     return _updates[key], {**values, "pk": obj.pk}
 
 
+def update_many(objs: list[models.Model], fields: tuple[str, ...]) -> None:
+    """``update(obj, fields)`` of each of ``objs`` (rows of one model): on PostgreSQL one
+    statement, sent for them all at once (psycopg's ``executemany`` pipelines it: one
+    round trip, not one per row); the ORM's saves elsewhere. The caller holds the rows."""
+    if not objs:
+        return
+    if not active():
+        for obj in objs:
+            obj.save(update_fields=list(fields))
+        return
+    statements = [_update_statement(obj, fields) for obj in objs]
+    sql = statements[0][0]
+    params = [values for _, values in statements]
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    cursor = psycopg.Cursor(connection.connection)
+    with connection.wrap_database_errors:
+        if connection.queries_logged:
+            with connection.make_debug_cursor(cursor).debug_sql(sql, params, many=True):
+                cursor.executemany(sql, params)
+        else:
+            cursor.executemany(sql, params)
+
+
 def update_and_insert(obj: models.Model, fields: tuple[str, ...], new: models.Model) -> None:
     """``update(obj, fields)`` and then ``insert(new)``: on PostgreSQL one prepared
     statement (the UPDATE in a CTE; one round trip for a state change and its history
