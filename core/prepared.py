@@ -174,10 +174,44 @@ def _update_statement(obj: models.Model, fields: tuple[str, ...]) -> tuple[str, 
     return _updates[key], {**values, "pk": obj.pk}
 
 
+def _execute_many(sql: str, params: list[dict], *, returning: bool = False) -> psycopg.Cursor:
+    """Run one statement once per set of ``params``, sent all at once (psycopg's
+    ``executemany`` pipelines it: one round trip, not one per set), on Django's
+    connection in its current transaction; logged as Django logs an ``executemany``."""
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    cursor = psycopg.Cursor(connection.connection)
+    with connection.wrap_database_errors:
+        if connection.queries_logged:
+            with connection.make_debug_cursor(cursor).debug_sql(sql, params, many=True):
+                cursor.executemany(sql, params, returning=returning)
+        else:
+            cursor.executemany(sql, params, returning=returning)
+    return cursor
+
+
+def insert_many(objs: list[models.Model]) -> None:
+    """``insert`` of each of ``objs`` (rows of one model, in this order): on PostgreSQL
+    the same prepared statement for each, sent for them all at once (``_execute_many``);
+    the ORM's saves elsewhere. Each object gets its primary key (and the fields left to
+    their ``db_default``) as ``insert`` gives them."""
+    if not objs:
+        return
+    statements = [_insert_statement(obj) for obj in objs] if active() else []
+    if len({sql for sql, _ in statements}) != 1:  # off, or not one shape: one at a time
+        for obj in objs:
+            insert(obj)
+        return
+    cursor = _execute_many(statements[0][0], [values for _, values in statements], returning=True)
+    for obj in objs:
+        _inserted(obj, cursor)
+        cursor.nextset()
+
+
 def update_many(objs: list[models.Model], fields: tuple[str, ...]) -> None:
     """``update(obj, fields)`` of each of ``objs`` (rows of one model): on PostgreSQL one
-    statement, sent for them all at once (psycopg's ``executemany`` pipelines it: one
-    round trip, not one per row); the ORM's saves elsewhere. The caller holds the rows."""
+    prepared statement, sent for them all at once (``_execute_many``); the ORM's saves
+    elsewhere. The caller holds the rows."""
     if not objs:
         return
     if not active():
@@ -185,17 +219,7 @@ def update_many(objs: list[models.Model], fields: tuple[str, ...]) -> None:
             obj.save(update_fields=list(fields))
         return
     statements = [_update_statement(obj, fields) for obj in objs]
-    sql = statements[0][0]
-    params = [values for _, values in statements]
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
-    cursor = psycopg.Cursor(connection.connection)
-    with connection.wrap_database_errors:
-        if connection.queries_logged:
-            with connection.make_debug_cursor(cursor).debug_sql(sql, params, many=True):
-                cursor.executemany(sql, params)
-        else:
-            cursor.executemany(sql, params)
+    _execute_many(statements[0][0], [values for _, values in statements])
 
 
 def update_and_insert(obj: models.Model, fields: tuple[str, ...], new: models.Model) -> None:

@@ -211,7 +211,7 @@ def move_many(
        ``InvalidTransition`` for the first that is not allowed, before anything is
        written.
     2. The rows are saved in one round trip (``core.prepared.update_many``) and their
-       history entries written in one INSERT.
+       history entries written in another (``core.prepared.insert_many``).
     3. Then what follows a move, as ``move`` does it: deferred creates woken (once),
        webhooks (one lock of their endpoints), ``instance_moved`` for each row.
     """
@@ -231,7 +231,7 @@ def move_many(
         moved.append((instance, source))
         entries.append(entry)
     prepared.update_many([instance for instance, _ in moved], MOVED_FIELDS)
-    ContainerEvent.objects.bulk_create(entries)
+    prepared.insert_many(entries)
     for (instance, source), (_, message, _data) in zip(moved, moves, strict=True):
         log.info("instance %s %s -> %s by %s %s", instance.id, source, target, actor, message)
     _moved(moved, target, actor=actor)

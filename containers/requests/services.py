@@ -425,7 +425,7 @@ def requests_locked(
        (``InvalidTransition``) is decided, as for one request.
     2. The others move together (``move_many``: the state machine's transitions, one
        statement for the rows and one for their history entries) and get their outbox
-       rows in one INSERT (``outbox_enqueue_many``), in the same order.
+       rows in one round trip (``outbox_enqueue_many``), in the same order.
     """
     kind, target, noop = _REQUESTS[action]
     results: list[RequestResult | DomainError] = []
