@@ -32,7 +32,7 @@ from collections.abc import Callable, Hashable
 from typing import NamedTuple
 
 import psycopg
-from django.db import connection, models
+from django.db import connection, connections, models
 from django.db.models.expressions import DatabaseDefault
 from django.db.models.functions import Now
 from django.db.models.query import get_related_populators
@@ -102,6 +102,7 @@ def _insert_statement(obj: models.Model) -> tuple[str, dict]:
         if not (field.primary_key and field.db_returning and getattr(obj, field.attname) is None)
     ]
     values, now, left = {}, [], set()
+    db = connections[connection.alias]  # the connection itself: no proxy lookup per field
     for field in fields:
         value = field.pre_save(obj, add=True)
         if isinstance(value, DatabaseDefault):
@@ -109,7 +110,7 @@ def _insert_statement(obj: models.Model) -> tuple[str, dict]:
         elif isinstance(value, Now):
             now.append(field.attname)
         else:
-            values[field.attname] = field.get_db_prep_save(value, connection)
+            values[field.attname] = field.get_db_prep_save(value, db)
     returned = [meta.pk.column, *(f.column for f in fields if f.attname in left)]
     fields = [field for field in fields if field.attname not in left]
     key = (meta.label, tuple(f.attname for f in fields), tuple(now), tuple(returned))
@@ -159,8 +160,9 @@ def _update_statement(obj: models.Model, fields: tuple[str, ...]) -> tuple[str, 
     """``update``'s statement and its parameters (``v0``, ``v1``... and ``pk``)."""
     meta = obj._meta
     chosen = [meta.get_field(name) for name in fields]
+    db = connections[connection.alias]  # the connection itself: no proxy lookup per field
     values = {
-        f"v{i}": field.get_db_prep_save(field.pre_save(obj, add=False), connection)
+        f"v{i}": field.get_db_prep_save(field.pre_save(obj, add=False), db)
         for i, field in enumerate(chosen)
     }
     key = (meta.label, fields)
