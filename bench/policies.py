@@ -6,7 +6,8 @@ The rows: ``make_rows`` (90% stopped, 10% running), then, as the transitions wou
 armed them, every running instance given a ``max_lifetime`` deadline spread over the next
 day and every stopped one a ``delete_stopped_after`` deadline over the next week (none
 within the hour: a quiet pass stays quiet), and one workspace per owner with
-``workspace_retention`` on. ``--due`` of each kind are put in the past, so the pass has
+``workspace_retention`` on. ``--due`` of each kind (default: ``policies.batch_size``, the
+most one pass makes of each) are put in the past, so the pass has
 work: that many ordinary stop and delete requests (with their outbox rows and history),
 made through the services. Timed: a pass with nothing due (the steady state), then
 ``--rounds`` times the pass with the due rows, each beside its peer measured in the same
@@ -108,7 +109,7 @@ def one_at_a_time(due: int):
         start = time.perf_counter()
         now = timezone.now()
         rows = ContainerInstance.objects.filter(stop_at__lte=now, status__in=("running", "paused"))
-        for instance_id in rows.order_by("stop_at").values_list("id", flat=True)[:500]:
+        for instance_id in rows.order_by("stop_at").values_list("id", flat=True)[:due]:
             container_stop(
                 instance_id=instance_id, actor="policy", reason="max_lifetime: running longer "
                 "than 1d", data={"rule": "max_lifetime"},
@@ -116,7 +117,7 @@ def one_at_a_time(due: int):
         rows = ContainerInstance.objects.filter(
             delete_at__lte=now, status__in=("stopped", "failed")
         )
-        for instance_id in rows.order_by("delete_at").values_list("id", flat=True)[:500]:
+        for instance_id in rows.order_by("delete_at").values_list("id", flat=True)[:due]:
             container_delete(
                 instance_id=instance_id, actor="policy", reason="delete_stopped_after: stopped "
                 "for longer than 7d", data={"rule": "delete_stopped_after"},
@@ -146,7 +147,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=100_000, help="instances")
     parser.add_argument("--owners", type=int, default=1_000)
-    parser.add_argument("--due", type=int, default=100, help="due stops and due deletes")
+    parser.add_argument(
+        "--due", type=int, help="due stops and due deletes (default: policies.batch_size, "
+        "the most one pass makes of each)",
+    )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=5, help="due passes (and peers) timed")
     parser.add_argument("--keep-db", action="store_true")
     parser.add_argument(
@@ -162,8 +166,11 @@ def main() -> int:
         c.django_setup(
             c.app_env(url, container_policies__workspace_retention="30d", **c.NO_OWNER_QUOTAS)
         )
+        from django.conf import settings
+
         from bench.rows_data import make_rows
 
+        args.due = args.due or int(settings.GOBRAVE["container"]["policies"]["batch_size"])
         print(make_rows(args.rows, owners=args.owners))
         arm(engine_dir=engine_dir)
         timed_pass("first pass (marks the owners' workspaces unused)")
