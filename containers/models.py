@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
@@ -433,9 +434,10 @@ class ContainerInstance(FSMModelMixin, models.Model):
                 name="instance_policy_stop",
                 condition=models.Q(stop_at__isnull=False),
             ),
-            # The idle watch's turn: the watched rows, the longest unchecked first.
+            # The idle watch's turn: the watched rows, the longest unchecked first (never
+            # checked: since their run began).
             models.Index(
-                F("idle_checked_at").asc(nulls_first=True),
+                Coalesce("idle_checked_at", "idle_since"),
                 F("id"),
                 name="instance_policy_idle_turn",
                 condition=models.Q(idle_since__isnull=False),

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, OuterRef
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from containers.actors import POLICY
@@ -135,7 +136,8 @@ def idle_watch(*, report: PolicyReport, now: dt.datetime, batch: int) -> None:
     """The idle_timeout rule: one ``stats`` call per watched container per pass.
 
     1. Read the running instances under an idle rule (``idle_since`` set: its partial
-       index) in turn, the longest unchecked first (``idle_checked_at``), at most
+       index) in turn, the longest unchecked first (``idle_checked_at``; never checked:
+       since ``idle_since``, when the run began), at most
        ``batch``, and mark them checked now: every row read has had its turn, whatever
        the engine says of it, so rows it gives no figure for (or an engine that does not
        answer) never keep the rows behind them from being looked at.
@@ -148,7 +150,7 @@ def idle_watch(*, report: PolicyReport, now: dt.datetime, batch: int) -> None:
     """
     rows = list(
         ContainerInstance.objects.filter(idle_since__isnull=False, status=Status.RUNNING)
-        .order_by(F("idle_checked_at").asc(nulls_first=True), "id")
+        .order_by(Coalesce("idle_checked_at", "idle_since"), "id")
         .only("id", "runtime_id", "container_id", "idle_since", "cpu_sample", "spec")[:batch]
     )
     if not rows:
