@@ -133,14 +133,14 @@ def _previous(sample: dict[str, Any] | None) -> ContainerStats | None:
 
 
 def idle_watch(*, report: PolicyReport, now: dt.datetime, batch: int) -> None:
-    """The idle_timeout rule: one ``stats`` call per watched container per pass.
+    """The idle_timeout rule: at most one ``stats`` call per watched container per pass.
 
     1. Read the running instances under an idle rule (``idle_since`` set: its partial
        index) in turn, the longest unchecked first (``idle_checked_at``; never checked:
-       since ``idle_since``, when the run began), at most
-       ``batch``, and mark them checked now: every row read has had its turn, whatever
-       the engine says of it, so rows it gives no figure for (or an engine that does not
-       answer) never keep the rows behind them from being looked at.
+       since ``idle_since``, when the run began), at most ``batch``, and mark them
+       checked now: every row read has had its turn, whatever the engine says of it, so
+       rows it gives no figure for (or an engine that does not answer) never keep the
+       rows behind them from being looked at.
     2. Per engine (bounded like a reconcile's share of it), look at each container's CPU
        once and take the cores used since the last look (``cores_since``).
     3. Above the template's threshold: ``idle_since`` becomes now (compare-and-set on the
