@@ -9,7 +9,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
@@ -433,6 +434,9 @@ class ContainerInstance(FSMModelMixin, models.Model):
     extended_seconds = models.PositiveIntegerField(default=0)
     idle_since = models.DateTimeField(null=True, blank=True)
     cpu_sample = models.JSONField(null=True, blank=True, editable=False)
+    # When the idle watch last took this row's turn (measured or not: an engine that
+    # gives no figure for it, or does not answer, does not keep it first in line).
+    idle_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
     delete_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -453,9 +457,12 @@ class ContainerInstance(FSMModelMixin, models.Model):
                 name="instance_policy_stop",
                 condition=models.Q(stop_at__isnull=False),
             ),
+            # The idle watch's turn: the watched rows, the longest unchecked first (never
+            # checked: since their run began).
             models.Index(
-                fields=["runtime", "idle_since"],
-                name="instance_policy_idle",
+                Coalesce("idle_checked_at", "idle_since"),
+                F("id"),
+                name="instance_policy_idle_turn",
                 condition=models.Q(idle_since__isnull=False),
             ),
             models.Index(

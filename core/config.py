@@ -279,7 +279,7 @@ POLICY_SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "workspace_retention": (_optional(_duration(1, 10 * _YEAR)), None),
     "extendable_by": (_choice(*EXTENDERS), "owner"),
     "extend_max": (_duration(0, _YEAR), 86400.0),
-    "batch_size": (_integer(1, 100_000), 500),
+    "batch_size": (_integer(1, 100_000), 200),
 }
 _policies = _nested(POLICY_SCHEMA, "container.policies")
 POLICY_DEFAULTS = _policies({})

@@ -32,7 +32,7 @@ from collections.abc import Callable, Hashable
 from typing import NamedTuple
 
 import psycopg
-from django.db import connection, models
+from django.db import connection, connections, models
 from django.db.models.expressions import DatabaseDefault
 from django.db.models.functions import Now
 from django.db.models.query import get_related_populators
@@ -102,6 +102,7 @@ def _insert_statement(obj: models.Model) -> tuple[str, dict]:
         if not (field.primary_key and field.db_returning and getattr(obj, field.attname) is None)
     ]
     values, now, left = {}, [], set()
+    db = connections[connection.alias]  # the connection itself: no proxy lookup per field
     for field in fields:
         value = field.pre_save(obj, add=True)
         if isinstance(value, DatabaseDefault):
@@ -109,7 +110,7 @@ def _insert_statement(obj: models.Model) -> tuple[str, dict]:
         elif isinstance(value, Now):
             now.append(field.attname)
         else:
-            values[field.attname] = field.get_db_prep_save(value, connection)
+            values[field.attname] = field.get_db_prep_save(value, db)
     returned = [meta.pk.column, *(f.column for f in fields if f.attname in left)]
     fields = [field for field in fields if field.attname not in left]
     key = (meta.label, tuple(f.attname for f in fields), tuple(now), tuple(returned))
@@ -159,8 +160,9 @@ def _update_statement(obj: models.Model, fields: tuple[str, ...]) -> tuple[str, 
     """``update``'s statement and its parameters (``v0``, ``v1``... and ``pk``)."""
     meta = obj._meta
     chosen = [meta.get_field(name) for name in fields]
+    db = connections[connection.alias]  # the connection itself: no proxy lookup per field
     values = {
-        f"v{i}": field.get_db_prep_save(field.pre_save(obj, add=False), connection)
+        f"v{i}": field.get_db_prep_save(field.pre_save(obj, add=False), db)
         for i, field in enumerate(chosen)
     }
     key = (meta.label, fields)
@@ -172,6 +174,54 @@ def _update_statement(obj: models.Model, fields: tuple[str, ...]) -> tuple[str, 
         column = connection.ops.quote_name(meta.pk.column)
         _updates[key] = f"UPDATE {meta.db_table} SET {sets} WHERE {column} = %(pk)s"
     return _updates[key], {**values, "pk": obj.pk}
+
+
+def _execute_many(sql: str, params: list[dict], *, returning: bool = False) -> psycopg.Cursor:
+    """Run one statement once per set of ``params``, sent all at once (psycopg's
+    ``executemany`` pipelines it: one round trip, not one per set), on Django's
+    connection in its current transaction; logged as Django logs an ``executemany``."""
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    cursor = psycopg.Cursor(connection.connection)
+    with connection.wrap_database_errors:
+        if connection.queries_logged:
+            with connection.make_debug_cursor(cursor).debug_sql(sql, params, many=True):
+                cursor.executemany(sql, params, returning=returning)
+        else:
+            cursor.executemany(sql, params, returning=returning)
+    return cursor
+
+
+def insert_many(objs: list[models.Model]) -> None:
+    """``insert`` of each of ``objs`` (rows of one model, in this order): on PostgreSQL
+    the same prepared statement for each, sent for them all at once (``_execute_many``);
+    the ORM's saves elsewhere. Each object gets its primary key (and the fields left to
+    their ``db_default``) as ``insert`` gives them."""
+    if not objs:
+        return
+    statements = [_insert_statement(obj) for obj in objs] if active() else []
+    if len({sql for sql, _ in statements}) != 1:  # off, or not one shape: one at a time
+        for obj in objs:
+            insert(obj)
+        return
+    cursor = _execute_many(statements[0][0], [values for _, values in statements], returning=True)
+    for obj in objs:
+        _inserted(obj, cursor)
+        cursor.nextset()
+
+
+def update_many(objs: list[models.Model], fields: tuple[str, ...]) -> None:
+    """``update(obj, fields)`` of each of ``objs`` (rows of one model): on PostgreSQL one
+    prepared statement, sent for them all at once (``_execute_many``); the ORM's saves
+    elsewhere. The caller holds the rows."""
+    if not objs:
+        return
+    if not active():
+        for obj in objs:
+            obj.save(update_fields=list(fields))
+        return
+    statements = [_update_statement(obj, fields) for obj in objs]
+    _execute_many(statements[0][0], [values for _, values in statements])
 
 
 def update_and_insert(obj: models.Model, fields: tuple[str, ...], new: models.Model) -> None:

@@ -2,28 +2,31 @@
 "Policies").
 
 The monitor runs ``policies_pass`` every ``container.policies.interval``. Every action it
-takes is an ordinary request through the service layer (``container_stop``,
-``container_delete``, ``workspace_remove``) with the actor ``policy`` and the rule in its
-reason, so it obeys the state machine, the outbox, per-instance ordering and the history.
+takes is an ordinary request through the service layer (stops and deletes in bulk,
+``container_requests_bulk``: each the same request as ``container_stop`` or
+``container_delete``, a hundred to a transaction; ``workspace_remove``) with the actor
+``policy`` and the rule in its reason, so it obeys the state machine, the outbox,
+per-instance ordering and the history.
 
 What a pass reads is due rows only: the transitions arm each instance's deadlines from
 its ``spec["policy"]`` (``ContainerInstance.stop_at``, ``idle_since``, ``delete_at``), and
 each rule reads its rows through a partial index on its column, at most ``batch_size`` a
-rule (the rest wait for the next pass). Instances without a policy (DAG nodes) have no
-deadline and are never read. Idempotent: each action re-reads its row under the row's
-lock and acts only if the rule still holds (an extension that came in between wins), and
-a repeated request is the service's no-op.
+rule (the rest wait for the next pass; the idle watch takes its rows in turn). Instances
+without a policy (DAG nodes) have no deadline and are never read. Idempotent: each
+action re-reads its row under the row's lock and acts only if the rule still holds (an
+extension that came in between wins); a row another transaction holds is left to the
+next pass, and a repeated request is the service's no-op.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import (
     Case,
     DurationField,
@@ -44,8 +47,7 @@ from containers.engines.base import ContainerStats, EngineError
 from containers.execution.housekeeping import workspace_remove
 from containers.execution.reconciler import engine_share
 from containers.models import ContainerInstance, Runtime, Workspace
-from containers.requests.lifecycle import instance_lock
-from containers.requests.services import container_delete, container_stop
+from containers.requests.bulk import container_requests_bulk
 from containers.spec.policies import lifetime_reason, span
 from containers.states import Status
 from core.errors import DomainError
@@ -68,13 +70,15 @@ class PolicyReport:
     stopped_idle: int = 0
     deleted: int = 0
     sampled: int = 0
+    unmeasured: int = 0
     workspaces_removed: int = 0
     errors: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
+        unmeasured = f" ({self.unmeasured} without a figure)" if self.unmeasured else ""
         text = (
             f"stopped {self.stopped_lifetime} (max_lifetime) and {self.stopped_idle} "
-            f"(idle_timeout), deleted {self.deleted}, sampled {self.sampled}, "
+            f"(idle_timeout), deleted {self.deleted}, sampled {self.sampled}{unmeasured}, "
             f"workspaces removed {self.workspaces_removed}"
         )
         return text + (f", errors: {'; '.join(self.errors)}" if self.errors else "")
@@ -86,60 +90,47 @@ class PolicyReport:
         )
 
 
-def _stop_if_due(instance_id, *, now: dt.datetime) -> bool:
-    """Stop the instance if its ``stop_at`` is still due, under its row lock."""
-    with transaction.atomic():
-        instance = instance_lock(instance_id)
-        if instance is None or instance.status not in RUNNING:
-            return False
-        if instance.stop_at is None or instance.stop_at > now:
-            return False  # extended (or restarted) since the pass read it
-        result = container_stop(
-            instance_id=instance.id,
-            actor=POLICY,
-            reason=lifetime_reason(instance.spec.get("policy") or {}, instance.extended_seconds),
-            data={"rule": "max_lifetime", "stop_at": instance.stop_at.isoformat()},
-        )
-        return result.queued
+def _lifetime_why(instance: ContainerInstance) -> tuple[str, dict[str, Any]]:
+    """The history entry of a max_lifetime stop, from the row as it is locked."""
+    reason = lifetime_reason(instance.spec.get("policy") or {}, instance.extended_seconds)
+    return reason, {"rule": "max_lifetime", "stop_at": instance.stop_at.isoformat()}
 
 
-def _delete_if_due(instance_id, *, now: dt.datetime) -> bool:
-    """Delete the stopped or failed instance if its ``delete_at`` is still due."""
-    with transaction.atomic():
-        instance = instance_lock(instance_id)
-        if instance is None or instance.status not in RESTED:
-            return False
-        if instance.delete_at is None or instance.delete_at > now:
-            return False
-        after = (instance.spec.get("policy") or {}).get("delete_stopped_after") or 0
-        result = container_delete(
-            instance_id=instance.id,
-            actor=POLICY,
-            reason=f"delete_stopped_after: {instance.status} for longer than {span(after)}",
-            data={"rule": "delete_stopped_after"},
-        )
-        return result.queued
+def _delete_why(instance: ContainerInstance) -> tuple[str, dict[str, Any]]:
+    """The history entry of a delete_stopped_after delete."""
+    after = (instance.spec.get("policy") or {}).get("delete_stopped_after") or 0
+    reason = f"delete_stopped_after: {instance.status} for longer than {span(after)}"
+    return reason, {"rule": "delete_stopped_after"}
 
 
-def _stop_if_idle(instance_id, *, idle_since: dt.datetime, cores: float) -> bool:
-    """Stop the instance if it is still running and idle since ``idle_since``."""
-    with transaction.atomic():
-        instance = instance_lock(instance_id)
-        if instance is None or instance.status != Status.RUNNING:
-            return False
+def _idle_why(judged: dict[uuid.UUID, tuple[dt.datetime, float]]):
+    """The history entry of an idle_timeout stop, or None when the row was busy again (or
+    restarted) since the sample: its ``idle_since`` is no longer the one judged."""
+
+    def why(instance: ContainerInstance) -> tuple[str, dict[str, Any]] | None:
+        idle_since, cores = judged[instance.id]
         if instance.idle_since != idle_since:
-            return False  # busy again, or restarted, since the sample
+            return None
         policy = instance.spec.get("policy") or {}
-        result = container_stop(
-            instance_id=instance.id,
-            actor=POLICY,
-            reason=(
-                f"idle_timeout: used less than {policy.get('idle_cpu_threshold')} cores "
-                f"for {span(policy.get('idle_timeout') or 0)} (last {cores:.3f})"
-            ),
-            data={"rule": "idle_timeout", "cores": round(cores, 4)},
+        reason = (
+            f"idle_timeout: used less than {policy.get('idle_cpu_threshold')} cores "
+            f"for {span(policy.get('idle_timeout') or 0)} (last {cores:.3f})"
         )
-        return result.queued
+        return reason, {"rule": "idle_timeout", "cores": round(cores, 4)}
+
+    return why
+
+
+def _act(action: str, ids: list[uuid.UUID], rows, why, *, rule: str, report: PolicyReport) -> int:
+    """The policy's requests for ``ids`` still among ``rows`` (the rule's condition, checked
+    again under each row's lock), in bulk (``container_requests_bulk``: a transaction per
+    chunk, each request an ordinary one). Returns how many were written; refusals go to
+    the report's errors; rows another transaction held are left to the next pass."""
+    if not ids:
+        return 0
+    done = container_requests_bulk(action, instance_ids=ids, rows=rows, actor=POLICY, why=why)
+    report.errors.extend(f"{rule} {key}: {message}" for key, message in done.refused.items())
+    return len(done.queued)
 
 
 def _sample(stats: ContainerStats) -> dict[str, Any]:
@@ -153,25 +144,34 @@ def _previous(sample: dict[str, Any] | None) -> ContainerStats | None:
 
 
 def idle_watch(*, report: PolicyReport, now: dt.datetime, batch: int) -> None:
-    """The idle_timeout rule: one ``stats`` call per watched container per pass.
+    """The idle_timeout rule: at most one ``stats`` call per watched container per pass.
 
     1. Read the running instances under an idle rule (``idle_since`` set: its partial
-       index), the longest idle first, at most ``batch``.
+       index) in turn, the longest unchecked first (``idle_checked_at``; never checked:
+       since ``idle_since``, when the run began), at most ``batch``, and mark them
+       checked now: every row read has had its turn, whatever the engine says of it, so
+       rows it gives no figure for (or an engine that does not answer) never keep the
+       rows behind them from being looked at.
     2. Per engine (bounded like a reconcile's share of it), look at each container's CPU
        once and take the cores used since the last look (``cores_since``).
     3. Above the template's threshold: ``idle_since`` becomes now (compare-and-set on the
        running row, with the sample); below it, or not yet known, only the sample is
-       stored; idle for ``idle_timeout``: stop it (``_stop_if_idle``).
+       stored; idle for ``idle_timeout``: stop it (in bulk, after the looks, if its
+       ``idle_since`` is still the one judged).
     """
     rows = list(
         ContainerInstance.objects.filter(idle_since__isnull=False, status=Status.RUNNING)
-        .order_by("idle_since")
+        .order_by(Coalesce("idle_checked_at", "idle_since"), "id")
         .only("id", "runtime_id", "container_id", "idle_since", "cpu_sample", "spec")[:batch]
     )
+    if not rows:
+        return
+    ContainerInstance.objects.filter(id__in=[row.id for row in rows]).update(idle_checked_at=now)
     by_runtime: dict[int, list[ContainerInstance]] = {}
     for row in rows:
         by_runtime.setdefault(row.runtime_id, []).append(row)
     seconds = float(settings.GOBRAVE["container"]["reconcile_engine_timeout"])
+    judged: dict[uuid.UUID, tuple[dt.datetime, float]] = {}
     for runtime in Runtime.objects.filter(pk__in=list(by_runtime)):
         try:
             engine = engine_share(runtime, seconds)
@@ -179,19 +179,34 @@ def idle_watch(*, report: PolicyReport, now: dt.datetime, batch: int) -> None:
                 stats = engine.stats(instance.container_id or instance.container_name)
                 report.sampled += 1
                 if stats is None:
+                    report.unmeasured += 1
                     continue  # not running there: the reconciler's business
-                _judge(instance, stats, report=report, now=now)
+                _judge(instance, stats, report=report, now=now, judged=judged)
         except EngineError as exc:
             report.errors.append(f"idle_timeout on {runtime.name}: {exc}")
+    running = ContainerInstance.objects.filter(status=Status.RUNNING)
+    report.stopped_idle += _act(
+        "stop", list(judged), running, _idle_why(judged), rule="idle_timeout", report=report
+    )
 
 
 def _judge(
-    instance: ContainerInstance, stats: ContainerStats, *, report: PolicyReport, now: dt.datetime
+    instance: ContainerInstance,
+    stats: ContainerStats,
+    *,
+    report: PolicyReport,
+    now: dt.datetime,
+    judged: dict[uuid.UUID, tuple[dt.datetime, float]],
 ) -> None:
+    """Store the sample (and a busy row's new ``idle_since``); a row idle for its
+    ``idle_timeout`` goes into ``judged`` (id → the ``idle_since`` and cores it was
+    judged on) to be stopped."""
     policy = instance.spec.get("policy") or {}
     cores = stats.cores_since(_previous(instance.cpu_sample))
     idle_since = instance.idle_since
-    if cores is not None and cores >= float(policy.get("idle_cpu_threshold") or 0):
+    if cores is None:
+        report.unmeasured += 1
+    elif cores >= float(policy.get("idle_cpu_threshold") or 0):
         idle_since = now
     ContainerInstance.objects.filter(
         id=instance.id, status=Status.RUNNING, idle_since=instance.idle_since
@@ -200,7 +215,7 @@ def _judge(
     if cores is None or idle_since == now or not timeout:
         return
     if (now - idle_since).total_seconds() >= timeout:
-        report.stopped_idle += _stop_if_idle(instance.id, idle_since=idle_since, cores=cores)
+        judged[instance.id] = (idle_since, cores)
 
 
 def workspaces_retire(*, report: PolicyReport, now: dt.datetime, batch: int) -> None:
@@ -265,17 +280,15 @@ def policies_pass(*, now: dt.datetime | None = None) -> PolicyReport:
     batch = int(_config()["batch_size"])
     report = PolicyReport()
     due = ContainerInstance.objects.filter(stop_at__lte=now, status__in=RUNNING)
-    for instance_id in list(due.order_by("stop_at").values_list("id", flat=True)[:batch]):
-        try:
-            report.stopped_lifetime += _stop_if_due(instance_id, now=now)
-        except DomainError as exc:
-            report.errors.append(f"max_lifetime {instance_id}: {exc}")
+    ids = list(due.order_by("stop_at").values_list("id", flat=True)[:batch])
+    report.stopped_lifetime += _act(
+        "stop", ids, due, _lifetime_why, rule="max_lifetime", report=report
+    )
     due = ContainerInstance.objects.filter(delete_at__lte=now, status__in=RESTED)
-    for instance_id in list(due.order_by("delete_at").values_list("id", flat=True)[:batch]):
-        try:
-            report.deleted += _delete_if_due(instance_id, now=now)
-        except DomainError as exc:
-            report.errors.append(f"delete_stopped_after {instance_id}: {exc}")
+    ids = list(due.order_by("delete_at").values_list("id", flat=True)[:batch])
+    report.deleted += _act(
+        "delete", ids, due, _delete_why, rule="delete_stopped_after", report=report
+    )
     idle_watch(report=report, now=now, batch=batch)
     workspaces_retire(report=report, now=now, batch=batch)
     if report.acted or report.errors:

@@ -27,7 +27,7 @@ from core import prepared
 from core.counters import counter_bump
 from outbox.services import outbox_release_deferred
 from webhooks.kinds import EventKind
-from webhooks.services import webhook_event_emit
+from webhooks.services import webhook_events_emit
 
 log = logging.getLogger(__name__)
 
@@ -142,17 +142,28 @@ def instance_notify(instance: ContainerInstance, kind: EventKind, **extra: Any) 
     and the operators'), in the current transaction (the one that made the event). The
     texts are scrubbed of host paths and engine addresses as for a user's page (the owner's
     endpoint receives them; operators read the unscrubbed history)."""
-    return webhook_event_emit(
+    return instances_notify([instance], kind, **extra)
+
+
+def instances_notify(instances: list[ContainerInstance], kind: EventKind, **extra: Any) -> int:
+    """``instance_notify`` of each of ``instances``: one lock of their endpoints, one
+    write of their deliveries (``webhook_events_emit``)."""
+    return webhook_events_emit(
         kind=kind,
-        owner_id=instance.owner_id,
-        data={
-            "instance": str(instance.id),
-            "name": instance.name,
-            "owner_id": instance.owner_id,
-            "status": instance.status,
-            "reason": scrub(instance.status_reason),
-            **scrub_data(extra),
-        },
+        events=[
+            (
+                instance.owner_id,
+                {
+                    "instance": str(instance.id),
+                    "name": instance.name,
+                    "owner_id": instance.owner_id,
+                    "status": instance.status,
+                    "reason": scrub(instance.status_reason),
+                    **scrub_data(extra),
+                },
+            )
+            for instance in instances
+        ],
     )
 
 
@@ -178,6 +189,70 @@ def move(
     if not connection.in_atomic_block:
         raise RuntimeError("move() must run inside transaction.atomic()")
     source = instance.status
+    entry = _transition(
+        instance, target, actor=actor, kind=kind, message=message, data=data, **fields
+    )
+    prepared.update_and_insert(instance, MOVED_FIELDS, entry)  # one statement on PostgreSQL
+    log.info("instance %s %s -> %s by %s %s", instance.id, source, target, actor, message)
+    _moved([(instance, source)], target, actor=actor)
+    return instance
+
+
+def move_many(
+    moves: list[tuple[ContainerInstance, str, dict[str, Any] | None]],
+    target: str,
+    *,
+    actor: str,
+    kind: str = "transition",
+) -> None:
+    """``move`` of many rows to one ``target`` (each with its history entry's message and
+    data), in a few statements instead of a few per row, for a caller that asks for many
+    at once (``containers.requests.bulk``). Must run inside a transaction that holds every
+    row's lock.
+
+    1. Each row's transition is checked and made (the state machine's, as ``move``'s):
+       ``InvalidTransition`` for the first that is not allowed, before anything is
+       written.
+    2. The rows are saved in one round trip (``core.prepared.update_many``) and their
+       history entries written in another (``core.prepared.insert_many``).
+    3. Then what follows a move, as ``move`` does it: deferred creates woken (once),
+       webhooks (one lock of their endpoints), ``instance_moved`` for each row.
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("move_many() must run inside transaction.atomic()")
+    for instance, _message, _data in moves:
+        if not can_move(instance.status, target):
+            raise InvalidTransition(
+                f"cannot move {instance.container_name} from {instance.status} to {target}",
+                status=instance.status,
+                target=target,
+            )
+    moved, entries = [], []
+    for instance, message, data in moves:
+        source = instance.status
+        entry = _transition(instance, target, actor=actor, kind=kind, message=message, data=data)
+        moved.append((instance, source))
+        entries.append(entry)
+    prepared.update_many([instance for instance, _ in moved], MOVED_FIELDS)
+    prepared.insert_many(entries)
+    for (instance, source), (_, message, _data) in zip(moved, moves, strict=True):
+        log.info("instance %s %s -> %s by %s %s", instance.id, source, target, actor, message)
+    _moved(moved, target, actor=actor)
+
+
+def _transition(
+    instance: ContainerInstance,
+    target: str,
+    *,
+    actor: str,
+    kind: str,
+    message: str,
+    data: dict[str, Any] | None,
+    **fields: Any,
+) -> ContainerEvent:
+    """Step 1 of a move: check and make the transition in memory (nothing written), and
+    build the history entry that records it."""
+    source = instance.status
     if not can_move(source, target):
         raise InvalidTransition(
             f"cannot move {instance.container_name} from {source} to {target}",
@@ -185,7 +260,7 @@ def move(
             target=target,
         )
     instance.transition_method(target)(**fields)
-    entry = record(
+    return record(
         instance,
         kind=kind,
         actor=actor,
@@ -195,23 +270,30 @@ def move(
         data=data,
         insert=False,
     )
-    prepared.update_and_insert(instance, MOVED_FIELDS, entry)  # one statement on PostgreSQL
-    log.info("instance %s %s -> %s by %s %s", instance.id, source, target, actor, message)
+
+
+def _moved(moved: list[tuple[ContainerInstance, str]], target: str, *, actor: str) -> None:
+    """What follows recorded moves to ``target`` (``(instance, source)`` each), in the
+    moves' transaction."""
     # A freed slot, or a delete accepted (room on its engine; or, for a create waiting
     # unplaced, its parked request must end now so that the delete behind it runs).
-    if (source in ACTIVE_SLOTS and target not in ACTIVE_SLOTS) or (
-        target in BEING_DELETED and source not in BEING_DELETED
+    if any(
+        (source in ACTIVE_SLOTS and target not in ACTIVE_SLOTS)
+        or (target in BEING_DELETED and source not in BEING_DELETED)
+        for _, source in moved
     ):
         outbox_release_deferred(queue=Queue.CREATE)
+    instances = [instance for instance, _ in moved]
     if target == Status.FAILED:
-        transaction.on_commit(lambda: counter_bump(RequestStat.INSTANCE_FAILED))
-        instance_notify(instance, EventKind.INSTANCE_FAILED, actor=actor)
+        for _ in instances:
+            transaction.on_commit(lambda: counter_bump(RequestStat.INSTANCE_FAILED))
+        instances_notify(instances, EventKind.INSTANCE_FAILED, actor=actor)
     elif target == Status.STOP_PENDING and actor == POLICY:
-        instance_notify(instance, EventKind.INSTANCE_CULLED, actor=actor)
-    instance_moved.send(
-        sender=ContainerInstance, instance=instance, source=source, target=target, actor=actor
-    )
-    return instance
+        instances_notify(instances, EventKind.INSTANCE_CULLED, actor=actor)
+    for instance, source in moved:
+        instance_moved.send(
+            sender=ContainerInstance, instance=instance, source=source, target=target, actor=actor
+        )
 
 
 def _gate_locked(name: str) -> bool:

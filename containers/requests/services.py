@@ -37,7 +37,7 @@ from containers.installation import installation_id
 from containers.models import ContainerInstance, ContainerTemplate, Runtime
 from containers.placement.choice import constraints_of, runtimes_matching
 from containers.queues import RequestKind
-from containers.requests.lifecycle import instance_lock, lock_gate, move, record
+from containers.requests.lifecycle import instance_lock, lock_gate, move, move_many, record
 from containers.spec.engine_parts import RUNTIME_NAME_STANDIN, WORKSPACE_PATH_STANDIN
 from containers.spec.hardening import owner_ids
 from containers.spec.policies import policy_resolve
@@ -45,7 +45,8 @@ from containers.spec.resolve import resolve_spec
 from containers.states import BEING_DELETED, Status, sources_of
 from core import prepared
 from core.counters import counter_add
-from outbox.services import outbox_enqueue
+from core.errors import DomainError
+from outbox.services import Enqueued, outbox_enqueue, outbox_enqueue_many
 from tenants.selectors import OwnerQuotas, owner_quotas
 
 log = logging.getLogger(__name__)
@@ -381,7 +382,6 @@ def _request(
 ) -> RequestResult:
     """The shared shape of start, stop and delete (see the module docstring). ``reason``
     (why, e.g. a policy's rule) and ``data`` go into the history entry."""
-    kind, target, noop = _REQUESTS[action]
     with transaction.atomic():
         try:
             instance = instance_lock(instance_id)
@@ -389,15 +389,64 @@ def _request(
             instance = None
         if instance is None:
             raise NotFound(f"no container instance {instance_id}", id=str(instance_id))
+        return request_locked(action, instance, actor=actor, reason=reason, data=data)
+
+
+def request_locked(
+    action: str,
+    instance: ContainerInstance,
+    *,
+    actor: str,
+    reason: str = "",
+    data: dict[str, Any] | None = None,
+) -> RequestResult:
+    """The request ``action`` (``start``, ``stop``, ``delete``) on an instance whose row
+    the caller holds (``instance_lock``), inside the caller's transaction: the no-op
+    check, the transition check, the move (its history entry) and the outbox row. Raises
+    ``InvalidTransition`` before it writes anything."""
+    [result] = requests_locked(action, [(instance, reason, data)], actor=actor)
+    if isinstance(result, DomainError):
+        raise result
+    return result
+
+
+def requests_locked(
+    action: str,
+    asked: list[tuple[ContainerInstance, str, dict[str, Any] | None]],
+    *,
+    actor: str,
+) -> list[RequestResult | DomainError]:
+    """``request_locked`` of many instances at once (``(instance, reason, data)`` each,
+    every row held by the caller's transaction), for a caller that asks for many
+    (``containers.requests.bulk``): the result of each, in order, a refusal returned (not
+    raised: nothing is written for it, and the others go on).
+
+    1. Each: a no-op (a repeat of a request under way) or a refusal
+       (``InvalidTransition``) is decided, as for one request.
+    2. The others move together (``move_many``: the state machine's transitions, one
+       statement for the rows and one for their history entries) and get their outbox
+       rows in one round trip (``outbox_enqueue_many``), in the same order.
+    """
+    kind, target, noop = _REQUESTS[action]
+    results: list[RequestResult | DomainError] = []
+    moving: list[tuple[ContainerInstance, str, dict[str, Any] | None]] = []
+    for instance, reason, data in asked:
         if instance.status in noop:
-            return RequestResult(instance=instance, queued=False)
-        if instance.status not in sources_of(target):
-            raise InvalidTransition(
-                f"cannot {action} {instance.name}: it is {instance.status}",
-                status=instance.status,
-                action=action,
+            results.append(RequestResult(instance=instance, queued=False))
+        elif instance.status not in sources_of(target):
+            results.append(
+                InvalidTransition(
+                    f"cannot {action} {instance.name}: it is {instance.status}",
+                    status=instance.status,
+                    action=action,
+                )
             )
-        message = f"{action} requested" + (f": {reason}" if reason else "")
+        else:
+            message = f"{action} requested" + (f": {reason}" if reason else "")
+            moving.append((instance, message, data))
+            results.append(RequestResult(instance=instance, queued=True))
+    if len(moving) == 1:  # one request (every person's): move()'s prepared statements
+        instance, message, data = moving[0]
         move(instance, target, actor=actor, kind=kind, message=message, data=data)
         outbox_enqueue(
             kind=kind,
@@ -405,7 +454,16 @@ def _request(
             payload={"by": actor},
             fairness_key=str(instance.owner_id),
         )
-        return RequestResult(instance=instance, queued=True)
+    elif moving:
+        move_many(moving, target, actor=actor, kind=kind)
+        outbox_enqueue_many(
+            kind=kind,
+            rows=[
+                Enqueued(str(instance.id), {"by": actor}, str(instance.owner_id))
+                for instance, _, _ in moving
+            ],
+        )
+    return results
 
 
 def container_start(*, instance_id: uuid.UUID | str, actor: str) -> RequestResult:

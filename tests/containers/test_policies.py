@@ -182,6 +182,35 @@ def test_an_idle_container_is_culled_and_a_busy_one_is_not(fake_runtime, owner):
     assert engine.calls("stats").count(idle.container_name) <= 2  # one look per pass
 
 
+def test_idle_culling_is_not_stalled_by_rows_the_engine_gives_no_figure_for(
+    fake_runtime, owner, gobrave_config
+):
+    from django.conf import settings
+
+    policies = settings.GOBRAVE["container"]["policies"]
+    gobrave_config(container={"policies": {**policies, "batch_size": 2}})
+    template = TemplateFactory(idle_timeout=600, idle_cpu_threshold=0.1)
+    engine: FakeEngine = engine_for(fake_runtime)
+    # No container on the engine: it has no figure for them, on every pass. Idle longest,
+    # they came first in line (by idle_since) and took the whole batch every time.
+    blind = [running(template, owner, name=f"blind{i}") for i in range(2)]
+    ContainerInstance.objects.filter(pk__in=[b.pk for b in blind]).update(
+        idle_since=timezone.now() - dt.timedelta(hours=1)
+    )
+    idle = running(template, owner, name="idle")
+    container = engine.create(_spec(idle))
+    engine.start(container)
+    ContainerInstance.objects.filter(pk=idle.pk).update(container_id=container)
+    engine.set_cpu(idle.container_name, 0.01)
+    reports = [policies_pass(now=later(601 + i)) for i in range(2)]
+    said = [str(report) for report in reports]
+    assert [report.sampled for report in reports] == [2, 2], said
+    assert sum(report.stopped_idle for report in reports) == 1, said
+    assert sum(report.unmeasured for report in reports) == 3, said  # each blind row: a look
+    states = dict(ContainerInstance.objects.values_list("name", "status"))
+    assert states == {"blind0": "running", "blind1": "running", "idle": "stop_pending"}, said
+
+
 def _spec(instance):
     from containers.execution.handlers import _spec as spec_of
 

@@ -14,6 +14,7 @@ from containers.counters import RequestStat
 from containers.execution import handlers
 from containers.execution.health import runtime_health_record
 from containers.models import RuntimeEvent
+from containers.requests.bulk import container_requests_bulk
 from containers.requests.lifecycle import instance_lock, move
 from core.models import Counter
 from outbox.models import OutboxEvent
@@ -62,6 +63,34 @@ def test_a_policy_stop_is_sent_as_culled(subscribed):
     with transaction.atomic():
         move(instance_lock(instance.id), "stop_pending", actor=POLICY, message="idle 1h")
     assert [kind for kind, _ in sent_kinds()] == ["instance.culled"]
+
+
+def test_policy_stops_in_bulk_are_each_sent_to_the_operators_and_only_to_their_owner(
+    subscribed,
+):
+    mine, theirs = InstanceFactory(status="running"), InstanceFactory(status="running")
+    own = webhook_endpoint_create(
+        url=URL, event_kinds=["instance.culled"], owner=mine.owner
+    ).endpoint
+    done = container_requests_bulk(
+        "stop",
+        instance_ids=[mine.pk, theirs.pk],
+        actor=POLICY,
+        why=lambda instance: ("idle 1h", {}),
+    )
+    assert sorted(done.queued) == sorted([mine.pk, theirs.pk]), done
+    rows = OutboxEvent.objects.filter(kind=DELIVERY_KIND).order_by("id")
+    sent = [(r.payload["endpoint"], r.payload["type"], r.payload["data"]["instance"]) for r in rows]
+    first, second = sorted([mine, theirs], key=lambda instance: instance.pk)  # lock order
+    assert sorted(sent) == sorted(
+        [
+            (subscribed.pk, "instance.culled", str(first.pk)),
+            (subscribed.pk, "instance.culled", str(second.pk)),
+            (own.pk, "instance.culled", str(mine.pk)),
+        ]
+    ), sent
+    to_operators = [each for endpoint, _, each in sent if endpoint == subscribed.pk]
+    assert to_operators == [str(first.pk), str(second.pk)], sent  # in the order of the moves
 
 
 def test_a_dead_request_is_sent(subscribed):
