@@ -151,6 +151,7 @@ def instance_sync(
     engine: Engine | None = None,
     data: dict[str, Any] | None = None,
     read: ContainerInstance | None = None,
+    seen_state: ContainerState | None = None,
 ) -> Sync:
     """Compare one instance with its engine and apply what the engine says (contract §5).
 
@@ -159,7 +160,9 @@ def instance_sync(
        unless it is watched (or ``failed`` with no node name yet and not marked missing,
        for the backfill only);
        leave it to the worker (``BUSY``) while a request for it is unfinished.
-    2. Inspect its container (no transaction open).
+    2. Inspect its container (no transaction open), unless ``seen_state`` (the state an
+       engine event carried) is surely of its current run (``event_state_current``):
+       then that is what the engine says.
     3. Lock the row; if its state moved meanwhile, stop (``RACED``).
     4. Backfill the node name and container id.
     5. Apply ``target_for`` by the shortest true path. Not applied: a container missing
@@ -182,7 +185,10 @@ def instance_sync(
     if instance.status in IN_FLIGHT and request_unfinished(instance.id):
         return Sync.BUSY
     engine = engine or engine_for(instance.runtime)
-    state = engine.inspect(instance.container_id or instance.container_name)
+    if seen_state is not None and event_state_current(instance, seen_state):
+        state: ContainerState | None = seen_state
+    else:
+        state = engine.inspect(instance.container_id or instance.container_name)
     node = state.node_name if state and state.node_name else ""
     if not node and not instance.runtime_node_name:
         node = engine.node_name()
@@ -205,6 +211,42 @@ def instance_sync(
             return Sync.UNCHANGED
         changed = state_apply(locked, state, actor=actor, data=data)
         return Sync.CHANGED if changed else Sync.UNCHANGED
+
+
+# Engine states an event may carry that are applied without an inspect (``event_state_current``).
+_FROM_EVENT = frozenset({"running", "exited", "rejected", "created"})
+# Of those, the ones that say when they happened: (the state, its time).
+_TIMED = {"running": "started_at", "exited": "finished_at"}
+
+
+def event_state_current(instance: ContainerInstance, state: ContainerState) -> bool:
+    """True when ``state``, the container's state an engine event carried (a Pod in a
+    Kubernetes watch event), is surely of the instance's current run, so applying it
+    says what an inspect now would, or what the events behind it in the stream will
+    move on from. False (the caller inspects): it may be an earlier run's, replayed
+    after a restart of the monitor (whose cursor lags the events applied by up to a
+    second; the stream then delivers them again, each with the Pod as it was then).
+
+    1. It is of the container the instance records (or none is recorded yet).
+    2. A ``creating`` instance has had no run before (its container's name is its own):
+       ``running``, ``exited``, ``rejected`` and ``created`` (waiting) are of this one.
+    3. In any other state, only ``running`` begun, or ``exited`` ended, at or after the
+       instance entered that state (``status_changed_at``): an earlier run began before
+       the request that started this one. The engine's times are whole seconds (the
+       Kubernetes API's), so a run that began within the same second as the state takes
+       the inspect; the engine's clock is compared with the app's (NTP-close, as every
+       cluster's nodes are).
+    4. Anything else (``unknown``, ``removing``, ``paused``...) is inspected.
+    """
+    if instance.container_id and state.runtime_id != instance.container_id:
+        return False
+    if state.status not in _FROM_EVENT:
+        return False
+    if instance.status == Status.CREATING:
+        return True
+    field = _TIMED.get(state.status)
+    at = getattr(state, field) if field else None
+    return at is not None and at >= instance.status_changed_at
 
 
 # Where a clean exit seen in the event stream may be applied without an inspect.

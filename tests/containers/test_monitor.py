@@ -18,8 +18,8 @@ from django.db.models import F
 
 from containers.engines import engine_for
 from containers.engines.base import ContainerSpec, EngineEvent
+from containers.execution.inbox import BATCH
 from containers.execution.monitor import (
-    BATCH,
     CURSOR_STORE_EVERY,
     DUPLICATE,
     IGNORED,
@@ -841,7 +841,7 @@ def test_appliers_keep_each_engine_s_order_and_a_busy_engine_does_not_starve_ano
     quiet_delivered = threading.Event()
 
     def recorder(follower):
-        def apply(event):
+        def apply(event, clean=False):
             if not applied:  # hold the applier in A's first batch until B's event waits
                 assert quiet_delivered.wait(10)
             applied.append((follower.name, event.time_nano))
@@ -867,7 +867,7 @@ def test_an_event_that_fails_to_apply_asks_for_a_reconcile_and_the_next_ones_sti
     follower = Follower(monitor, Runtime(pk=1, name="one"))
     applied = []
 
-    def apply(event):
+    def apply(event, clean=False):
         if event.time_nano == 0:
             raise RuntimeError("the database went away")
         applied.append(event.time_nano)

@@ -15,6 +15,9 @@
    container: it only moves the monitor's cursor) and watch on from there. The monitor
    applies an event by asking the engine now, so a transition is neither missed nor
    applied twice. ``BOOKMARK`` events move the cursor the same way.
+4. Each event but ``destroy`` carries the Pod's state as the watch event (or the list)
+   had it (``EngineEvent.state``): the monitor applies it without reading the Pod
+   again where it is surely of the instance's current run (``sync.event_state_current``).
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ class PodWatch:
                 time_nano=at or time.time_ns(),
                 exit_code=state.exit_code if action == "die" else None,
                 cursor=cursor,
+                state=None if action == "destroy" else state,
             )
 
         if kind == "DELETED":
