@@ -104,7 +104,7 @@ class Timed:
 
 class Split:
     """Where a watch lag goes: when the watch turned each Pod's change into a ``die``
-    event (``PodWatch.transitions``) and when the monitor's ``event_apply`` began and
+    event (``PodWatch.transitions``) and when the monitor's ``event_state_apply`` began and
     ended on it, by Pod name (both wrapped by this bench, nothing else changed)."""
 
     def __init__(self) -> None:
@@ -112,7 +112,7 @@ class Split:
         from containers.execution import monitor
 
         self.times: dict[str, dict[str, float]] = {}
-        transitions, apply = watch.PodWatch.transitions, monitor.event_apply
+        transitions, apply = watch.PodWatch.transitions, monitor.event_state_apply
 
         def timed_transitions(pods, pod, kind, cursor):
             events = transitions(pods, pod, kind, cursor)
@@ -131,7 +131,7 @@ class Split:
                     self.times.setdefault(event.name, {}).update(began=began, ended=time.time())
 
         watch.PodWatch.transitions = timed_transitions
-        monitor.event_apply = timed_apply
+        monitor.event_state_apply = timed_apply
 
     def report(self, names: list[str], written: dict[str, float]) -> str:
         rows = [(self.times.get(n, {}), written[n]) for n in names]
