@@ -36,6 +36,7 @@ from containers.engines.labels import LABEL_INSTANCE
 from containers.execution.observe import apply_observation, target_for
 from containers.models import ContainerEvent, ContainerInstance
 from containers.queues import RequestKind
+from containers.requests.lifecycle import instance_lock
 from containers.states import ACTIVE_SLOTS, IN_FLIGHT, Status
 from core import prepared
 from outbox.models import UNFINISHED, OutboxEvent
@@ -193,7 +194,7 @@ def instance_sync(
     if not node and not instance.runtime_node_name:
         node = engine.node_name()
     with transaction.atomic():
-        locked = ContainerInstance.objects.select_for_update().filter(id=instance.id).first()
+        locked = instance_lock(instance.id)
         if locked is None:
             return Sync.SKIPPED
         if (locked.status, locked.status_changed_at) != (
@@ -283,7 +284,7 @@ def clean_exit_apply(
        exit code 0.
     """
     with transaction.atomic():
-        locked = ContainerInstance.objects.select_for_update().filter(id=instance_id).first()
+        locked = instance_lock(instance_id)
         if (
             locked is None
             or locked.status not in CLEAN_EXIT_FROM
@@ -291,8 +292,7 @@ def clean_exit_apply(
         ):
             return None
         if locked.status == Status.RUNNING and (
-            _recorded_after(locked, (data or {}).get("time_nano"))
-            or ContainerEvent.objects.filter(instance_id=locked.id, kind=RequestKind.START).exists()
+            _recorded_after(locked, (data or {}).get("time_nano")) or _started_again(locked.id)
         ):
             return None
         state = ContainerState(
@@ -300,6 +300,17 @@ def clean_exit_apply(
         )
         changed = state_apply(locked, state, actor=actor, data=data)
         return Sync.CHANGED if changed else Sync.UNCHANGED
+
+
+def _started_again(instance_id: uuid.UUID) -> bool:
+    """True when the instance was ever asked to start again (a ``ContainerStartRequest`` in
+    its history; every clean exit of a running instance asks: a prepared statement on
+    PostgreSQL)."""
+    return prepared.exists(
+        "sync.started_again",
+        lambda id: ContainerEvent.objects.filter(instance_id=id, kind=RequestKind.START),
+        id=instance_id,
+    )
 
 
 def _recorded_after(instance: ContainerInstance, time_nano: int | None) -> bool:
