@@ -9,9 +9,10 @@ for each instance:
    and gives it a sequence number. It waits while ``limit`` events are unapplied (the
    engine then holds the rest).
 2. Each shard is a batch the appliers run (``Shard.apply_batch``): at most one applier
-   works on one shard at a time, up to ``BATCH`` events per turn, then the shard gets in
-   line again if more wait, so a busy engine does not starve a quiet one. An engine
-   with many instances keeps up to ``shards`` appliers busy at once.
+   works on one shard at a time, up to ``BATCH`` events per turn (handed over at once:
+   the follower writes those of distinct instances that it can in one transaction),
+   then the shard gets in line again if more wait, so a busy engine does not starve a
+   quiet one. An engine with many instances keeps up to ``shards`` appliers busy.
 3. The watermark: the events are applied out of the stream's order across shards, so
    the point the monitor's cursor may move to is the last event before which every
    event is applied (``reached``, called with that event's ``mark``). A monitor killed
@@ -48,26 +49,24 @@ class Shard:
         self.scheduled = False  # with an applier, or in line for one
 
     def apply_batch(self) -> None:
-        """Apply up to ``BATCH`` waiting events in order (an applier's turn); if more
-        wait, get in line again. Never runs twice at once for one shard."""
+        """Apply up to ``BATCH`` waiting events, in order, in one call of ``apply``
+        (an applier's turn: the follower may write several instances' in one
+        transaction); if more wait, get in line again. Never runs twice at once for one
+        shard."""
         inbox = self.inbox
-        for _ in range(BATCH):
+        with inbox.changed:
+            items = [self.queue.popleft() for _ in range(min(BATCH, len(self.queue)))]
+            inbox.applying += len(items)
+        if inbox.stopping.is_set():  # left unapplied: the watermark stays before them
             with inbox.changed:
-                if not self.queue:
-                    self.scheduled = False
-                    inbox.changed.notify_all()
-                    return
-                item = self.queue.popleft()
-                inbox.applying += 1
-            if inbox.stopping.is_set():  # left unapplied: the watermark stays before it
-                with inbox.changed:
-                    inbox.applying -= 1
-                    inbox.changed.notify_all()
-                return
-            try:
-                inbox.apply(item.event, item.clean)
-            finally:
-                inbox.applied(item.seq)
+                inbox.applying -= len(items)
+                inbox.changed.notify_all()
+            return
+        try:
+            if items:
+                inbox.apply([(item.event, item.clean) for item in items])
+        finally:
+            inbox.applied([item.seq for item in items])
         with inbox.changed:
             if not self.queue:
                 self.scheduled = False
@@ -77,9 +76,10 @@ class Shard:
 
 
 class Inbox:
-    """See the module docstring. ``apply(event, clean)`` applies one event and never
-    raises; ``reached(seq, mark)`` is told each time the watermark moves (from an
-    applier's thread; ``seq`` orders the marks: a later call may carry an earlier one)."""
+    """See the module docstring. ``apply([(event, clean), ...])`` applies a shard's
+    events in their order and never raises; ``reached(seq, mark)`` is told each time
+    the watermark moves (from an applier's thread; ``seq`` orders the marks: a later
+    call may carry an earlier one)."""
 
     def __init__(
         self,
@@ -88,7 +88,7 @@ class Inbox:
         limit: int,
         schedule: Callable[[Shard], None],
         stopping: threading.Event,
-        apply: Callable[[EngineEvent, bool], None],
+        apply: Callable[[list[tuple[EngineEvent, bool]]], None],
         reached: Callable[[int, Any], None],
     ) -> None:
         self.limit = limit
@@ -122,12 +122,12 @@ class Inbox:
             shard.scheduled = True
         self.schedule(shard)
 
-    def applied(self, seq: int) -> None:
-        """``seq`` is applied (or given up): move the watermark past every event applied
-        without a gap before it."""
+    def applied(self, seqs: list[int]) -> None:
+        """``seqs`` are applied (or given up): move the watermark past every event
+        applied without a gap before it."""
         with self.changed:
-            self.applying -= 1
-            self.done.add(seq)
+            self.applying -= len(seqs)
+            self.done.update(seqs)
             moved = None
             while self.unapplied and self.unapplied[0][0] in self.done:
                 moved = self.unapplied.popleft()

@@ -67,6 +67,7 @@ from containers.engines.base import EngineError, EngineEvent
 from containers.engines.calls import engine_ping
 from containers.engines.labels import LABEL_INSTANCE
 from containers.execution.appliers import Appliers
+from containers.execution.event_batch import Seen, events_apply
 from containers.execution.health import runtime_rows_health_record
 from containers.execution.heartbeat import Heartbeat
 from containers.execution.images import template_images_refresh
@@ -267,22 +268,47 @@ def event_apply(
     return outcome
 
 
-def event_state_apply(*, runtime: Runtime, event: EngineEvent, clean_exit: bool = False) -> str:
-    """Steps 2 to 5 of ``event_apply``: what ``event`` says, applied to its instance, with
-    no cursor (the caller moves it). ``clean_exit``: ``StreamSeen.clean_exit`` of the
-    event at its place in the stream. Must run outside a transaction."""
-    outcome = IGNORED
+def _instance_of(event: EngineEvent) -> uuid.UUID | None:
+    """The instance an event may change: one named by its label, for an action after
+    which a state may differ (``APPLIED_ACTIONS``)."""
+    if event.action not in APPLIED_ACTIONS:
+        return None
     try:
-        instance_id = uuid.UUID(event.labels.get(LABEL_INSTANCE, ""))
+        return uuid.UUID(event.labels.get(LABEL_INSTANCE, ""))
     except ValueError:
-        instance_id = None
-    applies = event.action in APPLIED_ACTIONS and instance_id is not None
-    data = {
+        return None
+
+
+def _event_data(event: EngineEvent) -> dict[str, Any]:
+    """What the history entries an event makes carry."""
+    return {
         "event": event.action,
         "time_nano": event.time_nano,
         "container_id": event.runtime_id,
         **({"exit_code": event.exit_code} if event.exit_code is not None else {}),
     }
+
+
+def _outcome_log(event: EngineEvent, instance_id: uuid.UUID | None, outcome: str) -> None:
+    if outcome not in (IGNORED, Sync.SKIPPED):
+        log.log(
+            logging.DEBUG if outcome == Sync.BUSY else logging.INFO,
+            "event %s of %s (instance %s): %s",
+            event.action,
+            event.name or event.runtime_id[:12],
+            instance_id,
+            outcome,
+        )
+
+
+def event_state_apply(*, runtime: Runtime, event: EngineEvent, clean_exit: bool = False) -> str:
+    """Steps 2 to 5 of ``event_apply``: what ``event`` says, applied to its instance, with
+    no cursor (the caller moves it). ``clean_exit``: ``StreamSeen.clean_exit`` of the
+    event at its place in the stream. Must run outside a transaction."""
+    outcome = IGNORED
+    instance_id = _instance_of(event)
+    applies = instance_id is not None
+    data = _event_data(event)
     clean = None
     if applies and clean_exit:
         clean = clean_exit_apply(
@@ -304,16 +330,37 @@ def event_state_apply(*, runtime: Runtime, event: EngineEvent, clean_exit: bool 
             read=instance,
             seen_state=event.state,
         )
-    if outcome not in (IGNORED, Sync.SKIPPED):
-        log.log(
-            logging.DEBUG if outcome == Sync.BUSY else logging.INFO,
-            "event %s of %s (instance %s): %s",
-            event.action,
-            event.name or event.runtime_id[:12],
-            instance_id,
-            outcome,
-        )
+    _outcome_log(event, instance_id, outcome)
     return outcome
+
+
+def batchable(event: EngineEvent, clean_exit: bool) -> uuid.UUID | None:
+    """The instance of an event that may be applied with others (``event_run_apply``):
+    one that may change its state and that the event alone may settle (a clean exit, or
+    a state it carries); None otherwise."""
+    if not clean_exit and event.state is None:
+        return None
+    return _instance_of(event)
+
+
+def event_run_apply(*, run: list[tuple[EngineEvent, bool]]) -> list[str | None]:
+    """Apply ``run`` (``(event, clean_exit)`` of distinct instances, each ``batchable``)
+    in one transaction (``event_batch.events_apply``); each event's outcome, None for one
+    left to ``event_state_apply``. Raises what the database raised, nothing applied.
+    Must run outside a transaction."""
+    seen = []
+    for event, clean in run:
+        instance_id = _instance_of(event)
+        assert instance_id is not None
+        seen.append(Seen(instance_id, event.runtime_id, event.state, clean, _event_data(event)))
+    found = events_apply(seen=seen, actor=MONITOR)
+    outcomes: list[str | None] = []
+    for (event, _), each in zip(run, seen, strict=True):
+        outcome = found.get(each.instance_id)
+        if outcome is not None:
+            _outcome_log(event, each.instance_id, outcome)
+        outcomes.append(outcome)
+    return outcomes
 
 
 def needs_recheck(event: EngineEvent, outcome: str, *, start_runs: bool = True) -> bool:
@@ -366,7 +413,7 @@ class Follower:
             limit=INBOX_MAX,
             schedule=monitor.appliers.schedule,
             stopping=monitor.stopping,
-            apply=self._apply_logged,
+            apply=self.apply_many,
             reached=self._cursor_reach,
         )
         self.thread = threading.Thread(target=self.run, name=f"monitor-{self.name}", daemon=True)
@@ -501,8 +548,48 @@ class Follower:
         """Apply one event (``event_state_apply``; ``clean``: a clean exit as the
         stream's order says) and look at it again if it found its instance busy."""
         outcome = event_state_apply(runtime=self.runtime, event=event, clean_exit=clean)
+        self._recheck_if_needed(event, outcome)
+
+    def _recheck_if_needed(self, event: EngineEvent, outcome: str) -> None:
         if needs_recheck(event, outcome, start_runs=driver_class(self.runtime.driver).start_runs):
             self.monitor.recheck(event.labels[LABEL_INSTANCE])
+
+    def apply_many(self, items: list[tuple[EngineEvent, bool]]) -> None:
+        """Apply a shard's events (``(event, clean)``) in their order, from an applier:
+        each run of ``batchable`` events of distinct instances in one transaction
+        (``event_run_apply``), the others one at a time (``apply``). Never raises."""
+        run: list[tuple[EngineEvent, bool]] = []
+        ids: set[uuid.UUID] = set()
+        for event, clean in items:
+            key = batchable(event, clean)
+            if run and (key is None or key in ids):
+                self._run_apply(run)
+                run, ids = [], set()
+            if key is None:
+                self._apply_logged(event, clean)
+            else:
+                run.append((event, clean))
+                ids.add(key)
+        if run:
+            self._run_apply(run)
+
+    def _run_apply(self, run: list[tuple[EngineEvent, bool]]) -> None:
+        """``event_run_apply`` of ``run``; what it leaves (or all, if its transaction
+        failed: a deadlock, the database away) goes one at a time."""
+        if len(run) == 1:
+            self._apply_logged(*run[0])
+            return
+        try:
+            outcomes = event_run_apply(run=run)
+        except Exception:  # noqa: BLE001 - rolled back: each is applied on its own
+            log.warning("runtime %s: %d events not applied together", self.name, len(run),
+                        exc_info=True)  # fmt: skip
+            outcomes = [None] * len(run)
+        for (event, clean), outcome in zip(run, outcomes, strict=True):
+            if outcome is None:
+                self._apply_logged(event, clean)
+            else:
+                self._recheck_if_needed(event, outcome)
 
     def _cursor_reach(self, seq: int, mark: Position) -> None:
         """The inbox's watermark moved to ``mark``: move the session's cursor there

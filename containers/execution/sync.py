@@ -129,7 +129,7 @@ def instance_label(state: ContainerState) -> uuid.UUID | None:
         return None
 
 
-def _backfill(instance: ContainerInstance, state: ContainerState | None, node: str) -> None:
+def instance_backfill(instance: ContainerInstance, state: ContainerState | None, node: str) -> None:
     """Fill the node name and container id the engine knows; clear a stale missing mark."""
     changed = []
     if not instance.runtime_node_name and node:
@@ -202,7 +202,7 @@ def instance_sync(
             instance.status_changed_at,
         ):
             return Sync.RACED
-        _backfill(locked, state, node)
+        instance_backfill(locked, state, node)
         if backfill_only:
             return Sync.UNCHANGED
         if state is None and (
@@ -292,7 +292,7 @@ def clean_exit_apply(
         ):
             return None
         if locked.status == Status.RUNNING and (
-            _recorded_after(locked, (data or {}).get("time_nano")) or _started_again(locked.id)
+            recorded_after(locked, (data or {}).get("time_nano")) or _started_again(locked.id)
         ):
             return None
         state = ContainerState(
@@ -313,7 +313,7 @@ def _started_again(instance_id: uuid.UUID) -> bool:
     )
 
 
-def _recorded_after(instance: ContainerInstance, time_nano: int | None) -> bool:
+def recorded_after(instance: ContainerInstance, time_nano: int | None) -> bool:
     """True when the instance's current state was recorded after the exit (or the exit's
     time is unknown): that ``die`` may end an earlier run than the one it records (a run
     started again outside a start request: a create retry adopting the exited container,

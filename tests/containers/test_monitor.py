@@ -897,13 +897,14 @@ def test_one_engines_events_are_applied_in_parallel_across_instances_in_order_fo
     applied, reached = [], []
     b_done, a_released = threading.Event(), threading.Event()
 
-    def apply(event, clean):
-        if event.name == "a1":
-            assert b_done.wait(10), f"B's events waited behind A's: {applied}"
-            a_released.wait(10)
-        applied.append(event.name)
-        if event.name == "b2":
-            b_done.set()
+    def apply(items):
+        for event, _ in items:
+            if event.name == "a1":
+                assert b_done.wait(10), f"B's events waited behind A's: {applied}"
+                a_released.wait(10)
+            applied.append(event.name)
+            if event.name == "b2":
+                b_done.set()
 
     inbox = Inbox(
         shards=2,
