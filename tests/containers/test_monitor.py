@@ -18,6 +18,7 @@ from django.db.models import F
 
 from containers.engines import engine_for
 from containers.engines.base import ContainerSpec, ContainerState, EngineEvent
+from containers.execution import monitor as monitor_module
 from containers.execution.appliers import Appliers
 from containers.execution.inbox import BATCH, Inbox
 from containers.execution.monitor import (
@@ -991,3 +992,60 @@ def test_which_event_states_count_as_the_current_runs(status, engine_status, off
     assert event_state_current(instance, state) is current
     other = ContainerState("gb-2", "gb-2", engine_status, **times)
     assert not event_state_current(instance, other)  # not the container it records
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_shards_events_that_say_enough_are_applied_together_and_the_rest_one_by_one(
+    place, engine, fake_runtime
+):
+    """One shard's turn: two clean exits, an exit the event carries, a start while the
+    create's worker is at work, and an exit that may be an earlier run's. The first
+    four go in one transaction (the exits applied, the busy start left to the worker);
+    the last is checked with the engine (which says running: unchanged)."""
+    monitor = Monitor(installation="test", appliers=1)
+    follower = Follower(monitor, fake_runtime)
+    clean = [place(Status.RUNNING, runtime_node_name="fake-node") for _ in range(2)]
+    failing = place(Status.RUNNING, runtime_node_name="fake-node")
+    creating = place(Status.CREATING, runtime_node_name="fake-node")
+    _held(creating)
+    stale = place(Status.RUNNING, runtime_node_name="fake-node")
+
+    def event(instance, action, state=None, code=None):
+        labels = {"io.gobrave.instance": str(instance.pk)}
+        return EngineEvent(action, instance.container_id, instance.container_name, labels,
+                           time.time_ns(), code, state=state)  # fmt: skip
+
+    def exited(instance, code, seconds):
+        return ContainerState(
+            instance.container_id, instance.container_name, "exited", exit_code=code,
+            finished_at=instance.status_changed_at + dt.timedelta(seconds=seconds),
+        )  # fmt: skip
+
+    running = ContainerState(creating.container_id, creating.container_name, "running",
+                             node_name="fake-node")  # fmt: skip
+    items = [
+        (event(clean[0], "die", code=0), True),
+        (event(clean[1], "die", code=0), True),
+        (event(failing, "die", exited(failing, 3, 1), 3), False),
+        (event(creating, "start", running), False),
+        (event(stale, "die", exited(stale, 3, -5), 3), False),
+    ]
+    together = []
+    real = monitor_module.event_run_apply
+
+    def spy(**kwargs):
+        together.append([e.name for e, _ in kwargs["run"]])
+        return real(**kwargs)
+
+    monitor_module.event_run_apply = spy
+    try:
+        follower.apply_many(items)
+    finally:
+        monitor_module.event_run_apply = real
+    names = [e.name for e, _ in items]
+    assert together == [names], together
+    rows = {i.pk: stored(i) for i in (*clean, failing, creating, stale)}
+    assert [(rows[i.pk].status, rows[i.pk].exit_code) for i in clean] == [("stopped", 0)] * 2
+    assert (rows[failing.pk].status, rows[failing.pk].exit_code) == ("failed", 3)
+    assert rows[creating.pk].status == "creating"  # left to the worker (BUSY)
+    assert rows[stale.pk].status == "running", rows[stale.pk].status_reason
