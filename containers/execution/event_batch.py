@@ -31,6 +31,7 @@ from containers.execution.sync import (
     event_state_current,
     instance_backfill,
     recorded_after,
+    runs_ahead_of_worker,
     state_apply,
 )
 from containers.models import ContainerEvent, ContainerInstance
@@ -87,9 +88,10 @@ def events_apply(*, seen: list[Seen], actor: str) -> dict[uuid.UUID, Sync | None
        to start again): ``exited 0`` applied; otherwise as 3, if the event carries a
        state, else left to the caller.
     3. A carried state: as ``sync.instance_sync`` on the locked row: skipped unless
-       watched, ``BUSY`` while a request is unfinished, left to the caller unless the
-       state is surely of the current run (``event_state_current``) and a node name is
-       known; else the backfill and ``state_apply``.
+       watched, ``BUSY`` while a request is unfinished (unless ``runs_ahead_of_worker``),
+       left to the caller unless the state is surely of the current run
+       (``event_state_current``) and a node name is known; else the backfill and
+       ``state_apply``.
     """
     ids = sorted({each.instance_id for each in seen})
     outcomes: dict[uuid.UUID, Sync | None] = {}
@@ -135,9 +137,14 @@ def _carried(row: ContainerInstance, each: Seen, busy: set[str], actor: str) -> 
         return None  # the backfill only: the usual way
     if row.status not in WATCHED:
         return Sync.SKIPPED
-    if row.status in IN_FLIGHT and str(row.id) in busy:
+    current = event_state_current(row, state)
+    if (
+        row.status in IN_FLIGHT
+        and str(row.id) in busy
+        and not (current and runs_ahead_of_worker(row, state))
+    ):
         return Sync.BUSY
-    if not event_state_current(row, state):
+    if not current:
         return None
     node = state.node_name
     if not node and not row.runtime_node_name:

@@ -160,7 +160,8 @@ def instance_sync(
     1. Read the instance (no lock; ``read``: the caller's read of it just now). Skip it
        unless it is watched (or ``failed`` with no node name yet and not marked missing,
        for the backfill only);
-       leave it to the worker (``BUSY``) while a request for it is unfinished.
+       leave it to the worker (``BUSY``) while a request for it is unfinished, unless
+       ``seen_state`` is of its current run and says it runs (``runs_ahead_of_worker``).
     2. Inspect its container (no transaction open), unless ``seen_state`` (the state an
        engine event carried) is surely of its current run (``event_state_current``):
        then that is what the engine says.
@@ -183,10 +184,15 @@ def instance_sync(
         return Sync.SKIPPED  # (failed and missing: its container was given up, see orphans)
     if not backfill_only and instance.status not in WATCHED:
         return Sync.SKIPPED
-    if instance.status in IN_FLIGHT and request_unfinished(instance.id):
+    carried = seen_state is not None and event_state_current(instance, seen_state)
+    if (
+        instance.status in IN_FLIGHT
+        and not (carried and seen_state is not None and runs_ahead_of_worker(instance, seen_state))
+        and request_unfinished(instance.id)
+    ):
         return Sync.BUSY
     engine = engine or engine_for(instance.runtime)
-    if seen_state is not None and event_state_current(instance, seen_state):
+    if carried:
         state: ContainerState | None = seen_state
     else:
         state = engine.inspect(instance.container_id or instance.container_name)
@@ -248,6 +254,18 @@ def event_state_current(instance: ContainerInstance, state: ContainerState) -> b
     field = _TIMED.get(state.status)
     at = getattr(state, field) if field else None
     return at is not None and at >= instance.status_changed_at
+
+
+def runs_ahead_of_worker(instance: ContainerInstance, state: ContainerState) -> bool:
+    """True when ``state``, carried by an event and of the instance's current run
+    (``event_state_current``), says the container of a ``creating`` or ``starting``
+    instance runs: applied at once, while the worker still holds its request, as a
+    clean exit is. That worker has made its start call (the container runs), and its
+    own look after it finds the instance moved on and changes nothing; a retry of its
+    request finds it ``running`` and is superseded. (A start whose engine runs the
+    container later, Kubernetes', would otherwise wait for the worker to finish and a
+    look after it: tens of ms on every create.)"""
+    return state.status == "running" and instance.status in ACTIVE_SLOTS
 
 
 # Where a clean exit seen in the event stream may be applied without an inspect.

@@ -998,10 +998,11 @@ def test_which_event_states_count_as_the_current_runs(status, engine_status, off
 def test_a_shards_events_that_say_enough_are_applied_together_and_the_rest_one_by_one(
     place, engine, fake_runtime
 ):
-    """One shard's turn: two clean exits, an exit the event carries, a start while the
-    create's worker is at work, and an exit that may be an earlier run's. The first
-    four go in one transaction (the exits applied, the busy start left to the worker);
-    the last is checked with the engine (which says running: unchanged)."""
+    """One shard's turn: two clean exits, an exit the event carries, a start the event
+    carries while the create's worker is still at work, and an exit that may be an
+    earlier run's. The first four are applied in one transaction (a running container
+    of a creating instance is applied ahead of its worker); the last is checked with
+    the engine (which says running: unchanged)."""
     monitor = Monitor(installation="test", appliers=1)
     follower = Follower(monitor, fake_runtime)
     clean = [place(Status.RUNNING, runtime_node_name="fake-node") for _ in range(2)]
@@ -1047,5 +1048,5 @@ def test_a_shards_events_that_say_enough_are_applied_together_and_the_rest_one_b
     rows = {i.pk: stored(i) for i in (*clean, failing, creating, stale)}
     assert [(rows[i.pk].status, rows[i.pk].exit_code) for i in clean] == [("stopped", 0)] * 2
     assert (rows[failing.pk].status, rows[failing.pk].exit_code) == ("failed", 3)
-    assert rows[creating.pk].status == "creating"  # left to the worker (BUSY)
+    assert rows[creating.pk].status == "running"  # the worker's own look changes nothing
     assert rows[stale.pk].status == "running", rows[stale.pk].status_reason
