@@ -1007,7 +1007,7 @@ def test_a_shards_events_that_say_enough_are_applied_together_and_the_rest_one_b
     follower = Follower(monitor, fake_runtime)
     clean = [place(Status.RUNNING, runtime_node_name="fake-node") for _ in range(2)]
     failing = place(Status.RUNNING, runtime_node_name="fake-node")
-    creating = place(Status.CREATING, runtime_node_name="fake-node")
+    creating = place(Status.CREATING)  # no node name yet: the event's is backfilled
     _held(creating)
     stale = place(Status.RUNNING, runtime_node_name="fake-node")
 
@@ -1049,4 +1049,6 @@ def test_a_shards_events_that_say_enough_are_applied_together_and_the_rest_one_b
     assert [(rows[i.pk].status, rows[i.pk].exit_code) for i in clean] == [("stopped", 0)] * 2
     assert (rows[failing.pk].status, rows[failing.pk].exit_code) == ("failed", 3)
     assert rows[creating.pk].status == "running"  # the worker's own look changes nothing
+    assert rows[creating.pk].runtime_node_name == "fake-node"
+    assert [e.to_status for e in history(failing)] == ["failed"], history(failing)
     assert rows[stale.pk].status == "running", rows[stale.pk].status_reason
