@@ -19,7 +19,12 @@ its real follower of the ``kubernetes`` runtime and its appliers) in a thread.
    (``Emulator.busy_seconds``: server-side time per request, open streams' waiting left
    out; ``FakeKubelet.busy_seconds``: its steps), and the kubelet has no rule, so it
    adds no delay of its own. What is left is gobrave's: accept, relay, handler, the
-   client side of the driver's calls, and the watch applying the state.
+   client side of the driver's calls, and the watch applying the state. Printed two
+   ways: (a) with the emulator's request handlers' time taken out, as first shipped,
+   and (b) with its thread's whole CPU time (``Emulator.cpu_seconds``: TLS, HTTP parsing
+   and writing watch events too, which (a) leaves in gobrave's part: on one interpreter
+   the client waits for that thread to give the GIL back; on a cluster that work is the
+   API server's, on its own machine). The target is judged on (b).
 
    **Peer: the same path on the ``fake`` driver, not Docker.** dockerd reports no
    server-side time per request, and a bare create+start timed beside it includes the
@@ -104,15 +109,16 @@ class Timed:
 
 class Split:
     """Where a watch lag goes: when the watch turned each Pod's change into a ``die``
-    event (``PodWatch.transitions``) and when the monitor's ``event_apply`` began and
-    ended on it, by Pod name (both wrapped by this bench, nothing else changed)."""
+    event (``PodWatch.transitions``) and when the monitor's ``event_state_apply`` (one
+    event) or ``event_run_apply`` (several, in one transaction: each counts the whole)
+    began and ended on it, by Pod name (wrapped by this bench, nothing else changed)."""
 
     def __init__(self) -> None:
         from containers.engines.kubernetes import watch
         from containers.execution import monitor
 
         self.times: dict[str, dict[str, float]] = {}
-        transitions, apply = watch.PodWatch.transitions, monitor.event_apply
+        transitions, apply = watch.PodWatch.transitions, monitor.event_state_apply
 
         def timed_transitions(pods, pod, kind, cursor):
             events = transitions(pods, pod, kind, cursor)
@@ -130,8 +136,20 @@ class Split:
                 if event.action == "die":
                     self.times.setdefault(event.name, {}).update(began=began, ended=time.time())
 
+        def timed_run(**kwargs):
+            began = time.time()
+            try:
+                return run(**kwargs)
+            finally:
+                ended = time.time()
+                for event, _ in kwargs["run"]:
+                    if event.action == "die":
+                        self.times.setdefault(event.name, {}).update(began=began, ended=ended)
+
+        run = monitor.event_run_apply
         watch.PodWatch.transitions = timed_transitions
-        monitor.event_apply = timed_apply
+        monitor.event_state_apply = timed_apply
+        monitor.event_run_apply = timed_run
 
     def report(self, names: list[str], written: dict[str, float]) -> str:
         rows = [(self.times.get(n, {}), written[n]) for n in names]
@@ -227,8 +245,9 @@ def reached(instance_ids: list, status: str, timeout: float, meanwhile=None) -> 
         time.sleep(0.01)  # polling the rows with a deadline, not synchronisation
 
 
-def create_sample(owner, template, *, engine_seconds) -> tuple[float, float]:
-    """(gobrave's own part, the engine's) in seconds, of one create -> running."""
+def create_sample(owner, template, *, engine_seconds) -> tuple[float, ...]:
+    """(gobrave's own part, the engine's) in seconds, of one create -> running, for each
+    way of counting the engine's time (``engine_seconds()``: a tuple of clocks)."""
     from containers.requests.services import container_create_by_template
 
     engine_before = engine_seconds()
@@ -236,8 +255,8 @@ def create_sample(owner, template, *, engine_seconds) -> tuple[float, float]:
     instance = container_create_by_template(template=template, owner=owner, actor="bench")
     relay_all()
     running_at = reached([instance.pk], "running", timeout=60)[str(instance.pk)].timestamp()
-    engine = engine_seconds() - engine_before
-    return running_at - began - engine, engine
+    engine = [after - before for after, before in zip(engine_seconds(), engine_before, strict=True)]
+    return tuple(x for spent in engine for x in (running_at - began - spent, spent))
 
 
 def watch_lag(owner, template, kubelet, n: int, timeout: float, split: Split):
@@ -310,35 +329,48 @@ def main() -> int:
             c.header("Kubernetes: gobrave's own part of a create, and the watch's lag")
             print(f"   cluster: tests/kube emulator {emulator.url} + fake kubelet, in process")
 
-            def kube_seconds() -> float:
-                return emulator.busy_seconds + kubelet.busy_seconds
+            def kube_seconds() -> tuple[float, float]:
+                # the emulator's handlers only; its thread's whole CPU time (TLS, HTTP)
+                return (
+                    emulator.busy_seconds + kubelet.busy_seconds,
+                    emulator.cpu_seconds + kubelet.busy_seconds,
+                )
+
+            def fake_seconds() -> tuple[float, float]:
+                return (fake.seconds, fake.seconds)
 
             # warm-up: a connection, the client's configuration, the watch open
-            for engine, seconds in (("kubernetes", kube_seconds), ("fake", lambda: fake.seconds)):
+            for engine, seconds in (("kubernetes", kube_seconds), ("fake", fake_seconds)):
                 create_sample(owner, templates[engine], engine_seconds=seconds)
-            own = {"kubernetes": [], "fake": []}
-            theirs = {"kubernetes": [], "fake": []}
+            own = {"kubernetes": ([], []), "fake": ([], [])}
+            theirs = {"kubernetes": ([], []), "fake": ([], [])}
             for i in range(args.samples):
                 order = ("kubernetes", "fake") if i % 2 == 0 else ("fake", "kubernetes")
                 for engine in order:
-                    seconds = kube_seconds if engine == "kubernetes" else (lambda: fake.seconds)
-                    mine, engine_time = create_sample(
-                        owner, templates[engine], engine_seconds=seconds
-                    )
-                    own[engine].append(mine)
-                    theirs[engine].append(engine_time)
+                    seconds = kube_seconds if engine == "kubernetes" else fake_seconds
+                    sample = create_sample(owner, templates[engine], engine_seconds=seconds)
+                    for way in (0, 1):
+                        own[engine][way].append(sample[2 * way])
+                        theirs[engine][way].append(sample[2 * way + 1])
             print(f"\n1. create -> running, gobrave's own part ({args.samples} each, {c.load()})")
-            for engine, label in (("kubernetes", "kubernetes"), ("fake", "peer (fake driver)")):
-                print(f"   {label:20} {c.summary_ms(own[engine])}")
-                print(
-                    f"   {'':20} engine's own time p50 "
-                    f"{statistics.median(theirs[engine]) * 1000:.1f} ms (taken out)"
-                )
-            ratio = statistics.median(own["kubernetes"]) / statistics.median(own["fake"])
-            print(
-                f"   ratio of p50s {ratio:.2f} (target <= {TARGET_RATIO}): "
-                f"{c.verdict(ratio <= TARGET_RATIO)}"
+            ways = (
+                "the emulator's request handlers' time taken out (busy_seconds)",
+                "the emulator thread's whole CPU time taken out (cpu_seconds: TLS, HTTP too)",
             )
+            for way, title in enumerate(ways):
+                print(f"   {chr(ord('a') + way)}) {title}")
+                for engine, label in (("kubernetes", "kubernetes"), ("fake", "peer (fake driver)")):
+                    print(f"   {label:20} {c.summary_ms(own[engine][way])}")
+                    print(
+                        f"   {'':20} engine's own time p50 "
+                        f"{statistics.median(theirs[engine][way]) * 1000:.1f} ms (taken out)"
+                    )
+                mine, peer = own["kubernetes"][way], own["fake"][way]
+                ratio = statistics.median(mine) / statistics.median(peer)
+                print(
+                    f"   ratio of p50s {ratio:.2f} (target <= {TARGET_RATIO}): "
+                    f"{c.verdict(ratio <= TARGET_RATIO)}"
+                )
 
             type(fake_runtime).objects.filter(pk=fake_runtime.pk).update(enabled=False)
             print(f"\n2. watch lag, Pod status write -> state row ({c.load()})")

@@ -174,7 +174,10 @@ class EngineEvent:
     waited, which does not run yet: a Pod scheduled). ``time_nano`` is when it happened (the
     engine's clock, or when the driver saw it). ``cursor`` is the monitor's resume point,
     opaque to everything but the driver that made it (Docker: ``time_nano`` as a string;
-    Kubernetes: a ``resourceVersion``); empty means ``str(time_nano)``.
+    Kubernetes: a ``resourceVersion``); empty means ``str(time_nano)``. ``state``: the
+    container's state as of this event, where the engine's event carries it (a
+    Kubernetes watch event carries the whole Pod); None: the monitor asks the engine
+    (``inspect``). Never set for a ``destroy``.
     """
 
     action: str
@@ -184,6 +187,7 @@ class EngineEvent:
     time_nano: int
     exit_code: int | None = None
     cursor: str = ""
+    state: ContainerState | None = None
 
     def __post_init__(self) -> None:
         if not self.cursor:

@@ -5,16 +5,21 @@
 1. At start, refresh the templates' image status (``refresh_image_status_on_start``).
 2. One follower thread per engine (enabled runtimes; rows sharing a daemon share one)
    opens the engine's event stream for our installation label from its stored cursor,
-   asks for a full reconcile (events alone are lossy), and hands each event to the
-   appliers (``containers.execution.appliers``: ``monitor_appliers`` threads shared by
-   every engine), which apply one engine's events in the stream's order with
-   ``event_apply``: map it to the instance (label ``io.gobrave.instance``), inspect the
-   container and apply ``target_for`` of what the engine says now (more reliable than
-   the event alone; only a clean exit of a container followed from its create is
-   applied from the event: ``StreamSeen``), then advance the cursor (stored at most once
-   a second, ``CURSOR_STORE_EVERY``). A follower holds no database connection while it
-   waits on its stream: it takes one (``Monitor.db``, ``FOLLOWER_DB_SLOTS`` at once)
-   only for its own rows at each (re)connect. So N engines cost N follower threads and
+   asks for a full reconcile (events alone are lossy), and files each event in its
+   inbox (``containers.execution.inbox``: one shard per applier, by instance), which
+   the appliers (``containers.execution.appliers``: ``monitor_appliers`` threads shared
+   by every engine) apply in parallel across instances and in the stream's order for
+   each instance, as ``event_apply`` does: map it to the instance (label
+   ``io.gobrave.instance``), inspect the container and apply ``target_for`` of what the
+   engine says now (more reliable than the event alone), except where the event
+   carries the container's state of the instance's current run (a Kubernetes watch
+   event carries the Pod: ``sync.event_state_current``) or is a clean exit of a
+   container followed from its create (``StreamSeen``), which are applied from the
+   event; then move the cursor to the inbox's watermark (the last event before which
+   all are applied; stored at most once a second, ``CURSOR_STORE_EVERY``). A follower
+   holds no database connection while it waits on its stream: it takes one
+   (``Monitor.db``, ``FOLLOWER_DB_SLOTS`` at once) only for its own rows at each
+   (re)connect. So N engines cost N follower threads and
    at most 2 + ``monitor_appliers`` + ``FOLLOWER_DB_SLOTS`` connections (one the
    heartbeat's), whatever N is (docs/architecture.md, "The monitor at fleet size"). A dropped stream
    (the SDK just ends the iterator) or an unreachable engine is logged and retried with
@@ -47,8 +52,9 @@ import os
 import threading
 import time
 import uuid
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -61,9 +67,11 @@ from containers.engines.base import EngineError, EngineEvent
 from containers.engines.calls import engine_ping
 from containers.engines.labels import LABEL_INSTANCE
 from containers.execution.appliers import Appliers
+from containers.execution.event_batch import Seen, events_apply
 from containers.execution.health import runtime_rows_health_record
 from containers.execution.heartbeat import Heartbeat
 from containers.execution.images import template_images_refresh
+from containers.execution.inbox import Inbox
 from containers.execution.policies import policies_pass
 from containers.execution.reconciler import distinct_engines, engine_key, reconcile
 from containers.execution.sync import (
@@ -104,8 +112,7 @@ SEEN_MAX = 64  # keys remembered at the cursor's exact time (a handful in practi
 # one each (a monitor killed meanwhile replays the last second's events: each is applied
 # as the engine says now, which changes nothing).
 CURSOR_STORE_EVERY = 1.0
-BATCH = 64  # events an applier applies for one engine before the next engine's turn
-INBOX_MAX = 1024  # events read ahead of the appliers per engine
+INBOX_MAX = 1024  # events read ahead of the appliers per engine (``BATCH``: inbox.py)
 FOLLOWER_DB_SLOTS = 2  # followers writing their own rows (at a reconnect) at once
 
 # event_apply outcomes, besides instance_sync's
@@ -127,7 +134,23 @@ def cursor_for(runtime: Runtime) -> MonitorCursor:
     return cursor
 
 
-def is_duplicate(cursor: MonitorCursor, event: EngineEvent) -> bool:
+@dataclass(frozen=True)
+class Position:
+    """Where a stream got (a cursor's ``position`` and ``seen``, not stored)."""
+
+    position: str = ""
+    seen: tuple[str, ...] = ()
+
+
+def position_after(at: MonitorCursor | Position, event: EngineEvent) -> Position:
+    """Where the cursor ``at`` is once ``event`` is applied (the stream's order is the
+    cursor's): at the event's cursor, remembering the keys seen exactly there."""
+    if event.cursor != at.position:
+        return Position(event.cursor, (event_key(event),))
+    return Position(at.position, (*at.seen, event_key(event))[-SEEN_MAX:])
+
+
+def is_duplicate(cursor: MonitorCursor | Position, event: EngineEvent) -> bool:
     """True for an event already applied: one seen at the cursor's exact position.
 
     The cursor is opaque (``EngineEvent.cursor``): the driver never sends an event from
@@ -142,10 +165,12 @@ def cursor_advance(cursor: MonitorCursor, event: EngineEvent, *, store_every: fl
     """Move the cursor to ``event`` (the stream's order is the cursor's); store it unless
     it was stored less than ``store_every`` seconds ago (``cursor_store`` stores the
     rest)."""
-    if event.cursor != cursor.position:
-        cursor.position, cursor.seen = event.cursor, [event_key(event)]
-    else:
-        cursor.seen = [*cursor.seen, event_key(event)][-SEEN_MAX:]
+    cursor_move(cursor, position_after(cursor, event), store_every=store_every)
+
+
+def cursor_move(cursor: MonitorCursor, to: Position, *, store_every: float = 0.0) -> None:
+    """Move the cursor to ``to``; stored as ``cursor_advance`` says."""
+    cursor.position, cursor.seen = to.position, list(to.seen)
     cursor.unstored = True
     cursor_store(cursor, every=store_every)
 
@@ -223,8 +248,10 @@ def event_apply(
        request.
     4. A ``start`` of the container a ``running`` instance records says nothing new
        (``sync.running_as_recorded``): ``unchanged``, without asking the engine.
-    5. Otherwise ``instance_sync`` the instance with actor ``monitor``: inspect, then
-       apply ``target_for`` by the shortest true path; history entries carry the event.
+    5. Otherwise ``instance_sync`` the instance with actor ``monitor``: inspect (or take
+       the state the event carries, where it is surely of the instance's current run:
+       ``sync.event_state_current``), then apply ``target_for`` by the shortest true
+       path; history entries carry the event.
        A ``destroy`` leaves no container: "removed outside gobrave", unless the instance
        is being deleted (our own delete did it).
     6. Advance the cursor (after applying, so a crash replays rather than loses; stored
@@ -236,20 +263,55 @@ def event_apply(
         seen.note(event)
     if is_duplicate(cursor, event):
         return DUPLICATE
-    outcome = IGNORED
+    clean = seen is not None and seen.clean_exit(event)
+    outcome = event_state_apply(runtime=runtime, event=event, clean_exit=clean)
+    cursor_advance(cursor, event, store_every=store_every)
+    return outcome
+
+
+def _instance_of(event: EngineEvent) -> uuid.UUID | None:
+    """The instance an event may change: one named by its label, for an action after
+    which a state may differ (``APPLIED_ACTIONS``)."""
+    if event.action not in APPLIED_ACTIONS:
+        return None
     try:
-        instance_id = uuid.UUID(event.labels.get(LABEL_INSTANCE, ""))
+        return uuid.UUID(event.labels.get(LABEL_INSTANCE, ""))
     except ValueError:
-        instance_id = None
-    applies = event.action in APPLIED_ACTIONS and instance_id is not None
-    data = {
+        return None
+
+
+def _event_data(event: EngineEvent) -> dict[str, Any]:
+    """What the history entries an event makes carry."""
+    return {
         "event": event.action,
         "time_nano": event.time_nano,
         "container_id": event.runtime_id,
         **({"exit_code": event.exit_code} if event.exit_code is not None else {}),
     }
+
+
+def _outcome_log(event: EngineEvent, instance_id: uuid.UUID | None, outcome: str) -> None:
+    if outcome not in (IGNORED, Sync.SKIPPED):
+        log.log(
+            logging.DEBUG if outcome == Sync.BUSY else logging.INFO,
+            "event %s of %s (instance %s): %s",
+            event.action,
+            event.name or event.runtime_id[:12],
+            instance_id,
+            outcome,
+        )
+
+
+def event_state_apply(*, runtime: Runtime, event: EngineEvent, clean_exit: bool = False) -> str:
+    """Steps 2 to 5 of ``event_apply``: what ``event`` says, applied to its instance, with
+    no cursor (the caller moves it). ``clean_exit``: ``StreamSeen.clean_exit`` of the
+    event at its place in the stream. Must run outside a transaction."""
+    outcome = IGNORED
+    instance_id = _instance_of(event)
+    applies = instance_id is not None
+    data = _event_data(event)
     clean = None
-    if applies and seen is not None and seen.clean_exit(event):
+    if applies and clean_exit:
         clean = clean_exit_apply(
             instance_id=instance_id, runtime_id=event.runtime_id, actor=MONITOR, data=data
         )
@@ -267,18 +329,39 @@ def event_apply(
             engine=engine_for(runtime),
             data=data,
             read=instance,
+            seen_state=event.state,
         )
-    if outcome not in (IGNORED, Sync.SKIPPED):
-        log.log(
-            logging.DEBUG if outcome == Sync.BUSY else logging.INFO,
-            "event %s of %s (instance %s): %s",
-            event.action,
-            event.name or event.runtime_id[:12],
-            instance_id,
-            outcome,
-        )
-    cursor_advance(cursor, event, store_every=store_every)
+    _outcome_log(event, instance_id, outcome)
     return outcome
+
+
+def batchable(event: EngineEvent, clean_exit: bool) -> uuid.UUID | None:
+    """The instance of an event that may be applied with others (``event_run_apply``):
+    one that may change its state and that the event alone may settle (a clean exit, or
+    a state it carries); None otherwise."""
+    if not clean_exit and event.state is None:
+        return None
+    return _instance_of(event)
+
+
+def event_run_apply(*, run: list[tuple[EngineEvent, bool]]) -> list[str | None]:
+    """Apply ``run`` (``(event, clean_exit)`` of distinct instances, each ``batchable``)
+    in one transaction (``event_batch.events_apply``); each event's outcome, None for one
+    left to ``event_state_apply``. Raises what the database raised, nothing applied.
+    Must run outside a transaction."""
+    seen = []
+    for event, clean in run:
+        instance_id = _instance_of(event)
+        assert instance_id is not None
+        seen.append(Seen(instance_id, event.runtime_id, event.state, clean, _event_data(event)))
+    found = events_apply(seen=seen, actor=MONITOR)
+    outcomes: list[str | None] = []
+    for (event, _), each in zip(run, seen, strict=True):
+        outcome = found.get(each.instance_id)
+        if outcome is not None:
+            _outcome_log(event, each.instance_id, outcome)
+        outcomes.append(outcome)
+    return outcomes
 
 
 def needs_recheck(event: EngineEvent, outcome: str, *, start_runs: bool = True) -> bool:
@@ -308,10 +391,11 @@ def needs_recheck(event: EngineEvent, outcome: str, *, start_runs: bool = True) 
 class Follower:
     """Follows one engine's event stream in its own thread (see the module docstring).
 
-    The thread only reads: each event goes to ``inbox`` and the monitor's appliers
-    apply it (``apply_batch``), so while it waits on its stream it holds no database
-    connection; it takes one (a ``Monitor.db`` slot) only for its own few writes at
-    each (re)connect: the runtime row, the cursor, the health record.
+    The thread only reads: each event goes to its ``inbox`` (``containers.execution.inbox``)
+    and the monitor's appliers apply it, in parallel across instances, in order for each
+    one, so while it waits on its stream it holds no database connection; it takes one
+    (a ``Monitor.db`` slot) only for its own few writes at each (re)connect: the runtime
+    row, the cursor, the health record.
     """
 
     def __init__(self, monitor: Monitor, runtime: Runtime) -> None:
@@ -319,13 +403,20 @@ class Follower:
         self.runtime_id = runtime.pk
         self.runtime = runtime  # the session's row (event_apply's engine)
         self.name = runtime.name
-        self.step = threading.Lock()  # held while events are being applied
+        self.step = threading.Lock()  # held while the cursor moves or is stored
         self.wake = threading.Event()  # ends a wait to reconnect (the engine is back)
         self.cursor: MonitorCursor | None = None  # the session's, ahead of the stored one
-        self.seen = StreamSeen()  # the session's
-        self.inbox: deque[EngineEvent] = deque()
-        self.scheduled = False  # with an applier, or in line for one
-        self.changed = threading.Condition()  # guards inbox and scheduled
+        self.seen = StreamSeen()  # the session's, noted in the stream's order
+        self.read = Position()  # where the stream got (the inbox's newest mark)
+        self.reached = 0  # the sequence number of the mark the cursor was moved to
+        self.inbox = Inbox(
+            shards=monitor.appliers.size,
+            limit=INBOX_MAX,
+            schedule=monitor.appliers.schedule,
+            stopping=monitor.stopping,
+            apply=self.apply_many,
+            reached=self._cursor_reach,
+        )
         self.thread = threading.Thread(target=self.run, name=f"monitor-{self.name}", daemon=True)
 
     def run(self) -> None:
@@ -410,6 +501,7 @@ class Follower:
         stream = engine.events(self.monitor.installation, cursor.position)
         with self.step:
             self.cursor, self.runtime, self.seen = cursor, runtime, StreamSeen()
+            self.read = Position(cursor.position, tuple(cursor.seen))
         self.health_record(runtime, reachable=True)
         log.info("following runtime %s (%s) from cursor %s", runtime.name, runtime.base_url, cursor)
         self.monitor.reconcile_soon()
@@ -427,64 +519,93 @@ class Follower:
         return count
 
     def deliver(self, event: EngineEvent) -> None:
-        """Hand one event to the appliers (in the stream's order); waits while
-        ``INBOX_MAX`` are waiting already (the engine then holds the rest)."""
-        with self.changed:
-            while len(self.inbox) >= INBOX_MAX and not self.monitor.stopping.is_set():
-                self.changed.wait(0.1)
-            self.inbox.append(event)
-            if self.scheduled:
-                return
-            self.scheduled = True
-        self.monitor.appliers.schedule(self)
+        """Hand one event to the appliers (in the stream's order): noted in the
+        session's ``StreamSeen``, dropped if a duplicate (``is_duplicate``), else filed in
+        the inbox by its instance; waits while ``INBOX_MAX`` are unapplied (the engine
+        then holds the rest). The follower's thread only."""
+        self.seen.note(event)
+        if is_duplicate(self.read, event):
+            return
+        self.read = position_after(self.read, event)
+        key = event.labels.get(LABEL_INSTANCE) or event.runtime_id
+        self.inbox.put(event, key=key, clean=self.seen.clean_exit(event), mark=self.read)
 
     def drained(self) -> None:
         """Wait until every event handed over is applied (or the monitor stops)."""
-        with self.changed:
-            while self.scheduled and not self.monitor.stopping.is_set():
-                self.changed.wait(0.1)
+        self.inbox.drained()
 
-    def apply_batch(self) -> None:
-        """Apply up to ``BATCH`` waiting events in order (an applier's turn); if more
-        wait, get in line again. Never runs twice at once for one follower. An event
-        that fails (the engine or the database away) is logged and a reconcile asked
-        for, which compares every instance with its engine: the next events still go."""
-        with self.step:
-            for _ in range(BATCH):
-                with self.changed:
-                    if not self.inbox:
-                        self.scheduled = False
-                        self.changed.notify_all()
-                        return
-                    event = self.inbox.popleft()
-                if self.monitor.stopping.is_set():
-                    return
-                try:
-                    self.apply(event)
-                except EngineError as exc:  # the engine went away mid-look
-                    log.warning("runtime %s: event not applied (%s)", self.name, exc)
-                    self.monitor.reconcile_soon()  # the reconcile repairs what it missed
-                except Exception:  # noqa: BLE001 - the next events still come (DB away...)
-                    log.exception("runtime %s: event %s not applied", self.name, event.action)
-                    self.monitor.reconcile_soon()
-        with self.changed:
-            self.changed.notify_all()
-            if not self.inbox:
-                self.scheduled = False
-                return
-        self.monitor.appliers.schedule(self)
+    def _apply_logged(self, event: EngineEvent, clean: bool) -> None:
+        """``apply``, from an applier. An event that fails (the engine or the database
+        away) is logged and a reconcile asked for, which compares every instance with
+        its engine: the next events still go."""
+        try:
+            self.apply(event, clean)
+        except EngineError as exc:  # the engine went away mid-look
+            log.warning("runtime %s: event not applied (%s)", self.name, exc)
+            self.monitor.reconcile_soon()  # the reconcile repairs what it missed
+        except Exception:  # noqa: BLE001 - the next events still come (DB away...)
+            log.exception("runtime %s: event %s not applied", self.name, event.action)
+            self.monitor.reconcile_soon()
 
-    def apply(self, event: EngineEvent) -> None:
-        assert self.cursor is not None
-        outcome = event_apply(
-            runtime=self.runtime,
-            cursor=self.cursor,
-            event=event,
-            seen=self.seen,
-            store_every=CURSOR_STORE_EVERY,
-        )
+    def apply(self, event: EngineEvent, clean: bool = False) -> None:
+        """Apply one event (``event_state_apply``; ``clean``: a clean exit as the
+        stream's order says) and look at it again if it found its instance busy."""
+        outcome = event_state_apply(runtime=self.runtime, event=event, clean_exit=clean)
+        self._recheck_if_needed(event, outcome)
+
+    def _recheck_if_needed(self, event: EngineEvent, outcome: str) -> None:
         if needs_recheck(event, outcome, start_runs=driver_class(self.runtime.driver).start_runs):
             self.monitor.recheck(event.labels[LABEL_INSTANCE])
+
+    def apply_many(self, items: list[tuple[EngineEvent, bool]]) -> None:
+        """Apply a shard's events (``(event, clean)``) in their order, from an applier:
+        each run of ``batchable`` events of distinct instances in one transaction
+        (``event_run_apply``), the others one at a time (``apply``). Never raises."""
+        run: list[tuple[EngineEvent, bool]] = []
+        ids: set[uuid.UUID] = set()
+        for event, clean in items:
+            key = batchable(event, clean)
+            if run and (key is None or key in ids):
+                self._run_apply(run)
+                run, ids = [], set()
+            if key is None:
+                self._apply_logged(event, clean)
+            else:
+                run.append((event, clean))
+                ids.add(key)
+        if run:
+            self._run_apply(run)
+
+    def _run_apply(self, run: list[tuple[EngineEvent, bool]]) -> None:
+        """``event_run_apply`` of ``run``; what it leaves (or all, if its transaction
+        failed: a deadlock, the database away) goes one at a time."""
+        if len(run) == 1:
+            self._apply_logged(*run[0])
+            return
+        try:
+            outcomes = event_run_apply(run=run)
+        except Exception:  # noqa: BLE001 - rolled back: each is applied on its own
+            log.warning("runtime %s: %d events not applied together", self.name, len(run),
+                        exc_info=True)  # fmt: skip
+            outcomes = [None] * len(run)
+        for (event, clean), outcome in zip(run, outcomes, strict=True):
+            if outcome is None:
+                self._apply_logged(event, clean)
+            else:
+                self._recheck_if_needed(event, outcome)
+
+    def _cursor_reach(self, seq: int, mark: Position) -> None:
+        """The inbox's watermark moved to ``mark``: move the session's cursor there
+        (stored at most every ``CURSOR_STORE_EVERY``; the main thread stores the rest).
+        From an applier's thread; an earlier mark than the cursor's is left."""
+        try:
+            with self.step:
+                if self.cursor is None or seq <= self.reached:
+                    return
+                self.reached = seq
+                cursor_move(self.cursor, mark, store_every=CURSOR_STORE_EVERY)
+        except Exception:  # noqa: BLE001 - a cursor not stored replays a few events
+            log.warning("runtime %s: cursor not stored", self.name, exc_info=True)
 
     def cursor_store(self, every: float = 0.0) -> None:
         """Store what the session's cursor reached, if that was not done in the last
@@ -614,8 +735,9 @@ class Monitor(StopOnSignal):
             self._step(self._cursors_store)
             self.stopping.wait(self._pause())
         for follower in self.followers.values():
-            if follower.step.acquire(timeout=60):  # let an event in hand finish
-                follower.cursor_store()
+            if follower.inbox.settle(timeout=60):  # let the events in hand finish
+                with follower.step:
+                    follower.cursor_store()
                 continue
             log.warning("runtime %s: event still being applied after 60s", follower.name)
         connection.close()
@@ -638,7 +760,7 @@ class Monitor(StopOnSignal):
         """Store each follower's cursor that moved over a second ago and is still not
         stored (its stream went quiet since): the stored cursor is never much behind."""
         for follower in self.followers.values():
-            if follower.step.acquire(blocking=False):  # never while it applies an event
+            if follower.step.acquire(blocking=False):  # never while its cursor moves
                 try:
                     follower.cursor_store(every=CURSOR_STORE_EVERY)
                 finally:

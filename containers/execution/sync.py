@@ -36,6 +36,7 @@ from containers.engines.labels import LABEL_INSTANCE
 from containers.execution.observe import apply_observation, target_for
 from containers.models import ContainerEvent, ContainerInstance
 from containers.queues import RequestKind
+from containers.requests.lifecycle import instance_lock
 from containers.states import ACTIVE_SLOTS, IN_FLIGHT, Status
 from core import prepared
 from outbox.models import UNFINISHED, OutboxEvent
@@ -128,7 +129,7 @@ def instance_label(state: ContainerState) -> uuid.UUID | None:
         return None
 
 
-def _backfill(instance: ContainerInstance, state: ContainerState | None, node: str) -> None:
+def instance_backfill(instance: ContainerInstance, state: ContainerState | None, node: str) -> None:
     """Fill the node name and container id the engine knows; clear a stale missing mark."""
     changed = []
     if not instance.runtime_node_name and node:
@@ -151,6 +152,7 @@ def instance_sync(
     engine: Engine | None = None,
     data: dict[str, Any] | None = None,
     read: ContainerInstance | None = None,
+    seen_state: ContainerState | None = None,
 ) -> Sync:
     """Compare one instance with its engine and apply what the engine says (contract §5).
 
@@ -158,8 +160,11 @@ def instance_sync(
     1. Read the instance (no lock; ``read``: the caller's read of it just now). Skip it
        unless it is watched (or ``failed`` with no node name yet and not marked missing,
        for the backfill only);
-       leave it to the worker (``BUSY``) while a request for it is unfinished.
-    2. Inspect its container (no transaction open).
+       leave it to the worker (``BUSY``) while a request for it is unfinished, unless
+       ``seen_state`` is of its current run and says it runs (``runs_ahead_of_worker``).
+    2. Inspect its container (no transaction open), unless ``seen_state`` (the state an
+       engine event carried) is surely of its current run (``event_state_current``):
+       then that is what the engine says.
     3. Lock the row; if its state moved meanwhile, stop (``RACED``).
     4. Backfill the node name and container id.
     5. Apply ``target_for`` by the shortest true path. Not applied: a container missing
@@ -179,15 +184,23 @@ def instance_sync(
         return Sync.SKIPPED  # (failed and missing: its container was given up, see orphans)
     if not backfill_only and instance.status not in WATCHED:
         return Sync.SKIPPED
-    if instance.status in IN_FLIGHT and request_unfinished(instance.id):
+    carried = seen_state is not None and event_state_current(instance, seen_state)
+    if (
+        instance.status in IN_FLIGHT
+        and not (carried and seen_state is not None and runs_ahead_of_worker(instance, seen_state))
+        and request_unfinished(instance.id)
+    ):
         return Sync.BUSY
     engine = engine or engine_for(instance.runtime)
-    state = engine.inspect(instance.container_id or instance.container_name)
+    if carried:
+        state: ContainerState | None = seen_state
+    else:
+        state = engine.inspect(instance.container_id or instance.container_name)
     node = state.node_name if state and state.node_name else ""
     if not node and not instance.runtime_node_name:
         node = engine.node_name()
     with transaction.atomic():
-        locked = ContainerInstance.objects.select_for_update().filter(id=instance.id).first()
+        locked = instance_lock(instance.id)
         if locked is None:
             return Sync.SKIPPED
         if (locked.status, locked.status_changed_at) != (
@@ -195,7 +208,7 @@ def instance_sync(
             instance.status_changed_at,
         ):
             return Sync.RACED
-        _backfill(locked, state, node)
+        instance_backfill(locked, state, node)
         if backfill_only:
             return Sync.UNCHANGED
         if state is None and (
@@ -205,6 +218,54 @@ def instance_sync(
             return Sync.UNCHANGED
         changed = state_apply(locked, state, actor=actor, data=data)
         return Sync.CHANGED if changed else Sync.UNCHANGED
+
+
+# Engine states an event may carry that are applied without an inspect (``event_state_current``).
+_FROM_EVENT = frozenset({"running", "exited", "rejected", "created"})
+# Of those, the ones that say when they happened: (the state, its time).
+_TIMED = {"running": "started_at", "exited": "finished_at"}
+
+
+def event_state_current(instance: ContainerInstance, state: ContainerState) -> bool:
+    """True when ``state``, the container's state an engine event carried (a Pod in a
+    Kubernetes watch event), is surely of the instance's current run, so applying it
+    says what an inspect now would, or what the events behind it in the stream will
+    move on from. False (the caller inspects): it may be an earlier run's, replayed
+    after a restart of the monitor (whose cursor lags the events applied by up to a
+    second; the stream then delivers them again, each with the Pod as it was then).
+
+    1. It is of the container the instance records (or none is recorded yet).
+    2. A ``creating`` instance has had no run before (its container's name is its own):
+       ``running``, ``exited``, ``rejected`` and ``created`` (waiting) are of this one.
+    3. In any other state, only ``running`` begun, or ``exited`` ended, at or after the
+       instance entered that state (``status_changed_at``): an earlier run began before
+       the request that started this one. The engine's times are whole seconds (the
+       Kubernetes API's), so a run that began within the same second as the state takes
+       the inspect; the engine's clock is compared with the app's (NTP-close, as every
+       cluster's nodes are).
+    4. Anything else (``unknown``, ``removing``, ``paused``...) is inspected.
+    """
+    if instance.container_id and state.runtime_id != instance.container_id:
+        return False
+    if state.status not in _FROM_EVENT:
+        return False
+    if instance.status == Status.CREATING:
+        return True
+    field = _TIMED.get(state.status)
+    at = getattr(state, field) if field else None
+    return at is not None and at >= instance.status_changed_at
+
+
+def runs_ahead_of_worker(instance: ContainerInstance, state: ContainerState) -> bool:
+    """True when ``state``, carried by an event and of the instance's current run
+    (``event_state_current``), says the container of a ``creating`` or ``starting``
+    instance runs: applied at once, while the worker still holds its request, as a
+    clean exit is. That worker has made its start call (the container runs), and its
+    own look after it finds the instance moved on and changes nothing; a retry of its
+    request finds it ``running`` and is superseded. (A start whose engine runs the
+    container later, Kubernetes', would otherwise wait for the worker to finish and a
+    look after it: tens of ms on every create.)"""
+    return state.status == "running" and instance.status in ACTIVE_SLOTS
 
 
 # Where a clean exit seen in the event stream may be applied without an inspect.
@@ -241,7 +302,7 @@ def clean_exit_apply(
        exit code 0.
     """
     with transaction.atomic():
-        locked = ContainerInstance.objects.select_for_update().filter(id=instance_id).first()
+        locked = instance_lock(instance_id)
         if (
             locked is None
             or locked.status not in CLEAN_EXIT_FROM
@@ -249,8 +310,7 @@ def clean_exit_apply(
         ):
             return None
         if locked.status == Status.RUNNING and (
-            _recorded_after(locked, (data or {}).get("time_nano"))
-            or ContainerEvent.objects.filter(instance_id=locked.id, kind=RequestKind.START).exists()
+            recorded_after(locked, (data or {}).get("time_nano")) or _started_again(locked.id)
         ):
             return None
         state = ContainerState(
@@ -260,7 +320,18 @@ def clean_exit_apply(
         return Sync.CHANGED if changed else Sync.UNCHANGED
 
 
-def _recorded_after(instance: ContainerInstance, time_nano: int | None) -> bool:
+def _started_again(instance_id: uuid.UUID) -> bool:
+    """True when the instance was ever asked to start again (a ``ContainerStartRequest`` in
+    its history; every clean exit of a running instance asks: a prepared statement on
+    PostgreSQL)."""
+    return prepared.exists(
+        "sync.started_again",
+        lambda id: ContainerEvent.objects.filter(instance_id=id, kind=RequestKind.START),
+        id=instance_id,
+    )
+
+
+def recorded_after(instance: ContainerInstance, time_nano: int | None) -> bool:
     """True when the instance's current state was recorded after the exit (or the exit's
     time is unknown): that ``die`` may end an earlier run than the one it records (a run
     started again outside a start request: a create retry adopting the exited container,

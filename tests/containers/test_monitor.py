@@ -17,9 +17,11 @@ import pytest
 from django.db.models import F
 
 from containers.engines import engine_for
-from containers.engines.base import ContainerSpec, EngineEvent
+from containers.engines.base import ContainerSpec, ContainerState, EngineEvent
+from containers.execution import monitor as monitor_module
+from containers.execution.appliers import Appliers
+from containers.execution.inbox import BATCH, Inbox
 from containers.execution.monitor import (
-    BATCH,
     CURSOR_STORE_EVERY,
     DUPLICATE,
     IGNORED,
@@ -33,7 +35,7 @@ from containers.execution.monitor import (
     is_duplicate,
     needs_recheck,
 )
-from containers.execution.sync import Sync
+from containers.execution.sync import Sync, event_state_current
 from containers.models import (
     ContainerEvent,
     ContainerInstance,
@@ -841,7 +843,7 @@ def test_appliers_keep_each_engine_s_order_and_a_busy_engine_does_not_starve_ano
     quiet_delivered = threading.Event()
 
     def recorder(follower):
-        def apply(event):
+        def apply(event, clean=False):
             if not applied:  # hold the applier in A's first batch until B's event waits
                 assert quiet_delivered.wait(10)
             applied.append((follower.name, event.time_nano))
@@ -867,7 +869,7 @@ def test_an_event_that_fails_to_apply_asks_for_a_reconcile_and_the_next_ones_sti
     follower = Follower(monitor, Runtime(pk=1, name="one"))
     applied = []
 
-    def apply(event):
+    def apply(event, clean=False):
         if event.time_nano == 0:
             raise RuntimeError("the database went away")
         applied.append(event.time_nano)
@@ -882,3 +884,171 @@ def test_an_event_that_fails_to_apply_asks_for_a_reconcile_and_the_next_ones_sti
     assert applied == [1, 2]
     assert monitor.reconcile_wanted.is_set()
     assert "runtime one: event die not applied" in caplog.text
+
+
+def test_one_engines_events_are_applied_in_parallel_across_instances_in_order_for_each():
+    """Two appliers, two instances in different shards: while A's first event is held,
+    B's are applied; A's come in their order; the watermark (where the cursor may move)
+    stays before A's first until it is applied, then reaches the last event."""
+    stopping = threading.Event()
+    appliers = Appliers(2, stopping)
+    keys = [f"instance-{n}" for n in range(64)]
+    a = keys[0]
+    b = next(k for k in keys if hash(k) % 2 != hash(a) % 2)
+    applied, reached = [], []
+    b_done, a_released = threading.Event(), threading.Event()
+
+    def apply(items):
+        for event, _ in items:
+            if event.name == "a1":
+                assert b_done.wait(10), f"B's events waited behind A's: {applied}"
+                a_released.wait(10)
+            applied.append(event.name)
+            if event.name == "b2":
+                b_done.set()
+
+    inbox = Inbox(
+        shards=2,
+        limit=100,
+        schedule=appliers.schedule,
+        stopping=stopping,
+        apply=apply,
+        reached=lambda seq, mark: reached.append(mark),
+    )
+    for key, name in ((a, "a1"), (b, "b1"), (b, "b2"), (a, "a2")):
+        inbox.put(EngineEvent("die", name, name, {}, 1), key=key, clean=False, mark=name)
+    assert b_done.wait(10), applied
+    assert applied == ["b1", "b2"] and reached == [], (applied, reached)
+    a_released.set()
+    inbox.drained()
+    stopping.set()
+    assert applied == ["b1", "b2", "a1", "a2"], applied
+    assert reached[-1] == "a2" and len(inbox) == 0, reached
+
+
+@pytest.mark.django_db
+def test_an_events_own_state_of_the_current_run_is_applied_without_asking_the_engine(
+    place, engine, fake_runtime
+):
+    """The fake engine still says running; an exit the event carries, ended after the
+    instance became running, is applied as it says: the engine was not asked."""
+    instance = place(Status.RUNNING, runtime_node_name="fake-node")
+    ended = instance.status_changed_at + dt.timedelta(seconds=1)
+    state = ContainerState(
+        instance.container_id, instance.container_name, "exited", exit_code=3, finished_at=ended
+    )
+    labels = {"io.gobrave.instance": str(instance.pk)}
+    event = EngineEvent("die", instance.container_id, instance.container_name, labels, 7, 3,
+                        state=state)  # fmt: skip
+    assert apply(fake_runtime, event) == Sync.CHANGED
+    row = stored(instance)
+    assert (row.status, row.exit_code) == (Status.FAILED, 3), (row.status, row.status_reason)
+
+
+@pytest.mark.django_db
+def test_an_events_state_that_may_be_an_earlier_runs_is_checked_with_the_engine(
+    place, engine, fake_runtime
+):
+    """An exit that ended before the instance became running (a replay of the run before
+    a restart, after a monitor restart) is not applied: the engine is asked, and says
+    running, so nothing changes."""
+    instance = place(Status.RUNNING, runtime_node_name="fake-node")
+    ended = instance.status_changed_at - dt.timedelta(seconds=5)
+    state = ContainerState(
+        instance.container_id, instance.container_name, "exited", exit_code=3, finished_at=ended
+    )
+    labels = {"io.gobrave.instance": str(instance.pk)}
+    event = EngineEvent("die", instance.container_id, instance.container_name, labels, 7, 3,
+                        state=state)  # fmt: skip
+    assert apply(fake_runtime, event) == Sync.UNCHANGED
+    assert stored(instance).status == Status.RUNNING, stored(instance).status_reason
+
+
+@pytest.mark.parametrize(
+    ("status", "engine_status", "offset", "current"),
+    [
+        (Status.CREATING, "running", None, True),  # no run before: its name is its own
+        (Status.CREATING, "rejected", None, True),
+        (Status.CREATING, "created", None, True),
+        (Status.CREATING, "unknown", None, False),  # no word from its node: ask
+        (Status.STARTING, "running", 1, True),
+        (Status.STARTING, "running", -1, False),  # began before this start: an earlier run
+        (Status.STARTING, "created", None, False),  # no time to tell which run
+        (Status.RUNNING, "exited", 0, True),
+        (Status.RUNNING, "exited", -1, False),
+        (Status.RUNNING, "exited", None, False),  # no end time
+        (Status.STOPPED, "running", -1, False),
+        (Status.RUNNING, "removing", 1, False),
+    ],
+)
+def test_which_event_states_count_as_the_current_runs(status, engine_status, offset, current):
+    changed = dt.datetime(2026, 12, 4, 12, 0, 0, 500000, tzinfo=dt.UTC)
+    at = None if offset is None else changed.replace(microsecond=0) + dt.timedelta(seconds=offset)
+    if offset == 0:
+        at = changed  # the same instant
+    times = {"started_at": at} if engine_status == "running" else {"finished_at": at}
+    instance = ContainerInstance(status=status, status_changed_at=changed, container_id="gb-1")
+    state = ContainerState("gb-1", "gb-1", engine_status, **times)
+    assert event_state_current(instance, state) is current
+    other = ContainerState("gb-2", "gb-2", engine_status, **times)
+    assert not event_state_current(instance, other)  # not the container it records
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_shards_events_that_say_enough_are_applied_together_and_the_rest_one_by_one(
+    place, engine, fake_runtime
+):
+    """One shard's turn: two clean exits, an exit the event carries, a start the event
+    carries while the create's worker is still at work, and an exit that may be an
+    earlier run's. The first four are applied in one transaction (a running container
+    of a creating instance is applied ahead of its worker); the last is checked with
+    the engine (which says running: unchanged)."""
+    monitor = Monitor(installation="test", appliers=1)
+    follower = Follower(monitor, fake_runtime)
+    clean = [place(Status.RUNNING, runtime_node_name="fake-node") for _ in range(2)]
+    failing = place(Status.RUNNING, runtime_node_name="fake-node")
+    creating = place(Status.CREATING)  # no node name yet: the event's is backfilled
+    _held(creating)
+    stale = place(Status.RUNNING, runtime_node_name="fake-node")
+
+    def event(instance, action, state=None, code=None):
+        labels = {"io.gobrave.instance": str(instance.pk)}
+        return EngineEvent(action, instance.container_id, instance.container_name, labels,
+                           time.time_ns(), code, state=state)  # fmt: skip
+
+    def exited(instance, code, seconds):
+        return ContainerState(
+            instance.container_id, instance.container_name, "exited", exit_code=code,
+            finished_at=instance.status_changed_at + dt.timedelta(seconds=seconds),
+        )  # fmt: skip
+
+    running = ContainerState(creating.container_id, creating.container_name, "running",
+                             node_name="fake-node")  # fmt: skip
+    items = [
+        (event(clean[0], "die", code=0), True),
+        (event(clean[1], "die", code=0), True),
+        (event(failing, "die", exited(failing, 3, 1), 3), False),
+        (event(creating, "start", running), False),
+        (event(stale, "die", exited(stale, 3, -5), 3), False),
+    ]
+    together = []
+    real = monitor_module.event_run_apply
+
+    def spy(**kwargs):
+        together.append([e.name for e, _ in kwargs["run"]])
+        return real(**kwargs)
+
+    monitor_module.event_run_apply = spy
+    try:
+        follower.apply_many(items)
+    finally:
+        monitor_module.event_run_apply = real
+    names = [e.name for e, _ in items]
+    assert together == [names], together
+    rows = {i.pk: stored(i) for i in (*clean, failing, creating, stale)}
+    assert [(rows[i.pk].status, rows[i.pk].exit_code) for i in clean] == [("stopped", 0)] * 2
+    assert (rows[failing.pk].status, rows[failing.pk].exit_code) == ("failed", 3)
+    assert rows[creating.pk].status == "running"  # the worker's own look changes nothing
+    assert rows[creating.pk].runtime_node_name == "fake-node"
+    assert [e.to_status for e in history(failing)] == ["failed"], history(failing)
+    assert rows[stale.pk].status == "running", rows[stale.pk].status_reason

@@ -52,6 +52,7 @@ GONE_POLL_FIRST = 0.05  # how soon a deleted Pod is looked for again, doubling..
 GONE_POLL_CAP = 1.0  # ...up to this
 FOLLOW_READ_SECONDS = 86400  # a followed log's idle read; the follow's ``until`` ends it
 GONE_SLACK = 30.0  # beyond the grace period, how long a stop waits for the Pod to go
+LIVE = frozenset({"created", "running", "unknown"})  # a start leaves such a Pod as it is
 
 
 def _json(response: Any) -> dict[str, Any]:
@@ -75,6 +76,7 @@ class KubernetesEngine:
         self.watch_seconds = watch_seconds  # a watch stream ends after this; reopened
         self.namespace = target.namespace
         self._api: client.ApiClient | None = None
+        self._core_api: client.CoreV1Api | None = None
         self._pid: int | None = None
         self._lock = threading.Lock()
         self._pods = watch.PodWatch()
@@ -82,11 +84,18 @@ class KubernetesEngine:
     # --- the client ----------------------------------------------------------------------
 
     def _core(self) -> client.CoreV1Api:
+        """The client of this process, made on first use (and again after a fork); a
+        call in a process that has one takes no lock (``CoreV1Api`` holds nothing but
+        its ``ApiClient``, whose pool is thread-safe)."""
+        core, pid = self._core_api, self._pid
+        if core is not None and pid == os.getpid():
+            return core
         with self._lock:
-            if self._api is None or self._pid != os.getpid():
+            if self._core_api is None or self._pid != os.getpid():
                 self._api = api_client(self.target, timeout=self.timeout)
+                self._core_api = client.CoreV1Api(self._api)
                 self._pid = os.getpid()
-            return client.CoreV1Api(self._api)
+            return self._core_api
 
     def _call(
         self,
@@ -216,28 +225,38 @@ class KubernetesEngine:
                     f"create {spec.name}: the name is held by another Pod"
                     f" ({LABEL_INSTANCE}={theirs!r}, not {instance!r})"
                 )
-        secret = pods.secret_manifest(spec)
-        if secret is not None:
-            name = secret["metadata"]["name"]
-            made = self._create_or_adopt(
-                f"create secret {name}", "secret", secret, owner_key=LABEL_INSTANCE, owner=instance
-            )
-            if not made:  # adopted: its values become the stored spec's
-                self._call(
-                    f"update secret {name}",
-                    "patch_namespaced_secret",
-                    name,
-                    self.namespace,
-                    {"stringData": secret["stringData"]},
-                )
+        self._secret_ensure(spec)
         return spec.name
 
-    def _make_pod(self, spec: ContainerSpec) -> None:
-        """The Pod of ``spec`` (its Secret first); one already there for this instance is
-        adopted, anything else holding the name is a permanent error."""
-        self.create(spec)
+    def _secret_ensure(self, spec: ContainerSpec) -> None:
+        """The instance's Secret (its secret env values), when it has any: made, or
+        adopted and given the stored spec's values. Idempotent."""
+        secret = pods.secret_manifest(spec)
+        if secret is None:
+            return
+        name = secret["metadata"]["name"]
+        made = self._create_or_adopt(
+            f"create secret {name}",
+            "secret",
+            secret,
+            owner_key=LABEL_INSTANCE,
+            owner=spec.labels.get(LABEL_INSTANCE, ""),
+        )
+        if not made:  # adopted: its values become the stored spec's
+            self._call(
+                f"update secret {name}",
+                "patch_namespaced_secret",
+                name,
+                self.namespace,
+                {"stringData": secret["stringData"]},
+            )
+
+    def _pod_create(self, spec: ContainerSpec) -> bool:
+        """Make the Pod of ``spec`` (its Secret first): True; False when a Pod of this
+        instance holds the name already; anything else holding it is a permanent error."""
+        self._secret_ensure(spec)
         body = pods.pod_manifest(spec, access_mode=self.target.access_mode)
-        self._create_or_adopt(
+        return self._create_or_adopt(
             f"create {spec.name}",
             "pod",
             body,
@@ -287,16 +306,29 @@ class KubernetesEngine:
     def start(self, ref: str, spec: ContainerSpec | None = None) -> None:
         """Make the Pod from ``spec`` (the stored spec). Nothing when it is pending or
         running; one that ended (a Pod never restarts: ``restartPolicy: Never``) or is
-        being deleted is deleted and made again, as Docker restarts an exited container."""
-        state = self.inspect(ref)
-        if state is not None and state.status in ("created", "running", "unknown"):
-            return
+        being deleted is deleted and made again, as Docker restarts an exited container.
+
+        The Pod is made first and looked at only when its name is taken (the common
+        start, of a Pod that is not there, is one call): a Pod of this instance is then
+        read, and left if live, else deleted and made again; anything else holding the
+        name is a permanent error (``_create_or_adopt``).
+        """
         if spec is None:
+            state = self.inspect(ref)
+            if state is not None and state.status in LIVE:
+                return
             raise PermanentEngineError(f"start {ref}: no Pod, and no stored spec to make it")
-        if state is not None:
-            self._delete_pod(ref, grace=0)
-            self._wait_gone(ref, grace=0)
-        self._make_pod(spec)
+        if self._pod_create(spec):
+            return
+        state = self.inspect(ref)
+        if state is None:  # deleted since its name was found taken: a retry makes it
+            raise EngineError(f"start {ref}: the Pod went away while being started")
+        if state.status in LIVE:
+            return
+        self._delete_pod(ref, grace=0)
+        self._wait_gone(ref, grace=0)
+        if not self._pod_create(spec):
+            raise EngineError(f"start {ref}: a Pod of the same name was made meanwhile")
 
     def _delete_pod(self, ref: str, *, grace: int) -> None:
         self._call(
