@@ -257,6 +257,8 @@ def event_apply(
         outcome = clean
     elif instance is None:
         pass
+    elif not on_this_engine(instance, runtime):
+        pass  # a create placed again elsewhere left it here: the orphan scan's
     elif event.action == "start" and running_as_recorded(instance, event.runtime_id, "running"):
         outcome = Sync.UNCHANGED
     else:
@@ -278,6 +280,17 @@ def event_apply(
         )
     cursor_advance(cursor, event, store_every=store_every)
     return outcome
+
+
+def on_this_engine(instance: Any, runtime: Runtime) -> bool:
+    """The instance is placed on ``runtime``'s engine (its row, or another row of the same
+    daemon). One that is not (a create placed again elsewhere before its container was
+    recorded may have left one here, never started) takes no event from this engine:
+    its own engine says what its state is."""
+    if instance.runtime_id in (None, runtime.pk):
+        return True
+    other = Runtime.objects.filter(pk=instance.runtime_id).first()
+    return other is not None and engine_key(other) == engine_key(runtime)
 
 
 def needs_recheck(event: EngineEvent, outcome: str, *, start_runs: bool = True) -> bool:

@@ -191,7 +191,9 @@ def orphans_scan(
        for an orphan. An instance ``failed`` and marked missing (its engine was lost,
        ``engine_loss``, or its container was removed outside gobrave) has given its
        container up: that container is an orphan too, removed whatever the policy (the
-       instance says its run ended; the run must not go on unseen).
+       instance says its run ended; the run must not go on unseen). So is one whose
+       instance is placed on another engine (a create placed again before its container
+       here was recorded): removed whatever the policy while it was never started.
     3. Upsert an ``OrphanContainer`` per orphan; the first sighting adds a ``ContainerEvent``
        (kind ``orphan``, the label's instance id or the nil uuid).
     4. Under ``remove`` (or given up), remove it and set ``removed_at``. Rows of orphans
@@ -204,7 +206,10 @@ def orphans_scan(
     given_up = set(
         rows.filter(status=Status.FAILED, runtime_missing=True).values_list("id", flat=True)
     )
-    known = set(rows.values_list("id", flat=True)) - given_up
+    here = engine_key(runtime)
+    placed = rows.exclude(runtime=None).values_list("id", "runtime__driver", "runtime__base_url")
+    elsewhere = {pk for pk, driver, url in placed if (driver, url) != here}
+    known = set(rows.values_list("id", flat=True)) - given_up - elsewhere
     now = timezone.now()
     listed = []
     for state in states:
@@ -213,14 +218,20 @@ def orphans_scan(
             continue
         listed.append(state.runtime_id)
         gave_up = owner in given_up
-        why = (
-            f"belongs to instance {owner}, which gave it up (failed, marked missing): removed"
-            if gave_up
-            else f"carries our labels but has no instance (orphan_policy {policy})"
-        )
+        # Left by a create placed again on another engine before this container was
+        # recorded: never started by gobrave, so nothing of the user's ran in it.
+        left = owner in elsewhere and state.status == "created"
+        if gave_up:
+            why = f"belongs to instance {owner}, which gave it up (failed, marked missing): removed"
+        elif owner in elsewhere:
+            why = f"belongs to instance {owner}, placed on another engine since" + (
+                ": never started, removed" if left else f" (orphan_policy {policy})"
+            )
+        else:
+            why = f"carries our labels but has no instance (orphan_policy {policy})"
         orphan, new = _orphan_upsert(runtime, state, now=now, why=why)
         report.orphans_new += new
-        if policy == "remove" or gave_up:
+        if policy == "remove" or gave_up or left:
             engine.remove(state.runtime_id)
             OrphanContainer.objects.filter(pk=orphan.pk).update(removed_at=now)
             report.orphans_removed += 1
