@@ -12,9 +12,11 @@ import pytest
 from django.db.models.functions import Now
 
 from containers.engines import engine_for
+from containers.execution.handlers import _spec
 from containers.execution.health import runtime_health_record
+from containers.execution.monitor import cursor_for, event_apply
 from containers.execution.reconciler import reconcile
-from containers.models import ContainerInstance, Runtime
+from containers.models import ContainerEvent, ContainerInstance, OrphanContainer, Runtime
 from containers.requests.services import container_create_by_template, container_stop
 from containers.requests.slots import slot_count
 from outbox.models import OutboxEvent
@@ -189,3 +191,107 @@ def test_start_timeout_leaves_a_creating_instance_alone_while_its_engine_is_away
     (engine_for(fake_runtime).root / "down").unlink()
     reconcile()
     assert shown(instance)[0] == "running", shown(instance)
+
+
+# --- a create whose container never came to exist is placed again (issue 27, item 3) --------
+
+
+def _history(instance) -> list[str]:
+    return list(
+        ContainerEvent.objects.filter(instance_id=instance.pk)
+        .order_by("created_at", "id")
+        .values_list("message", flat=True)
+    )
+
+
+def _failed_once_on_a(engines, owner, **extra) -> ContainerInstance:
+    """A create placed on ``a-engine`` whose engine refused to make its container once:
+    ``creating`` there, no container id, its retry waiting (made due now)."""
+    a, _ = engines
+    (engine_for(a).root / "fail-create").write_text("1")
+    template = TemplateFactory(
+        name="where",
+        constraints={"pool": "p"},
+        env={"ON": "$RUNTIME_NAME", "WS": "$WORKSPACE_PATH", "KEY": "s3cr3t-$RUNTIME_NAME"},
+        secret_env=["KEY"],
+        volumes=["$WORKSPACE_PATH:/data"],
+    )
+    instance = container_create_by_template(template=template, owner=owner, actor="t", **extra)
+    assert drain() == ["retried"], shown(instance)
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.runtime_id, row.container_id) == ("creating", a.pk, ""), shown(row)
+    assert row.spec["env"]["ON"] == "a-engine", row.spec
+    make_due(instance)
+    return instance
+
+
+@pytest.mark.parametrize("gone", ["unreachable", "cordoned", "disabled"])
+def test_a_create_whose_container_never_existed_is_placed_again_when_its_engine_goes(
+    engines, owner, gone
+):
+    a, b = engines
+    instance = _failed_once_on_a(engines, owner)
+    if gone == "unreachable":
+        runtime_health_record(runtime_id=a.pk, reachable=False, error="no route to host")
+    else:
+        change = {"cordoned": True} if gone == "cordoned" else {"enabled": False}
+        Runtime.objects.filter(pk=a.pk).update(**change)
+    assert drain() == ["sent"], shown(instance)
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.runtime_id, row.status_reason) == ("running", b.pk, ""), shown(row)
+    volume = row.spec["mounts"][0]["source"]
+    assert row.spec["env"] == {"ON": "b-engine", "WS": volume, "KEY": "s3cr3t-b-engine"}, row.spec
+    assert row.spec["placement"]["engine"] == "b-engine", row.spec
+    assert "s3cr3t" not in str(row.spec["placement"]), row.spec["placement"]  # offsets only
+    assert row.placement_reason.startswith("spread: b-engine"), row.placement_reason
+    moved = [m for m in _history(instance) if m.startswith("placed again on b-engine")]
+    assert moved and "never came to exist on a-engine" in moved[0], _history(instance)
+    assert engine_for(a).created() == [] and engine_for(b).created() == [f"gb-{instance.pk}"]
+
+
+def test_a_create_whose_container_exists_keeps_its_engine_and_a_dag_node_stays_pinned(
+    engines, owner
+):
+    a, b = engines
+    # The container exists on a (its start failed once): a start is not a placement.
+    (engine_for(a).root / "fail-start").write_text("1")
+    made = container_create_by_template(
+        template=TemplateFactory(name="t", constraints={"pool": "p"}), owner=owner, actor="t"
+    )
+    assert drain() == ["retried"], shown(made)
+    # A DAG run's node whose container never came to exist: pinned to its run's engine.
+    node = _failed_once_on_a(engines, owner, runtime=a)
+    runtime_health_record(runtime_id=a.pk, reachable=False, error="no route to host")
+    make_due(made)
+    assert sorted(drain()) == ["deferred", "deferred"], (shown(made), shown(node))
+    for instance in (made, node):
+        status, reason, runtime, _ = shown(instance)
+        assert (status, runtime) == ("creating", "a-engine"), shown(instance)
+        assert "unreachable since" in reason, shown(instance)
+    assert engine_for(b).calls("create") == [], shown(node)
+
+
+def test_what_a_create_placed_again_left_on_its_old_engine_is_removed_and_never_applied(
+    engines, owner
+):
+    """A create whose earlier attempt did make its container on ``a`` (the answer was
+    lost) is placed again on ``b``: that container is no event of the instance's, and
+    the orphan scan removes it (never started) once ``a`` answers again."""
+    a, b = engines
+    instance = _failed_once_on_a(engines, owner)
+    left = engine_for(a).create(_spec(ContainerInstance.objects.get(pk=instance.pk)))
+    runtime_health_record(runtime_id=a.pk, reachable=False, error="timed out")
+    assert drain() == ["sent"], shown(instance)
+    assert shown(instance)[:3] == ("running", "", "b-engine"), shown(instance)
+    runtime_health_record(runtime_id=a.pk, reachable=True)
+    report = reconcile()
+    assert engine_for(a).inspect(left) is None, str(report)
+    orphan = OrphanContainer.objects.get(runtime=a, container_id=left)
+    assert orphan.removed_at is not None, vars(orphan)
+    # Its create and its removal, as a's monitor reads them: not the instance's business.
+    cursor = cursor_for(a)
+    events = engine_for(a).event_log()
+    outcomes = [event_apply(runtime=a, cursor=cursor, event=event) for event in events]
+    assert [e.action for e in events] == ["create", "destroy"], events
+    assert outcomes == ["ignored", "ignored"], outcomes
+    assert shown(instance)[:3] == ("running", "", "b-engine"), (shown(instance), str(report))
