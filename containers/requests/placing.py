@@ -9,8 +9,12 @@ slots per engine, one statement) counted while the capacity gate is held:
   the instance gets its engine, the reason it was chosen, and its spec's engine parts
   (``containers.spec.engine_parts``), in the transaction that moves it to ``creating``;
   no engine with room leaves it ``pending`` with the reason, and its request deferred;
-- a start, or a retry of a create already placed (``engine_waits``): its own engine,
-  cordoned or not, must be enabled and below ``max_concurrency``;
+- a start, or a retry of a create whose container exists (``engine_waits``): its own
+  engine, cordoned or not, must be enabled and below ``max_concurrency``;
+- a retry of a create whose container never came to exist (``movable``: no container id
+  recorded, no DAG run's node): placed again (``instance_place_again``), on its engine
+  while that would take it as a new placement, else by the normal rule, its spec's
+  engine parts resolved anew (``spec_unplaced``, then ``spec_for_engine``);
 - the create queue's claim guard (``claims_within_capacity``): rows that could only go to
   a full (cordoned, unreachable, disabled) engine are not claimed but parked
   (``outbox.services.outbox_park``) until room frees: every exit from a slot, a delete
@@ -333,8 +337,11 @@ def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
     2. Else, under the gate, every row of an instance is also judged against the engines,
        in claim order, with what the rows let go before it counted: a fresh create goes
        if some engine would take it now (``placement_choose``), a start or a retry if its
-       own engine has a slot free; the others are parked (``outbox_park``: not claimed,
-       no attempt, their turn kept) until room frees. Each parked request says why on its
+       own engine has a slot free (a retry of a create whose container never came to
+       exist: some engine, ``movable``); the others are parked (``outbox_park``: not
+       claimed, their turn kept; a row whose lease ran out goes back to ``pending``, its
+       lapsed claim counted as a reclaim counts it) until room frees, so they no longer
+       fill the claim's window on every poll. Each parked request says why on its
        instance (rows another transaction holds are skipped: no lock is waited for).
     Lock order: the claim's rows, then the gate; no holder of the gate waits on an outbox
     row lock, so there is no cycle.
