@@ -195,9 +195,12 @@ def move(
     prepared.update_and_insert(instance, MOVED_FIELDS, entry)  # one statement on PostgreSQL
     log.info("instance %s %s -> %s by %s %s", instance.id, source, target, actor, message)
     # A freed slot, or a delete accepted (room on its engine; or, for a create waiting
-    # unplaced, its parked request must end now so that the delete behind it runs).
-    if (source in ACTIVE_SLOTS and target not in ACTIVE_SLOTS) or (
-        target in BEING_DELETED and source not in BEING_DELETED
+    # unplaced, its parked request must end now so that the delete behind it runs), or a
+    # waiting start cancelled (its parked request ends now, the stop behind it runs).
+    if (
+        (source in ACTIVE_SLOTS and target not in ACTIVE_SLOTS)
+        or (target in BEING_DELETED and source not in BEING_DELETED)
+        or (source == Status.START_PENDING and target != Status.STARTING)
     ):
         outbox_release_deferred(queue=Queue.CREATE)
     if target == Status.FAILED:

@@ -17,7 +17,13 @@ from containers.execution.health import runtime_health_record
 from containers.execution.monitor import cursor_for, event_apply
 from containers.execution.reconciler import reconcile
 from containers.models import ContainerEvent, ContainerInstance, OrphanContainer, Runtime
-from containers.requests.services import container_create_by_template, container_stop
+from containers.queues import RequestKind
+from containers.requests.services import (
+    container_create_by_template,
+    container_delete,
+    container_start,
+    container_stop,
+)
 from containers.requests.slots import slot_count
 from outbox.models import OutboxEvent
 from tests.factories import RuntimeFactory, TemplateFactory
@@ -295,3 +301,64 @@ def test_what_a_create_placed_again_left_on_its_old_engine_is_removed_and_never_
     assert [e.action for e in events] == ["create", "destroy"], events
     assert outcomes == ["ignored", "ignored"], outcomes
     assert shown(instance)[:3] == ("running", "", "b-engine"), (shown(instance), str(report))
+
+
+# --- a start that waits for its engine can be cancelled (issue 27, item 3) ------------------
+
+
+def _stopped_on(runtime, template, owner) -> ContainerInstance:
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert drain() == ["sent"], shown(instance)
+    container_stop(instance_id=instance.pk, actor="t")
+    assert drain() == ["sent"], shown(instance)
+    assert shown(instance)[:3] == ("stopped", "", runtime.name), shown(instance)
+    return instance
+
+
+def _away(runtime, how: str) -> None:
+    if how == "unreachable":
+        runtime_health_record(runtime_id=runtime.pk, reachable=False, error="no route to host")
+    else:
+        Runtime.objects.filter(pk=runtime.pk).update(enabled=False)
+
+
+@pytest.mark.parametrize("how", ["disabled", "unreachable"])
+def test_a_start_waiting_for_its_engine_can_be_deleted_by_its_user(
+    fake_runtime, template, owner, how
+):
+    instance = _stopped_on(fake_runtime, template, owner)
+    _away(fake_runtime, how)
+    container_start(instance_id=instance.pk, actor="user:alice")
+    drain()
+    status, reason, _, requests = shown(instance)
+    waits = "is disabled" if how == "disabled" else "unreachable since"
+    assert status == "start_pending" and waits in reason, shown(instance)
+    result = container_delete(instance_id=instance.pk, actor="user:alice")
+    assert (result.queued, result.instance.status) == (True, "delete_pending"), shown(instance)
+    drain()
+    start = OutboxEvent.objects.get(aggregate_id=str(instance.pk), kind=RequestKind.START)
+    assert (start.status, start.outcome) == ("sent", "superseded"), shown(instance)
+    if how == "disabled":  # the engine answers: the delete runs
+        assert not ContainerInstance.objects.filter(pk=instance.pk).exists(), shown(instance)
+        assert engine_for(fake_runtime).inspect(f"gb-{instance.pk}") is None
+    else:  # it waits for its engine (or an operator's decommission), no attempt counted
+        status, reason, _, requests = shown(instance)
+        assert status == "delete_pending" and "unreachable since" in reason, shown(instance)
+        assert requests[-1][1:3] == ("pending", 0), shown(instance)
+
+
+def test_a_start_waiting_for_its_disabled_engine_can_be_stopped_by_its_user(
+    fake_runtime, template, owner
+):
+    instance = _stopped_on(fake_runtime, template, owner)
+    _away(fake_runtime, "disabled")
+    container_start(instance_id=instance.pk, actor="user:alice")
+    assert drain() == [], shown(instance)
+    assert shown(instance)[:2] == ("start_pending", "waiting: engine of runtime "
+        f"{fake_runtime.name} is disabled"), shown(instance)  # fmt: skip
+    result = container_stop(instance_id=instance.pk, actor="user:alice")
+    assert (result.queued, result.instance.status) == (True, "stop_pending"), shown(instance)
+    assert sorted(drain()) == ["sent", "superseded"], shown(instance)
+    assert shown(instance)[:2] == ("stopped", ""), shown(instance)
+    # One start, the create's: the cancelled one never reached the engine.
+    assert len(engine_for(fake_runtime).calls("start")) == 1, shown(instance)
