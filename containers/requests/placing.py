@@ -39,6 +39,7 @@ from containers.placement.choice import (
     Placement,
     engine_closed,
     engine_full,
+    labels_match,
     placement_choose,
 )
 from containers.requests.lifecycle import _in_slots, _is_uuid, lock_gate, record
@@ -145,6 +146,7 @@ def _choose_again(instance: Any, runtimes: list[Runtime], usage, *, slot: bool) 
     if (
         home is not None
         and not engine_closed(home, pinned=False)
+        and labels_match(home, info.get("constraints") or {})
         and not engine_full(home, counted.get(home.pk))
     ):
         return Placement(home, "")

@@ -231,6 +231,19 @@ def _failed_once_on_a(engines, owner, **extra) -> ContainerInstance:
     return instance
 
 
+def test_a_create_whose_container_never_existed_stays_on_its_engine_while_it_has_room(
+    engines, owner
+):
+    """Its own place is not counted against its engine: ``a`` holds one place of one, its
+    own, and ``b`` none, yet the retry stays on ``a`` (a move would be pointless)."""
+    a, _ = engines
+    Runtime.objects.filter(pk=a.pk).update(max_containers=1)
+    instance = _failed_once_on_a(engines, owner)
+    assert drain() == ["sent"], shown(instance)
+    assert shown(instance)[:3] == ("running", "", "a-engine"), shown(instance)
+    assert not [m for m in _history(instance) if m.startswith("placed again")], _history(instance)
+
+
 @pytest.mark.parametrize("gone", ["unreachable", "cordoned", "disabled"])
 def test_a_create_whose_container_never_existed_is_placed_again_when_its_engine_goes(
     engines, owner, gone
