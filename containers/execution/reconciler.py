@@ -202,14 +202,18 @@ def orphans_scan(
     policy = _config()["orphan_policy"]
     states = engine.list_ours(installation)
     labelled = {s.runtime_id: instance_label(s) for s in states}
-    rows = ContainerInstance.objects.filter(id__in=[i for i in labelled.values() if i is not None])
-    given_up = set(
-        rows.filter(status=Status.FAILED, runtime_missing=True).values_list("id", flat=True)
-    )
+    rows = ContainerInstance.objects.filter(
+        id__in=[i for i in labelled.values() if i is not None]
+    ).values_list("id", "status", "runtime_missing", "runtime__driver", "runtime__base_url")
     here = engine_key(runtime)
-    placed = rows.exclude(runtime=None).values_list("id", "runtime__driver", "runtime__base_url")
-    elsewhere = {pk for pk, driver, url in placed if (driver, url) != here}
-    known = set(rows.values_list("id", flat=True)) - given_up - elsewhere
+    given_up, elsewhere, known = set(), set(), set()
+    for pk, status, missing, driver, url in rows:  # one read of them all
+        if status == Status.FAILED and missing:
+            given_up.add(pk)
+        elif driver is not None and (driver, url) != here:
+            elsewhere.add(pk)
+        else:
+            known.add(pk)
     now = timezone.now()
     listed = []
     for state in states:
