@@ -32,7 +32,6 @@ from containers.engines.base import (
 from containers.engines.calls import engine_ping
 from containers.engines.labels import LABEL_INSTALLATION
 from containers.errors import MountRefused
-from containers.execution.engine_loss import away_reason
 from containers.execution.health import runtime_health_record
 from containers.execution.sync import state_apply
 from containers.execution.workspaces import (
@@ -42,6 +41,7 @@ from containers.execution.workspaces import (
     workspace_ensure,
 )
 from containers.models import ContainerInstance, Runtime
+from containers.placement.choice import away_reason
 from containers.queues import Queue, RequestKind
 from containers.requests.lifecycle import (
     capacity_available,

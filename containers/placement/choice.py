@@ -145,6 +145,18 @@ class Placement:
     reason: str
 
 
+# What an instance on an engine recorded unreachable says (``away_reason``); the reconciler
+# clears reasons that start so once the engine answers (``engine_loss``).
+UNREACHABLE_SINCE = "engine unreachable since "
+REASON_MAX = 1000
+
+
+def away_reason(runtime: Runtime) -> str:
+    """What an instance on ``runtime`` says while its engine is recorded unreachable."""
+    why = runtime.last_error or "no answer"
+    return f"{UNREACHABLE_SINCE}{_since(runtime)} (runtime {runtime.name}: {why})"[:REASON_MAX]
+
+
 def _since(runtime: Runtime) -> str:
     return runtime.health_since.isoformat(timespec="seconds") if runtime.health_since else "?"
 

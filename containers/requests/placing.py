@@ -37,6 +37,7 @@ from containers.engines.labels import LABEL_INSTALLATION
 from containers.models import ContainerInstance, Runtime
 from containers.placement.choice import (
     Placement,
+    away_reason,
     engine_closed,
     engine_full,
     labels_match,
@@ -160,12 +161,25 @@ def _choose_again(instance: Any, runtimes: list[Runtime], usage, *, slot: bool) 
     )
 
 
-def _waiting(instance: ContainerInstance, reason: str) -> str:
-    reason = f"waiting: {reason}"[:1000]
+def _waiting(instance: ContainerInstance, reason: str, *, prefix: str = "waiting: ") -> str:
+    reason = f"{prefix}{reason}"[:1000]
     if instance.status_reason != reason:
         instance.status_reason = reason
         instance.save(update_fields=["status_reason"])
     return reason
+
+
+def _again_waits(instance: Any, placement: Placement, runtimes: list[Runtime]) -> str:
+    """Why a ``movable`` instance that no engine takes waits, in full. When its own engine
+    is recorded unreachable, that comes first, as every instance there says it
+    (``away_reason``: the engine's own words; the reconciler clears it when the engine
+    answers), followed by the other engines' state if any other could take it."""
+    home = next((r for r in runtimes if r.pk == instance.runtime_id), None)
+    if home is None or home.health != Runtime.Health.UNREACHABLE:
+        return f"waiting: {placement.reason}"
+    constraints = (instance.spec.get("placement") or {}).get("constraints") or {}
+    others = any(r.pk != home.pk and r.enabled and labels_match(r, constraints) for r in runtimes)
+    return away_reason(home) + (f"; {placement.reason}" if others else "")
 
 
 def _resolve_for(instance: ContainerInstance, runtime: Runtime) -> None:
@@ -239,7 +253,7 @@ def instance_place_again(instance: ContainerInstance) -> str:
     placement = _choose_again(instance, runtimes, engine_usage, slot=True)
     runtime = placement.runtime
     if runtime is None:
-        return _waiting(instance, placement.reason)
+        return _waiting(instance, _again_waits(instance, placement, runtimes), prefix="")
     if runtime.pk == home.pk:
         return ""
     unplaced = spec_unplaced(instance.spec)
@@ -399,7 +413,7 @@ def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
             placement = _choose_again(state, runtimes, lambda c=counted: c, slot=False)
             if placement.runtime is None:
                 parked.append(row_id)
-                reasons[aggregate] = f"waiting: {placement.reason}"[:1000]
+                reasons[aggregate] = _again_waits(state, placement, runtimes)[:1000]
                 continue
             target = placement.runtime.pk
             if target != state.runtime_id:

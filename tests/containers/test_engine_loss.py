@@ -162,12 +162,12 @@ def test_a_request_whose_engine_goes_silent_mid_call_waits_without_an_attempt(
     assert Runtime.objects.get(pk=fake_runtime.pk).health == "unreachable"
     # Asked again while still away: still waiting, still no attempt. Its container never
     # came to exist, so its retry is placed again, and no engine has room: set aside by
-    # the claim guard, with placement's reason.
+    # the claim guard, saying why (its engine is away).
     make_due()
     assert relay_drain() == [], shown(instance)
     now = row(instance)
     assert (now.status, now.runtime_id) == ("creating", fake_runtime.pk), shown(instance)
-    assert now.status_reason.startswith("waiting: no engine with room: fake unreachable since")
+    assert now.status_reason.startswith(UNREACHABLE), shown(instance)
     request = OutboxEvent.objects.get(aggregate_id=str(instance.pk))
     assert (request.status, request.attempts) == ("pending", 0), shown(instance)
     # Back: the reconciler records it, the create goes on and makes one container.
