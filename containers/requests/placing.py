@@ -257,9 +257,11 @@ def instance_place_again(instance: ContainerInstance) -> str:
     if runtime.pk == home.pk:
         return ""
     unplaced = spec_unplaced(instance.spec)
-    if unplaced is None:  # (``movable`` said it could be): left where it is
+    if unplaced is None:  # its spec was changed since: it stays, as a start would
+        if home.health == Runtime.Health.UNREACHABLE:
+            return _waiting(instance, away_reason(home), prefix="")
         return engine_waits(instance)
-    left = _why_not(home, runtimes)
+    left = _why_not(home, runtimes, instance.spec)
     instance.spec = unplaced
     _resolve_for(instance, runtime)
     instance.runtime = runtime
@@ -287,10 +289,15 @@ def instance_place_again(instance: ContainerInstance) -> str:
     return ""
 
 
-def _why_not(home: Runtime, runtimes: list[Runtime]) -> str:
+def _why_not(home: Runtime, runtimes: list[Runtime], spec: dict[str, Any]) -> str:
     """Why ``home`` (as ``_runtimes`` read it) takes no new placement, in a few words."""
     current = next((r for r in runtimes if r.pk == home.pk), home)
-    return engine_closed(current, pinned=False) or f"{current.name} full"
+    constraints = (spec.get("placement") or {}).get("constraints") or {}
+    if closed := engine_closed(current, pinned=False):
+        return closed
+    if not labels_match(current, constraints):
+        return f"{current.name} no longer matches the constraints"
+    return f"{current.name} full"
 
 
 def _engine_refusal(runtime: Runtime, slots: int) -> str:

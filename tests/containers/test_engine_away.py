@@ -26,7 +26,7 @@ from containers.requests.services import (
 )
 from containers.requests.slots import slot_count
 from outbox.models import OutboxEvent
-from tests.factories import RuntimeFactory, TemplateFactory
+from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory
 from tests.processes import relay_drain
 
 pytestmark = pytest.mark.django_db
@@ -244,7 +244,7 @@ def test_a_create_whose_container_never_existed_stays_on_its_engine_while_it_has
     assert not [m for m in _history(instance) if m.startswith("placed again")], _history(instance)
 
 
-@pytest.mark.parametrize("gone", ["unreachable", "cordoned", "disabled"])
+@pytest.mark.parametrize("gone", ["unreachable", "cordoned", "disabled", "full"])
 def test_a_create_whose_container_never_existed_is_placed_again_when_its_engine_goes(
     engines, owner, gone
 ):
@@ -252,6 +252,9 @@ def test_a_create_whose_container_never_existed_is_placed_again_when_its_engine_
     instance = _failed_once_on_a(engines, owner)
     if gone == "unreachable":
         runtime_health_record(runtime_id=a.pk, reachable=False, error="no route to host")
+    elif gone == "full":  # another instance took a's one place meanwhile
+        Runtime.objects.filter(pk=a.pk).update(max_containers=1)
+        InstanceFactory(runtime=a, status="running")
     else:
         change = {"cordoned": True} if gone == "cordoned" else {"enabled": False}
         Runtime.objects.filter(pk=a.pk).update(**change)
