@@ -197,7 +197,8 @@ def outbox_park(*, ids: list[int], delay: float) -> int:
        its claim cleared; what its lapsed claim was is counted as a reclaim would have
        counted it (``outbox.picking.TAKE``): an attempt, with ``CRASHED`` as its last
        error, for one whose handler had begun; a reclaim, with the reason, for one no
-       worker began. A row under a live lease is left alone.
+       worker began (and the ``reclaimed_unstarted`` counter, and a warning, as a claim
+       does). A row under a live lease is left alone.
     For a guard, in the claim's transaction, which holds the rows' locks. Returns how many
     rows it parked.
     """
@@ -208,10 +209,15 @@ def outbox_park(*, ids: list[int], delay: float) -> int:
         available_at=due, outcome=Outcome.DEFERRED
     )
     begun = Q(started_at__isnull=False)
-    lapsed = OutboxEvent.objects.filter(pk__in=ids, lease_expires_at__lt=Now())
+    lapsed = OutboxEvent.objects.filter(
+        pk__in=ids, status=OutboxStatus.PROCESSING, lease_expires_at__lt=Now()
+    )
+    seen = list(lapsed.values_list("pk", "started_at"))  # rare: a worker died
+    if not seen:
+        return parked
     # Every right-hand side reads the row as it was (one UPDATE): ``started_at`` before
     # it is cleared.
-    parked += lapsed.move_to(
+    moved = lapsed.move_to(
         OutboxStatus.PENDING,
         available_at=due,
         outcome=Outcome.DEFERRED,
@@ -230,7 +236,14 @@ def outbox_park(*, ids: list[int], delay: float) -> int:
             output_field=CharField(),
         ),
     )
-    return parked
+    unbegun = [pk for pk, started in seen if started is None]
+    counter_add(RelayStat.RECLAIMED_UNSTARTED, len(unbegun))
+    log.warning(
+        "outbox: rows %s parked after their claim ran out (%s never begun by a worker)",
+        [pk for pk, _ in seen],
+        len(unbegun),
+    )
+    return parked + moved
 
 
 def outbox_supersede_waiting(*, aggregate_id: str, reason: str) -> int:
