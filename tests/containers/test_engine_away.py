@@ -378,3 +378,21 @@ def test_a_start_waiting_for_its_disabled_engine_can_be_stopped_by_its_user(
     assert shown(instance)[:2] == ("stopped", ""), shown(instance)
     # One start, the create's: the cancelled one never reached the engine.
     assert len(engine_for(fake_runtime).calls("start")) == 1, shown(instance)
+
+
+def test_a_start_under_way_whose_retry_waits_for_its_disabled_engine_can_be_deleted(
+    fake_runtime, template, owner
+):
+    instance = _stopped_on(fake_runtime, template, owner)
+    (engine_for(fake_runtime).root / "fail-start").write_text("1")
+    container_start(instance_id=instance.pk, actor="user:alice")
+    assert drain() == ["retried"], shown(instance)
+    assert shown(instance)[0] == "starting", shown(instance)
+    _away(fake_runtime, "disabled")
+    make_due(instance)
+    assert drain() == [], shown(instance)  # its retry is set aside: the engine is disabled
+    result = container_delete(instance_id=instance.pk, actor="user:alice")
+    assert (result.queued, result.instance.status) == (True, "delete_pending"), shown(instance)
+    assert sorted(drain()) == ["sent", "superseded"], shown(instance)
+    assert not ContainerInstance.objects.filter(pk=instance.pk).exists(), shown(instance)
+    assert engine_for(fake_runtime).inspect(f"gb-{instance.pk}") is None
