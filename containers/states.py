@@ -37,8 +37,10 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     ),
     S.STOP_PENDING: frozenset({S.STOPPING, S.DELETE_PENDING, S.FAILED}),
     S.STOPPING: frozenset({S.STOPPED, S.DELETE_PENDING, S.FAILED}),
-    S.START_PENDING: frozenset({S.STARTING, S.FAILED}),
-    S.STARTING: frozenset({S.RUNNING, S.FAILED}),
+    # A waiting start may be cancelled (stopped) or deleted by its user: it may wait for
+    # its engine (full, disabled, away) indefinitely.
+    S.START_PENDING: frozenset({S.STARTING, S.STOP_PENDING, S.DELETE_PENDING, S.FAILED}),
+    S.STARTING: frozenset({S.RUNNING, S.DELETE_PENDING, S.FAILED}),
     S.DELETE_PENDING: frozenset({S.DELETING, S.FAILED}),
     S.DELETING: frozenset({S.STOPPED, S.FAILED}),
     S.STOPPED: frozenset({S.RUNNING, S.START_PENDING, S.DELETE_PENDING}),
@@ -74,7 +76,7 @@ def can_move(source: str, target: str) -> bool:
 # service refuses it, with the reason.
 OFFERED: dict[str, frozenset[str]] = {
     "start": frozenset({S.PAUSED, S.STOPPED}),
-    "stop": frozenset({S.RUNNING, S.PAUSED}),
+    "stop": frozenset({S.RUNNING, S.PAUSED, S.START_PENDING}),
     "delete": frozenset(sources_of(S.DELETE_PENDING)),
 }
 NOTHING_TO_DO: dict[str, frozenset[str]] = {

@@ -161,7 +161,10 @@ def _guarded(queue: str, rows: list[tuple]) -> list[tuple]:
 
     A row held back is left as it was (``pending``, or ``processing`` under a lease that
     ran out), still due: no attempt or reclaim counted, its key keeps its turn, and the
-    rows behind it of its aggregate stay behind it.
+    rows behind it of its aggregate stay behind it. A guard may instead park the rows
+    that cannot go until room frees (``services.outbox_park``: ``pending`` and deferred,
+    a lapsed claim counted as a reclaim counts it), so that they stop filling the claim's
+    window on every poll.
     """
     guard = registry.claim_guard(queue)
     if guard is None or not rows:

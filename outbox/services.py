@@ -9,11 +9,12 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from django.db import connection, transaction
-from django.db.models.functions import Now
+from django.db.models import Case, CharField, F, Q, Value, When
+from django.db.models.functions import Cast, Concat, Now
 
 from core import prepared
 from core.counters import counter_add
-from outbox import conf, registry
+from outbox import conf, picking, registry
 from outbox.counters import RelayStat
 from outbox.errors import NotDead, NotRequeuable, NotRetriable, OutboxRowNotFound
 from outbox.models import OutboxEvent, OutboxStatus
@@ -272,17 +273,63 @@ def outbox_park(*, ids: list[int], delay: float) -> int:
     """Rows a claim guard held back that cannot go until something frees room (a create
     whose every engine is full): due again after ``delay`` seconds, marked deferred, so
     ``outbox_release_deferred`` makes them due at once when room frees, and the claims
-    meanwhile pass over them instead of selecting them on every poll. No attempt is
-    counted and the fairness turn is kept (contract §3: as a deferral, without a claim).
+    meanwhile pass over them instead of selecting them on every poll (where they would
+    fill the claim's window and starve the rows behind them).
 
-    Only ``pending`` rows move (a lease that ran out stays due). For a guard, in the
-    claim's transaction, which holds the rows' locks. Returns how many rows it parked.
+    1. A ``pending`` row keeps its status: no attempt is counted and the fairness turn is
+       kept (contract §3: as a deferral, without a claim).
+    2. A ``processing`` row whose lease ran out (its worker died, or its cluster never
+       began it) goes back to ``pending`` (contract §3: processing → pending, deferred),
+       its claim cleared; what its lapsed claim was is counted as a reclaim would have
+       counted it (``outbox.picking.TAKE``): an attempt, with ``CRASHED`` as its last
+       error, for one whose handler had begun; a reclaim, with the reason, for one no
+       worker began (and the ``reclaimed_unstarted`` counter, and a warning, as a claim
+       does). A row under a live lease is left alone.
+    For a guard, in the claim's transaction, which holds the rows' locks. Returns how many
+    rows it parked.
     """
     if not ids:
         return 0
-    return OutboxEvent.objects.filter(pk__in=ids, status=OutboxStatus.PENDING).update(
-        available_at=Now() + dt.timedelta(seconds=delay), outcome=Outcome.DEFERRED
+    due = Now() + dt.timedelta(seconds=delay)
+    parked = OutboxEvent.objects.filter(pk__in=ids, status=OutboxStatus.PENDING).update(
+        available_at=due, outcome=Outcome.DEFERRED
     )
+    begun = Q(started_at__isnull=False)
+    lapsed = OutboxEvent.objects.filter(
+        pk__in=ids, status=OutboxStatus.PROCESSING, lease_expires_at__lt=Now()
+    )
+    seen = list(lapsed.values_list("pk", "started_at"))  # rare: a worker died
+    if not seen:
+        return parked
+    # Every right-hand side reads the row as it was (one UPDATE): ``started_at`` before
+    # it is cleared.
+    moved = lapsed.move_to(
+        OutboxStatus.PENDING,
+        available_at=due,
+        outcome=Outcome.DEFERRED,
+        claim_token=None,
+        lease_expires_at=None,
+        started_at=None,
+        attempts=F("attempts") + Case(When(begun, then=1), default=0),
+        reclaims=F("reclaims") + Case(When(begun, then=0), default=1),
+        last_error=Case(
+            When(begun, then=Value(picking.CRASHED)),
+            default=Concat(
+                Value("claimed "),
+                Cast(F("reclaims") + 1, CharField()),
+                Value(picking.UNSTARTED),
+            ),
+            output_field=CharField(),
+        ),
+    )
+    unbegun = [pk for pk, started in seen if started is None]
+    counter_add(RelayStat.RECLAIMED_UNSTARTED, len(unbegun))
+    log.warning(
+        "outbox: rows %s parked after their claim ran out (%s never begun by a worker)",
+        [pk for pk, _ in seen],
+        len(unbegun),
+    )
+    return parked + moved
 
 
 def outbox_supersede_waiting(*, aggregate_id: str, reason: str) -> int:

@@ -194,7 +194,9 @@ class ContainerViewSet(viewsets.GenericViewSet):
 
     @extend_schema(
         summary="Request a stop",
-        description="202 also when stopping, stopped or failed (a no-op, `queued` false).",
+        description="202 also when stopping, stopped or failed (a no-op, `queued` false). "
+        "A start that still waits (`start_pending`) is cancelled: its container stays, or "
+        "ends, stopped.",
         request=None,
         responses=_ACTION_RESPONSES,
     )

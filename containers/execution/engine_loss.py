@@ -37,12 +37,12 @@ from django.db.models.functions import Now
 
 from containers.actors import RECONCILER
 from containers.models import ContainerEvent, ContainerInstance, Runtime
+from containers.placement.choice import UNREACHABLE_SINCE, away_reason
 from containers.requests.lifecycle import instance_lock, instance_save, move, record
 from containers.states import Status
 
 log = logging.getLogger(__name__)
 
-UNREACHABLE_SINCE = "engine unreachable since "
 ENGINE_LOST = "engine lost"
 # Instances that keep their state, with the reason, while their engine is away.
 KEPT_WHILE_AWAY = frozenset(Status) - {Status.PENDING, Status.FAILED}
@@ -58,14 +58,6 @@ LOST_FAIL = frozenset(
         Status.STOPPING,
     }
 )
-REASON_MAX = 1000
-
-
-def away_reason(runtime: Runtime) -> str:
-    """What an instance on ``runtime`` says while its engine is recorded unreachable."""
-    since = runtime.health_since.isoformat(timespec="seconds") if runtime.health_since else "?"
-    why = runtime.last_error or "no answer"
-    return f"{UNREACHABLE_SINCE}{since} (runtime {runtime.name}: {why})"[:REASON_MAX]
 
 
 def _note(rows: list[tuple], *, kind: str, message: str) -> None:

@@ -76,11 +76,14 @@ def _started_again(ids: list[uuid.UUID]) -> set[uuid.UUID]:
     return set(found.values_list("instance_id", flat=True))
 
 
-def events_apply(*, seen: list[Seen], actor: str) -> dict[uuid.UUID, Sync | None]:
+def events_apply(*, seen: list[Seen], actor: str, runtime_pk: int) -> dict[uuid.UUID, Sync | None]:
     """Apply ``seen`` (one event per instance) in one transaction; returns each
     instance's outcome (``Sync``), None for those left to the caller (see the module
     docstring). Must run outside a transaction; raises what the database raises (a
-    deadlock...), with nothing applied.
+    deadlock...), with nothing applied. ``runtime_pk``: the runtime whose stream the
+    events came from; an instance placed on another row is left to the caller
+    (``monitor.on_this_engine``: a create placed again elsewhere may have left a
+    container here that says nothing about it).
 
     1. Lock every row (one statement, in id order, as no other transaction locks
        several), read which are asked to start again and which have a request
@@ -109,6 +112,9 @@ def events_apply(*, seen: list[Seen], actor: str) -> dict[uuid.UUID, Sync | None
                 row = rows.get(each.instance_id)
                 if row is None:
                     outcomes[each.instance_id] = Sync.SKIPPED
+                    continue
+                if row.runtime_id not in (None, runtime_pk):
+                    outcomes[each.instance_id] = None
                     continue
                 outcome = None
                 if each.clean_exit:

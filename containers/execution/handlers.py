@@ -32,7 +32,6 @@ from containers.engines.base import (
 from containers.engines.calls import engine_ping
 from containers.engines.labels import LABEL_INSTALLATION
 from containers.errors import MountRefused
-from containers.execution.engine_loss import away_reason
 from containers.execution.health import runtime_health_record
 from containers.execution.sync import state_apply
 from containers.execution.workspaces import (
@@ -43,6 +42,7 @@ from containers.execution.workspaces import (
     workspace_retention_note,
 )
 from containers.models import ContainerInstance, Runtime
+from containers.placement.choice import away_reason
 from containers.queues import Queue, RequestKind
 from containers.requests.lifecycle import (
     capacity_available,
@@ -57,6 +57,8 @@ from containers.requests.placing import (
     claims_within_capacity,
     engine_waits,
     instance_place,
+    instance_place_again,
+    movable,
     placement_recheck_seconds,
 )
 from containers.signals import instance_removed
@@ -104,7 +106,10 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
     its state with the reason and the request is deferred (no attempt counted).
     A request whose engine is recorded unreachable is deferred before any of this
     (``_engine_away``): no attempt counted, no slot taken, the instance's state kept;
-    except a start of an instance marked missing, which fails at once.
+    except a start of an instance marked missing, which fails at once, and a create's
+    retry whose container never came to exist (``placing.movable``): that one is placed
+    again (``placing.instance_place_again``: its engine if it would take it as a new
+    placement, else wherever the normal rule finds room), or waits with the reason.
     """
     waits = ""
     with transaction.atomic():
@@ -112,7 +117,8 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
         instance = instance_lock(event.aggregate_id, with_runtime=True)
         if instance is None:
             return None
-        away = _engine_away(instance) if instance.status in (ready, doing) else ""
+        again = gated and instance.status == doing == Status.CREATING and movable(instance)
+        away = _engine_away(instance) if instance.status in (ready, doing) and not again else ""
         if away and instance.runtime_missing and instance.status == Status.START_PENDING:
             # Marked missing (given up with its lost engine, or removed outside): a start
             # cannot bring it back, however long it waits (contract §5).
@@ -133,7 +139,10 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
             # the cap (the claim guard, ``claims_within_capacity``). It passes the gate again.
             if gated and not capacity_available(exclude=instance.id):
                 raise Defer(f"no create/start slot free for {instance.id} (retry)")
-            waits = engine_waits(instance) if gated else ""
+            if again:
+                waits = instance_place_again(instance)
+            else:
+                waits = engine_waits(instance) if gated else ""
         else:
             return None
     if away:

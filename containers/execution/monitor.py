@@ -320,6 +320,8 @@ def event_state_apply(*, runtime: Runtime, event: EngineEvent, clean_exit: bool 
         outcome = clean
     elif instance is None:
         pass
+    elif not on_this_engine(instance, runtime):
+        pass  # a create placed again elsewhere left it here: the orphan scan's
     elif event.action == "start" and running_as_recorded(instance, event.runtime_id, "running"):
         outcome = Sync.UNCHANGED
     else:
@@ -344,7 +346,7 @@ def batchable(event: EngineEvent, clean_exit: bool) -> uuid.UUID | None:
     return _instance_of(event)
 
 
-def event_run_apply(*, run: list[tuple[EngineEvent, bool]]) -> list[str | None]:
+def event_run_apply(*, run: list[tuple[EngineEvent, bool]], runtime: Runtime) -> list[str | None]:
     """Apply ``run`` (``(event, clean_exit)`` of distinct instances, each ``batchable``)
     in one transaction (``event_batch.events_apply``); each event's outcome, None for one
     left to ``event_state_apply``. Raises what the database raised, nothing applied.
@@ -354,7 +356,7 @@ def event_run_apply(*, run: list[tuple[EngineEvent, bool]]) -> list[str | None]:
         instance_id = _instance_of(event)
         assert instance_id is not None
         seen.append(Seen(instance_id, event.runtime_id, event.state, clean, _event_data(event)))
-    found = events_apply(seen=seen, actor=MONITOR)
+    found = events_apply(seen=seen, actor=MONITOR, runtime_pk=runtime.pk)
     outcomes: list[str | None] = []
     for (event, _), each in zip(run, seen, strict=True):
         outcome = found.get(each.instance_id)
@@ -362,6 +364,17 @@ def event_run_apply(*, run: list[tuple[EngineEvent, bool]]) -> list[str | None]:
             _outcome_log(event, each.instance_id, outcome)
         outcomes.append(outcome)
     return outcomes
+
+
+def on_this_engine(instance: Any, runtime: Runtime) -> bool:
+    """The instance is placed on ``runtime``'s engine (its row, or another row of the same
+    daemon). One that is not (a create placed again elsewhere before its container was
+    recorded may have left one here, never started) takes no event from this engine:
+    its own engine says what its state is."""
+    if instance.runtime_id in (None, runtime.pk):
+        return True
+    other = Runtime.objects.filter(pk=instance.runtime_id).first()
+    return other is not None and engine_key(other) == engine_key(runtime)
 
 
 def needs_recheck(event: EngineEvent, outcome: str, *, start_runs: bool = True) -> bool:
@@ -583,7 +596,7 @@ class Follower:
             self._apply_logged(*run[0])
             return
         try:
-            outcomes = event_run_apply(run=run)
+            outcomes = event_run_apply(run=run, runtime=self.runtime)
         except Exception:  # noqa: BLE001 - rolled back: each is applied on its own
             log.warning("runtime %s: %d events not applied together", self.name, len(run),
                         exc_info=True)  # fmt: skip

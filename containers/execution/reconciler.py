@@ -207,7 +207,9 @@ def orphans_scan(
        for an orphan. An instance ``failed`` and marked missing (its engine was lost,
        ``engine_loss``, or its container was removed outside gobrave) has given its
        container up: that container is an orphan too, removed whatever the policy (the
-       instance says its run ended; the run must not go on unseen).
+       instance says its run ended; the run must not go on unseen). So is one whose
+       instance is placed on another engine (a create placed again before its container
+       here was recorded): removed whatever the policy while it was never started.
     3. Upsert an ``OrphanContainer`` per orphan; the first sighting adds a ``ContainerEvent``
        (kind ``orphan``, the label's instance id or the nil uuid).
     4. Under ``remove`` (or given up), remove it and set ``removed_at``. Rows of orphans
@@ -216,11 +218,18 @@ def orphans_scan(
     policy = _config()["orphan_policy"]
     states = engine.list_ours(installation)
     labelled = {s.runtime_id: instance_label(s) for s in states}
-    rows = ContainerInstance.objects.filter(id__in=[i for i in labelled.values() if i is not None])
-    given_up = set(
-        rows.filter(status=Status.FAILED, runtime_missing=True).values_list("id", flat=True)
-    )
-    known = set(rows.values_list("id", flat=True)) - given_up
+    rows = ContainerInstance.objects.filter(
+        id__in=[i for i in labelled.values() if i is not None]
+    ).values_list("id", "status", "runtime_missing", "runtime__driver", "runtime__base_url")
+    here = engine_key(runtime)
+    given_up, elsewhere, known = set(), set(), set()
+    for pk, status, missing, driver, url in rows:  # one read of them all
+        if status == Status.FAILED and missing:
+            given_up.add(pk)
+        elif driver is not None and (driver, url) != here:
+            elsewhere.add(pk)
+        else:
+            known.add(pk)
     now = timezone.now()
     listed = []
     for state in states:
@@ -229,14 +238,20 @@ def orphans_scan(
             continue
         listed.append(state.runtime_id)
         gave_up = owner in given_up
-        why = (
-            f"belongs to instance {owner}, which gave it up (failed, marked missing): removed"
-            if gave_up
-            else f"carries our labels but has no instance (orphan_policy {policy})"
-        )
+        # Left by a create placed again on another engine before this container was
+        # recorded: never started by gobrave, so nothing of the user's ran in it.
+        left = owner in elsewhere and state.status == "created"
+        if gave_up:
+            why = f"belongs to instance {owner}, which gave it up (failed, marked missing): removed"
+        elif owner in elsewhere:
+            why = f"belongs to instance {owner}, placed on another engine since" + (
+                ": never started, removed" if left else f" (orphan_policy {policy})"
+            )
+        else:
+            why = f"carries our labels but has no instance (orphan_policy {policy})"
         orphan, new = _orphan_upsert(runtime, state, now=now, why=why)
         report.orphans_new += new
-        if policy == "remove" or gave_up:
+        if policy == "remove" or gave_up or left:
             engine.remove(state.runtime_id)
             OrphanContainer.objects.filter(pk=orphan.pk).update(removed_at=now)
             report.orphans_removed += 1

@@ -27,8 +27,6 @@ from outbox.services import outbox_release_deferred, outbox_supersede_waiting
 log = logging.getLogger(__name__)
 
 DECOMMISSIONED = "engine decommissioned"
-# A start cannot be deleted on its way (contract §1): it fails first, then goes.
-_FAIL_FIRST = frozenset({Status.START_PENDING, Status.STARTING})
 # A decommission that keeps finding new instances (creates placed before the cordon
 # committed) stops after this many rounds; running it again finishes the job.
 _ROUNDS = 5
@@ -123,8 +121,6 @@ def _forget(
         instance = instance_lock(instance_id)
         if instance is None or instance.runtime_id != runtime_id:
             return None
-        if instance.status in _FAIL_FIRST:
-            move(instance, Status.FAILED, actor=actor, kind="decommission", reason=message)
         if instance.status not in (Status.DELETE_PENDING, Status.DELETING):
             move(instance, Status.DELETE_PENDING, actor=actor, kind="decommission", message=message)
         if instance.status == Status.DELETE_PENDING:
@@ -155,8 +151,8 @@ def runtime_decommission(*, runtime_id: int, actor: str) -> DecommissionResult:
        there end ``failed`` with the reason "engine decommissioned" and let go of the
        runtime, so their runner never calls that engine (first, so that no node is
        failed for "its instance vanished" by an advance that runs between the steps).
-    3. Each instance on it, in a transaction of its own under its row lock: a start under
-       way fails first; then ``delete_pending`` → ``deleting`` → deleted, each move in its
+    3. Each instance on it, in a transaction of its own under its row lock:
+       ``delete_pending`` → ``deleting`` → deleted (from any state), each move in its
        history with the reason "engine decommissioned" (the history outlives the row);
        its waiting outbox rows end ``sent``/``superseded`` (``outbox_supersede_waiting``;
        a row a worker holds is superseded by its handler, which finds no instance).

@@ -145,11 +145,23 @@ class Placement:
     reason: str
 
 
+# What an instance on an engine recorded unreachable says (``away_reason``); the reconciler
+# clears reasons that start so once the engine answers (``engine_loss``).
+UNREACHABLE_SINCE = "engine unreachable since "
+REASON_MAX = 1000
+
+
+def away_reason(runtime: Runtime) -> str:
+    """What an instance on ``runtime`` says while its engine is recorded unreachable."""
+    why = runtime.last_error or "no answer"
+    return f"{UNREACHABLE_SINCE}{_since(runtime)} (runtime {runtime.name}: {why})"[:REASON_MAX]
+
+
 def _since(runtime: Runtime) -> str:
     return runtime.health_since.isoformat(timespec="seconds") if runtime.health_since else "?"
 
 
-def _closed(runtime: Runtime, *, pinned: bool) -> str:
+def engine_closed(runtime: Runtime, *, pinned: bool) -> str:
     """Why ``runtime`` takes no placement whatever its load ('' when it may)."""
     if not runtime.enabled:
         return f"{runtime.name} disabled"
@@ -160,7 +172,7 @@ def _closed(runtime: Runtime, *, pinned: bool) -> str:
     return ""
 
 
-def _full(runtime: Runtime, used: Any) -> str:
+def engine_full(runtime: Runtime, used: Any) -> str:
     """Why ``runtime`` has no room for one more container ('' when it has)."""
     containers = used.containers if used else 0
     slots = used.slots if used else 0
@@ -209,7 +221,7 @@ def placement_choose(
     if not candidates:
         text = ", ".join(f"{k}={v}" for k, v in constraints.items()) or "(none)"
         return Placement(None, f"no enabled engine matches the constraints {text}")
-    refused = [_closed(r, pinned=pinned is not None) for r in candidates]
+    refused = [engine_closed(r, pinned=pinned is not None) for r in candidates]
     open_ = [r for r, why in zip(candidates, refused, strict=True) if not why]
     if len(open_) == 1 and not _bounded(open_[0]):
         chosen = open_[0]
@@ -219,7 +231,7 @@ def placement_choose(
     counted = usage() if open_ else {}
     for index, runtime in enumerate(candidates):
         if not refused[index]:
-            refused[index] = _full(runtime, counted.get(runtime.pk))
+            refused[index] = engine_full(runtime, counted.get(runtime.pk))
     open_ = [r for r, why in zip(candidates, refused, strict=True) if not why]
     if not open_:
         return Placement(None, "no engine with room: " + ", ".join(refused))

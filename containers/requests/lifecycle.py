@@ -276,10 +276,12 @@ def _moved(moved: list[tuple[ContainerInstance, str]], target: str, *, actor: st
     """What follows recorded moves to ``target`` (``(instance, source)`` each), in the
     moves' transaction."""
     # A freed slot, or a delete accepted (room on its engine; or, for a create waiting
-    # unplaced, its parked request must end now so that the delete behind it runs).
+    # unplaced, its parked request must end now so that the delete behind it runs), or a
+    # waiting start cancelled (its parked request ends now, the stop behind it runs).
     if any(
         (source in ACTIVE_SLOTS and target not in ACTIVE_SLOTS)
         or (target in BEING_DELETED and source not in BEING_DELETED)
+        or (source == Status.START_PENDING and target != Status.STARTING)
         for _, source in moved
     ):
         outbox_release_deferred(queue=Queue.CREATE)

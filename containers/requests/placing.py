@@ -9,8 +9,12 @@ slots per engine, one statement) counted while the capacity gate is held:
   the instance gets its engine, the reason it was chosen, and its spec's engine parts
   (``containers.spec.engine_parts``), in the transaction that moves it to ``creating``;
   no engine with room leaves it ``pending`` with the reason, and its request deferred;
-- a start, or a retry of a create already placed (``engine_waits``): its own engine,
-  cordoned or not, must be enabled and below ``max_concurrency``;
+- a start, or a retry of a create whose container exists (``engine_waits``): its own
+  engine, cordoned or not, must be enabled and below ``max_concurrency``;
+- a retry of a create whose container never came to exist (``movable``: no container id
+  recorded, no DAG run's node): placed again (``instance_place_again``), on its engine
+  while that would take it as a new placement, else by the normal rule, its spec's
+  engine parts resolved anew (``spec_unplaced``, then ``spec_for_engine``);
 - the create queue's claim guard (``claims_within_capacity``): rows that could only go to
   a full (cordoned, unreachable, disabled) engine are not claimed but parked
   (``outbox.services.outbox_park``) until room frees: every exit from a slot, a delete
@@ -20,6 +24,7 @@ slots per engine, one statement) counted while the capacity gate is held:
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,18 +32,33 @@ from typing import Any
 
 from django.conf import settings
 
+from containers.actors import WORKER
 from containers.engines.labels import LABEL_INSTALLATION
 from containers.models import ContainerInstance, Runtime
-from containers.placement.choice import placement_choose
-from containers.requests.lifecycle import _in_slots, _is_uuid, lock_gate
+from containers.placement.choice import (
+    Placement,
+    away_reason,
+    engine_closed,
+    engine_full,
+    labels_match,
+    placement_choose,
+)
+from containers.requests.lifecycle import _in_slots, _is_uuid, lock_gate, record
 from containers.requests.slots import EngineUsage, engine_usage, slot_count
-from containers.spec.engine_parts import spec_for_engine, spec_placed
+from containers.spec.engine_parts import (
+    spec_for_engine,
+    spec_placed,
+    spec_replaceable,
+    spec_unplaced,
+)
 from containers.spec.hardening import owner_ids
 from containers.spec.mounts import workspace_for
 from containers.states import ACTIVE_SLOTS, Status
 from core import prepared
 from outbox import conf as outbox_conf
 from outbox.services import outbox_park
+
+log = logging.getLogger(__name__)
 
 # What a placement records on the instance (``instance_place``).
 PLACED_FIELDS = ("runtime", "placement_reason", "spec")
@@ -72,10 +92,30 @@ def _policy() -> str:
     return settings.GOBRAVE["container"]["placement"]
 
 
+def movable(instance: Any) -> bool:
+    """The instance, placed once, may be placed again by the normal rule: its container
+    never came to exist (no container id recorded: its create failed, was deferred or
+    its worker died before the engine made it), it is no DAG run's node (``pinned``),
+    and its spec's engine parts can be resolved again (``spec_replaceable``: placed
+    since the marks are kept). Once its container exists an instance keeps its engine
+    for life."""
+    info = instance.spec.get("placement") or {}
+    return (
+        instance.status == Status.CREATING
+        and instance.runtime_id is not None
+        and not instance.container_id
+        and not info.get("pinned")
+        and spec_replaceable(instance.spec)
+    )
+
+
 def _choose(instance: Any, runtimes: list[Runtime], usage):
+    """``placement_choose`` for ``instance``: pinned to its engine when it has one (a DAG
+    run's node, or a create accepted before placement moved to the pending exit), else
+    the normal rule from the constraints stored with the request."""
     info = instance.spec.get("placement") or {}
     pinned = None
-    if instance.runtime_id is not None:  # a DAG run's node (or a create accepted before)
+    if instance.runtime_id is not None:
         pinned = next((r for r in runtimes if r.pk == instance.runtime_id), None)
     return placement_choose(
         runtimes=runtimes,
@@ -87,12 +127,78 @@ def _choose(instance: Any, runtimes: list[Runtime], usage):
     )
 
 
-def _waiting(instance: ContainerInstance, reason: str) -> str:
-    reason = f"waiting: {reason}"[:1000]
+def _without(usage: dict[int, EngineUsage], runtime_id: int, *, slot: bool) -> dict:
+    """``usage`` less one instance's own place (and slot) on ``runtime_id``."""
+    held = usage.get(runtime_id)
+    if held is None:
+        return usage
+    less = EngineUsage(max(0, held.containers - 1), max(0, held.slots - (1 if slot else 0)))
+    return {**usage, runtime_id: less}
+
+
+def _choose_again(instance: Any, runtimes: list[Runtime], usage, *, slot: bool) -> Placement:
+    """Where a ``movable`` instance goes now (its own place, and its slot if ``usage``
+    counts one, ``slot``, not counted on its engine): its engine while it would take it
+    as a new placement (enabled, uncordoned, reachable, with room), else the normal rule
+    over every engine (``placement_choose``)."""
+    info = instance.spec.get("placement") or {}
+    counted = _without(usage(), instance.runtime_id, slot=slot)
+    home = next((r for r in runtimes if r.pk == instance.runtime_id), None)
+    if (
+        home is not None
+        and not engine_closed(home, pinned=False)
+        and labels_match(home, info.get("constraints") or {})
+        and not engine_full(home, counted.get(home.pk))
+    ):
+        return Placement(home, "")
+    return placement_choose(
+        runtimes=runtimes,
+        usage=lambda: counted,
+        constraints=info.get("constraints") or {},
+        local_only=bool(info.get("local_only")),
+        pinned=None,
+        policy=_policy(),
+    )
+
+
+def _waiting(instance: ContainerInstance, reason: str, *, prefix: str = "waiting: ") -> str:
+    reason = f"{prefix}{reason}"[:1000]
     if instance.status_reason != reason:
         instance.status_reason = reason
         instance.save(update_fields=["status_reason"])
     return reason
+
+
+def _again_waits(instance: Any, placement: Placement, runtimes: list[Runtime]) -> str:
+    """Why a ``movable`` instance that no engine takes waits, in full. When its own engine
+    is recorded unreachable, that comes first, as every instance there says it
+    (``away_reason``: the engine's own words; the reconciler clears it when the engine
+    answers), followed by the other engines' state if any other could take it."""
+    home = next((r for r in runtimes if r.pk == instance.runtime_id), None)
+    if home is None or home.health != Runtime.Health.UNREACHABLE:
+        return f"waiting: {placement.reason}"
+    constraints = (instance.spec.get("placement") or {}).get("constraints") or {}
+    others = any(r.pk != home.pk and r.enabled and labels_match(r, constraints) for r in runtimes)
+    return away_reason(home) + (f"; {placement.reason}" if others else "")
+
+
+def _resolve_for(instance: ContainerInstance, runtime: Runtime) -> None:
+    """Resolve the spec's engine parts for ``runtime`` (``spec_for_engine``) on a spec
+    not placed yet: the owner's workspace there, with the uid and gid stored with the
+    request."""
+    security = settings.GOBRAVE["container"]["security"]
+    stored = instance.spec.get("workspace") or {}
+    uid, gid = stored.get("uid"), stored.get("gid")
+    if uid is None:
+        uid, gid = owner_ids(instance.owner_id, security)
+    workspace = workspace_for(
+        runtime=runtime,
+        owner_id=instance.owner_id,
+        uid=uid,
+        gid=gid,
+        installation=instance.spec["labels"][LABEL_INSTALLATION],
+    )
+    instance.spec = spec_for_engine(instance.spec, runtime_name=runtime.name, workspace=workspace)
 
 
 def instance_place(instance: ContainerInstance) -> str:
@@ -105,7 +211,9 @@ def instance_place(instance: ContainerInstance) -> str:
     last place.
     1. Choose (``placement_choose``: constraints, then room, then the
        ``container.placement`` policy), counting every engine's usage in one statement
-       when the choice depends on it (a capacity, or several engines open).
+       when the choice depends on it (a capacity, or several engines open). An instance
+       with an engine already (a DAG run's node) is pinned to it, and stays so for life
+       (``spec["placement"]["pinned"]``).
     2. None with room: say why on the instance and return it.
     3. Else record the engine and why, and resolve the spec's engine parts for it.
     """
@@ -114,26 +222,82 @@ def instance_place(instance: ContainerInstance) -> str:
     runtime = placement.runtime
     if runtime is None:
         return _waiting(instance, placement.reason)
+    pinned = instance.runtime_id is not None
     if not spec_placed(instance.spec):
-        security = settings.GOBRAVE["container"]["security"]
-        stored = instance.spec.get("workspace") or {}
-        uid, gid = stored.get("uid"), stored.get("gid")
-        if uid is None:
-            uid, gid = owner_ids(instance.owner_id, security)
-        workspace = workspace_for(
-            runtime=runtime,
-            owner_id=instance.owner_id,
-            uid=uid,
-            gid=gid,
-            installation=instance.spec["labels"][LABEL_INSTALLATION],
-        )
-        instance.spec = spec_for_engine(
-            instance.spec, runtime_name=runtime.name, workspace=workspace
-        )
+        _resolve_for(instance, runtime)
+        if pinned:
+            instance.spec["placement"]["pinned"] = True
     instance.runtime = runtime
     instance.placement_reason = placement.reason[:255]
     prepared.update(instance, PLACED_FIELDS)  # under the gate: a prepared statement
     return ""
+
+
+def instance_place_again(instance: ContainerInstance) -> str:
+    """Place again a ``creating`` instance whose container never came to exist
+    (``movable``), as its create's retry takes its slot; '' when it may go (on its
+    engine or another), else the reason it waits (set as ``status_reason``).
+
+    The caller holds the instance's row lock and the capacity gate, as for
+    ``instance_place``.
+    1. Its engine keeps it while that engine would take it as a new placement
+       (``_choose_again``): nothing changes.
+    2. Else the normal rule: constraints, room, policy; its own place is not counted.
+       None with room: it waits, saying why (still ``creating``, holding no slot).
+    3. Else the spec's stand-ins are put back (``spec_unplaced``) and resolved for the
+       new engine, which is recorded with why, and the history says it moved.
+    """
+    runtimes = _runtimes()
+    home = instance.runtime
+    # Its request is claimed under a live lease: ``engine_usage`` counts its slot.
+    placement = _choose_again(instance, runtimes, engine_usage, slot=True)
+    runtime = placement.runtime
+    if runtime is None:
+        return _waiting(instance, _again_waits(instance, placement, runtimes), prefix="")
+    if runtime.pk == home.pk:
+        return ""
+    unplaced = spec_unplaced(instance.spec)
+    if unplaced is None:  # its spec was changed since: it stays, as a start would
+        if home.health == Runtime.Health.UNREACHABLE:
+            return _waiting(instance, away_reason(home), prefix="")
+        return engine_waits(instance)
+    left = _why_not(home, runtimes, instance.spec)
+    instance.spec = unplaced
+    _resolve_for(instance, runtime)
+    instance.runtime = runtime
+    instance.placement_reason = placement.reason[:255]
+    prepared.update(instance, PLACED_FIELDS)
+    record(
+        instance,
+        kind="placement",
+        actor=WORKER,
+        from_status=instance.status,
+        to_status=instance.status,
+        message=(
+            f"placed again on {runtime.name} ({placement.reason}): its container never came"
+            f" to exist on {home.name}, which takes no placement now ({left})"
+        )[:2000],
+    )
+    log.info(
+        "instance %s %s placed again: %s -> %s (%s)",
+        instance.id,
+        instance.status,
+        home.name,
+        runtime.name,
+        left,
+    )
+    return ""
+
+
+def _why_not(home: Runtime, runtimes: list[Runtime], spec: dict[str, Any]) -> str:
+    """Why ``home`` (as ``_runtimes`` read it) takes no new placement, in a few words."""
+    current = next((r for r in runtimes if r.pk == home.pk), home)
+    constraints = (spec.get("placement") or {}).get("constraints") or {}
+    if closed := engine_closed(current, pinned=False):
+        return closed
+    if not labels_match(current, constraints):
+        return f"{current.name} no longer matches the constraints"
+    return f"{current.name} full"
 
 
 def _engine_refusal(runtime: Runtime, slots: int) -> str:
@@ -170,6 +334,7 @@ class _Claimed:
     runtime_id: int | None
     placement: dict[str, Any] | None
     owner_id: int
+    container_id: str
 
     @property
     def spec(self) -> dict[str, Any]:  # what ``_choose`` reads
@@ -178,11 +343,9 @@ class _Claimed:
 
 def _claim_states(ids: list[str]) -> dict[str, _Claimed]:
     rows = ContainerInstance.objects.filter(id__in=[uuid.UUID(each) for each in ids]).values_list(
-        "id", "status", "runtime_id", "spec__placement", "owner_id"
+        "id", "status", "runtime_id", "spec__placement", "owner_id", "container_id"
     )
-    return {
-        str(pk): _Claimed(status, rt, placement, owner) for pk, status, rt, placement, owner in rows
-    }
+    return {str(pk): _Claimed(*rest) for pk, *rest in rows}
 
 
 def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
@@ -197,8 +360,11 @@ def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
     2. Else, under the gate, every row of an instance is also judged against the engines,
        in claim order, with what the rows let go before it counted: a fresh create goes
        if some engine would take it now (``placement_choose``), a start or a retry if its
-       own engine has a slot free; the others are parked (``outbox_park``: not claimed,
-       no attempt, their turn kept) until room frees. Each parked request says why on its
+       own engine has a slot free (a retry of a create whose container never came to
+       exist: some engine, ``movable``); the others are parked (``outbox_park``: not
+       claimed, their turn kept; a row whose lease ran out goes back to ``pending``, its
+       lapsed claim counted as a reclaim counts it) until room frees, so they no longer
+       fill the claim's window on every poll. Each parked request says why on its
        instance (rows another transaction holds are skipped: no lock is waited for).
     Lock order: the claim's rows, then the gate; no holder of the gate waits on an outbox
     row lock, so there is no cycle.
@@ -248,6 +414,21 @@ def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
                 continue
             target = placement.runtime.pk
             usage.setdefault(target, [0, 0])[0] += 1
+        elif movable(state):
+            counted = {pk: EngineUsage(*each) for pk, each in usage.items()}
+            # Waiting (pending, or a lease run out), its request holds no slot.
+            placement = _choose_again(state, runtimes, lambda c=counted: c, slot=False)
+            if placement.runtime is None:
+                parked.append(row_id)
+                reasons[aggregate] = _again_waits(state, placement, runtimes)[:1000]
+                continue
+            target = placement.runtime.pk
+            if target != state.runtime_id:
+                usage.setdefault(target, [0, 0])[0] += 1
+                usage.setdefault(state.runtime_id, [0, 0])[0] -= 1
+            if room <= 0:
+                continue  # the global cap: held back, still due
+            room -= 1
         else:
             target = state.runtime_id
             runtime = by_id.get(target)

@@ -478,8 +478,9 @@ def container_stop(
     reason: str = "",
     data: dict[str, Any] | None = None,
 ) -> RequestResult:
-    """running/paused → stop_pending; a no-op while stop_pending, stopping, stopped or failed.
-    ``reason`` and ``data`` (a policy's rule) are recorded in the history entry."""
+    """running/paused → stop_pending, and start_pending → stop_pending (a waiting start
+    cancelled: its request is superseded); a no-op while stop_pending, stopping, stopped
+    or failed. ``reason`` and ``data`` (a policy's rule) are recorded in the history entry."""
     return _request("stop", instance_id=instance_id, actor=actor, reason=reason, data=data)
 
 
@@ -490,6 +491,7 @@ def container_delete(
     reason: str = "",
     data: dict[str, Any] | None = None,
 ) -> RequestResult:
-    """Any state but start_pending/starting → delete_pending; a no-op while deleting.
+    """Any state → delete_pending (a waiting or running start too: its request is
+    superseded, or finishes first); a no-op while delete_pending or deleting.
     ``reason`` and ``data`` (a policy's rule) are recorded in the history entry."""
     return _request("delete", instance_id=instance_id, actor=actor, reason=reason, data=data)

@@ -7,10 +7,14 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from containers.models import ContainerInstance
+from containers.models import ContainerInstance, Runtime
+from containers.queues import Queue, RequestKind
 from containers.requests.placing import claims_within_capacity
+from containers.requests.services import container_create_by_template
+from outbox import conf, picking, relay
 from outbox.models import OutboxEvent
-from tests.factories import InstanceFactory, RequestFactory
+from tests.factories import InstanceFactory, RequestFactory, RuntimeFactory, TemplateFactory
+from tests.processes import outbox_rows
 
 
 def _row(instance, **fields) -> OutboxEvent:
@@ -42,3 +46,49 @@ def test_a_retry_is_held_back_while_the_cap_is_taken_and_a_fresh_create_is_not(
 def test_rows_of_no_instance_all_go_without_a_query(postgres, django_assert_num_queries):
     with django_assert_num_queries(0):
         assert claims_within_capacity([(1, "lat-1"), (2, "x")]) == [1, 2]
+
+
+@pytest.mark.django_db
+def test_lapsed_claims_the_guard_refuses_are_parked_and_leave_the_window_to_rows_behind(
+    postgres, tmp_path, owner, gobrave_config
+):
+    """Starts on a disabled engine whose claims ran out (their workers died) fill the
+    create queue's claim window; refused, they are parked (``pending``, deferred, their
+    lapsed claim counted as a reclaim counts it) instead of being selected first on every
+    poll, so the create behind them, which another engine would take, is claimed next."""
+    gobrave_config(container={"create_queue_max_concurrency": 100})
+    labels = {"engine": "fake", "pool": "p"}
+    gone = RuntimeFactory(name="gone", base_url=f"fake://{tmp_path / 'g'}", labels=labels)
+    RuntimeFactory(name="open", base_url=f"fake://{tmp_path / 'o'}", labels=labels)
+    Runtime.objects.filter(pk=gone.pk).update(enabled=False)
+    window = conf.in_flight_limit(Queue.CREATE)
+    past = timezone.now() - timezone.timedelta(minutes=5)
+    lapsed = [
+        _row(
+            InstanceFactory(runtime=gone, status="starting", container_id=f"c{i}"),
+            kind=RequestKind.START,
+            status="processing",
+            claim_token="00000000-0000-0000-0000-000000000001",
+            lease_expires_at=past,
+            started_at=past if i == 0 else None,  # the first one's worker had begun it
+        )
+        for i in range(max(2, window))
+    ]
+    template = TemplateFactory(name="pooled", constraints={"pool": "p"})
+    fresh = container_create_by_template(template=template, owner=owner, actor="t")
+    assert relay.claim(Queue.CREATE, window) == [], outbox_rows()
+    parked = OutboxEvent.objects.filter(pk__in=[row.pk for row in lapsed]).order_by("pk")
+    assert {(r.status, r.outcome, r.claim_token, r.started_at) for r in parked} == {
+        ("pending", "deferred", None, None)
+    }, outbox_rows()
+    assert not parked.filter(available_at__lte=timezone.now()).exists(), outbox_rows()
+    crashed, *unbegun = parked
+    assert (crashed.attempts, crashed.reclaims, crashed.last_error) == (
+        1, 0, picking.CRASHED
+    ), outbox_rows()  # fmt: skip
+    assert {(r.attempts, r.reclaims) for r in unbegun} == {(0, 1)}, outbox_rows()
+    reasons = set(ContainerInstance.objects.filter(runtime=gone).values_list("status_reason"))
+    assert reasons == {("waiting: engine of runtime gone is disabled",)}, reasons
+    claimed = [row_id for row_id, _ in relay.claim(Queue.CREATE, window)]
+    created = OutboxEvent.objects.get(aggregate_id=str(fresh.pk))
+    assert claimed == [created.pk], outbox_rows()

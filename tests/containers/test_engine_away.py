@@ -12,13 +12,21 @@ import pytest
 from django.db.models.functions import Now
 
 from containers.engines import engine_for
+from containers.execution.handlers import _spec
 from containers.execution.health import runtime_health_record
+from containers.execution.monitor import cursor_for, event_apply
 from containers.execution.reconciler import reconcile
-from containers.models import ContainerInstance, Runtime
-from containers.requests.services import container_create_by_template, container_stop
+from containers.models import ContainerEvent, ContainerInstance, OrphanContainer, Runtime
+from containers.queues import RequestKind
+from containers.requests.services import (
+    container_create_by_template,
+    container_delete,
+    container_start,
+    container_stop,
+)
 from containers.requests.slots import slot_count
 from outbox.models import OutboxEvent
-from tests.factories import RuntimeFactory, TemplateFactory
+from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory
 from tests.processes import relay_drain
 
 pytestmark = pytest.mark.django_db
@@ -189,3 +197,202 @@ def test_start_timeout_leaves_a_creating_instance_alone_while_its_engine_is_away
     (engine_for(fake_runtime).root / "down").unlink()
     reconcile()
     assert shown(instance)[0] == "running", shown(instance)
+
+
+# --- a create whose container never came to exist is placed again (issue 27, item 3) --------
+
+
+def _history(instance) -> list[str]:
+    return list(
+        ContainerEvent.objects.filter(instance_id=instance.pk)
+        .order_by("created_at", "id")
+        .values_list("message", flat=True)
+    )
+
+
+def _failed_once_on_a(engines, owner, **extra) -> ContainerInstance:
+    """A create placed on ``a-engine`` whose engine refused to make its container once:
+    ``creating`` there, no container id, its retry waiting (made due now)."""
+    a, _ = engines
+    (engine_for(a).root / "fail-create").write_text("1")
+    template = TemplateFactory(
+        name="where",
+        constraints={"pool": "p"},
+        env={"ON": "$RUNTIME_NAME", "WS": "$WORKSPACE_PATH", "KEY": "s3cr3t-$RUNTIME_NAME"},
+        secret_env=["KEY"],
+        volumes=["$WORKSPACE_PATH:/data"],
+    )
+    instance = container_create_by_template(template=template, owner=owner, actor="t", **extra)
+    assert drain() == ["retried"], shown(instance)
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.runtime_id, row.container_id) == ("creating", a.pk, ""), shown(row)
+    assert row.spec["env"]["ON"] == "a-engine", row.spec
+    make_due(instance)
+    return instance
+
+
+def test_a_create_whose_container_never_existed_stays_on_its_engine_while_it_has_room(
+    engines, owner
+):
+    """Its own place is not counted against its engine: ``a`` holds one place of one, its
+    own, and ``b`` none, yet the retry stays on ``a`` (a move would be pointless)."""
+    a, _ = engines
+    Runtime.objects.filter(pk=a.pk).update(max_containers=1)
+    instance = _failed_once_on_a(engines, owner)
+    assert drain() == ["sent"], shown(instance)
+    assert shown(instance)[:3] == ("running", "", "a-engine"), shown(instance)
+    assert not [m for m in _history(instance) if m.startswith("placed again")], _history(instance)
+
+
+@pytest.mark.parametrize("gone", ["unreachable", "cordoned", "disabled", "full"])
+def test_a_create_whose_container_never_existed_is_placed_again_when_its_engine_goes(
+    engines, owner, gone
+):
+    a, b = engines
+    instance = _failed_once_on_a(engines, owner)
+    if gone == "unreachable":
+        runtime_health_record(runtime_id=a.pk, reachable=False, error="no route to host")
+    elif gone == "full":  # another instance took a's one place meanwhile
+        Runtime.objects.filter(pk=a.pk).update(max_containers=1)
+        InstanceFactory(runtime=a, status="running")
+    else:
+        change = {"cordoned": True} if gone == "cordoned" else {"enabled": False}
+        Runtime.objects.filter(pk=a.pk).update(**change)
+    assert drain() == ["sent"], shown(instance)
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.runtime_id, row.status_reason) == ("running", b.pk, ""), shown(row)
+    volume = row.spec["mounts"][0]["source"]
+    assert row.spec["env"] == {"ON": "b-engine", "WS": volume, "KEY": "s3cr3t-b-engine"}, row.spec
+    assert row.spec["placement"]["engine"] == "b-engine", row.spec
+    assert "s3cr3t" not in str(row.spec["placement"]), row.spec["placement"]  # offsets only
+    assert row.placement_reason.startswith("spread: b-engine"), row.placement_reason
+    moved = [m for m in _history(instance) if m.startswith("placed again on b-engine")]
+    assert moved and "never came to exist on a-engine" in moved[0], _history(instance)
+    assert engine_for(a).created() == [] and engine_for(b).created() == [f"gb-{instance.pk}"]
+
+
+def test_a_create_whose_container_exists_keeps_its_engine_and_a_dag_node_stays_pinned(
+    engines, owner
+):
+    a, b = engines
+    # The container exists on a (its start failed once): a start is not a placement.
+    (engine_for(a).root / "fail-start").write_text("1")
+    made = container_create_by_template(
+        template=TemplateFactory(name="t", constraints={"pool": "p"}), owner=owner, actor="t"
+    )
+    assert drain() == ["retried"], shown(made)
+    # A DAG run's node whose container never came to exist: pinned to its run's engine.
+    node = _failed_once_on_a(engines, owner, runtime=a)
+    runtime_health_record(runtime_id=a.pk, reachable=False, error="no route to host")
+    make_due(made)
+    assert sorted(drain()) == ["deferred", "deferred"], (shown(made), shown(node))
+    for instance in (made, node):
+        status, reason, runtime, _ = shown(instance)
+        assert (status, runtime) == ("creating", "a-engine"), shown(instance)
+        assert "unreachable since" in reason, shown(instance)
+    assert engine_for(b).calls("create") == [], shown(node)
+
+
+def test_what_a_create_placed_again_left_on_its_old_engine_is_removed_and_never_applied(
+    engines, owner
+):
+    """A create whose earlier attempt did make its container on ``a`` (the answer was
+    lost) is placed again on ``b``: that container is no event of the instance's, and
+    the orphan scan removes it (never started) once ``a`` answers again."""
+    a, b = engines
+    instance = _failed_once_on_a(engines, owner)
+    left = engine_for(a).create(_spec(ContainerInstance.objects.get(pk=instance.pk)))
+    runtime_health_record(runtime_id=a.pk, reachable=False, error="timed out")
+    assert drain() == ["sent"], shown(instance)
+    assert shown(instance)[:3] == ("running", "", "b-engine"), shown(instance)
+    runtime_health_record(runtime_id=a.pk, reachable=True)
+    report = reconcile()
+    assert engine_for(a).inspect(left) is None, str(report)
+    orphan = OrphanContainer.objects.get(runtime=a, container_id=left)
+    assert orphan.removed_at is not None, vars(orphan)
+    # Its create and its removal, as a's monitor reads them: not the instance's business.
+    cursor = cursor_for(a)
+    events = engine_for(a).event_log()
+    outcomes = [event_apply(runtime=a, cursor=cursor, event=event) for event in events]
+    assert [e.action for e in events] == ["create", "destroy"], events
+    assert outcomes == ["ignored", "ignored"], outcomes
+    assert shown(instance)[:3] == ("running", "", "b-engine"), (shown(instance), str(report))
+
+
+# --- a start that waits for its engine can be cancelled (issue 27, item 3) ------------------
+
+
+def _stopped_on(runtime, template, owner) -> ContainerInstance:
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert drain() == ["sent"], shown(instance)
+    container_stop(instance_id=instance.pk, actor="t")
+    assert drain() == ["sent"], shown(instance)
+    assert shown(instance)[:3] == ("stopped", "", runtime.name), shown(instance)
+    return instance
+
+
+def _away(runtime, how: str) -> None:
+    if how == "unreachable":
+        runtime_health_record(runtime_id=runtime.pk, reachable=False, error="no route to host")
+    else:
+        Runtime.objects.filter(pk=runtime.pk).update(enabled=False)
+
+
+@pytest.mark.parametrize("how", ["disabled", "unreachable"])
+def test_a_start_waiting_for_its_engine_can_be_deleted_by_its_user(
+    fake_runtime, template, owner, how
+):
+    instance = _stopped_on(fake_runtime, template, owner)
+    _away(fake_runtime, how)
+    container_start(instance_id=instance.pk, actor="user:alice")
+    drain()
+    status, reason, _, requests = shown(instance)
+    waits = "is disabled" if how == "disabled" else "unreachable since"
+    assert status == "start_pending" and waits in reason, shown(instance)
+    result = container_delete(instance_id=instance.pk, actor="user:alice")
+    assert (result.queued, result.instance.status) == (True, "delete_pending"), shown(instance)
+    drain()
+    start = OutboxEvent.objects.get(aggregate_id=str(instance.pk), kind=RequestKind.START)
+    assert (start.status, start.outcome) == ("sent", "superseded"), shown(instance)
+    if how == "disabled":  # the engine answers: the delete runs
+        assert not ContainerInstance.objects.filter(pk=instance.pk).exists(), shown(instance)
+        assert engine_for(fake_runtime).inspect(f"gb-{instance.pk}") is None
+    else:  # it waits for its engine (or an operator's decommission), no attempt counted
+        status, reason, _, requests = shown(instance)
+        assert status == "delete_pending" and "unreachable since" in reason, shown(instance)
+        assert requests[-1][1:3] == ("pending", 0), shown(instance)
+
+
+def test_a_start_waiting_for_its_disabled_engine_can_be_stopped_by_its_user(
+    fake_runtime, template, owner
+):
+    instance = _stopped_on(fake_runtime, template, owner)
+    _away(fake_runtime, "disabled")
+    container_start(instance_id=instance.pk, actor="user:alice")
+    assert drain() == [], shown(instance)
+    assert shown(instance)[:2] == ("start_pending", "waiting: engine of runtime "
+        f"{fake_runtime.name} is disabled"), shown(instance)  # fmt: skip
+    result = container_stop(instance_id=instance.pk, actor="user:alice")
+    assert (result.queued, result.instance.status) == (True, "stop_pending"), shown(instance)
+    assert sorted(drain()) == ["sent", "superseded"], shown(instance)
+    assert shown(instance)[:2] == ("stopped", ""), shown(instance)
+    # One start, the create's: the cancelled one never reached the engine.
+    assert len(engine_for(fake_runtime).calls("start")) == 1, shown(instance)
+
+
+def test_a_start_under_way_whose_retry_waits_for_its_disabled_engine_can_be_deleted(
+    fake_runtime, template, owner
+):
+    instance = _stopped_on(fake_runtime, template, owner)
+    (engine_for(fake_runtime).root / "fail-start").write_text("1")
+    container_start(instance_id=instance.pk, actor="user:alice")
+    assert drain() == ["retried"], shown(instance)
+    assert shown(instance)[0] == "starting", shown(instance)
+    _away(fake_runtime, "disabled")
+    make_due(instance)
+    assert drain() == [], shown(instance)  # its retry is set aside: the engine is disabled
+    result = container_delete(instance_id=instance.pk, actor="user:alice")
+    assert (result.queued, result.instance.status) == (True, "delete_pending"), shown(instance)
+    assert sorted(drain()) == ["sent", "superseded"], shown(instance)
+    assert not ContainerInstance.objects.filter(pk=instance.pk).exists(), shown(instance)
+    assert engine_for(fake_runtime).inspect(f"gb-{instance.pk}") is None

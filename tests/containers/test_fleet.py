@@ -176,8 +176,6 @@ def test_decommission_deletes_an_instance_in_any_state_with_its_history_and_no_e
     history = _history(instance.id)
     path = [(frm, to) for kind, frm, to, _ in history if kind == "decommission"]
     expected = {
-        Status.START_PENDING: [(status, "failed"), ("failed", "delete_pending")],
-        Status.STARTING: [(status, "failed"), ("failed", "delete_pending")],
         Status.DELETE_PENDING: [],
         Status.DELETING: [],
     }.get(status, [(status, "delete_pending")])

@@ -28,9 +28,9 @@ STATES = [
 ]  # fmt: skip
 ACCEPT = {
     "start": {"running", "paused", "stopped"},
-    "stop": {"running", "paused"},
+    "stop": {"running", "paused", "start_pending"},
     "delete": {"pending", "creating", "running", "paused", "stop_pending", "stopping", "stopped",
-               "failed"},
+               "start_pending", "starting", "failed"},
 }  # fmt: skip
 NOOP = {
     "start": {"start_pending", "starting"},

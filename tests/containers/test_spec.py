@@ -5,6 +5,13 @@ from __future__ import annotations
 import pytest
 
 from containers.errors import InvalidSpec, MountRefused
+from containers.spec.engine_parts import (
+    RUNTIME_NAME_STANDIN,
+    WORKSPACE_PATH_STANDIN,
+    spec_for_engine,
+    spec_replaceable,
+    spec_unplaced,
+)
 from containers.spec.resolve import clean_template_fields, expand, parse_memory, resolve_spec
 from tests.factories import spec_template
 
@@ -228,3 +235,41 @@ def test_the_save_check_knows_exactly_the_variables_a_request_defines(db, templa
 
     defined = _variables(instance_id=uuid.uuid4(), name="n", owner=owner, template=template)
     assert set(defined) == VARIABLE_NAMES
+
+
+# --- the engine parts of a spec, placed and placed again (issue 27, item 3) -----------------
+
+
+def _unplaced_spec() -> dict:
+    r, w = RUNTIME_NAME_STANDIN, WORKSPACE_PATH_STANDIN
+    return {
+        "env": {"ON": r, "BOTH": f"{w}/{r}-{r}", "KEY": f"s3cr3t{r}", "PLAIN": "x"},
+        "command": ["run", f"--at={w}"],
+        "mounts": [{"source": w, "target": "/data", "type": "volume", "workspace": True}],
+        "secret_env": ["KEY"],
+        "workspace": {"kind": "volume", "source": w, "uid": 1000, "gid": 1000},
+        "placement": {"constraints": {"pool": "p"}, "local_only": False, "engine": ""},
+    }
+
+
+def test_a_placed_spec_is_unplaced_exactly_and_keeps_no_secret_text():
+    spec = _unplaced_spec()
+    directory = {"kind": "directory", "source": "/srv/ws/7", "uid": 1000, "gid": 1000}
+    placed = spec_for_engine(spec, runtime_name="a", workspace=directory)
+    assert placed["env"]["BOTH"] == "/srv/ws/7/a-a" and placed["env"]["KEY"] == "s3cr3ta"
+    assert placed["mounts"][0]["type"] == "bind", placed
+    assert "s3cr3t" not in str(placed["placement"]), placed["placement"]
+    assert spec_replaceable(placed) and not spec_replaceable(spec)
+    assert spec_unplaced(placed) == spec, spec_unplaced(placed)
+    volume = {"kind": "volume", "source": "gb-ws-x-7", "uid": 1000, "gid": 1000}
+    again = spec_for_engine(spec_unplaced(placed), runtime_name="bb", workspace=volume)
+    assert again == spec_for_engine(spec, runtime_name="bb", workspace=volume), again
+
+
+def test_a_spec_that_cannot_be_unplaced_exactly_is_not():
+    volume = {"kind": "volume", "source": "gb-ws-x-7", "uid": 1, "gid": 1}
+    placed = spec_for_engine(_unplaced_spec(), runtime_name="a", workspace=volume)
+    changed = {**placed, "env": {**placed["env"], "BOTH": "short"}}
+    assert spec_unplaced(changed) is None
+    legacy = {**placed, "placement": {"engine": "a"}}  # placed before marks were kept
+    assert not spec_replaceable(legacy) and spec_unplaced(legacy) is None
