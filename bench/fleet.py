@@ -285,8 +285,21 @@ def remove_ours(bench_id: str, clients: list) -> None:
     label = f"io.gobrave.installation={bench_id}"
 
     def clean(client) -> None:
-        for container in client.containers(all=True, filters={"label": label}):
-            client.remove_container(container["Id"], force=True)
+        # Another remover may be at it too (gobrave's own, for a row just emptied): its
+        # "removal already in progress" and a container gone meanwhile are both fine, and
+        # the engine is asked again until none of ours is left.
+        def ours() -> list[dict]:
+            return client.containers(all=True, filters={"label": label})
+
+        for container in ours():
+            try:
+                client.remove_container(container["Id"], force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:
+                    raise
+        c.wait_until(lambda: not ours(), timeout=60, interval=0.1, what="our containers gone")
 
     with concurrent.futures.ThreadPoolExecutor(len(clients)) as pool:
         list(pool.map(clean, clients))
