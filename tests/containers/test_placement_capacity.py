@@ -2,7 +2,7 @@
 and 7), on the real database with fake engines (placement never asks an engine).
 
 The concurrency tests run the create handler's first step (``handlers._begin``: the
-capacity gate, ``placing.instance_place``, ``pending → creating``) from threads, each on
+capacity gate, ``placing.create_admit``, ``pending → creating``) from threads, each on
 its own connection, over request rows claimed as a relay claims them (``processing``
 under a live lease), so every placed instance holds its slot as contract §4 defines it.
 Every assertion on rows prints the rows.
