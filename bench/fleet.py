@@ -48,6 +48,7 @@ from types import SimpleNamespace
 import _common as c
 import docker
 from admission import request, start_server, wait_ready
+from burst import threads_run
 
 from tests.pki import Pki
 from tests.private_engine import TLS_PORT, PrivateDockerd, missing_tools
@@ -145,44 +146,21 @@ def fixtures(engines: list[PrivateDockerd], pki: Pki) -> str:
 
 
 def bare_round(clients: list, bench_id: str, n: int, threads: int, tag: str) -> float:
-    """N create+starts spread over ``clients`` (round robin) by ``threads`` threads;
-    seconds from the first to the last start."""
-    todo = iter(range(n))
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-    took: list[float] = []
+    """N create+starts spread over ``clients`` (round robin) by ``threads`` threads
+    (``burst.threads_run``, the burst bench's runner); seconds from the first to the last
+    start."""
 
-    def work() -> None:
-        while True:
-            with lock:
-                i = next(todo, None)
-            if i is None:
-                return
-            began = time.perf_counter()
-            try:
-                client = clients[i % len(clients)]
-                container = client.create_container(
-                    IMAGE,
-                    command=COMMAND,
-                    name=f"{bench_id}-bare-{tag}-{i}",
-                    labels={"io.gobrave.installation": bench_id},
-                )
-                client.start(container["Id"])
-                with lock:
-                    took.append(time.perf_counter() - began)
-            except BaseException as exc:  # noqa: BLE001 - reported after the join
-                errors.append(exc)
-                return
+    def one(i: int) -> None:
+        client = clients[i % len(clients)]
+        container = client.create_container(
+            IMAGE,
+            command=COMMAND,
+            name=f"{bench_id}-bare-{tag}-{i}",
+            labels={"io.gobrave.installation": bench_id},
+        )
+        client.start(container["Id"])
 
-    workers = [threading.Thread(target=work) for _ in range(threads)]
-    t0 = time.perf_counter()
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    elapsed = time.perf_counter() - t0
-    if errors:
-        raise RuntimeError(f"bare create+start failed: {errors[0]!r}")
+    elapsed, took = threads_run(n, threads, one)
     print(
         f"        bare create+start per container p50 {statistics.median(took) * 1000:.0f} ms,"
         f" max {max(took) * 1000:.0f} ms"
@@ -452,6 +430,7 @@ def main() -> int:
                         order = ("gobrave", "bare") if flip else ("bare", "gobrave")
                         for which in order:
                             since = time.time()
+                            before = c.cpu_by_part(procs)
                             if which == "bare":
                                 took = bare_round(
                                     clients[:k],
@@ -477,6 +456,10 @@ def main() -> int:
                                 )
                                 print(f"        {out['phases']}")
                                 last_ids = out["ids"]
+                            # The bare side is this process ("bench"); "postgres" and
+                            # "engine" count every such process on the machine.
+                            spent = c.cpu_spent(before, c.cpu_by_part(procs))
+                            print(f"        CPU seconds: {spent}")
                             if final and which == "gobrave":
                                 break
                             reset(bench_id, clients, since)
