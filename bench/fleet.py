@@ -13,9 +13,10 @@ to ``--concurrency``. Figures:
    once for a template whose constraints match the first k engines, timed from the
    release to the last ``running`` (its history row); beside it, in the same run, the
    bare docker SDK creating and starting the same N containers (same image and command)
-   on the same k engines from ``--concurrency`` threads, first to last start. Creates →
-   running per second, and the ratio. Rounds alternate which goes first; between
-   rounds every container is removed, the tables emptied and the monitor caught up.
+   on the same k engines from ``--concurrency`` threads (``burst.threads_run``), first to
+   last start. Creates → running per second, and the ratio; each round's CPU seconds by
+   part. Rounds alternate which goes first; between rounds every container is removed,
+   the tables emptied and the monitor caught up.
 2. **Monitor lag** at the largest k: the N containers of its round are sent SIGTERM at
    once (they exit 0), and each instance's ``stopped`` history row is compared with the
    engine's own ``die`` event time (both on this machine's clock): p50/p99.
