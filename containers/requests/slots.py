@@ -158,10 +158,9 @@ def slots_by_runtime() -> dict[int | None, int]:
     """``{runtime_id: slots held}`` in one grouped statement (runtimes holding none are
     absent; None: instances in a slot with no engine, if any). Reads only; the same
     definition as ``slot_count``, so its values sum to ``slot_count()`` in the same
-    snapshot. Every placement among
-    several engines asks, inside the capacity gate: a prepared statement on PostgreSQL,
-    compiled once (``core.prepared.rows``; the ORM's compilation alone took 12 ms of a
-    busy core, ``docs/benchmarks.md`` section 12)."""
+    snapshot. Every placement among several engines asks, inside the capacity gate: a
+    prepared statement on PostgreSQL, compiled once (``core.prepared.rows``; the ORM's
+    compilation alone took 12 ms of a busy core, ``docs/benchmarks.md`` section 12)."""
     return dict(prepared.rows(("slots_by_runtime",), _slots_grouped))
 
 
