@@ -23,6 +23,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import _common as c
@@ -33,11 +34,14 @@ from end_to_end import COMMAND, IMAGE, cleanup, cleanup_reported, docker_bench, 
 TARGET_RATIO = 1.15
 
 
-def bare_round(client, bench_id: str, n: int, threads: int, tag: str) -> float:
-    """N create+starts by ``threads`` threads; seconds from the first to the last start."""
+def threads_run(n: int, threads: int, one: Callable[[int], object]) -> tuple[float, list[float]]:
+    """``one(i)`` for each i of ``range(n)``, taken in turn by ``threads`` threads: seconds
+    from the first start to the last end, and each call's seconds. A thread whose call
+    raises stops; the first error is raised after the join."""
     todo = iter(range(n))
     lock = threading.Lock()
     errors: list[BaseException] = []
+    took: list[float] = []
 
     def work() -> None:
         while True:
@@ -45,18 +49,14 @@ def bare_round(client, bench_id: str, n: int, threads: int, tag: str) -> float:
                 i = next(todo, None)
             if i is None:
                 return
+            began = time.perf_counter()
             try:
-                container = client.containers.create(
-                    IMAGE,
-                    command=COMMAND,
-                    name=f"{bench_id}-burst-{tag}-{i}",
-                    labels={"io.gobrave.installation": bench_id},
-                    detach=True,
-                )
-                container.start()
+                one(i)
             except BaseException as exc:  # noqa: BLE001 - reported after the join
                 errors.append(exc)
                 return
+            with lock:
+                took.append(time.perf_counter() - began)
 
     workers = [threading.Thread(target=work) for _ in range(threads)]
     t0 = time.perf_counter()
@@ -67,7 +67,23 @@ def bare_round(client, bench_id: str, n: int, threads: int, tag: str) -> float:
     elapsed = time.perf_counter() - t0
     if errors:
         raise RuntimeError(f"bare create+start failed: {errors[0]!r}")
-    return elapsed
+    return elapsed, took
+
+
+def bare_round(client, bench_id: str, n: int, threads: int, tag: str) -> float:
+    """N create+starts by ``threads`` threads; seconds from the first to the last start."""
+
+    def one(i: int) -> None:
+        container = client.containers.create(
+            IMAGE,
+            command=COMMAND,
+            name=f"{bench_id}-burst-{tag}-{i}",
+            labels={"io.gobrave.installation": bench_id},
+            detach=True,
+        )
+        container.start()
+
+    return threads_run(n, threads, one)[0]
 
 
 def gobrave_round(port: int, token: str, n: int, procs, timeout: float) -> dict:

@@ -13,9 +13,10 @@ to ``--concurrency``. Figures:
    once for a template whose constraints match the first k engines, timed from the
    release to the last ``running`` (its history row); beside it, in the same run, the
    bare docker SDK creating and starting the same N containers (same image and command)
-   on the same k engines from ``--concurrency`` threads, first to last start. Creates →
-   running per second, and the ratio. Rounds alternate which goes first; between
-   rounds every container is removed, the tables emptied and the monitor caught up.
+   on the same k engines from ``--concurrency`` threads (``burst.threads_run``), first to
+   last start. Creates → running per second, and the ratio; each round's CPU seconds by
+   part. Rounds alternate which goes first; between rounds every container is removed,
+   the tables emptied and the monitor caught up.
 2. **Monitor lag** at the largest k: the N containers of its round are sent SIGTERM at
    once (they exit 0), and each instance's ``stopped`` history row is compared with the
    engine's own ``die`` event time (both on this machine's clock): p50/p99.
@@ -48,6 +49,7 @@ from types import SimpleNamespace
 import _common as c
 import docker
 from admission import request, start_server, wait_ready
+from burst import threads_run
 
 from tests.pki import Pki
 from tests.private_engine import TLS_PORT, PrivateDockerd, missing_tools
@@ -145,44 +147,21 @@ def fixtures(engines: list[PrivateDockerd], pki: Pki) -> str:
 
 
 def bare_round(clients: list, bench_id: str, n: int, threads: int, tag: str) -> float:
-    """N create+starts spread over ``clients`` (round robin) by ``threads`` threads;
-    seconds from the first to the last start."""
-    todo = iter(range(n))
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-    took: list[float] = []
+    """N create+starts spread over ``clients`` (round robin) by ``threads`` threads
+    (``burst.threads_run``, the burst bench's runner); seconds from the first to the last
+    start."""
 
-    def work() -> None:
-        while True:
-            with lock:
-                i = next(todo, None)
-            if i is None:
-                return
-            began = time.perf_counter()
-            try:
-                client = clients[i % len(clients)]
-                container = client.create_container(
-                    IMAGE,
-                    command=COMMAND,
-                    name=f"{bench_id}-bare-{tag}-{i}",
-                    labels={"io.gobrave.installation": bench_id},
-                )
-                client.start(container["Id"])
-                with lock:
-                    took.append(time.perf_counter() - began)
-            except BaseException as exc:  # noqa: BLE001 - reported after the join
-                errors.append(exc)
-                return
+    def one(i: int) -> None:
+        client = clients[i % len(clients)]
+        container = client.create_container(
+            IMAGE,
+            command=COMMAND,
+            name=f"{bench_id}-bare-{tag}-{i}",
+            labels={"io.gobrave.installation": bench_id},
+        )
+        client.start(container["Id"])
 
-    workers = [threading.Thread(target=work) for _ in range(threads)]
-    t0 = time.perf_counter()
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    elapsed = time.perf_counter() - t0
-    if errors:
-        raise RuntimeError(f"bare create+start failed: {errors[0]!r}")
+    elapsed, took = threads_run(n, threads, one)
     print(
         f"        bare create+start per container p50 {statistics.median(took) * 1000:.0f} ms,"
         f" max {max(took) * 1000:.0f} ms"
@@ -285,8 +264,21 @@ def remove_ours(bench_id: str, clients: list) -> None:
     label = f"io.gobrave.installation={bench_id}"
 
     def clean(client) -> None:
-        for container in client.containers(all=True, filters={"label": label}):
-            client.remove_container(container["Id"], force=True)
+        # Another remover may be at it too (gobrave's own, for a row just emptied): its
+        # "removal already in progress" and a container gone meanwhile are both fine, and
+        # the engine is asked again until none of ours is left.
+        def ours() -> list[dict]:
+            return client.containers(all=True, filters={"label": label})
+
+        for container in ours():
+            try:
+                client.remove_container(container["Id"], force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:
+                    raise
+        c.wait_until(lambda: not ours(), timeout=60, interval=0.1, what="our containers gone")
 
     with concurrent.futures.ThreadPoolExecutor(len(clients)) as pool:
         list(pool.map(clean, clients))
@@ -439,6 +431,7 @@ def main() -> int:
                         order = ("gobrave", "bare") if flip else ("bare", "gobrave")
                         for which in order:
                             since = time.time()
+                            before = c.cpu_by_part(procs)
                             if which == "bare":
                                 took = bare_round(
                                     clients[:k],
@@ -464,6 +457,10 @@ def main() -> int:
                                 )
                                 print(f"        {out['phases']}")
                                 last_ids = out["ids"]
+                            # The bare side is this process ("bench"); "postgres" and
+                            # "engine" count every such process on the machine.
+                            spent = c.cpu_spent(before, c.cpu_by_part(procs))
+                            print(f"        CPU seconds: {spent}")
                             if final and which == "gobrave":
                                 break
                             reset(bench_id, clients, since)

@@ -54,9 +54,10 @@ from containers.requests.lifecycle import (
     record,
 )
 from containers.requests.placing import (
+    PLACED_FIELDS,
     claims_within_capacity,
+    create_admit,
     engine_waits,
-    instance_place,
     instance_place_again,
     movable,
     placement_recheck_seconds,
@@ -100,10 +101,11 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
 
     Gated requests (create, start) pass the capacity gate both times: a request that
     waited for a retry, or whose worker died, held no slot meanwhile (contract §4).
-    Under the gate, a create leaving ``pending`` is placed (``placing.instance_place``:
-    the engine with room the policy picks), and a start or a retry must find a slot free
-    on its own engine (``placing.engine_waits``); where there is none the instance keeps
-    its state with the reason and the request is deferred (no attempt counted).
+    Under the gate, a create leaving ``pending`` is placed (``placing.create_admit``: the
+    global cap and the engine with room the policy picks, in one hold; the placement is
+    saved by the move), and a start or a retry must find a slot free on its own engine
+    (``placing.engine_waits``); where there is none the instance keeps its state with
+    the reason and the request is deferred (no attempt counted).
     A request whose engine is recorded unreachable is deferred before any of this
     (``_engine_away``): no attempt counted, no slot taken, the instance's state kept;
     except a start of an instance marked missing, which fails at once, and a create's
@@ -126,14 +128,24 @@ def _begin(event: OutboxEvent, *, ready: str, doing: str, gated: bool) -> Contai
         if away:
             pass  # the reason commits with this transaction; the request waits (below)
         elif instance.status == ready:
-            if gated and not capacity_available():
-                raise Defer(f"no create/start slot free for {instance.id}")
-            if gated:
-                waits = instance_place(instance) if ready == Status.PENDING else ""
-                waits = waits or (engine_waits(instance) if ready != Status.PENDING else "")
+            placing = gated and ready == Status.PENDING
+            if placing:
+                waits = create_admit(instance)
+                if waits is None:
+                    raise Defer(f"no create/start slot free for {instance.id}")
+            elif gated:
+                if not capacity_available():
+                    raise Defer(f"no create/start slot free for {instance.id}")
+                waits = engine_waits(instance)
             if not waits:
-                placed = f"; placed: {instance.placement_reason}" if ready == Status.PENDING else ""
-                move(instance, doing, actor=WORKER, message=f"outbox #{event.id}{placed}")
+                placed = f"; placed: {instance.placement_reason}" if placing else ""
+                move(
+                    instance,
+                    doing,
+                    actor=WORKER,
+                    message=f"outbox #{event.id}{placed}",
+                    saved=PLACED_FIELDS if placing else (),
+                )
         elif instance.status == doing:
             # A retry (or a reclaim) held no slot while it waited; its claim took one, within
             # the cap (the claim guard, ``claims_within_capacity``). It passes the gate again.

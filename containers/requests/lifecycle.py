@@ -175,13 +175,16 @@ def move(
     kind: str = "transition",
     message: str = "",
     data: dict[str, Any] | None = None,
+    saved: tuple[str, ...] = (),
     **fields: Any,
 ) -> ContainerInstance:
     """Transition ``instance`` to ``target``, save it and record the change.
 
     Must run inside a transaction on a row locked with ``select_for_update()``.
     Raises ``InvalidTransition`` (and changes nothing) when the move is not allowed.
-    ``fields`` are passed to the transition method (``reason``, ``exit_code``).
+    ``fields`` are passed to the transition method (``reason``, ``exit_code``);
+    ``saved``: more fields the caller set on the instance, written by the same statement
+    (a create's placement, ``placing.PLACED_FIELDS``).
     When the instance leaves a create/start slot, or its place on its engine (a delete
     accepted: ``Runtime.max_containers`` no longer counts it), deferred creates are woken.
     Sends ``instance_moved`` (in this transaction) once the change is recorded.
@@ -192,7 +195,8 @@ def move(
     entry = _transition(
         instance, target, actor=actor, kind=kind, message=message, data=data, **fields
     )
-    prepared.update_and_insert(instance, MOVED_FIELDS, entry)  # one statement on PostgreSQL
+    # One statement on PostgreSQL.
+    prepared.update_and_insert(instance, MOVED_FIELDS + saved, entry)
     log.info("instance %s %s -> %s by %s %s", instance.id, source, target, actor, message)
     _moved([(instance, source)], target, actor=actor)
     return instance

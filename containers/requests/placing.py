@@ -5,10 +5,11 @@ The decision itself is ``containers.placement.choice.placement_choose`` (pure); 
 runs where it cannot race, with the engines' usage (``slots.engine_usage``: containers and
 slots per engine, one statement) counted while the capacity gate is held:
 
-- the create handler's first step (``instance_place``, after ``capacity_available``):
-  the instance gets its engine, the reason it was chosen, and its spec's engine parts
-  (``containers.spec.engine_parts``), in the transaction that moves it to ``creating``;
-  no engine with room leaves it ``pending`` with the reason, and its request deferred;
+- the create handler's first step (``create_admit``, the global cap and the placement
+  under one hold of the gate): the instance gets its engine, the reason it was chosen,
+  and its spec's engine parts (``containers.spec.engine_parts``), saved by its move to
+  ``creating``; no engine with room leaves it ``pending`` with the reason, and its
+  request deferred;
 - a start, or a retry of a create whose container exists (``engine_waits``): its own
   engine, cordoned or not, must be enabled and below ``max_concurrency``;
 - a retry of a create whose container never came to exist (``movable``: no container id
@@ -44,7 +45,7 @@ from containers.placement.choice import (
     placement_choose,
 )
 from containers.requests.lifecycle import _in_slots, _is_uuid, lock_gate, record
-from containers.requests.slots import EngineUsage, engine_usage, slot_count
+from containers.requests.slots import EngineUsage, engine_usage, slot_count, slots_by_runtime
 from containers.spec.engine_parts import (
     spec_for_engine,
     spec_placed,
@@ -60,7 +61,8 @@ from outbox.services import outbox_park
 
 log = logging.getLogger(__name__)
 
-# What a placement records on the instance (``instance_place``).
+# What a placement sets on the instance (``create_admit``, saved with its move;
+# ``instance_place_again`` saves them itself).
 PLACED_FIELDS = ("runtime", "placement_reason", "spec")
 
 
@@ -201,24 +203,42 @@ def _resolve_for(instance: ContainerInstance, runtime: Runtime) -> None:
     instance.spec = spec_for_engine(instance.spec, runtime_name=runtime.name, workspace=workspace)
 
 
-def instance_place(instance: ContainerInstance) -> str:
-    """Place a ``pending`` instance whose create takes its slot; '' when placed, else the
-    reason it waits (set on the instance as ``status_reason``).
+def create_admit(instance: ContainerInstance) -> str | None:
+    """A fresh create's pass through the capacity gate as it leaves ``pending``: None when
+    no create/start slot is free (the global cap), '' when it takes one and is placed,
+    else the reason it waits for an engine with room (set on the instance as
+    ``status_reason``).
 
-    The caller holds the instance's row lock and the capacity gate (``capacity_available``)
-    in the transaction that then moves it to ``creating``: every earlier placement has
-    committed, so the usage counted here is exact and two creates never take one engine's
-    last place.
-    1. Choose (``placement_choose``: constraints, then room, then the
-       ``container.placement`` policy), counting every engine's usage in one statement
-       when the choice depends on it (a capacity, or several engines open). An instance
-       with an engine already (a DAG run's node) is pinned to it, and stays so for life
-       (``spec["placement"]["pinned"]``).
-    2. None with room: say why on the instance and return it.
-    3. Else record the engine and why, and resolve the spec's engine parts for it.
+    The caller holds the instance's row lock and, when placed, moves it to ``creating``
+    with ``PLACED_FIELDS`` in the same statement (``lifecycle.move(saved=...)``), in this
+    transaction, which holds the gate until it commits: every earlier holder committed,
+    so the counts here are exact and two creates never take the last slot, nor one
+    engine's last place. The gate is held for as few statements as the decision needs
+    (creates at once queue on it: ``docs/benchmarks.md`` section 12):
+    1. Before the gate: the runtimes (a runtime's change takes no gate, so reading them
+       under it would guard nothing).
+    2. Take the gate and choose (``placement_choose``: constraints, then room, then the
+       ``container.placement`` policy); the engines' usage is counted only when the choice
+       depends on it (a capacity, or several engines open): the slots per engine and the
+       instance tally, a prepared statement each.
+    3. The global cap, from that same count of slots (summed) when it was taken, else
+       from one count of every slot: none free, None (nothing written).
+    4. No engine with room: say why on the instance and return it.
+    5. Else set the engine, why it was chosen, and the spec's engine parts for it on the
+       instance (not saved: the caller's move writes them).
     """
     runtimes = _runtimes()
-    placement = _choose(instance, runtimes, engine_usage)
+    lock_gate("capacity")
+    counted: list[dict[int | None, int]] = []
+
+    def usage() -> dict[int, EngineUsage]:
+        counted.append(slots_by_runtime())
+        return engine_usage(slots=counted[-1])
+
+    placement = _choose(instance, runtimes, usage)
+    held = sum(counted[-1].values()) if counted else slot_count()
+    if held >= settings.GOBRAVE["container"]["create_queue_max_concurrency"]:
+        return None
     runtime = placement.runtime
     if runtime is None:
         return _waiting(instance, placement.reason)
@@ -229,7 +249,6 @@ def instance_place(instance: ContainerInstance) -> str:
             instance.spec["placement"]["pinned"] = True
     instance.runtime = runtime
     instance.placement_reason = placement.reason[:255]
-    prepared.update(instance, PLACED_FIELDS)  # under the gate: a prepared statement
     return ""
 
 
@@ -239,7 +258,7 @@ def instance_place_again(instance: ContainerInstance) -> str:
     engine or another), else the reason it waits (set as ``status_reason``).
 
     The caller holds the instance's row lock and the capacity gate, as for
-    ``instance_place``.
+    ``create_admit``.
     1. Its engine keeps it while that engine would take it as a new placement
        (``_choose_again``): nothing changes.
     2. Else the normal rule: constraints, room, policy; its own place is not counted.

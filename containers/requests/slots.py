@@ -18,7 +18,8 @@ again). So the count never passes ``create_queue_max_concurrency``, because ever
 a slot takes the capacity gate and counts the others first:
 
 1. a fresh create or start (instance ``pending``/``stopped``) moves into ``creating``/
-   ``starting`` in its handler, under the gate (``lifecycle.capacity_available``);
+   ``starting`` in its handler, under the gate (``lifecycle.capacity_available``;
+   a create's ``placing.create_admit``);
 2. a waiting request of an instance already ``creating``/``starting`` becomes a slot the
    moment the relay claims its row: the create queue's claim guard
    (``lifecycle.claims_within_capacity``) lets the claim take only as many as there is
@@ -156,12 +157,13 @@ def _secs(value: dt.timedelta | None) -> float | None:
     return None if value is None else value.total_seconds()
 
 
-def slots_by_runtime() -> dict[int, int]:
+def slots_by_runtime() -> dict[int | None, int]:
     """``{runtime_id: slots held}`` in one grouped statement (runtimes holding none are
-    absent). Reads only; the same definition as ``slot_count``. Every placement among
-    several engines asks, inside the capacity gate: a prepared statement on PostgreSQL,
-    compiled once (``core.prepared.rows``; the ORM's compilation alone took 12 ms of a
-    busy core, ``docs/benchmarks.md`` section 12)."""
+    absent; None: instances in a slot with no engine, if any). Reads only; the same
+    definition as ``slot_count``, so its values sum to ``slot_count()`` in the same
+    snapshot. Every placement among several engines asks, inside the capacity gate: a
+    prepared statement on PostgreSQL, compiled once (``core.prepared.rows``; the ORM's
+    compilation alone took 12 ms of a busy core, ``docs/benchmarks.md`` section 12)."""
     return dict(prepared.rows(("slots_by_runtime",), _slots_grouped))
 
 
@@ -193,16 +195,19 @@ class EngineUsage:
     slots: int  # create/start slots held there (the one definition above)
 
 
-def engine_usage() -> dict[int, EngineUsage]:
+def engine_usage(*, slots: dict[int | None, int] | None = None) -> dict[int, EngineUsage]:
     """``{runtime_id: EngineUsage}`` (runtimes holding nothing are absent). Reads only;
     placement calls it with the capacity gate held, so what it sees is exact (every
-    earlier holder committed).
+    earlier holder committed). ``slots``: ``slots_by_runtime()`` when the caller has
+    just counted it under the same gate (the create's admission, which also sums it for
+    the global cap), so it is not counted twice.
 
     The containers from the instance tally (``containers.tallies``: its cost is the
     runtimes and statuses, where a grouped count read every instance placed anywhere
     and outside ``PLACE_FREE``, the running and the stopped alike), the slots from
     ``slots_by_runtime`` (the few ``creating``/``starting`` rows)."""
-    slots = slots_by_runtime()
+    if slots is None:
+        slots = slots_by_runtime()
     containers: dict[int, int] = {}
     for (runtime_id, status), n in instance_counts().items():
         if runtime_id is not None and status not in PLACE_FREE:

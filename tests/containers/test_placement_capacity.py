@@ -2,7 +2,7 @@
 and 7), on the real database with fake engines (placement never asks an engine).
 
 The concurrency tests run the create handler's first step (``handlers._begin``: the
-capacity gate, ``placing.instance_place``, ``pending → creating``) from threads, each on
+capacity gate, ``placing.create_admit``, ``pending → creating``) from threads, each on
 its own connection, over request rows claimed as a relay claims them (``processing``
 under a live lease), so every placed instance holds its slot as contract §4 defines it.
 Every assertion on rows prints the rows.
@@ -15,6 +15,7 @@ from collections import Counter
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from containers.engines import engine_for
@@ -332,3 +333,31 @@ def test_a_start_goes_back_to_its_cordoned_engine_and_waits_while_it_is_full(
     )[0]
     assert (status, runtime) == ("running", "home"), rows()
     assert engine_for(other).calls("create") == [], rows()
+
+
+def test_a_create_placed_among_several_engines_holds_the_gate_for_three_statements(
+    tmp_path, owner, gobrave_config
+):
+    # Creates at once queue on the capacity gate (docs/benchmarks.md section 12): after
+    # its lock, only each engine's slots, the instance tally and the move (which also
+    # writes the placement), then the commit.
+    _roomy(gobrave_config)
+    _engines(tmp_path, a=(None, None), b=(None, None), c=(None, None))
+    template = TemplateFactory(name="pooled", constraints={"pool": "p"})
+    made = container_create_by_template(template=template, owner=owner, actor="t")
+    OutboxEvent.objects.filter(queue=Queue.CREATE).update(
+        status="processing",
+        claim_token="00000000-0000-0000-0000-000000000001",
+        lease_expires_at=timezone.now() + timezone.timedelta(hours=1),
+    )
+    event = OutboxEvent.objects.get(queue=Queue.CREATE)
+    with CaptureQueriesContext(connection) as captured:
+        _begin(event, ready=Status.PENDING, doing=Status.CREATING, gated=True)
+    statements = [q["sql"] for q in captured if "SAVEPOINT" not in q["sql"]]
+    gate = next(i for i, sql in enumerate(statements) if '"containers_gate"' in sql)
+    under = statements[gate + 1 :]
+    assert len(under) == 3, under
+    placed = ContainerInstance.objects.select_related("runtime").get(pk=made.pk)
+    assert placed.status == "creating" and placed.runtime.name == "a", rows()
+    assert placed.placement_reason.startswith("spread: a 0 least loaded of a, b, c"), rows()
+    assert placed.spec["placement"]["engine"] == "a", placed.spec
