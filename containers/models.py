@@ -144,6 +144,17 @@ class Runtime(models.Model):
         null=True, blank=True, help_text="The last time the engine answered."
     )
     last_error = models.TextField(blank=True, help_text="Why the last check failed.")
+    # Whether the engine gives CPU figures (``Engine.stats``), where that is the engine's
+    # own (a driver that is ``cpu_discovered``: a Kubernetes cluster serves the metrics API
+    # or not), as last asked (``containers.runtime_stats``); read by the validation of a
+    # template's idle_timeout. Null: not asked yet.
+    serves_stats = models.BooleanField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="Whether the engine reports CPU use (Kubernetes: serves metrics.k8s.io), "
+        "as last checked; empty: not checked yet.",
+    )
     cordoned = models.BooleanField(
         default=False,
         help_text="No new placement here; what runs here keeps running (see the admin actions).",

@@ -142,12 +142,22 @@ class ContainerStats:
     difference between two looks over the wall time between them, ``read_at``), or
     ``cpu_cores``, a rate the engine averaged itself (the Kubernetes metrics API: cores
     over its last window). ``read_at`` is epoch seconds on the caller's clock.
+
+    ``is_rate`` says which: a rate speaks only for the engine's recent window, so the
+    idle rule counts a container idle from the first of an unbroken series of quiet
+    looks (``containers.execution.policies``); a counter's difference covers the whole
+    time between two looks.
     """
 
     read_at: float
     cpu_total_ns: int | None = None
     cpu_cores: float | None = None
     memory_bytes: int | None = None
+
+    @property
+    def is_rate(self) -> bool:
+        """The CPU figure is the engine's own rate over its recent window (not a counter)."""
+        return self.cpu_cores is not None
 
     def cores_since(self, previous: ContainerStats | None) -> float | None:
         """Cores used: the engine's own rate, or the counter's difference since
@@ -206,6 +216,11 @@ class Engine(Protocol):
       node selection (a ``nodeSelector``); placement skips engines that cannot honour them.
     - ``reports_cpu``: ``stats`` measures a container's CPU; a template's ``idle_timeout``
       is refused where the engine cannot (``containers.spec.policies``).
+    - ``cpu_discovered``: whether an engine of this driver gives CPU figures is its own
+      (a Kubernetes cluster serves the metrics API or not): ``stats_served`` asks it when
+      its runtime is checked or saved, and the answer is stored on the row
+      (``Runtime.serves_stats``), which the validation reads. False: every engine of the
+      driver does (``reports_cpu``).
     - ``start_runs``: ``start`` returns once the container runs (or ran and ended), so
       the worker's inspect after it sees at least what the engine's ``start`` event
       says. False on Kubernetes: the Pod is made, and runs when the kubelet starts it.
@@ -214,6 +229,7 @@ class Engine(Protocol):
     stop_removes: bool
     honours_node_constraints: bool
     reports_cpu: bool
+    cpu_discovered: bool
     start_runs: bool
 
     def ping(self) -> bool:
@@ -285,6 +301,12 @@ class Engine(Protocol):
         look and takes the difference). None when the container does not exist, is not
         running, or the engine has no figure for it yet (a metrics API that has not
         scraped it). ``EngineError`` when the engine does not answer."""
+
+    def stats_served(self, *, timeout: float | None = None) -> bool:
+        """Whether this engine gives CPU figures at all (``stats`` can ever answer), asked
+        now, within ``timeout`` seconds if given: Docker always; a Kubernetes cluster when
+        it serves ``metrics.k8s.io/v1beta1`` (API discovery, one GET). ``EngineError``
+        when the engine does not answer (or cannot say: the answer is then unknown)."""
 
     def logs(self, ref: str, tail: int = 100) -> Iterator[bytes]:
         """The last ``tail`` lines of output (stdout and stderr), as the engine sends them:

@@ -295,6 +295,7 @@ class DockerEngine:
     stop_removes = False  # a stopped container stays, with its exit code and files
     honours_node_constraints = False  # one host: a ``node.`` constraint cannot be met
     reports_cpu = True  # the cgroup's CPU counter, through the stats endpoint
+    cpu_discovered = False  # every Docker Engine has it
     start_runs = True  # ``start`` returns once the container runs
 
     def __init__(
@@ -735,6 +736,9 @@ class DockerEngine:
             cpu_total_ns=int(total),
             memory_bytes=int(memory) if memory is not None else None,
         )
+
+    def stats_served(self, *, timeout: float | None = None) -> bool:
+        return True  # the stats endpoint is part of every Engine API: nothing to ask
 
     def logs(self, ref: str, tail: int = 100) -> Iterator[bytes]:
         """See ``Engine.logs``: the engine's frames as they come (the json-file

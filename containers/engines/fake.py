@@ -12,6 +12,9 @@ append-only ``calls.log`` of every call, and control files the test writes:
 - ``output``: what every container printed (``logs``; without it, one line).
 - ``cpu.json``: ``{container name: cores}``, the CPU ``stats`` reports for each running
   container (a rate, as the Kubernetes metrics API gives it); absent names use 0.
+- ``cpu-counter``: ``stats`` reports a cumulative CPU time instead (``cpu_total_ns``, as
+  Docker's cgroup counter does): those rates summed over the wall time since the
+  container's first look (``cpu-used.json`` keeps the sums; ``count_cpu()`` sets it).
 
 Workspaces: ``ensure_workspace`` logs each call (``workspaces.log``) and makes the
 workspace once (a file under ``volumes/`` holding a fresh id), ``remove_volume`` logs
@@ -43,6 +46,7 @@ from collections.abc import AsyncGenerator, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from containers.engines.base import (
@@ -64,6 +68,7 @@ class FakeEngine:
     stop_removes = False
     honours_node_constraints = False
     reports_cpu = True
+    cpu_discovered = False
     start_runs = True
 
     def __init__(self, base_url: str) -> None:
@@ -297,17 +302,49 @@ class FakeEngine:
         data = self._load(ref)
         if data is None or data["status"] != "running":
             return None
+        name = data["name"]
+        with self._locked():
+            now = time.time()
+            rate = float(self._cpu_rates().get(name, 0.0))
+            if not (self.root / "cpu-counter").exists():
+                return ContainerStats(read_at=now, cpu_cores=rate)
+            used = self._cpu_used_until(now)
+            total = used["ns"].setdefault(name, 0)
+            (self.root / "cpu-used.json").write_text(json.dumps(used))
+        return ContainerStats(read_at=now, cpu_total_ns=int(total))
+
+    def _cpu_rates(self) -> dict[str, float]:
         path = self.root / "cpu.json"
-        cores = json.loads(path.read_text()) if path.exists() else {}
-        return ContainerStats(read_at=time.time(), cpu_cores=float(cores.get(data["name"], 0.0)))
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def _cpu_used_until(self, now: float) -> dict[str, Any]:
+        """``cpu-used.json`` (``{"at": epoch, "ns": {name: ns}}``), its sums brought up to
+        ``now`` at the current rates (under the lock)."""
+        path = self.root / "cpu-used.json"
+        known = json.loads(path.read_text()) if path.exists() else {"at": now, "ns": {}}
+        rates, elapsed = self._cpu_rates(), max(0.0, now - known["at"])
+        sums = {n: ns + int(rates.get(n, 0.0) * elapsed * 1e9) for n, ns in known["ns"].items()}
+        return {"at": now, "ns": sums}
 
     def set_cpu(self, name: str, cores: float) -> None:
-        """Make ``stats`` report ``cores`` for the container ``name`` from now on."""
+        """Make ``stats`` report ``cores`` for the container ``name`` from now on (a
+        counter: it grows at that rate from now on)."""
         with self._locked():
+            if (self.root / "cpu-counter").exists():
+                used = self._cpu_used_until(time.time())
+                (self.root / "cpu-used.json").write_text(json.dumps(used))
             path = self.root / "cpu.json"
-            known = json.loads(path.read_text()) if path.exists() else {}
+            known = self._cpu_rates()
             known[name] = cores
             path.write_text(json.dumps(known))
+
+    def count_cpu(self) -> None:
+        """Make ``stats`` report a cumulative CPU time (Docker's kind) from now on."""
+        (self.root / "cpu-counter").write_text("")
+
+    def stats_served(self, *, timeout: float | None = None) -> bool:
+        self.check()
+        return True
 
     def _output(self, data: dict) -> str:
         spec = data.get("spec") or {}

@@ -35,6 +35,7 @@ from containers.execution.engine_loss import runtime_instances_mark_away
 from containers.models import Runtime, RuntimeEvent
 from containers.queues import Queue
 from containers.runtime_history import runtime_event_record
+from containers.runtime_stats import runtime_stats_check
 from outbox.services import outbox_release_deferred
 from webhooks.kinds import EventKind
 from webhooks.services import webhook_event_emit
@@ -150,10 +151,14 @@ def runtime_rows_health_record(
 def runtime_health_check(
     *, runtime: Runtime, seconds: float = ENGINE_CALL_SECONDS, actor: str = ""
 ) -> bool:
-    """Ping the runtime's engine now (at most ``seconds``), record and return the result.
+    """Ping the runtime's engine now (at most ``seconds``), record and return the result;
+    an engine that answers is also asked whether it gives CPU figures
+    (``runtime_stats_check``: Kubernetes only, at most ``seconds`` more).
 
     Must not run inside a transaction that other work waits on (it waits on the engine).
     """
     reachable, problem = engine_ping(runtime=runtime, seconds=seconds)
     runtime_health_record(runtime_id=runtime.pk, reachable=reachable, error=problem, actor=actor)
+    if reachable:  # and whether it gives CPU figures, where that is the engine's own
+        runtime_stats_check(runtime_id=runtime.pk, seconds=seconds)
     return reachable

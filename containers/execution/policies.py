@@ -133,8 +133,11 @@ def _act(action: str, ids: list[uuid.UUID], rows, why, *, rule: str, report: Pol
     return len(done.queued)
 
 
-def _sample(stats: ContainerStats) -> dict[str, Any]:
-    return {"read_at": stats.read_at, "cpu_total_ns": stats.cpu_total_ns}
+def _sample(stats: ContainerStats, *, quiet: bool) -> dict[str, Any]:
+    """The look kept on the row: a counter's value (the next look's difference starts
+    there) and, for a rate, whether it was below the threshold (``quiet``: a series of
+    quiet looks is on; always False for a counter)."""
+    return {"read_at": stats.read_at, "cpu_total_ns": stats.cpu_total_ns, "quiet": quiet}
 
 
 def _previous(sample: dict[str, Any] | None) -> ContainerStats | None:
@@ -154,10 +157,14 @@ def idle_watch(*, report: PolicyReport, now: dt.datetime, batch: int) -> None:
        rows behind them from being looked at.
     2. Per engine (bounded like a reconcile's share of it), look at each container's CPU
        once and take the cores used since the last look (``cores_since``).
-    3. Above the template's threshold: ``idle_since`` becomes now (compare-and-set on the
-       running row, with the sample); below it, or not yet known, only the sample is
-       stored; idle for ``idle_timeout``: stop it (in bulk, after the looks, if its
-       ``idle_since`` is still the one judged).
+    3. At or above the template's threshold: ``idle_since`` becomes now (compare-and-set
+       on the running row, with the sample). Below it: a counter's figure (the average
+       since the last look, Docker) leaves ``idle_since`` as it is; a rate (the engine's
+       average over its own recent window, the Kubernetes metrics API: it says nothing
+       of the time between looks) sets ``idle_since`` to now on the first quiet look of
+       a series, and leaves it on the next ones; a look without a figure breaks a series
+       of quiet rate looks. Idle for ``idle_timeout``: stop it (in bulk, after the looks,
+       if its ``idle_since`` is still the one judged).
     """
     rows = list(
         ContainerInstance.objects.filter(idle_since__isnull=False, status=Status.RUNNING)
@@ -180,6 +187,7 @@ def idle_watch(*, report: PolicyReport, now: dt.datetime, batch: int) -> None:
                 report.sampled += 1
                 if stats is None:
                     report.unmeasured += 1
+                    _series_break(instance)
                     continue  # not running there: the reconciler's business
                 _judge(instance, stats, report=report, now=now, judged=judged)
         except EngineError as exc:
@@ -198,24 +206,45 @@ def _judge(
     now: dt.datetime,
     judged: dict[uuid.UUID, tuple[dt.datetime, float]],
 ) -> None:
-    """Store the sample (and a busy row's new ``idle_since``); a row idle for its
-    ``idle_timeout`` goes into ``judged`` (id → the ``idle_since`` and cores it was
-    judged on) to be stopped."""
+    """Store the sample (and the row's new ``idle_since``: a busy look, or a rate's first
+    quiet look); a row idle for its ``idle_timeout`` goes into ``judged`` (id → the
+    ``idle_since`` and cores it was judged on) to be stopped.
+
+    A rate's series: ``idle_since`` is the first of an unbroken series of quiet looks
+    (a look at or above the threshold, or one without a figure, ends it), so one quiet
+    window after a busy hour is not an idle hour; the first quiet look never stops
+    (``idle_since`` is now). A counter's quiet figure covers the whole time since the
+    last look, so ``idle_since`` stays the last busy look (or the run's start)."""
     policy = instance.spec.get("policy") or {}
     cores = stats.cores_since(_previous(instance.cpu_sample))
     idle_since = instance.idle_since
+    quiet = False
     if cores is None:
         report.unmeasured += 1
     elif cores >= float(policy.get("idle_cpu_threshold") or 0):
         idle_since = now
+    elif stats.is_rate:
+        quiet = True
+        if not (instance.cpu_sample or {}).get("quiet"):
+            idle_since = now  # a series of quiet looks begins
     ContainerInstance.objects.filter(
         id=instance.id, status=Status.RUNNING, idle_since=instance.idle_since
-    ).update(cpu_sample=_sample(stats), idle_since=idle_since)
+    ).update(cpu_sample=_sample(stats, quiet=quiet), idle_since=idle_since)
     timeout = float(policy.get("idle_timeout") or 0)
     if cores is None or idle_since == now or not timeout:
         return
     if (now - idle_since).total_seconds() >= timeout:
         judged[instance.id] = (idle_since, cores)
+
+
+def _series_break(instance: ContainerInstance) -> None:
+    """A look without a figure ends a series of quiet looks (the next quiet one begins a
+    new series): what the container did meanwhile is unknown. One UPDATE, only when a
+    series was on (rates only: a counter's next difference covers the gap anyway)."""
+    if (instance.cpu_sample or {}).get("quiet"):
+        ContainerInstance.objects.filter(
+            id=instance.id, status=Status.RUNNING, idle_since=instance.idle_since
+        ).update(cpu_sample={**instance.cpu_sample, "quiet": False})
 
 
 def workspaces_retire(*, report: PolicyReport, now: dt.datetime, batch: int) -> None:

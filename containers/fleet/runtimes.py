@@ -19,6 +19,7 @@ from containers.errors import InvalidRuntime, NotFound
 from containers.models import Runtime
 from containers.queues import Queue
 from containers.runtime_history import Kind, runtime_event_record
+from containers.runtime_stats import runtime_stats_check
 from outbox.services import outbox_release_deferred
 
 # What a caller may set; health, node name and timestamps are gobrave's.
@@ -61,6 +62,8 @@ def runtime_create(**fields: Any) -> Runtime:
     """Create a runtime from ``WRITABLE`` fields, checked (``InvalidRuntime`` otherwise).
 
     One transaction; not idempotent (a second create with the same name is refused).
+    Once committed, its engine is asked whether it gives CPU figures
+    (``_ask_stats_after_commit``).
     """
     unknown = set(fields) - set(WRITABLE)
     if unknown:
@@ -70,7 +73,21 @@ def runtime_create(**fields: Any) -> Runtime:
     with transaction.atomic():
         runtime.save()
         outbox_release_deferred(queue=Queue.CREATE)  # a new engine: waiting creates look again
+        _ask_stats_after_commit(runtime)
     return runtime
+
+
+def _ask_stats_after_commit(runtime: Runtime) -> None:
+    """Once the row is committed, ask its engine whether it gives CPU figures
+    (``runtime_stats_check``: Kubernetes only, bounded; never inside the transaction,
+    which holds the row), then give ``runtime`` the answer. In a caller's transaction
+    (the admin's), after that one commits."""
+
+    def ask() -> None:
+        runtime_stats_check(runtime_id=runtime.pk)
+        runtime.refresh_from_db(fields=["serves_stats"])
+
+    transaction.on_commit(ask)
 
 
 CAPACITY = ("max_containers", "max_concurrency")
@@ -120,7 +137,8 @@ def runtime_update(*, runtime_id: int, actor: str, reason: str = "", **fields: A
     address is how the same engine is reached from now on (each process makes a new
     engine object for it). Switching it on or off and changing its capacity are entries
     in the runtime's history (``RuntimeEvent``, with ``actor`` and ``reason``), written
-    in the same transaction."""
+    in the same transaction. Once committed, the engine is asked again whether it gives
+    CPU figures (``_ask_stats_after_commit``)."""
     unknown = set(fields) - set(WRITABLE)
     if unknown:
         raise InvalidRuntime(f"unknown runtime fields: {', '.join(sorted(unknown))}")
@@ -138,4 +156,5 @@ def runtime_update(*, runtime_id: int, actor: str, reason: str = "", **fields: A
         _record_changes(runtime=runtime, before=before, actor=actor, reason=reason)
         # More room, other labels, enabled again: creates waiting for an engine look again.
         outbox_release_deferred(queue=Queue.CREATE)
+        _ask_stats_after_commit(runtime)
     return runtime

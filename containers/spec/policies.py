@@ -94,17 +94,32 @@ def workspace_retention_of(*, retention: int | None, by_default: bool | None) ->
     return 0 if not values or 0 in values else max(values)
 
 
-def runtimes_without_stats(constraints: Mapping[str, Any]) -> list[str]:
-    """Names of the runtimes the template may be placed on (their labels satisfy its
-    ``constraints``; ``node.`` ones are the cluster's) whose driver reports no CPU
-    statistics (the declared capability ``reports_cpu``)."""
+def runtime_reports_cpu(runtime: Runtime) -> bool | None:
+    """Whether the runtime's engine gives CPU figures, from the row alone: its driver's
+    ``reports_cpu``, and, for a driver whose engines differ (``cpu_discovered``: a
+    Kubernetes cluster serves the metrics API or not), the engine's answer stored on the
+    row (``Runtime.serves_stats``; None: not asked yet, ``containers.runtime_stats``)."""
+    engine_class = driver_class(runtime.driver)
+    if not getattr(engine_class, "reports_cpu", False):
+        return False
+    if not getattr(engine_class, "cpu_discovered", False):
+        return True
+    return runtime.serves_stats
+
+
+def runtimes_without_stats(constraints: Mapping[str, Any]) -> list[tuple[str, bool | None]]:
+    """The runtimes the template may be placed on (their labels satisfy its
+    ``constraints``; ``node.`` ones are the cluster's) whose engine reports no CPU
+    statistics, or has not been asked yet (``runtime_reports_cpu``): ``(name, answer)``."""
     wanted = {k: v for k, v in constraints.items() if not k.startswith("node.")}
-    return [
-        runtime.name
-        for runtime in Runtime.objects.filter(decommissioned_at__isnull=True)
-        if all(str(runtime.labels.get(k)) == str(v) for k, v in wanted.items())
-        and not getattr(driver_class(runtime.driver), "reports_cpu", False)
-    ]
+    found = []
+    for runtime in Runtime.objects.filter(decommissioned_at__isnull=True):
+        if not all(str(runtime.labels.get(k)) == str(v) for k, v in wanted.items()):
+            continue
+        reports = runtime_reports_cpu(runtime)
+        if not reports:
+            found.append((runtime.name, reports))
+    return found
 
 
 def template_policy_check(cleaned: Mapping[str, Any], current: Any | None) -> None:
@@ -147,10 +162,18 @@ def template_policy_check(cleaned: Mapping[str, Any], current: Any | None) -> No
     if idle:
         blind = runtimes_without_stats(value("constraints") or {})
         if blind:
+            name, answer = blind[0]
+            why = (
+                "has not been checked yet for CPU statistics (open its page or save it: "
+                "gobrave then asks the cluster for its metrics API)"
+                if answer is None
+                else "reports no CPU statistics (on Kubernetes: the cluster serves no "
+                "metrics API, metrics.k8s.io; install metrics-server, then check the "
+                "runtime again)"
+            )
             raise InvalidSpec(
-                f"idle_timeout: runtime {blind[0]} reports no CPU statistics, so idleness "
-                "cannot be measured there (constrain the template to other runtimes, or "
-                "set idle_timeout to 0)",
+                f"idle_timeout: runtime {name} {why}, so idleness cannot be measured there "
+                "(constrain the template to other runtimes, or set idle_timeout to 0)",
                 field="idle_timeout",
             )
 

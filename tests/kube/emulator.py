@@ -137,6 +137,11 @@ class Emulator:
         finally:
             self.api.refusing = None
 
+    def serve_metrics(self, served: bool) -> None:
+        """Serve ``metrics.k8s.io/v1beta1`` (discovery and PodMetrics, the default) or
+        not, as a cluster without metrics-server: every path of the group answers 404."""
+        self.api.serves_metrics = served
+
     def set_history_limit(self, limit: int) -> None:
         """Keep only the last ``limit`` changes: a watch from an older version gets 410."""
         self.store.set_history_limit(limit)
@@ -154,9 +159,10 @@ class Emulator:
 
     def reset(self, keep_namespaces: set[str] | None = None) -> None:
         """Forget every object (but the namespaces kept, all by default), every change and
-        every call."""
+        every call; serve the metrics API again."""
         self.store.reset(keep_namespaces)
         self.api.forget_calls()
+        self.api.serves_metrics = True
 
     def write_kubeconfig(self, path: Path, namespace: str) -> str:
         """A kubeconfig whose one context reaches this emulator (CA inline, token); returns

@@ -101,6 +101,8 @@ class Api:
         self.busy_seconds = 0.0  # time spent answering requests (streams left out)
         self.refusing: int | None = None  # an outage: every request answers this code
         self.dropped = 0  # bumped (then the store woken) to end the open watches
+        # False: a cluster without metrics-server (no ``metrics.k8s.io``: 404 everywhere)
+        self.serves_metrics = True
 
     def close_streams(self) -> None:
         self.closing = True
@@ -150,6 +152,17 @@ class Api:
         ]  # fmt: skip
         return _json({"kind": "APIResourceList", "groupVersion": "v1", "resources": resources})
 
+    def metrics_discovery(self) -> web.Response:
+        """``/apis/metrics.k8s.io/v1beta1``: the group's resources, where it is served."""
+        if not self.serves_metrics:
+            raise status.ApiError(404, "the server could not find the requested resource")
+        verbs = ["get", "list"]
+        resources = [{"name": name, "kind": kind, "namespaced": namespaced, "singularName": "",
+                      "verbs": verbs} for name, kind, namespaced in
+                     (("nodes", "NodeMetrics", False), ("pods", "PodMetrics", True))]  # fmt: skip
+        return _json({"kind": "APIResourceList", "groupVersion": "metrics.k8s.io/v1beta1",
+                      "resources": resources})  # fmt: skip
+
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         try:
@@ -169,7 +182,13 @@ class Api:
                 # Not recorded: every authenticated user may read discovery (the cluster's
                 # system:discovery binding), so no Role of the driver's needs to grant it.
                 return await self.discovery(request)
+            if request.path.rstrip("/") == "/" + "/".join(METRICS_GROUP):
+                return self.metrics_discovery()  # not recorded either
             target = _parse(request.path)
+            if target.group == "metrics.k8s.io" and not self.serves_metrics:
+                raise status.ApiError(
+                    404, f"the server could not find the requested resource ({request.path})"
+                )
             verb = _verb(request, target)
             with self._calls_lock:
                 self._calls.append(

@@ -52,6 +52,7 @@ GONE_POLL_FIRST = 0.05  # how soon a deleted Pod is looked for again, doubling..
 GONE_POLL_CAP = 1.0  # ...up to this
 FOLLOW_READ_SECONDS = 86400  # a followed log's idle read; the follow's ``until`` ends it
 GONE_SLACK = 30.0  # beyond the grace period, how long a stop waits for the Pod to go
+METRICS_GROUP, METRICS_VERSION = "metrics.k8s.io", "v1beta1"
 LIVE = frozenset({"created", "running", "unknown"})  # a start leaves such a Pod as it is
 
 
@@ -65,7 +66,8 @@ class KubernetesEngine:
 
     stop_removes = True  # a stop deletes the Pod; a start makes it again
     honours_node_constraints = True  # ``node.`` constraints become the nodeSelector
-    reports_cpu = True  # the metrics API (``metrics.k8s.io`` PodMetrics) where served
+    reports_cpu = True  # the metrics API (``metrics.k8s.io`` PodMetrics) where served...
+    cpu_discovered = True  # ...which a cluster may not: ``stats_served`` asks
     start_runs = False  # ``start`` makes the Pod; it runs when the kubelet starts it
 
     def __init__(
@@ -273,18 +275,42 @@ class KubernetesEngine:
         pod = self._read(ref)
         return state_of(pod) if pod is not None else None
 
+    def stats_served(self, *, timeout: float | None = None) -> bool:
+        """Whether the cluster serves PodMetrics: API discovery of ``metrics.k8s.io/v1beta1``
+        (one GET, which every authenticated user may make: the ``system:discovery``
+        binding, so no Role grants it). 404: no metrics API (no metrics-server); any other
+        refusal (a 503 from an APIService whose metrics-server is down) is an
+        ``EngineError``: the answer is unknown, not "no"."""
+        with translated("discover metrics.k8s.io/v1beta1", self.target.where):
+            self._core()
+            custom = client.CustomObjectsApi(self._api)
+            try:
+                response = custom.get_api_resources(
+                    METRICS_GROUP,
+                    METRICS_VERSION,
+                    _preload_content=False,
+                    _request_timeout=timeout if timeout is not None else self.timeout,
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                raise
+        served = _json(response).get("resources") or []
+        return any(each.get("name") == "pods" for each in served)
+
     def stats(self, ref: str) -> ContainerStats | None:
         """The Pod's ``metrics.k8s.io/v1beta1`` PodMetrics (metrics-server's average over
-        its window), its containers' CPU summed, one GET. None when the Pod is missing,
-        not running or not scraped yet (404), and when the cluster serves no metrics API
-        (also a 404: the idle rule then never fires; docs/operations.md, "Policies")."""
+        its window: a rate, ``ContainerStats.is_rate``), its containers' CPU summed, one
+        GET. None when the Pod is missing, not running or not scraped yet (404), and when
+        the cluster serves no metrics API (also a 404; a template's ``idle_timeout`` is
+        refused on a runtime whose cluster was found without one: ``stats_served``)."""
         with translated(f"stats {ref}", self.target.where):
             self._core()
             custom = client.CustomObjectsApi(self._api)
             try:
                 response = custom.get_namespaced_custom_object(
-                    "metrics.k8s.io",
-                    "v1beta1",
+                    METRICS_GROUP,
+                    METRICS_VERSION,
                     self.namespace,
                     "pods",
                     ref,
