@@ -163,8 +163,11 @@ def test_a_restart_clears_the_pending_delete(fake_runtime, owner):
 
 
 def test_an_idle_container_is_culled_and_a_busy_one_is_not(fake_runtime, owner):
+    """A counter (Docker's cumulative CPU time): its first look gives no figure, the
+    second the average since; idle since the run began."""
     template = TemplateFactory(idle_timeout=600, idle_cpu_threshold=0.1)
     engine: FakeEngine = engine_for(fake_runtime)
+    engine.count_cpu()
     idle, busy = running(template, owner, name="idle"), running(template, owner, name="busy")
     for instance, cores in ((idle, 0.01), (busy, 0.9)):
         container = engine.create(_spec(instance))
@@ -172,7 +175,7 @@ def test_an_idle_container_is_culled_and_a_busy_one_is_not(fake_runtime, owner):
         ContainerInstance.objects.filter(pk=instance.pk).update(container_id=container)
         engine.set_cpu(instance.container_name, cores)
     first = policies_pass(now=later(60))
-    assert (first.sampled, first.stopped_idle) == (2, 0)
+    assert (first.sampled, first.unmeasured, first.stopped_idle) == (2, 2, 0), str(first)
     second = policies_pass(now=later(601))
     assert (second.sampled, second.stopped_idle) == (2, 1)
     assert ContainerInstance.objects.get(pk=idle.pk).status == Status.STOP_PENDING
@@ -201,7 +204,8 @@ def test_idle_culling_is_not_stalled_by_rows_the_engine_gives_no_figure_for(
     container = engine.create(_spec(idle))
     engine.start(container)
     ContainerInstance.objects.filter(pk=idle.pk).update(container_id=container)
-    engine.set_cpu(idle.container_name, 0.01)
+    engine.set_cpu(idle.container_name, 0.01)  # a rate: quiet since its run began
+    ContainerInstance.objects.filter(pk=idle.pk).update(cpu_sample={"read_at": 0, "quiet": True})
     reports = [policies_pass(now=later(601 + i)) for i in range(2)]
     said = [str(report) for report in reports]
     assert [report.sampled for report in reports] == [2, 2], said
@@ -209,6 +213,65 @@ def test_idle_culling_is_not_stalled_by_rows_the_engine_gives_no_figure_for(
     assert sum(report.unmeasured for report in reports) == 3, said  # each blind row: a look
     states = dict(ContainerInstance.objects.values_list("name", "status"))
     assert states == {"blind0": "running", "blind1": "running", "idle": "stop_pending"}, said
+
+
+def _running_on(engine: FakeEngine, instance: ContainerInstance, cores: float) -> None:
+    container = engine.create(_spec(instance))
+    engine.start(container)
+    ContainerInstance.objects.filter(pk=instance.pk).update(container_id=container)
+    engine.set_cpu(instance.container_name, cores)
+
+
+def _idle_row(instance) -> tuple[str, dt.datetime, dict]:
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    return row.status, row.idle_since, row.cpu_sample
+
+
+def test_on_a_rate_engine_idle_time_counts_from_the_first_of_unbroken_quiet_looks(
+    fake_runtime, owner
+):
+    """A rate (the Kubernetes metrics API's kind) speaks for its recent window only: a
+    quiet look after a busy hour starts the count; a busy look, or a look without a
+    figure, ends a series; only ``idle_timeout`` of unbroken quiet looks stops it."""
+    template = TemplateFactory(idle_timeout=600, idle_cpu_threshold=0.1)
+    engine: FakeEngine = engine_for(fake_runtime)
+    instance = running(template, owner, name="rated")
+    _running_on(engine, instance, 0.9)
+    t0 = timezone.now()
+
+    def at(seconds: float):
+        report = policies_pass(now=t0 + dt.timedelta(seconds=seconds))
+        return report, _idle_row(instance)
+
+    report, (status, since, _) = at(60)
+    assert (status, since) == ("running", t0 + dt.timedelta(seconds=60)), str(report)
+    engine.set_cpu(instance.container_name, 0.01)
+    # One quiet window an hour on: the first quiet look, not an idle hour.
+    report, (status, since, sample) = at(3600)
+    assert (status, since, sample["quiet"]) == ("running", t0 + dt.timedelta(seconds=3600), True)
+    report, (status, since, _) = at(3900)
+    assert (status, since) == ("running", t0 + dt.timedelta(seconds=3600)), str(report)
+    engine.set_cpu(instance.container_name, 0.5)  # a busy look ends the series
+    report, (status, since, _) = at(4100)
+    assert (status, since) == ("running", t0 + dt.timedelta(seconds=4100)), str(report)
+    engine.set_cpu(instance.container_name, 0.0)
+    at(4200)  # a new series begins here...
+    engine.set_state(instance.container_name, "paused")
+    report, (status, since, sample) = at(4300)  # ...and a look without a figure ends it
+    assert (report.unmeasured, sample["quiet"]) == (1, False), str(report)
+    engine.set_state(instance.container_name, "running")
+    report, (status, since, _) = at(4900)  # 700 s after the first series began: a new one
+    assert (status, since, report.stopped_idle) == (
+        "running",
+        t0 + dt.timedelta(seconds=4900),
+        0,
+    ), str(report)
+    report, (status, since, _) = at(5499)
+    assert (status, report.stopped_idle) == ("running", 0), str(report)
+    report, (status, since, _) = at(5500)
+    assert (status, report.stopped_idle) == ("stop_pending", 1), str(report)
+    [message] = policy_history(instance)
+    assert "idle_timeout: used less than 0.1 cores for 10m (last 0.000)" in message
 
 
 def _spec(instance):
