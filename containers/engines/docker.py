@@ -738,7 +738,9 @@ class DockerEngine:
         )
 
     def stats_served(self, *, timeout: float | None = None) -> bool:
-        return True  # the stats endpoint is part of every Engine API: nothing to ask
+        """True once the engine answers: the stats endpoint is part of every Engine API."""
+        self.check(timeout=timeout)
+        return True
 
     def logs(self, ref: str, tail: int = 100) -> Iterator[bytes]:
         """See ``Engine.logs``: the engine's frames as they come (the json-file

@@ -499,6 +499,27 @@ def test_stats_tell_a_cpu_loop_from_an_idle_container(harness: Harness) -> None:
     assert busy_cores > 0.2, f"{harness.driver}: CPU loop used only {busy_cores} cores"
 
 
+def test_an_engine_says_whether_it_gives_cpu_figures_and_its_figures_say_their_kind(
+    harness: Harness,
+) -> None:
+    """``stats_served``: True on each test engine (the emulator serves the metrics API
+    unless told not to); an engine that does not answer raises rather than say no.
+    A driver whose engines may differ declares it (``cpu_discovered``)."""
+    assert harness.engine.stats_served() is True
+    assert harness.engine.cpu_discovered is (harness.driver == "kubernetes")
+    assert harness.unreachable is not None
+    with pytest.raises(EngineError):
+        harness.unreachable().stats_served(timeout=2)
+    ref = harness.run(harness.spec())
+    harness.wait(ref, {"running"})
+    deadline = time.monotonic() + 20 * PATIENCE
+    while (stats := harness.engine.stats(ref)) is None:
+        assert time.monotonic() < deadline, f"{harness.driver}: no stats for running {ref}"
+        time.sleep(0.05)
+    # Docker counts CPU time; the metrics API (and the fake, by default) gives a rate.
+    assert stats.is_rate is (harness.driver != "docker"), stats
+
+
 def test_stats_of_a_missing_or_stopped_container_are_none(harness: Harness) -> None:
     assert harness.engine.stats(f"gb-{harness.installation}-missing") is None
     ref = harness.run(harness.spec())
