@@ -37,7 +37,9 @@ What the emulator serves (``/api/v1``; ``server.py``)
 - ``pods/log``: ``container``, ``tailLines``, ``sinceSeconds``, ``timestamps``,
   ``limitBytes``, ``follow`` (new lines as written, until the container ends); 400 while
   the container waits to start, 500 when its node is lost.
-- ``metrics.k8s.io/v1beta1`` PodMetrics (get, list) for running Pods with a usage rule.
+- ``metrics.k8s.io/v1beta1`` PodMetrics (get, list) for running Pods with a usage rule,
+  and the group's discovery; ``Emulator.serve_metrics(False)``: a cluster without
+  metrics-server (every path of the group answers 404).
 - Faults on demand: ``Emulator.drop_watches()`` (every open watch ends),
   ``Emulator.outage()`` (every request answers 503 meanwhile).
 - Errors are ``Status`` bodies (``status.py``); every authenticated request is recorded
@@ -45,13 +47,13 @@ What the emulator serves (``/api/v1``; ``server.py``)
   (``Emulator.calls``); ``rbac.uncovered(calls, role)`` lists those a Role does not grant.
 
 What it does not do
-- No other resources or API groups (Deployments, NetworkPolicies, ...), no discovery beyond
-  ``/version``, ``/api`` and ``/api/v1``, no RBAC (the token is all-powerful; check
-  ``calls`` against a Role), no admission but quotas and Pod Security, no JSON Patch
-  (415), no server-side apply, no ``$patch`` directives, no immutable-field checks but a
-  Pod's spec, no ``status.used`` on quotas, no finalizers, no owner references or garbage
-  collection, no list ``limit``/``continue`` and no list at an older ``resourceVersion``
-  (a list is always of now).
+- No other resources or API groups (Deployments, NetworkPolicies, ...), no discovery
+  beyond ``/version``, ``/api``, ``/api/v1`` and ``/apis/metrics.k8s.io/v1beta1``, no
+  RBAC (the token is all-powerful; check ``calls`` against a Role), no admission but
+  quotas and Pod Security, no JSON Patch (415), no server-side apply, no ``$patch``
+  directives, no immutable-field checks but a Pod's spec, no ``status.used`` on quotas,
+  no finalizers, no owner references or garbage collection, no list ``limit``/``continue``
+  and no list at an older ``resourceVersion`` (a list is always of now).
 - The kubelet has one node and no restarts (``restartPolicy`` is not acted on), stops a
   deleted Pod's containers at once (the grace period is accepted, not waited out), runs
   no init containers or probes, and never pulls anything: an image is "present" unless a
