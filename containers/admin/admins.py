@@ -789,6 +789,7 @@ class RuntimeAdmin(RuntimeFleetMixin, admin.ModelAdmin):
         "node_name",
         "last_seen_at",
         "last_error",
+        "serves_stats",
         "cordoned_at",
         "cordoned_by",
         "decommissioned_at",

@@ -539,6 +539,7 @@ class RuntimeOutputSerializer(serializers.ModelSerializer):
             "health_since",
             "last_seen_at",
             "last_error",
+            "serves_stats",
             "cordoned",
             "cordoned_at",
             "cordoned_by",

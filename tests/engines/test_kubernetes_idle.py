@@ -85,6 +85,7 @@ def test_idle_timeout_follows_what_the_runtimes_check_found(kube):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("postgres")
 def test_a_runtime_saved_through_the_fleet_services_is_asked_for_the_metrics_api(kube):
+    from containers.api.serializers import RuntimeOutputSerializer
     from containers.fleet.runtimes import runtime_create, runtime_update
 
     kube.emulator.serve_metrics(False)
@@ -98,6 +99,7 @@ def test_a_runtime_saved_through_the_fleet_services_is_asked_for_the_metrics_api
     )
     assert runtime.serves_stats is False
     assert Runtime.objects.get(pk=runtime.pk).serves_stats is False
+    assert RuntimeOutputSerializer(runtime).data["serves_stats"] is False  # the API shows it
     kube.emulator.serve_metrics(True)
     runtime = runtime_update(runtime_id=runtime.pk, actor="test", labels={"engine": "kube"})
     assert Runtime.objects.get(pk=runtime.pk).serves_stats is True
