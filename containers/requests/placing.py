@@ -441,13 +441,13 @@ def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
                 parked.append(row_id)
                 reasons[aggregate] = _again_waits(state, placement, runtimes)[:1000]
                 continue
+            if room <= 0:
+                continue  # the global cap: held back, still due (and still at home)
+            room -= 1
             target = placement.runtime.pk
             if target != state.runtime_id:
                 usage.setdefault(target, [0, 0])[0] += 1
                 usage.setdefault(state.runtime_id, [0, 0])[0] -= 1
-            if room <= 0:
-                continue  # the global cap: held back, still due
-            room -= 1
         else:
             target = state.runtime_id
             runtime = by_id.get(target)
