@@ -320,6 +320,32 @@ def test_what_a_create_placed_again_left_on_its_old_engine_is_removed_and_never_
     assert shown(instance)[:3] == ("running", "", "b-engine"), (shown(instance), str(report))
 
 
+def _claimed(instance) -> OutboxEvent:
+    """The instance's create request, claimed now under a fresh token and a live lease
+    (as a worker's ``_begin`` finds it)."""
+    live = Now() + dt.timedelta(hours=1)
+    rows = OutboxEvent.objects.filter(aggregate_id=str(instance.pk), kind=RequestKind.CREATE)
+    rows.update(status="processing", claim_token=uuid.uuid4(), lease_expires_at=live)
+    return rows.get()
+
+
+@pytest.mark.parametrize("where", ["home", "elsewhere"])
+def test_a_create_placed_again_or_kept_home_drops_the_reason_it_waited_with(engines, owner, where):
+    """As its retry begins on ``a`` again, or on ``b`` (``a`` cordoned), the instance no
+    longer says why it waited: it is on its way (``creating``) where it is placed."""
+    a, b = engines
+    instance = _failed_once_on_a(engines, owner)
+    stale = "waiting: no engine with room: a-engine full"
+    ContainerInstance.objects.filter(pk=instance.pk).update(status_reason=stale)
+    if where == "elsewhere":
+        Runtime.objects.filter(pk=a.pk).update(cordoned=True)
+    _begin(_claimed(instance), ready="pending", doing="creating", gated=True)
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    placed = a if where == "home" else b
+    got = (row.status, row.runtime_id, row.status_reason)
+    assert got == ("creating", placed.pk, ""), shown(row)
+
+
 def _stale_worker_and_its_successor(engines, owner):
     """W1 places a create on ``a`` and goes into its engine calls; its lease lapses, the
     operator cordons ``a``, the row is claimed again and W2 places it again on ``b``.
@@ -330,19 +356,10 @@ def _stale_worker_and_its_successor(engines, owner):
         owner=owner,
         actor="t",
     )
-    event = OutboxEvent.objects.get(aggregate_id=str(made.pk))
-
-    def claimed(token: str) -> OutboxEvent:
-        live = Now() + dt.timedelta(hours=1)
-        OutboxEvent.objects.filter(pk=event.pk).update(
-            status="processing", claim_token=token, lease_expires_at=live
-        )
-        return OutboxEvent.objects.get(pk=event.pk)
-
-    w1 = _begin(claimed(str(uuid.uuid4())), ready="pending", doing="creating", gated=True)
+    w1 = _begin(_claimed(made), ready="pending", doing="creating", gated=True)
     assert (w1.status, w1.runtime_id) == ("creating", a.pk), shown(made)
     Runtime.objects.filter(pk=a.pk).update(cordoned=True)
-    w2 = _begin(claimed(str(uuid.uuid4())), ready="pending", doing="creating", gated=True)
+    w2 = _begin(_claimed(made), ready="pending", doing="creating", gated=True)
     assert (w2.status, w2.runtime_id) == ("creating", b.pk), shown(made)
     return w1, w2
 
