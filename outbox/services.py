@@ -295,6 +295,8 @@ def outbox_park(*, ids: list[int], delay: float) -> int:
         available_at=due, outcome=Outcome.DEFERRED
     )
     begun = Q(started_at__isnull=False)
+    # ``Now()`` is ``STATEMENT_TIMESTAMP()`` on PostgreSQL (Django 5), not the transaction's
+    # start: the pick's clock, read later, so a row the pick found lapsed is lapsed here.
     lapsed = OutboxEvent.objects.filter(
         pk__in=ids, status=OutboxStatus.PROCESSING, lease_expires_at__lt=Now()
     )

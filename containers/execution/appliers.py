@@ -73,7 +73,8 @@ class Appliers:
         self._ready: queue.SimpleQueue[Batch] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = 0
-        self._idle = 0
+        self._idle = 0  # threads waiting for a batch (one taken counts until accounted)
+        self._waiting = 0  # batches scheduled and not yet accounted as taken
         self._started = 0
 
     @property
@@ -82,9 +83,14 @@ class Appliers:
         return self._threads
 
     def schedule(self, batch: Batch) -> None:
+        """Put ``batch`` in line; start a thread if the idle ones are fewer than the
+        batches waiting. Both counts change together, under the lock, when a thread
+        takes a batch, so a thread counted idle that is about to take an earlier batch
+        is not mistaken for one free to take this one."""
         with self._lock:
             self._ready.put(batch)
-            if self._idle == 0 and self._threads < self.size:
+            self._waiting += 1
+            if self._waiting > self._idle and self._threads < self.size:
                 self._threads += 1
                 self._started += 1
                 thread = threading.Thread(
@@ -104,12 +110,13 @@ class Appliers:
                 except queue.Empty:
                     with self._lock:
                         self._idle -= 1
-                        if self._ready.empty() or self.stopping.is_set():
+                        if self._waiting == 0 or self.stopping.is_set():
                             self._threads -= 1
                             return
                     continue
                 with self._lock:
                     self._idle -= 1
+                    self._waiting -= 1
                 if self.stopping.is_set():
                     continue  # left waiting: the monitor stores cursors as it stops
                 if time.monotonic() >= checked_until:  # not per batch: a burst has many

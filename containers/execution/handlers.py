@@ -33,6 +33,7 @@ from containers.engines.calls import engine_ping
 from containers.engines.labels import LABEL_INSTALLATION
 from containers.errors import MountRefused
 from containers.execution.health import runtime_health_record
+from containers.execution.reconciler import engine_key
 from containers.execution.sync import state_apply
 from containers.execution.workspaces import (
     LABEL_OWNER,
@@ -189,41 +190,92 @@ def _record_cleanup(instance: ContainerInstance, message: str) -> None:
     )
 
 
-def _apply(instance: ContainerInstance, engine: Engine, runtime_id: str, doing: str) -> None:
-    """Step 3: record the engine id and apply what the engine says now.
+def _moved_away(locked: ContainerInstance, placed: ContainerInstance) -> tuple[bool, bool]:
+    """Whether the instance (``locked``, as it is now) was placed again on another
+    runtime since this worker placed it (``placed``: as the worker's ``_begin`` read it):
+    a stale worker whose lease lapsed in its engine calls while a retry placed it again
+    (``placing.instance_place_again``). And whether this worker's container must then be
+    removed: not when the new runtime is a row of the same daemon (``engine_key``), where
+    the name ``gb-<uuid>`` makes it the new placement's own container too."""
+    if locked.runtime_id == placed.runtime_id:
+        return False, False
+    current = locked.runtime  # read only here (one query): a move is rare
+    shared = current is not None and engine_key(current) == engine_key(placed.runtime)
+    return True, not shared
+
+
+def _record_moved(
+    locked: ContainerInstance, placed: ContainerInstance, ref: str, drop: bool
+) -> None:
+    """Say on the instance's history (and in the log) what a stale worker does with the
+    container it made on the engine the instance was placed on before (``_moved_away``):
+    removes it (``drop``) or leaves it to the new placement (the same daemon)."""
+    now_on = locked.runtime.name if locked.runtime is not None else "no engine"
+    what = "removing" if drop else "leaving (the same daemon)"
+    _record_cleanup(
+        locked,
+        f"{what} container {ref[:12]} on {placed.runtime.name}: the instance was placed"
+        f" again on {now_on} meanwhile; this attempt is superseded",
+    )
+    log.info(
+        "instance %s %s: stale create on %s superseded (now on %s), container %s %s",
+        locked.id,
+        locked.status,
+        placed.runtime.name,
+        now_on,
+        ref[:12],
+        "removed" if drop else "left",
+    )
+
+
+def _apply(instance: ContainerInstance, engine: Engine, runtime_id: str, doing: str) -> bool:
+    """Step 3: record the engine id and apply what the engine says now; False when the
+    request is superseded (the instance was placed again elsewhere meanwhile).
 
     If the reconciler failed the instance meanwhile (start_timeout), undo what this
     worker did, after the transaction: a create removes its container, a start stops it
     (the container was the user's before the start). An instance failed by its
     container's own exit (an exit code recorded: a stale worker whose lease lapsed while
     another finished the create) keeps its container, with the user's exit and logs.
+    An instance now placed on another runtime (``_moved_away``) is not this engine's:
+    nothing is recorded and the container is undone the same way (unless the new
+    runtime is the same daemon), and the request is superseded.
     """
     state = engine.inspect(runtime_id)
     node = engine.node_name() if state else ""
+    placed = instance
     with transaction.atomic():
-        instance = instance_lock(instance.id)
+        instance = instance_lock(placed.id)
         if instance is None:
-            return
-        seen = {
-            "container_id": runtime_id,
-            "runtime_node_name": (state.node_name if state else "") or node,
-            "runtime_missing": state is None,
-        }
-        changed = tuple(name for name, value in seen.items() if getattr(instance, name) != value)
-        for name in changed:
-            setattr(instance, name, seen[name])
-        if changed:  # a create's id and host were recorded before its start
-            instance_save(instance, changed)
-        abandoned = instance.status == Status.FAILED and instance.exit_code is None
-        if instance.status == doing:
-            state_apply(instance, state, actor=WORKER)
-        elif abandoned:
-            undo = "removing" if doing == Status.CREATING else "stopping"
-            _record_cleanup(instance, f"{undo} the container: the instance failed meanwhile")
+            return True
+        moved, drop = _moved_away(instance, placed)
+        if moved:
+            _record_moved(instance, placed, runtime_id, drop)
+            abandoned = drop
+        else:
+            seen = {
+                "container_id": runtime_id,
+                "runtime_node_name": (state.node_name if state else "") or node,
+                "runtime_missing": state is None,
+            }
+            changed = tuple(
+                name for name, value in seen.items() if getattr(instance, name) != value
+            )
+            for name in changed:
+                setattr(instance, name, seen[name])
+            if changed:  # a create's id and host were recorded before its start
+                instance_save(instance, changed)
+            abandoned = instance.status == Status.FAILED and instance.exit_code is None
+            if instance.status == doing:
+                state_apply(instance, state, actor=WORKER)
+            elif abandoned:
+                undo = "removing" if doing == Status.CREATING else "stopping"
+                _record_cleanup(instance, f"{undo} the container: the instance failed meanwhile")
     if abandoned and doing == Status.CREATING:
         engine.remove(runtime_id)
     elif abandoned:
         engine.stop(runtime_id, int(settings.GOBRAVE["container"]["stop_timeout"]))
+    return not moved
 
 
 def handle_create(event: OutboxEvent) -> Outcome:
@@ -236,8 +288,9 @@ def handle_create(event: OutboxEvent) -> Outcome:
        container an earlier attempt made and never makes a second one.
     3. Record the engine's id at once (``_record_created``), so the instance shows the
        container the engine holds before it started; an instance that moved on meanwhile
-       (failed by the reconciler: its container is removed; a delete accepted) is not
-       started, and the create is superseded.
+       (failed by the reconciler: its container is removed; a delete accepted; placed
+       again on another engine by a retry while this worker's lease had lapsed: its
+       container here is removed) is not started, and the create is superseded.
     4. Start it; a container the engine can no longer start (``StaleTaskError``: a
        daemon restart cut an earlier start short) is replaced once, in this attempt
        (``_replace_stale``). Then apply what the engine says (``_apply``).
@@ -258,7 +311,8 @@ def handle_create(event: OutboxEvent) -> Outcome:
         runtime_id = _replace_stale(instance, engine, spec, runtime_id, exc)
         if not runtime_id:
             return Outcome.SUPERSEDED
-    _apply(instance, engine, runtime_id, Status.CREATING)
+    if not _apply(instance, engine, runtime_id, Status.CREATING):
+        return Outcome.SUPERSEDED
     return Outcome.SENT
 
 
@@ -312,29 +366,43 @@ def _record_created(instance: ContainerInstance, engine: Engine, runtime_id: str
     whatever the state, so the instance shows the container the engine holds; an
     instance no longer ``creating`` is not started: one the reconciler failed meanwhile
     (``start_timeout``) has its container removed, after the transaction (and its id
-    cleared); one with a delete accepted leaves it to that delete. Idempotent: a retry
-    that adopted the same container records the same id.
+    cleared); one with a delete accepted leaves it to that delete. An instance placed
+    again on another runtime meanwhile (``_moved_away``: this worker's lease lapsed in
+    its engine calls and a retry moved it) records nothing: its container on this
+    engine is removed (unless the new runtime is the same daemon) and the create is
+    superseded, so one instance never has a container started on two engines.
+    Idempotent: a retry that adopted the same container records the same id.
 
-    The common case, an instance still ``creating``, is one statement (the row's lock
-    for its length, its own commit); any other state takes the transaction below.
+    The common case, an instance still ``creating`` where this worker placed it, is one
+    statement (the row's lock for its length, its own commit); anything else takes the
+    transaction below.
     """
     node = engine.node_name()
     if container_id_record(
-        instance_id=instance.id, runtime_id=runtime_id, node=node, status=Status.CREATING
+        instance_id=instance.id,
+        placed_on=instance.runtime_id,
+        runtime_id=runtime_id,
+        node=node,
+        status=Status.CREATING,
     ):
         return True
     with transaction.atomic():
         locked = instance_lock(instance.id)
         if locked is None:
             return False
-        abandoned = locked.status == Status.FAILED
-        recorded = "" if abandoned else runtime_id
-        if locked.container_id != recorded:
-            locked.container_id = recorded
-            locked.save(update_fields=["container_id"])
-        if abandoned:
-            _record_cleanup(locked, "removing the container: the instance failed meanwhile")
-        going_on = locked.status == Status.CREATING
+        moved, drop = _moved_away(locked, instance)
+        if moved:
+            _record_moved(locked, instance, runtime_id, drop)
+            abandoned = drop
+        else:
+            abandoned = locked.status == Status.FAILED
+            recorded = "" if abandoned else runtime_id
+            if locked.container_id != recorded:
+                locked.container_id = recorded
+                locked.save(update_fields=["container_id"])
+            if abandoned:
+                _record_cleanup(locked, "removing the container: the instance failed meanwhile")
+        going_on = not moved and locked.status == Status.CREATING
     if abandoned:
         engine.remove(runtime_id)
     return going_on
@@ -428,7 +496,8 @@ def handle_start(event: OutboxEvent) -> Outcome:
             " engine keeps a stale task for it (a daemon restart cut an earlier start"
             " short); delete the instance and create a new one"
         ) from exc
-    _apply(instance, engine, ref, Status.STARTING)
+    if not _apply(instance, engine, ref, Status.STARTING):
+        return Outcome.SUPERSEDED
     return Outcome.SENT
 
 

@@ -68,18 +68,24 @@ def instance_save(instance: ContainerInstance, fields: tuple[str, ...]) -> None:
     prepared.update(instance, fields)
 
 
-def container_id_record(*, instance_id: uuid.UUID, runtime_id: str, node: str, status: str) -> bool:
-    """Record the engine's container id and its host's name (``node``) on the instance if
-    it is still in ``status``; one statement (its own row lock, and its own commit outside
-    a transaction; compiled once, prepared on PostgreSQL: ``core.prepared.update_rows``).
-    False when the instance is gone or has moved on."""
+def container_id_record(
+    *, instance_id: uuid.UUID, placed_on: int, runtime_id: str, node: str, status: str
+) -> bool:
+    """Record the engine's container id (``runtime_id``) and its host's name (``node``) on
+    the instance if it is still in ``status`` and still placed on the runtime
+    ``placed_on`` (the ``Runtime`` pk the caller's engine belongs to: a create placed
+    again elsewhere meanwhile does not take a container of its old engine's); one
+    statement (its own row lock, and its own commit outside a transaction; compiled once,
+    prepared on PostgreSQL: ``core.prepared.update_rows``). False when the instance is
+    gone or has moved on."""
     changed = prepared.update_rows(
         "lifecycle.container_id_record",
-        lambda id, status, container, node: (
-            ContainerInstance.objects.filter(id=id, status=status),
+        lambda id, runtime, status, container, node: (
+            ContainerInstance.objects.filter(id=id, runtime_id=runtime, status=status),
             {"container_id": container, "runtime_node_name": node},
         ),
         id=uuid.UUID(str(instance_id)),
+        runtime=int(placed_on),
         status=str(status),
         container=runtime_id,
         node=node,

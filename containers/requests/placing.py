@@ -171,6 +171,14 @@ def _waiting(instance: ContainerInstance, reason: str, *, prefix: str = "waiting
     return reason
 
 
+def _reason_clear(instance: ContainerInstance) -> str:
+    """A create's retry that waited goes on where it is: why it waited is over. ''."""
+    if instance.status_reason:
+        instance.status_reason = ""
+        instance.save(update_fields=["status_reason"])
+    return ""
+
+
 def _again_waits(instance: Any, placement: Placement, runtimes: list[Runtime]) -> str:
     """Why a ``movable`` instance that no engine takes waits, in full. When its own engine
     is recorded unreachable, that comes first, as every instance there says it
@@ -260,11 +268,13 @@ def instance_place_again(instance: ContainerInstance) -> str:
     The caller holds the instance's row lock and the capacity gate, as for
     ``create_admit``.
     1. Its engine keeps it while that engine would take it as a new placement
-       (``_choose_again``): nothing changes.
+       (``_choose_again``): nothing changes but its ``status_reason``, cleared (whatever
+       it waited for is over).
     2. Else the normal rule: constraints, room, policy; its own place is not counted.
        None with room: it waits, saying why (still ``creating``, holding no slot).
     3. Else the spec's stand-ins are put back (``spec_unplaced``) and resolved for the
-       new engine, which is recorded with why, and the history says it moved.
+       new engine, which is recorded with why (its ``status_reason`` cleared), and the
+       history says it moved.
     """
     runtimes = _runtimes()
     home = instance.runtime
@@ -274,18 +284,19 @@ def instance_place_again(instance: ContainerInstance) -> str:
     if runtime is None:
         return _waiting(instance, _again_waits(instance, placement, runtimes), prefix="")
     if runtime.pk == home.pk:
-        return ""
+        return _reason_clear(instance)
     unplaced = spec_unplaced(instance.spec)
     if unplaced is None:  # its spec was changed since: it stays, as a start would
         if home.health == Runtime.Health.UNREACHABLE:
             return _waiting(instance, away_reason(home), prefix="")
-        return engine_waits(instance)
+        return engine_waits(instance) or _reason_clear(instance)
     left = _why_not(home, runtimes, instance.spec)
     instance.spec = unplaced
     _resolve_for(instance, runtime)
     instance.runtime = runtime
     instance.placement_reason = placement.reason[:255]
-    prepared.update(instance, PLACED_FIELDS)
+    instance.status_reason = ""  # why it waited, if it did, is over
+    prepared.update(instance, (*PLACED_FIELDS, "status_reason"))
     record(
         instance,
         kind="placement",
@@ -441,13 +452,13 @@ def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
                 parked.append(row_id)
                 reasons[aggregate] = _again_waits(state, placement, runtimes)[:1000]
                 continue
+            if room <= 0:
+                continue  # the global cap: held back, still due (and still at home)
+            room -= 1
             target = placement.runtime.pk
             if target != state.runtime_id:
                 usage.setdefault(target, [0, 0])[0] += 1
                 usage.setdefault(state.runtime_id, [0, 0])[0] -= 1
-            if room <= 0:
-                continue  # the global cap: held back, still due
-            room -= 1
         else:
             target = state.runtime_id
             runtime = by_id.get(target)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
+from containers.execution.handlers import _begin
 from containers.models import ContainerInstance, Runtime
 from containers.queues import Queue, RequestKind
 from containers.requests.placing import claims_within_capacity
@@ -92,3 +93,35 @@ def test_lapsed_claims_the_guard_refuses_are_parked_and_leave_the_window_to_rows
     claimed = [row_id for row_id, _ in relay.claim(Queue.CREATE, window)]
     created = OutboxEvent.objects.get(aggregate_id=str(fresh.pk))
     assert claimed == [created.pk], outbox_rows()
+
+
+@pytest.mark.django_db
+def test_a_retry_placed_again_but_held_back_by_the_cap_leaves_the_engines_counts_alone(
+    postgres, tmp_path, owner, gobrave_config
+):
+    """A create's retry whose container never came to exist would go from cordoned ``a``
+    to ``b`` (one place), but the global cap holds it back: ``b``'s place stays free for
+    the fresh create behind it, which goes (its handler then passes the gate)."""
+    gobrave_config(container={"create_queue_max_concurrency": 1})
+    labels = {"engine": "fake", "pool": "p"}
+    a = RuntimeFactory(name="a", base_url=f"fake://{tmp_path / 'a'}", labels=labels)
+    RuntimeFactory(name="b", base_url=f"fake://{tmp_path / 'b'}", labels=labels, max_containers=1)
+    template = TemplateFactory(name="pooled", constraints={"pool": "p"})
+    moving = container_create_by_template(template=template, owner=owner, actor="t")
+    row = OutboxEvent.objects.get(aggregate_id=str(moving.pk))
+    assert _begin(row, ready="pending", doing="creating", gated=True).runtime_id == a.pk
+    Runtime.objects.filter(pk=a.pk).update(cordoned=True)
+    busy = InstanceFactory(status="creating")  # in flight: holds the one slot
+    _row(
+        busy,
+        status="processing",
+        claim_token="00000000-0000-0000-0000-000000000001",
+        lease_expires_at=timezone.now() + timezone.timedelta(hours=1),
+    )
+    fresh = container_create_by_template(template=template, owner=owner, actor="t")
+    fresh_row = OutboxEvent.objects.get(aggregate_id=str(fresh.pk))
+    rows = [(row.id, row.aggregate_id), (fresh_row.id, fresh_row.aggregate_id)]
+    assert claims_within_capacity(rows) == [fresh_row.id], outbox_rows()
+    fresh = ContainerInstance.objects.get(pk=fresh.pk)
+    assert (fresh.status, fresh.status_reason) == ("pending", ""), vars(fresh)
+    assert OutboxEvent.objects.get(pk=fresh_row.pk).outcome != "deferred", outbox_rows()

@@ -7,12 +7,13 @@ Docker Engine over TCP is in test_engine_cut.py).
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 import pytest
 from django.db.models.functions import Now
 
 from containers.engines import engine_for
-from containers.execution.handlers import _spec
+from containers.execution.handlers import _apply, _begin, _record_created, _spec
 from containers.execution.health import runtime_health_record
 from containers.execution.monitor import cursor_for, event_apply
 from containers.execution.reconciler import reconcile
@@ -317,6 +318,82 @@ def test_what_a_create_placed_again_left_on_its_old_engine_is_removed_and_never_
     assert [e.action for e in events] == ["create", "destroy"], events
     assert outcomes == ["ignored", "ignored"], outcomes
     assert shown(instance)[:3] == ("running", "", "b-engine"), (shown(instance), str(report))
+
+
+def _claimed(instance) -> OutboxEvent:
+    """The instance's create request, claimed now under a fresh token and a live lease
+    (as a worker's ``_begin`` finds it)."""
+    live = Now() + dt.timedelta(hours=1)
+    rows = OutboxEvent.objects.filter(aggregate_id=str(instance.pk), kind=RequestKind.CREATE)
+    rows.update(status="processing", claim_token=uuid.uuid4(), lease_expires_at=live)
+    return rows.get()
+
+
+@pytest.mark.parametrize("where", ["home", "elsewhere"])
+def test_a_create_placed_again_or_kept_home_drops_the_reason_it_waited_with(engines, owner, where):
+    """As its retry begins on ``a`` again, or on ``b`` (``a`` cordoned), the instance no
+    longer says why it waited: it is on its way (``creating``) where it is placed."""
+    a, b = engines
+    instance = _failed_once_on_a(engines, owner)
+    stale = "waiting: no engine with room: a-engine full"
+    ContainerInstance.objects.filter(pk=instance.pk).update(status_reason=stale)
+    if where == "elsewhere":
+        Runtime.objects.filter(pk=a.pk).update(cordoned=True)
+    _begin(_claimed(instance), ready="pending", doing="creating", gated=True)
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    placed = a if where == "home" else b
+    got = (row.status, row.runtime_id, row.status_reason)
+    assert got == ("creating", placed.pk, ""), shown(row)
+
+
+def _stale_worker_and_its_successor(engines, owner):
+    """W1 places a create on ``a`` and goes into its engine calls; its lease lapses, the
+    operator cordons ``a``, the row is claimed again and W2 places it again on ``b``.
+    Returns W1's and W2's instances as each one's ``_begin`` left it."""
+    a, b = engines
+    made = container_create_by_template(
+        template=TemplateFactory(name="pooled-stale", constraints={"pool": "p"}),
+        owner=owner,
+        actor="t",
+    )
+    w1 = _begin(_claimed(made), ready="pending", doing="creating", gated=True)
+    assert (w1.status, w1.runtime_id) == ("creating", a.pk), shown(made)
+    Runtime.objects.filter(pk=a.pk).update(cordoned=True)
+    w2 = _begin(_claimed(made), ready="pending", doing="creating", gated=True)
+    assert (w2.status, w2.runtime_id) == ("creating", b.pk), shown(made)
+    return w1, w2
+
+
+def test_a_stale_worker_never_records_nor_starts_its_old_engines_container(engines, owner):
+    """W1 comes back from ``a`` after the instance was placed again on ``b``: it records
+    nothing, removes the container it made on ``a`` and is superseded (never two
+    containers started for one instance)."""
+    w1, _ = _stale_worker_and_its_successor(engines, owner)
+    engine_a = engine_for(w1.runtime)
+    made_on_a = engine_a.create(_spec(w1))
+    assert _record_created(w1, engine_a, made_on_a) is False, shown(w1)
+    row = ContainerInstance.objects.get(pk=w1.pk)
+    stored = (row.status, row.runtime.name, row.container_id)
+    assert stored == ("creating", "b-engine", ""), shown(w1)
+    assert engine_a.inspect(made_on_a) is None, engine_a.calls()
+    assert engine_a.calls("start") == [], engine_a.calls()
+    removed = [m for m in _history(w1) if m.startswith("removing container")]
+    assert removed and "placed again on b-engine" in removed[0], _history(w1)
+
+
+def test_a_stale_worker_that_started_its_old_engines_container_undoes_it_on_apply(engines, owner):
+    """Past its start on ``a`` (however it got there), W1's last step finds the instance
+    placed on ``b``: nothing of ``a``'s is recorded, its container is removed, and the
+    request is superseded."""
+    w1, _ = _stale_worker_and_its_successor(engines, owner)
+    engine_a = engine_for(w1.runtime)
+    made_on_a = engine_a.create(_spec(w1))
+    engine_a.start(made_on_a, _spec(w1))
+    assert _apply(w1, engine_a, made_on_a, "creating") is False, shown(w1)
+    row = ContainerInstance.objects.get(pk=w1.pk)
+    stored = (row.status, row.runtime.name, row.container_id, row.runtime_node_name)
+    assert stored == ("creating", "b-engine", "", ""), shown(w1)
+    assert engine_a.inspect(made_on_a) is None, engine_a.calls()
 
 
 # --- a start that waits for its engine can be cancelled (issue 27, item 3) ------------------

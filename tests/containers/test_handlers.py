@@ -426,7 +426,8 @@ def test_a_delete_accepted_during_the_engine_create_leaves_the_container_unstart
     _as(instance, "delete_pending")
     from containers.execution.handlers import _spec
 
-    made = engine.create(_spec(ContainerInstance.objects.get(pk=instance.pk)))
+    instance = ContainerInstance.objects.get(pk=instance.pk)  # placed, as its worker has it
+    made = engine.create(_spec(instance))
     assert _record_created(instance, engine, made) is False  # not started
     assert engine.inspect(made).status == "created"
     assert ContainerInstance.objects.get(pk=instance.pk).container_id == made
@@ -441,7 +442,8 @@ def test_a_creating_instance_records_its_container_in_one_statement(
 
     instance = create()
     _as(instance, "creating")
-    made = engine.create(_spec(ContainerInstance.objects.get(pk=instance.pk)))
+    instance = ContainerInstance.objects.get(pk=instance.pk)  # placed, as its worker has it
+    made = engine.create(_spec(instance))
     with django_assert_num_queries(1):
         assert _record_created(instance, engine, made) is True
     assert _record_created(instance, engine, made) is True

@@ -120,12 +120,15 @@ def test_a_move_and_its_history_entry_are_one_statement(postgres):
 
 
 @pytest.mark.django_db
-def test_a_container_id_is_recorded_only_in_the_state_asked(postgres):
+def test_a_container_id_is_recorded_only_in_the_state_and_on_the_runtime_asked(postgres):
     instance = InstanceFactory(status="creating")
     args = {"instance_id": instance.pk, "runtime_id": "abc", "node": "host-1"}
-    assert not container_id_record(**args, status="starting")
+    assert not container_id_record(**args, placed_on=instance.runtime_id, status="starting")
+    # Placed again on another runtime since: a container of the old engine is not its own.
+    assert not container_id_record(**args, placed_on=instance.runtime_id + 1, status="creating")
     stored = ContainerInstance.objects.get(pk=instance.pk)
     assert (stored.container_id, stored.runtime_node_name) == ("", "")
+    args["placed_on"] = instance.runtime_id
     assert container_id_record(**args, status="creating")
     stored = ContainerInstance.objects.get(pk=instance.pk)
     assert (stored.container_id, stored.runtime_node_name) == ("abc", "host-1")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import queue
 import threading
 import time
 import uuid
@@ -886,12 +887,29 @@ def test_an_event_that_fails_to_apply_asks_for_a_reconcile_and_the_next_ones_sti
     assert "runtime one: event die not applied" in caplog.text
 
 
+class _HeldBeforeTaking(queue.SimpleQueue):
+    """The appliers' line, whose ``get`` holds every applier between counting itself idle
+    and taking a batch until ``opened``: the window in which a batch scheduled meanwhile
+    must still get a thread of its own (``entered``: an applier is in it)."""
+
+    def __init__(self) -> None:
+        self.entered, self.opened = threading.Event(), threading.Event()
+
+    def get(self, *args, **kwargs):
+        self.entered.set()
+        assert self.opened.wait(10), "the test never opened the line"
+        return super().get(*args, **kwargs)
+
+
 def test_one_engines_events_are_applied_in_parallel_across_instances_in_order_for_each():
     """Two appliers, two instances in different shards: while A's first event is held,
     B's are applied; A's come in their order; the watermark (where the cursor may move)
-    stays before A's first until it is applied, then reaches the last event."""
+    stays before A's first until it is applied, then reaches the last event. B's shard
+    is scheduled while the first applier, counted idle, has not yet taken A's: it still
+    gets a second applier."""
     stopping = threading.Event()
     appliers = Appliers(2, stopping)
+    appliers._ready = line = _HeldBeforeTaking()
     keys = [f"instance-{n}" for n in range(64)]
     a = keys[0]
     b = next(k for k in keys if hash(k) % 2 != hash(a) % 2)
@@ -915,9 +933,12 @@ def test_one_engines_events_are_applied_in_parallel_across_instances_in_order_fo
         apply=apply,
         reached=lambda seq, mark: reached.append(mark),
     )
-    for key, name in ((a, "a1"), (b, "b1"), (b, "b2"), (a, "a2")):
+    inbox.put(EngineEvent("die", "a1", "a1", {}, 1), key=a, clean=False, mark="a1")
+    assert line.entered.wait(10), "no applier started for A's shard"
+    for key, name in ((b, "b1"), (b, "b2"), (a, "a2")):
         inbox.put(EngineEvent("die", name, name, {}, 1), key=key, clean=False, mark=name)
-    assert b_done.wait(10), applied
+    line.opened.set()
+    assert b_done.wait(10), (applied, appliers.threads)
     assert applied == ["b1", "b2"] and reached == [], (applied, reached)
     a_released.set()
     inbox.drained()

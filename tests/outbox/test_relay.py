@@ -8,6 +8,7 @@ from functools import partial
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import DateTimeField, Func
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -17,10 +18,19 @@ from outbox.errors import NotRetriable
 from outbox.models import OutboxEvent
 from outbox.outcomes import Outcome
 from outbox.registry import Defer, PermanentFailure, RetryLater
-from outbox.services import outbox_release_deferred, outbox_retry_now
+from outbox.services import outbox_park, outbox_release_deferred, outbox_retry_now
 from tests.outbox.conftest import enqueue_row, kind_registered
 
 pytestmark = pytest.mark.django_db
+
+
+class ClockTimestamp(Func):
+    """PostgreSQL's clock now, whatever the transaction's or the statement's start."""
+
+    template = "CLOCK_TIMESTAMP()"
+    output_field = DateTimeField()
+
+
 KIND = "TestProbe"
 calls: list[int] = []
 behaviour: dict[str, object] = {}
@@ -576,3 +586,26 @@ def test_a_freed_slot_makes_only_the_queue_s_deferred_rows_due(postgres):
         assert outbox_release_deferred(queue="probe") == 1
     due = set(OutboxEvent.objects.filter(available_at__lte=Now()).values_list("pk", flat=True))
     assert due == {deferred.pk}, list(OutboxEvent.objects.values("pk", "outcome", "available_at"))
+
+
+def test_a_claim_whose_lease_ran_out_after_its_transaction_began_is_parked(postgres):
+    """``outbox_park`` judges a lease by its own statement's time (``Now()``, which Django
+    compiles to ``STATEMENT_TIMESTAMP()`` on PostgreSQL), the clock the claim's pick used,
+    not by its transaction's start: a lease that ran out after the transaction began (the
+    pick saw it lapsed and the guard refused it) is parked; one still live is left."""
+    lapsing, live = enqueue(), enqueue(aggregate="b")
+    with transaction.atomic():  # the test's transaction began before either lease
+        OutboxEvent.objects.filter(pk=lapsing.pk).update(
+            status="processing", claim_token=uuid.uuid4(), lease_expires_at=ClockTimestamp()
+        )
+        OutboxEvent.objects.filter(pk=live.pk).update(
+            status="processing",
+            claim_token=uuid.uuid4(),
+            lease_expires_at=Now() + dt.timedelta(hours=1),
+        )
+        assert outbox_park(ids=[lapsing.pk, live.pk], delay=60) == 1
+    lapsing.refresh_from_db()
+    live.refresh_from_db()
+    parked = (lapsing.status, lapsing.outcome, lapsing.claim_token, lapsing.reclaims)
+    assert parked == ("pending", "deferred", None, 1), vars(lapsing)
+    assert (live.status, live.claim_token is not None) == ("processing", True), vars(live)
