@@ -15,7 +15,7 @@ import time
 import uuid
 
 import pytest
-from django.db.models import F
+from django.db.models import F, QuerySet
 
 from containers.engines import engine_for
 from containers.engines.base import ContainerSpec, ContainerState, EngineEvent
@@ -618,15 +618,45 @@ def _docker(test):
 EVENTS_ONLY = {"container_reconcile_interval": "600"}
 
 
+def _an_orphan(dock) -> QuerySet[OrphanContainer]:
+    """A container with our labels and no instance, made before the monitor starts. The
+    monitor reconciles at its start and once its stream is open (then not for
+    ``EVENTS_ONLY``'s 600 s); each pass sees it, so its orphan row refreshed after it
+    was made says both are done (``_reconciles_done``). Returns the row's queryset."""
+    label = str(uuid.uuid4())
+    dock.client.create_container(
+        IMAGE,
+        command=["sleep", "1000"],
+        name=f"gb-{label}",
+        labels={"io.gobrave.installation": dock.installation, "io.gobrave.instance": label},
+    )
+    return OrphanContainer.objects.filter(name=f"gb-{label}")
+
+
+def _reconciles_done(orphan: QuerySet[OrphanContainer]) -> None:
+    """Wait until the monitor's two reconciles have seen ``_an_orphan`` (the orphans
+    are the last step of a pass: the instances were compared before)."""
+    wait_for(
+        lambda: orphan.filter(last_seen_at__gt=F("first_seen_at")).exists(),
+        timeout=30,
+        message="the monitor's two reconciles",
+        describe=lambda: f"orphan rows: {list(orphan.values())}",
+    )
+
+
 @_docker
 def test_docker_pause_and_unpause_are_followed_and_start_unpauses(dock, owner):
+    """The monitor's stream, not a reconcile, follows the pause: the container is paused
+    once both of the monitor's reconciles are done (the stream is open by then)."""
+    orphan = _an_orphan(dock)
     instance = create(dock.template(["sleep", "1000"]), owner)
     with dock.pipeline(**EVENTS_ONLY):
-        _pause_unpause_and_start(dock, instance)
+        row = reaches(instance, "running")
+        _reconciles_done(orphan)
+        _pause_unpause_and_start(dock, instance, row)
 
 
-def _pause_unpause_and_start(dock, instance) -> None:
-    row = reaches(instance, "running")
+def _pause_unpause_and_start(dock, instance, row) -> None:
     dock.client.pause(row.container_id)
     reaches(instance, "paused", timeout=10)
     dock.client.unpause(row.container_id)
@@ -634,8 +664,9 @@ def _pause_unpause_and_start(dock, instance) -> None:
     paused = ContainerEvent.objects.filter(instance_id=instance.pk, to_status="paused").get()
     # Seen by the monitor: from the pause event, or from its recheck of the start event
     # that had found the create's worker still busy (it may look first).
-    assert paused.actor == "monitor", paused.data
-    assert paused.data.get("event") == "pause" or paused.data == {"source": "recheck"}, paused.data
+    said = f"{paused.actor}: {paused.message} {paused.data}"
+    assert paused.actor == "monitor", said
+    assert paused.data.get("event") == "pause" or paused.data == {"source": "recheck"}, said
     # A start request on a paused instance unpauses its container.
     dock.client.pause(row.container_id)
     reaches(instance, "paused", timeout=10)
@@ -651,27 +682,13 @@ def _pause_unpause_and_start(dock, instance) -> None:
 
 @_docker
 def test_docker_rm_f_behind_our_back_fails_a_running_instance(dock, owner):
-    """The monitor's event, not a reconcile, fails the instance. The monitor reconciles at
-    its start and once its stream is open (then not for ``EVENTS_ONLY``'s 600 s): a
-    labelled container with no instance, seen by both passes (its orphan row refreshed
-    after it was made), says both are done before the container is removed."""
-    label = str(uuid.uuid4())
-    dock.client.create_container(
-        IMAGE,
-        command=["sleep", "1000"],
-        name=f"gb-{label}",
-        labels={"io.gobrave.installation": dock.installation, "io.gobrave.instance": label},
-    )
+    """The monitor's event, not a reconcile, fails the instance: the container is
+    removed once both of the monitor's reconciles are done (``_an_orphan``)."""
+    orphan = _an_orphan(dock)
     instance = create(dock.template(["sleep", "1000"]), owner)
     with dock.pipeline(**EVENTS_ONLY):
         row = reaches(instance, "running")
-        orphan = OrphanContainer.objects.filter(name=f"gb-{label}")
-        wait_for(
-            lambda: orphan.filter(last_seen_at__gt=F("first_seen_at")).exists(),
-            timeout=30,
-            message="the monitor's two reconciles",
-            describe=lambda: f"orphan rows: {list(orphan.values())}",
-        )
+        _reconciles_done(orphan)
         dock.client.remove_container(row.container_id, force=True)
         row = reaches(instance, "failed", timeout=10)
     assert (row.status_reason, row.runtime_missing) == ("removed outside gobrave", True)
