@@ -4,6 +4,7 @@ cordon state) and its cordon, uncordon and decommission actions."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 from django.urls import reverse
 
 from containers.execution.health import runtime_health_record
@@ -200,12 +201,24 @@ def test_a_runtimes_history_link_follows_its_id_through_a_rename_and_a_reused_na
         page = client.get(reverse("admin:containers_runtime_change", args=[runtime.pk]))
         link = f"{changelist}?runtime_id={runtime.pk}"
         assert f'href="{link}"' in page.content.decode(), runtime.name
-        listed = client.get(link).context["cl"].result_list
-        shown[runtime.pk] = sorted((e.runtime_name, e.kind) for e in listed)
+        changelist_page = client.get(link).context["cl"]
+        shown[runtime.pk] = sorted((e.runtime_name, e.kind) for e in changelist_page.result_list)
     assert shown == {
         first.pk: [("alpha", "engine.cordoned"), ("beta", "engine.uncordoned")],
         second.pk: [("alpha", "engine.cordoned")],
     }, shown
+    # the page's query reads the runtime's entries in its order on rtevent_history
+    sql, params = changelist_page.queryset[:100].query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        cursor.execute("SET enable_sort = off")
+        try:
+            cursor.execute(f"EXPLAIN {sql}", params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("RESET enable_seqscan")
+            cursor.execute("RESET enable_sort")
+    assert "rtevent_history" in plan and "Sort" not in plan, plan
 
 
 @pytest.mark.parametrize("value", ["alpha", "-1", "1.5", "99999999999999999999999"])
