@@ -166,6 +166,29 @@ def test_leaving_running_ends_the_idle_watch(fake_runtime, owner, target):
     assert (row.status, row.idle_since, row.cpu_sample) == (target, None, None), row.cpu_sample
 
 
+def test_the_migration_clears_the_idle_watch_of_rows_that_left_running(fake_runtime, owner):
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module(
+        "containers.migrations.0035_instance_idle_watch_only_running"
+    )
+    template = TemplateFactory(idle_timeout=600, idle_cpu_threshold=0.1)
+    running(template, owner, name="kept")
+    left = running(template, owner, name="left")
+    sample = {"read_at": 1.0, "cpu_total_ns": 5}
+    ContainerInstance.objects.update(cpu_sample=sample)
+    # As a pause left it before the transitions cleared the watch.
+    ContainerInstance.objects.filter(pk=left.pk).update(status=Status.PAUSED)
+    migration.unwatch_rows_not_running(apps, None)
+    rows = {
+        row.name: (row.status, row.idle_since is not None, row.cpu_sample)
+        for row in ContainerInstance.objects.all()
+    }
+    assert rows == {"kept": ("running", True, sample), "left": ("paused", False, None)}, rows
+
+
 def test_an_unpause_restarts_the_idle_watch_and_keeps_the_time_limit(fake_runtime, owner):
     """The first look after an unpause must not count the pause as idle time: the watch
     starts again from the unpause, with no sample to average over the pause."""
