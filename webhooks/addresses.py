@@ -7,7 +7,7 @@ A webhook URL must not turn gobrave into a probe of its own network. So:
 2. ``resolve`` looks the host up and refuses it unless *every* address it resolves to is
    public (``is_public``): loopback, link-local, private, shared, multicast, reserved and
    unspecified addresses are refused, unless ``webhooks.allow_private``. The lookup runs
-   on a small pool of threads and is waited for only until the delivery's deadline (or
+   in a thread of its own and is waited for only until the delivery's deadline (or
    ``webhooks.timeout`` at creation): ``getaddrinfo`` itself cannot be bounded, and a
    resolver that does not answer must not hold a worker past its deadline.
 3. ``open_socket`` connects only to an address ``resolve`` returned *at that moment*
@@ -21,10 +21,9 @@ The API and the admin check at creation (steps 1-2); every delivery checks again
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -33,10 +32,6 @@ from django.conf import settings
 from webhooks.errors import WebhookUrlRefused
 
 MAX_URL = 2000
-# Threads per process that run lookups. A lookup that never returns keeps its thread;
-# once all are held, further lookups wait in the pool's queue and end at their deadline
-# like any other (cancelled, never run late).
-LOOKUP_THREADS = 4
 
 
 @dataclass(frozen=True)
@@ -119,36 +114,39 @@ def lookup(host: str, port: int) -> list[tuple]:
     return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
 
 
-_pool: tuple[int, ThreadPoolExecutor] | None = None
-
-
-def _lookups() -> ThreadPoolExecutor:
-    """This process's lookup threads, made on first use, and again in a forked child (a
-    worker of the webhooks cluster): a pool's threads do not survive a fork."""
-    global _pool
-    if _pool is None or _pool[0] != os.getpid():
-        pool = ThreadPoolExecutor(max_workers=LOOKUP_THREADS, thread_name_prefix="webhook-dns")
-        _pool = (os.getpid(), pool)
-    return _pool[1]
-
-
 def _bounded_lookup(host: str, port: int, *, deadline: float | None) -> list[tuple]:
-    """``lookup`` on the pool, waited for until ``deadline`` (a ``time.monotonic()``
-    instant; None: ``webhooks.timeout`` from now). Past it, ``WebhookUrlRefused`` marked
-    ``unresolved`` (a delivery is retried, as for a name that does not resolve); the
-    lookup, if it had not begun, never runs."""
-    wait = float(_config()["timeout"]) if deadline is None else deadline - time.monotonic()
-    future = _lookups().submit(lookup, host, port)
-    try:
-        return future.result(timeout=max(wait, 0.0))
-    except TimeoutError:
-        future.cancel()
+    """``lookup`` in a daemon thread, waited for until ``deadline`` (a
+    ``time.monotonic()`` instant; None: ``webhooks.timeout`` from now). Past it,
+    ``WebhookUrlRefused`` marked ``unresolved`` (a delivery is retried, as for a name that
+    does not resolve) and the thread is left to end with the resolver's own timeout.
+
+    A thread per lookup, not a pool: nothing to rebuild in a forked worker, and a
+    daemon never holds up a worker's exit. Stuck threads stay few: a worker makes its
+    attempts one after another, so it has at most the resolver's timeout over the
+    deadline of them at once."""
+    wait = max(float(_config()["timeout"]) if deadline is None else deadline - time.monotonic(), 0)
+    done = threading.Event()
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(lookup(host, port))
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="webhook-dns", daemon=True).start()
+    if not done.wait(wait):
         raise WebhookUrlRefused(
-            f"{host} did not resolve within the deadline ({max(wait, 0.0):.1f} s): "
+            f"{host} did not resolve within the deadline ({wait:.1f} s): "
             "name resolution took too long",
             field="url",
             unresolved=True,
-        ) from None
+        )
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
 
 
 def _refused(address: str) -> bool:
