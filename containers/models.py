@@ -439,8 +439,10 @@ class ContainerInstance(FSMModelMixin, models.Model):
     # Lifecycle policies (``containers.execution.policies``), armed by the transitions from
     # ``spec["policy"]`` (DAG nodes have none): when the policy pass stops this run
     # (max_lifetime, pushed back by ``extended_seconds``), since when its container has
-    # been idle (idle_timeout; null: not watched), and when it deletes the stopped instance
-    # (delete_stopped_after). Each has a partial index: a pass reads only the due rows.
+    # been idle (idle_timeout; null: not watched, and only a running instance is: leaving
+    # ``running`` clears it, an unpause or a start arms it again), and when it deletes the
+    # stopped instance (delete_stopped_after). Each has a partial index: a pass reads only
+    # the due rows.
     stop_at = models.DateTimeField(null=True, blank=True)
     extended_seconds = models.PositiveIntegerField(default=0)
     idle_since = models.DateTimeField(null=True, blank=True)
@@ -531,9 +533,19 @@ class ContainerInstance(FSMModelMixin, models.Model):
         lifetime = policy.get("max_lifetime")
         self.stop_at = now + dt.timedelta(seconds=lifetime) if lifetime else None
         self.extended_seconds = 0
-        self.idle_since = now if policy.get("idle_timeout") else None
-        self.cpu_sample = None
+        self._arm_idle_watch()
         self.delete_at = None
+
+    def _arm_idle_watch(self) -> None:
+        """The idle watch (re)starts: idle from now, no sample yet (the first look only
+        takes one), so what happened before (a pause) is never averaged in."""
+        self.idle_since = timezone.now() if self._policy().get("idle_timeout") else None
+        self.cpu_sample = None
+
+    def _end_idle_watch(self) -> None:
+        """The instance leaves ``running``: only running rows are watched, so only they
+        are in the idle watch's index (``instance_policy_idle_turn``)."""
+        self.idle_since = self.cpu_sample = None
 
     def _arm_rest_policies(self) -> None:
         """A run ended: no stop due; delete_stopped_after from now, where set."""
@@ -551,16 +563,20 @@ class ContainerInstance(FSMModelMixin, models.Model):
         self.started_at = timezone.now()
         self.finished_at = None
         self.exit_code = None
-        if self.status != Status.PAUSED:  # (still the source here) an unpause is the same run
+        if self.status != Status.PAUSED:  # (still the source here)
             self._arm_run_policies()
+        else:  # an unpause is the same run: its time limit stands, its idle watch restarts
+            self._arm_idle_watch()
 
     @transition(field=status, source=sources_of(Status.PAUSED), target=Status.PAUSED)
     def mark_paused(self) -> None:
         self._changed()
+        self._end_idle_watch()
 
     @transition(field=status, source=sources_of(Status.STOP_PENDING), target=Status.STOP_PENDING)
     def mark_stop_pending(self) -> None:
         self._changed()
+        self._end_idle_watch()
 
     @transition(field=status, source=sources_of(Status.STOPPING), target=Status.STOPPING)
     def mark_stopping(self) -> None:
@@ -576,6 +592,7 @@ class ContainerInstance(FSMModelMixin, models.Model):
     @transition(field=status, source=sources_of(Status.START_PENDING), target=Status.START_PENDING)
     def mark_start_pending(self) -> None:
         self._changed()
+        self._end_idle_watch()
 
     @transition(field=status, source=sources_of(Status.STARTING), target=Status.STARTING)
     def mark_starting(self) -> None:

@@ -27,7 +27,9 @@ class NotDead(DomainError):
 
 
 class NotRequeuable(DomainError):
-    """A dead letter whose kind no handler runs any more cannot be requeued (HTTP 409)."""
+    """A dead letter cannot be requeued (HTTP 409): it is already resolved (dismissed, or
+    requeued once: one dead letter runs again at most once), or no handler runs its kind
+    any more."""
 
     code = "not_requeuable"
     http_status = 409

@@ -195,18 +195,20 @@ def outbox_dead_requeue(*, event_id: int, actor: str) -> OutboxEvent:
 
     In one transaction, under the dead row's lock:
     1. ``OutboxRowNotFound`` for no such row, ``NotDead`` for a row in any other status,
-       ``NotRequeuable`` for a kind no handler is registered for any more (nothing
-       changes).
+       ``NotRequeuable`` for a row already resolved (dismissed, or requeued before: its
+       request runs once per requeue, never twice from one dead letter) and for a kind
+       no handler is registered for any more (nothing changes).
     2. Write the new row (``outbox_enqueue``: a new id, so it runs after every request of
        its aggregate already committed; the outbox holds no lock of the aggregate, so
        one written concurrently may run on either side of it. A handler finds the state
        as it is then, and one whose request no longer applies ends ``superseded``; the
        payload is the same, so a webhook delivery keeps its ``webhook-id``).
-    3. Set the dead row's ``resolved_at`` and ``resolved_by`` (a row already dismissed
-       keeps its first resolution). The status stays ``dead`` (contract §3), so
-       retention deletes the dead row ``retention.dead_letters_resolved`` later, and
-       never the new row, which is an ordinary pending row.
-    Not idempotent: each call writes another row. Returns the new row.
+    3. Set the dead row's ``resolved_at`` and ``resolved_by``. The status stays ``dead``
+       (contract §3), so retention deletes the dead row
+       ``retention.dead_letters_resolved`` later, and never the new row, which is an
+       ordinary pending row.
+    Once per dead row: a second call (or two at once: the lock orders them, and the
+    second sees the first's resolution) is refused in step 1. Returns the new row.
     """
     with transaction.atomic():
         event = OutboxEvent.objects.select_for_update().filter(id=event_id).first()
@@ -217,6 +219,14 @@ def outbox_dead_requeue(*, event_id: int, actor: str) -> OutboxEvent:
                 f"outbox row #{event_id} is {event.status}, not dead",
                 id=event_id,
                 status=event.status,
+            )
+        if event.resolved_at is not None:
+            raise NotRequeuable(
+                f"outbox row #{event_id} already resolved by {event.resolved_by or 'unknown'}"
+                f" at {event.resolved_at.isoformat()}",
+                id=event_id,
+                resolved_by=event.resolved_by,
+                resolved_at=event.resolved_at.isoformat(),
             )
         if registry.route(event.kind) is None:
             raise NotRequeuable(
@@ -230,10 +240,9 @@ def outbox_dead_requeue(*, event_id: int, actor: str) -> OutboxEvent:
             payload=event.payload,
             fairness_key=event.fairness_key,
         )
-        if event.resolved_at is None:
-            event.resolved_at = Now()
-            event.resolved_by = actor[:150]
-            event.save(update_fields=["resolved_at", "resolved_by"])
+        event.resolved_at = Now()
+        event.resolved_by = actor[:150]
+        event.save(update_fields=["resolved_at", "resolved_by"])
         log.info("outbox: dead row #%s requeued as #%s by %s", event_id, again.id, actor)
     return OutboxEvent.objects.get(id=again.id)
 

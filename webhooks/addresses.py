@@ -6,7 +6,10 @@ A webhook URL must not turn gobrave into a probe of its own network. So:
    a host, no user name or password in it, a port in range.
 2. ``resolve`` looks the host up and refuses it unless *every* address it resolves to is
    public (``is_public``): loopback, link-local, private, shared, multicast, reserved and
-   unspecified addresses are refused, unless ``webhooks.allow_private``.
+   unspecified addresses are refused, unless ``webhooks.allow_private``. The lookup runs
+   in a thread of its own and is waited for only until the delivery's deadline (or
+   ``webhooks.timeout`` at creation): ``getaddrinfo`` itself cannot be bounded, and a
+   resolver that does not answer must not hold a worker past its deadline.
 3. ``open_socket`` connects only to an address ``resolve`` returned *at that moment*
    (the delivery resolves again before each attempt, and connects to the address it
    checked: never a second lookup that DNS rebinding could answer differently), then checks
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -110,15 +114,51 @@ def lookup(host: str, port: int) -> list[tuple]:
     return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
 
 
+def _bounded_lookup(host: str, port: int, *, deadline: float | None) -> list[tuple]:
+    """``lookup`` in a daemon thread, waited for until ``deadline`` (a
+    ``time.monotonic()`` instant; None: ``webhooks.timeout`` from now). Past it,
+    ``WebhookUrlRefused`` marked ``unresolved`` (a delivery is retried, as for a name that
+    does not resolve) and the thread is left to end with the resolver's own timeout.
+
+    A thread per lookup, not a pool: nothing to rebuild in a forked worker, and a
+    daemon never holds up a worker's exit. Stuck threads stay few: a worker makes its
+    attempts one after another, so it has at most the resolver's timeout over the
+    deadline of them at once."""
+    wait = max(float(_config()["timeout"]) if deadline is None else deadline - time.monotonic(), 0)
+    done = threading.Event()
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(lookup(host, port))
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="webhook-dns", daemon=True).start()
+    if not done.wait(wait):
+        raise WebhookUrlRefused(
+            f"{host} did not resolve within the deadline ({wait:.1f} s): "
+            "name resolution took too long",
+            field="url",
+            unresolved=True,
+        )
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
+
+
 def _refused(address: str) -> bool:
     return not _config()["allow_private"] and not is_public(address)
 
 
-def resolve(target: Target) -> list[tuple]:
+def resolve(target: Target, *, deadline: float | None = None) -> list[tuple]:
     """Step 2: the addresses ``target``'s host resolves to (``getaddrinfo`` entries),
-    all of them allowed, or ``WebhookUrlRefused``. A literal address is not looked up."""
+    all of them allowed, or ``WebhookUrlRefused`` (marked ``unresolved`` for a name that
+    does not resolve, or not before ``deadline``: ``_bounded_lookup``)."""
     try:
-        infos = lookup(target.host, target.port)
+        infos = _bounded_lookup(target.host, target.port, deadline=deadline)
     except (socket.gaierror, UnicodeError) as exc:
         raise WebhookUrlRefused(
             f"{target.host} does not resolve: {exc}", field="url", unresolved=True
@@ -148,13 +188,14 @@ def endpoint_url_check(url: str) -> Target:
 def open_socket(target: Target, *, timeout: float, deadline: float | None = None) -> socket.socket:
     """Step 3: resolve, check, connect to a checked address, check the peer reached.
 
-    Tries each allowed address in turn (within ``timeout`` each, and all of them before
-    ``deadline``, a ``time.monotonic()`` instant, when given); raises
-    ``WebhookUrlRefused`` for a refused address (before any connection is made) and
-    ``OSError`` (``TimeoutError`` past the deadline) when none answers.
+    The lookup and the connects all end by ``deadline`` (a ``time.monotonic()``
+    instant, when given; the lookup's own bound otherwise: ``resolve``), each address
+    tried in turn within ``timeout``; raises ``WebhookUrlRefused`` for a refused address
+    (before any connection is made) or a name not resolved in time, and ``OSError``
+    (``TimeoutError`` past the deadline) when none answers.
     """
     last: OSError | None = None
-    for family, kind, proto, _, sockaddr in resolve(target):
+    for family, kind, proto, _, sockaddr in resolve(target, deadline=deadline):
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:

@@ -2,9 +2,10 @@
 
 The request goes through ``addresses.open_socket`` (checked address, pinned for the
 connection). One deadline, ``timeout`` after the attempt began, bounds all of it: the
-connect, the TLS handshake, the send and every read of the answer, each socket wait
-being only what is left of it, so a receiver that drips its answer a byte at a time
-holds a worker no longer than a silent one (``TimeoutError``). Of the answer only the
+name's lookup, the connect, the TLS handshake, the send and every read of the answer,
+each wait being only what is left of it, so a receiver that drips its answer a byte at
+a time holds a worker no longer than a silent one (``TimeoutError``), nor does a DNS
+server that never answers. Of the answer only the
 status line, the headers and the first ``KEEP_ANSWER`` bytes of the body are read.
 Redirects are never followed (a 3xx is a failed attempt, its ``Location`` named).
 Nothing here writes to the database.
@@ -133,11 +134,12 @@ def post(
     target: Target, *, body: bytes, message_id: str, secrets: list[str], timeout: float
 ) -> Answer:
     """POST ``body`` to ``target`` signed with every one of ``secrets``; the answer,
-    all of it within ``timeout`` seconds of the call (connect, send, answer).
+    all of it within ``timeout`` seconds of the call (lookup, connect, send, answer).
 
     Raises ``OSError`` (``TimeoutError`` past the deadline; and
     ``http.client.HTTPException``) for no answer, and ``addresses``'
-    ``WebhookUrlRefused`` for an address it may not reach.
+    ``WebhookUrlRefused`` for an address it may not reach or a name that does not
+    resolve (``unresolved`` in its details; also one not resolved by the deadline).
     """
     deadline = Deadline(timeout)
     at = dt.datetime.now(dt.UTC)

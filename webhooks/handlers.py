@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 
 
 def wait_limit() -> float:
-    """Seconds one delivery attempt may take in all (connect, send and the answer, a
-    deadline ``delivery.post`` enforces on every socket wait): ``webhooks.timeout``, and
+    """Seconds one delivery attempt may take in all (the name's lookup, connect, send and
+    the answer, a deadline ``delivery.post`` enforces on the lookup and every socket wait):
+    ``webhooks.timeout``, and
     never above a third of ``outbox.delivery_timeout`` (the handler's whole budget)."""
     return min(settings.GOBRAVE["webhooks"]["timeout"], conf.value("delivery_timeout") / 3)
 
@@ -42,7 +43,7 @@ def deliver(event: OutboxEvent) -> Outcome:
     1. The endpoint is gone or disabled: finished unsent (superseded).
     2. The URL is checked again (form, resolved addresses, the peer connected to): a
        refused address is a permanent failure (dead at once), a name that does not
-       resolve is retried.
+       resolve (or not within ``wait_limit()``) is retried.
     3. A 2xx answer: sent, and the endpoint's failure streak resets. Any other answer
        (a redirect is never followed), or none complete within ``wait_limit()``: retried
        (a ``Retry-After`` is the backoff's floor).

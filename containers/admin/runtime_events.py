@@ -11,7 +11,7 @@ from django.contrib import admin
 
 from containers.models import RuntimeEvent
 from core.admin_helpers import ReadOnlyAdminMixin
-from core.admin_lists import FlatChangelistMixin, choices_filter, value_filter
+from core.admin_lists import FlatChangelistMixin, choices_filter, id_filter, value_filter
 
 
 @admin.register(RuntimeEvent)
@@ -30,6 +30,10 @@ class RuntimeEventAdmin(FlatChangelistMixin, ReadOnlyAdminMixin, admin.ModelAdmi
     list_filter = (
         choices_filter("kind", lambda: RuntimeEvent.Kind.choices, title="kind"),
         value_filter("runtime_name", title="runtime"),
+        # A runtime's own entries, whatever its name was or is (its page's "history"
+        # link): a renamed runtime keeps them, a new one reusing a name gets none of its
+        # predecessor's. Read on the ``rtevent_history`` index.
+        id_filter("runtime_id", title="runtime id"),
         value_filter("actor", title="actor"),
         "created_at",
     )

@@ -57,14 +57,16 @@ class RuntimeFleetMixin:
 
     @admin.display(description="history")
     def history(self, obj: Runtime):
-        """A link to its entries in the engines' history (``RuntimeEvent``, by name)."""
+        """A link to its entries in the engines' history (``RuntimeEvent``, by the
+        runtime's id: the entries keep the name it had, which a rename changes and a
+        later runtime may take)."""
         if obj is None or obj.pk is None:
             return "–"
         url = reverse("admin:containers_runtimeevent_changelist")
         return format_html(
             '<a href="{}?{}">health changes, cordons, capacity and more</a>',
             url,
-            urlencode({"runtime_name": obj.name}),
+            urlencode({"runtime_id": obj.pk}),
         )
 
     @admin.display(description="labels")

@@ -146,15 +146,26 @@ def _previous(sample: dict[str, Any] | None) -> ContainerStats | None:
     return ContainerStats(read_at=sample["read_at"], cpu_total_ns=sample.get("cpu_total_ns"))
 
 
+def idle_turn(batch: int):
+    """The idle watch's next rows: the running instances under an idle rule, the longest
+    unchecked first, read on ``instance_policy_idle_turn`` (its rows are the watched ones:
+    a transition out of ``running`` clears ``idle_since``)."""
+    return (
+        ContainerInstance.objects.filter(idle_since__isnull=False, status=Status.RUNNING)
+        .order_by(Coalesce("idle_checked_at", "idle_since"), "id")
+        .only("id", "runtime_id", "container_id", "idle_since", "cpu_sample", "spec")[:batch]
+    )
+
+
 def idle_watch(*, report: PolicyReport, now: dt.datetime, batch: int) -> None:
     """The idle_timeout rule: at most one ``stats`` call per watched container per pass.
 
-    1. Read the running instances under an idle rule (``idle_since`` set: its partial
-       index) in turn, the longest unchecked first (``idle_checked_at``; never checked:
-       since ``idle_since``, when the run began), at most ``batch``, and mark them
-       checked now: every row read has had its turn, whatever the engine says of it, so
-       rows it gives no figure for (or an engine that does not answer) never keep the
-       rows behind them from being looked at.
+    1. Read the running instances under an idle rule (``idle_turn``: ``idle_since`` set,
+       which only a running row has; its partial index) in turn, the longest unchecked
+       first (``idle_checked_at``; never checked: since ``idle_since``, when the run
+       began), at most ``batch``, and mark them checked now: every row read has had its
+       turn, whatever the engine says of it, so rows it gives no figure for (or an engine
+       that does not answer) never keep the rows behind them from being looked at.
     2. Per engine (bounded like a reconcile's share of it), look at each container's CPU
        once and take the cores used since the last look (``cores_since``).
     3. At or above the template's threshold: ``idle_since`` becomes now (compare-and-set
@@ -166,11 +177,7 @@ def idle_watch(*, report: PolicyReport, now: dt.datetime, batch: int) -> None:
        of quiet rate looks. Idle for ``idle_timeout``: stop it (in bulk, after the looks,
        if its ``idle_since`` is still the one judged).
     """
-    rows = list(
-        ContainerInstance.objects.filter(idle_since__isnull=False, status=Status.RUNNING)
-        .order_by(Coalesce("idle_checked_at", "idle_since"), "id")
-        .only("id", "runtime_id", "container_id", "idle_since", "cpu_sample", "spec")[:batch]
-    )
+    rows = list(idle_turn(batch))
     if not rows:
         return
     ContainerInstance.objects.filter(id__in=[row.id for row in rows]).update(idle_checked_at=now)

@@ -13,8 +13,9 @@ table stays writable throughout (``core.batches``; each statement commits on its
    caller's own; only staff create for others, in the admin or with ``manage.py``).
    Otherwise the entries keep no owner: operators see them, their owner does not.
 
-Before 0031 this migration gave every deleted instance's entries to its creator, staff
-included; 0031 corrects those where step 2 knows the owner.
+Before it was fixed this migration gave every deleted instance's entries to its creator,
+staff included; 0033 (``0033_event_owner_of_deleted_instances``) corrects those where
+step 2 knows the owner.
 """
 
 import re

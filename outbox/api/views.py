@@ -92,8 +92,9 @@ class OutboxViewSet(viewsets.GenericViewSet):
         description="Run a dead row's request again: a new pending row with its kind, "
         "aggregate and payload, due now (answered, 201). The dead row is resolved "
         "(`resolved_at`, `resolved_by`) and stays `dead` until `retention."
-        "dead_letters_resolved`. Each call writes another row; rows in any other status, "
-        "or of a kind no handler runs any more, answer 409.",
+        "dead_letters_resolved`. A dead row runs again at most once: one already resolved "
+        "(dismissed or requeued), rows in any other status, or of a kind no handler runs "
+        "any more, answer 409.",
         request=None,
         responses={201: s.OutboxEventOutputSerializer, **error_responses(404, 409)},
     )

@@ -4,6 +4,7 @@ cordon state) and its cordon, uncordon and decommission actions."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 from django.urls import reverse
 
 from containers.execution.health import runtime_health_record
@@ -176,8 +177,52 @@ def test_the_actions_and_the_form_write_the_engines_history_with_the_user(as_use
     assert list(page.context["cl"].result_list) == [entries[1]]
     # the runtime's page links to its history
     RuntimeEvent.objects.create(runtime_id=0, runtime_name="other", kind="engine.cordoned")
-    assert f'href="{changelist}?runtime_name=kept"' in client.get(url).content.decode()
-    page = client.get(changelist, {"runtime_name": "kept"})
+    assert f'href="{changelist}?runtime_id={runtime.pk}"' in client.get(url).content.decode()
+    page = client.get(changelist, {"runtime_id": runtime.pk})
     listed = page.context["cl"].result_list
-    assert {e.runtime_name for e in listed} == {"kept"}, listed
-    assert {e.pk for e in entries} <= {e.pk for e in listed}, listed
+    assert {e.pk for e in listed} == {e.pk for e in entries}, listed
+
+
+def test_a_runtimes_history_link_follows_its_id_through_a_rename_and_a_reused_name(
+    as_user, operator
+):
+    """Its entries keep the name the runtime had: by name, a renamed runtime lost its
+    history and a new one under an old name showed its predecessor's."""
+    client = as_user(operator)
+    first = RuntimeFactory(name="alpha")
+    _action(client, "cordon_runtimes", [first])
+    Runtime.objects.filter(pk=first.pk).update(name="beta")  # renamed
+    _action(client, "uncordon_runtimes", [Runtime.objects.get(pk=first.pk)])
+    second = RuntimeFactory(name="alpha")  # a new runtime under the old name
+    _action(client, "cordon_runtimes", [second])
+    changelist = reverse("admin:containers_runtimeevent_changelist")
+    shown = {}
+    for runtime in (first, second):
+        page = client.get(reverse("admin:containers_runtime_change", args=[runtime.pk]))
+        link = f"{changelist}?runtime_id={runtime.pk}"
+        assert f'href="{link}"' in page.content.decode(), runtime.name
+        changelist_page = client.get(link).context["cl"]
+        shown[runtime.pk] = sorted((e.runtime_name, e.kind) for e in changelist_page.result_list)
+    assert shown == {
+        first.pk: [("alpha", "engine.cordoned"), ("beta", "engine.uncordoned")],
+        second.pk: [("alpha", "engine.cordoned")],
+    }, shown
+    # the page's query reads the runtime's entries in its order on rtevent_history
+    sql, params = changelist_page.queryset[:100].query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        cursor.execute("SET enable_sort = off")
+        try:
+            cursor.execute(f"EXPLAIN {sql}", params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("RESET enable_seqscan")
+            cursor.execute("RESET enable_sort")
+    assert "rtevent_history" in plan and "Sort" not in plan, plan
+
+
+@pytest.mark.parametrize("value", ["alpha", "-1", "1.5", "99999999999999999999999"])
+def test_a_runtime_id_filter_that_is_not_an_id_is_the_invalid_filter_page(as_user, operator, value):
+    changelist = reverse("admin:containers_runtimeevent_changelist")
+    response = as_user(operator).get(changelist, {"runtime_id": value})
+    assert response.status_code == 302 and response["Location"].endswith("?e=1"), response

@@ -153,6 +153,93 @@ def test_an_unpause_keeps_the_runs_time_limit(timed, owner):
     assert ContainerInstance.objects.get(pk=instance.pk).stop_at == instance.stop_at
 
 
+@pytest.mark.parametrize("target", [Status.PAUSED, Status.STOP_PENDING, Status.START_PENDING])
+def test_leaving_running_ends_the_idle_watch(fake_runtime, owner, target):
+    """Only running rows are watched: one that left ``running`` with its ``idle_since``
+    was never selected again and stayed first in ``instance_policy_idle_turn``."""
+    instance = running(TemplateFactory(idle_timeout=600, idle_cpu_threshold=0.1), owner)
+    ContainerInstance.objects.filter(pk=instance.pk).update(cpu_sample={"read_at": 1.0})
+    assert instance.idle_since is not None
+    with transaction.atomic():
+        move(instance_lock(instance.id), target, actor="test")
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.idle_since, row.cpu_sample) == (target, None, None), row.cpu_sample
+
+
+def test_the_migration_clears_the_idle_watch_of_rows_that_left_running(fake_runtime, owner):
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module(
+        "containers.migrations.0035_instance_idle_watch_only_running"
+    )
+    template = TemplateFactory(idle_timeout=600, idle_cpu_threshold=0.1)
+    running(template, owner, name="kept")
+    left = running(template, owner, name="left")
+    sample = {"read_at": 1.0, "cpu_total_ns": 5}
+    ContainerInstance.objects.update(cpu_sample=sample)
+    # As a pause left it before the transitions cleared the watch.
+    ContainerInstance.objects.filter(pk=left.pk).update(status=Status.PAUSED)
+    migration.unwatch_rows_not_running(apps, None)
+    rows = {
+        row.name: (row.status, row.idle_since is not None, row.cpu_sample)
+        for row in ContainerInstance.objects.all()
+    }
+    assert rows == {"kept": ("running", True, sample), "left": ("paused", False, None)}, rows
+
+
+def test_an_unpause_restarts_the_idle_watch_and_keeps_the_time_limit(fake_runtime, owner):
+    """The first look after an unpause must not count the pause as idle time: the watch
+    starts again from the unpause, with no sample to average over the pause."""
+    template = TemplateFactory(idle_timeout=600, idle_cpu_threshold=0.1, max_lifetime=HOUR)
+    engine: FakeEngine = engine_for(fake_runtime)
+    instance = running(template, owner)
+    container = engine.create(_spec(instance))
+    engine.start(container)
+    engine.set_cpu(instance.container_name, 0.01)
+    # It ran idle for 9 of its 10 minutes, was looked at, then paused.
+    ContainerInstance.objects.filter(pk=instance.pk).update(
+        container_id=container,
+        idle_since=timezone.now() - dt.timedelta(minutes=9),
+        cpu_sample={"read_at": 1.0, "cpu_total_ns": 5},
+    )
+    with transaction.atomic():
+        row = instance_lock(instance.id)
+        move(row, Status.PAUSED, actor="test")
+    unpaused_at = timezone.now()
+    with transaction.atomic():
+        move(instance_lock(instance.id), Status.RUNNING, actor="test")
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert row.idle_since >= unpaused_at and row.cpu_sample is None, (row.idle_since, unpaused_at)
+    assert row.stop_at == instance.stop_at, (row.stop_at, instance.stop_at)
+    first = policies_pass(now=later(120))  # 11 minutes after the idle run began
+    assert (first.sampled, first.stopped_idle) == (1, 0), str(first)
+    assert ContainerInstance.objects.get(pk=instance.pk).status == Status.RUNNING
+    again = policies_pass(now=later(601))  # idle for idle_timeout since the unpause
+    assert (again.sampled, again.stopped_idle) == (1, 1), str(again)
+
+
+def test_the_idle_watch_reads_its_partial_index_in_turn_order(fake_runtime, owner):
+    from django.db import connection
+
+    from containers.execution.policies import idle_turn
+
+    sql, params = idle_turn(200).query.sql_with_params()
+    with connection.cursor() as cursor:
+        # With scans and sorts priced out (the table is tiny), the plan shows whether the
+        # index serves the watch's condition in its order.
+        cursor.execute("SET enable_seqscan = off")
+        cursor.execute("SET enable_sort = off")
+        try:
+            cursor.execute(f"EXPLAIN {sql}", params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("RESET enable_seqscan")
+            cursor.execute("RESET enable_sort")
+    assert "instance_policy_idle_turn" in plan and "Sort" not in plan, plan
+
+
 def test_a_restart_clears_the_pending_delete(fake_runtime, owner):
     template = TemplateFactory(delete_stopped_after=HOUR)
     instance = stopped(running(template, owner))

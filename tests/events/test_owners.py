@@ -1,7 +1,8 @@
 """History entries carry their owner: new ones from their instance or run, and those
 written before the column existed from migrations containers 0027 and dags 0008, in
-batches (``core.batches.update_in_batches``); containers 0031 corrects the entries of
-deleted instances that 0027 gave to their creator before it was fixed."""
+batches (``core.batches.update_in_batches``); containers 0033
+(``0033_event_owner_of_deleted_instances``) corrects the entries of deleted instances that
+0027 gave to their creator before it was fixed."""
 
 from __future__ import annotations
 

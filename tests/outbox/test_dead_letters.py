@@ -2,7 +2,7 @@
 (``outbox_dead_requeue``): ``resolved_at`` set once, through the API and the admin,
 refused for any row that is not dead; the status never moves. A requeue's new row is an
 ordinary pending row that retention never deletes; the dead row goes after its
-retention."""
+retention. A resolved dead row (dismissed or requeued) is never requeued again."""
 
 from __future__ import annotations
 
@@ -178,3 +178,81 @@ def test_the_command_requeues_and_dismisses_and_refuses_rows_that_are_not_dead()
     }
     assert rows == expected, rows
     assert OutboxEvent.objects.get(id=dead.id).resolved_by == "ops"
+
+
+def test_requeuing_a_dead_letter_twice_is_409_and_writes_one_row(operator_api):
+    row = _row("dead")
+    first = operator_api.post(f"/api/outbox/{row.id}/requeue/")
+    assert first.status_code == 201, first.content
+    error = assert_error(operator_api.post(f"/api/outbox/{row.id}/requeue/"), 409, "not_requeuable")
+    row.refresh_from_db()
+    assert f"already resolved by op at {row.resolved_at.isoformat()}" in error["message"], error
+    rows = list(OutboxEvent.objects.order_by("id").values_list("id", "status"))
+    assert rows == [(row.id, "dead"), (first.json()["id"], "pending")], rows
+
+
+def test_requeuing_a_dismissed_dead_letter_is_409_and_keeps_its_resolution(operator_api):
+    row = _row("dead")
+    operator_api.post(f"/api/outbox/{row.id}/dismiss/")
+    row.refresh_from_db()
+    error = assert_error(operator_api.post(f"/api/outbox/{row.id}/requeue/"), 409, "not_requeuable")
+    assert "already resolved by op" in error["message"], error
+    assert error["details"]["resolved_by"] == "op", error
+    again = OutboxEvent.objects.get(pk=row.pk)
+    assert (again.resolved_at, again.resolved_by) == (row.resolved_at, "op"), again.resolved_by
+    assert OutboxEvent.objects.count() == 1, list(OutboxEvent.objects.values("id", "status"))
+
+
+def test_the_admin_action_and_the_command_refuse_a_resolved_dead_letter(client):
+    perms = Permission.objects.filter(codename__in=["view_outboxevent", "change_outboxevent"])
+    client.force_login(make_user("op", perms=perms))
+    dead = _row("dead")
+    call_command("outbox_dead", "requeue", str(dead.id), "--as", "ops", stdout=io.StringIO())
+    response = client.post(
+        reverse("admin:outbox_outboxevent_changelist"),
+        {"action": "requeue", "_selected_action": [dead.pk]},
+    )
+    said = [str(m) for m in get_messages(response.wsgi_request)]
+    assert len(said) == 1 and said[0].startswith(f"#{dead.pk}: refused: "), said
+    assert "already resolved by ops at" in said[0], said
+    err = io.StringIO()
+    with pytest.raises(CommandError, match="1 of 1 refused"):
+        call_command("outbox_dead", "requeue", str(dead.id), stdout=io.StringIO(), stderr=err)
+    assert "already resolved by ops at" in err.getvalue(), err.getvalue()
+    assert OutboxEvent.objects.filter(status="pending").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_requeues_of_one_dead_letter_at_once_write_exactly_one_row():
+    """Real threads, each with its own connection: both wait on the dead row's lock; the
+    one that takes it second finds it resolved and is refused."""
+    import threading
+
+    from django.db import connections
+
+    from outbox.errors import NotRequeuable
+    from outbox.services import outbox_dead_requeue
+
+    row = _row("dead")
+    start = threading.Barrier(2)
+    outcomes: list[object] = []
+
+    def requeue(actor: str) -> None:
+        try:
+            start.wait(30)
+            outcomes.append(outbox_dead_requeue(event_id=row.id, actor=actor).id)
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            outcomes.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=requeue, args=(f"op{n}",)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    written = [o for o in outcomes if isinstance(o, int)]
+    refused = [o for o in outcomes if isinstance(o, NotRequeuable)]
+    assert len(written) == 1 and len(refused) == 1, outcomes
+    rows = list(OutboxEvent.objects.order_by("id").values_list("id", "status"))
+    assert rows == [(row.id, "dead"), (written[0], "pending")], rows

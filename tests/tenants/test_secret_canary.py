@@ -203,6 +203,40 @@ def plant_webhook_secret(canary: str) -> None:
     webhook_endpoint_disable(endpoint_id=made.endpoint.pk, reason="the canary's")
 
 
+def plant_user_webhook_secret(canary: str) -> None:
+    """alice (a user: ``webhooks.users_may_subscribe`` is on in this test) subscribes her
+    own endpoint through the API, its secret the canary (the random source replaced; the
+    answer that shows it once is the plant's, not looked at), on a closed loopback port;
+    an event of hers makes a delivery, which the test attempts once
+    (``_attempt_deliveries``): its failure, retried later, is on the row and in the logs.
+    """
+    from unittest import mock
+
+    from django.contrib.auth import get_user_model
+    from django.db import transaction
+    from rest_framework.test import APIClient
+
+    from webhooks.kinds import EventKind
+    from webhooks.services import webhook_event_emit
+
+    alice = get_user_model().objects.get(username="alice")
+    client = APIClient()
+    client.force_login(alice)
+    with mock.patch("webhooks.services.new_secret", return_value=canary):
+        answer = client.post(
+            "/api/webhooks/",
+            {"url": "http://127.0.0.1:1/alice", "event_kinds": ["instance.failed"]},
+            format="json",
+        )
+    assert answer.status_code == 201 and answer.json()["secret"] == canary, answer.content
+    assert answer.json()["owner"] == "alice", answer.content
+    with transaction.atomic():
+        made = webhook_event_emit(
+            kind=EventKind.INSTANCE_FAILED, owner_id=alice.pk, data={"reason": "the canary's"}
+        )
+    assert made == 1, made
+
+
 PLACES = [
     Place("template env", plant_template_env),
     Place("DAG node env", plant_dag_node_env),
@@ -211,6 +245,7 @@ PLACES = [
     Place("runtime TLS key", plant_runtime_tls_key, operators_see_it=False),  # the file's
     Place("kubeconfig token", plant_kubeconfig_token, operators_see_it=False),  # the file's
     Place("webhook secret", plant_webhook_secret, operators_see_it=False),  # shown once
+    Place("user's webhook secret", plant_user_webhook_secret, operators_see_it=False),
 ]
 
 
@@ -326,6 +361,19 @@ def _use_everything(alice) -> list[tuple[str, str]]:
     return answers
 
 
+def _attempt_deliveries() -> list[tuple[int, str]]:
+    """Every due webhook delivery attempted once (``relay_drain`` runs the container
+    queues only): to a closed port, each fails and is retried later. Returns each
+    delivery's attempts and last error."""
+    from outbox import relay
+    from webhooks.kinds import DELIVERY_KIND, QUEUE
+
+    for event_id, token in relay.claim(QUEUE, 16):
+        relay.execute(event_id, token)
+    rows = OutboxEvent.objects.filter(kind=DELIVERY_KIND).order_by("id")
+    return list(rows.values_list("attempts", "last_error"))
+
+
 def _history() -> list[tuple[str, str]]:
     rows = [
         (f"ContainerEvent {e.pk}", f"{e.message} {e.data}") for e in ContainerEvent.objects.all()
@@ -345,9 +393,15 @@ def test_no_secret_reaches_anyone_without_the_permission_to_see_it(
     # it sends at once); the leases of this test's streams are released by other
     # connections, which its transaction hides.
     gobrave_config(streams={"idle_seconds": 0.3, "per_user": 10_000, "total": 100_000})
+    # Users may subscribe endpoints, and deliveries may go to the test's closed loopback port.
+    gobrave_config(
+        webhooks={"users_may_subscribe": True, "allow_http": True, "allow_private": True}
+    )
     for place in PLACES:
         place.plant(place.canary)
     answers = _use_everything(callers["user"].api)
+    tried = _attempt_deliveries()
+    assert tried and all(n == 1 and "refused" in error for n, error in tried), tried
     api, pages = _api_paths(), _admin_paths()
 
     leaks: list[str] = []

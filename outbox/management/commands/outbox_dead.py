@@ -5,7 +5,8 @@ shell, as the admin's actions and ``POST /api/outbox/{id}/requeue|dismiss/`` do.
 row (``outbox_dead_requeue``); ``dismiss`` only resolves it (``outbox_dead_resolve``).
 Either sets ``resolved_at``, so retention deletes the dead row
 ``retention.dead_letters_resolved`` later. ``resolved_by`` is ``--as`` (default: the login
-name). One line per id; a row that is not dead (or gone) is refused with the reason and
+name). One line per id; a row that is not dead (or gone), or a requeue of a row
+already resolved (dismissed or requeued before), is refused with the reason and
 changes nothing; exits 1 if any was refused.
 """
 

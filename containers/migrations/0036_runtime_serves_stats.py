@@ -6,7 +6,7 @@ class Migration(migrations.Migration):
     # as last asked: the validation of a template's idle_timeout reads it.
 
     dependencies = [
-        ("containers", "0034_instance_idle_turn"),
+        ("containers", "0035_instance_idle_watch_only_running"),
     ]
 
     operations = [
