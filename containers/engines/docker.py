@@ -78,7 +78,24 @@ LABEL_WORKSPACE = "io.gobrave.workspace"
 # What the engine answers (HTTP 500 on Docker 20.10 / containerd 1.6) when containerd
 # still holds a task for a container the daemon does not run: a restart of the daemon
 # cut a start of it short. Nothing of the user's runs in that task.
-_STALE_TASK = re.compile(r"^task ([0-9a-f]{64}): already exists$")
+# What the engine answers a start of a container whose task an earlier start left behind
+# (a daemon restart cut that start short), with the container's id: the task itself, or
+# the task's state directory containerd kept ("failed to start shim: mkdir …/<id>: file
+# exists"); either answers every later start of that container the same.
+_STALE_TASK = (
+    re.compile(r"^task ([0-9a-f]{64}): already exists$"),
+    re.compile(r"^failed to start shim: mkdir \S*/([0-9a-f]{64}): file exists(?:: unknown)?$"),
+)
+
+
+def stale_task_of(explanation: str) -> str | None:
+    """The container id a start's refusal names as holding a stale task, else None."""
+    for pattern in _STALE_TASK:
+        if found := pattern.match(explanation.strip()):
+            return found.group(1)
+    return None
+
+
 _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
 # Transport-level failures: the daemon is unreachable, slow, or the connection broke.
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
@@ -612,7 +629,7 @@ class DockerEngine:
 
         A missing container is a PermanentEngineError (HTTP 404), as is a command that
         cannot be executed (HTTP 400). When the engine answers that a task for this very
-        container already exists (``_STALE_TASK``), the container is inspected: if the
+        container already exists (``stale_task_of``), the container is inspected: if the
         engine runs it, the start is done; otherwise it is a ``StaleTaskError``.
         """
         with _translated(f"start {ref}"):
@@ -621,7 +638,7 @@ class DockerEngine:
                 api.start(ref)  # a running container answers 304: nothing to do
                 return
             except docker.errors.APIError as exc:
-                stale = _STALE_TASK.match(str(exc.explanation or ""))
+                stale = stale_task_of(str(exc.explanation or ""))
                 if stale is None and exc.status_code == 409 and "paused" in str(exc.explanation):
                     api.unpause(ref)
                     return
@@ -629,7 +646,7 @@ class DockerEngine:
                     raise
                 message = f"start {ref}: {exc.explanation} (HTTP {exc.status_code})"
         state = self.inspect(ref)
-        if state is None or state.runtime_id != stale.group(1):
+        if state is None or state.runtime_id != stale:
             raise EngineError(message)  # not this container's task: an ordinary error
         if state.status == "running":
             return

@@ -382,14 +382,26 @@ def test_events_replay_from_cursor(
 
 def test_events_follow_live(runtime: DockerEngine, make_spec: MakeSpec, installation: str) -> None:
     seen: list[EngineEvent] = []
-    stream = runtime.events(installation, until_nano=time.time_ns() + 3_000_000_000)
-    follower = threading.Thread(target=lambda: seen.extend(stream), daemon=True)
+    made: list[str] = []
+    stopped = threading.Event()
+    # A bound far off: the follower ends when it has seen the container's stop (a busy
+    # machine may take seconds to get there), never on a timing margin.
+    stream = runtime.events(installation, until_nano=time.time_ns() + 120_000_000_000)
+
+    def follow() -> None:
+        for event in stream:
+            seen.append(event)
+            if made and event.runtime_id == made[0] and event.action == "stop":
+                stopped.set()
+                return
+
+    follower = threading.Thread(target=follow, daemon=True)
     follower.start()
     ref = run(runtime, make_spec(["sleep", "1000"]))
+    made.append(ref)
     wait_for(runtime, ref, {"running"})
     runtime.stop(ref, timeout=1)
-    follower.join(timeout=10)
-    assert not follower.is_alive()
+    assert stopped.wait(60 * PATIENCE), [(e.action, e.runtime_id[:12]) for e in seen]
     assert _actions(seen, ref)[:2] == ["create", "start"]
     assert {"kill", "die", "stop"} <= set(_actions(seen, ref))
 
