@@ -137,6 +137,22 @@ def outbox_enqueue_once(*, kind: str, aggregate_id: str, payload: dict) -> None:
     outbox_enqueue(kind=kind, aggregate_id=aggregate_id, payload=payload)
 
 
+def _row_locked(event_id: int, status: str, refusal: type[Exception]) -> OutboxEvent:
+    """The outbox row ``event_id`` under its row lock (in the caller's transaction),
+    which must be in ``status``: ``OutboxRowNotFound`` for no such row, ``refusal``
+    (with the row's status) for a row in another."""
+    event = OutboxEvent.objects.select_for_update().filter(id=event_id).first()
+    if event is None:
+        raise OutboxRowNotFound(f"no outbox row {event_id}", id=event_id)
+    if event.status != status:
+        raise refusal(
+            f"outbox row #{event_id} is {event.status}, not {status}",
+            id=event_id,
+            status=event.status,
+        )
+    return event
+
+
 def outbox_retry_now(*, event_id: int) -> OutboxEvent:
     """Make a pending row that waits on backoff due now, under its row lock.
 
@@ -145,15 +161,7 @@ def outbox_retry_now(*, event_id: int) -> OutboxEvent:
     Idempotent: a row already due stays due.
     """
     with transaction.atomic():
-        event = OutboxEvent.objects.select_for_update().filter(id=event_id).first()
-        if event is None:
-            raise OutboxRowNotFound(f"no outbox row {event_id}", id=event_id)
-        if event.status != OutboxStatus.PENDING:
-            raise NotRetriable(
-                f"outbox row #{event_id} is {event.status}, not pending",
-                id=event_id,
-                status=event.status,
-            )
+        event = _row_locked(event_id, OutboxStatus.PENDING, NotRetriable)
         event.available_at = Now()
         event.save(update_fields=["available_at"])
         event.refresh_from_db(fields=["available_at"])
@@ -171,15 +179,7 @@ def outbox_dead_resolve(*, event_id: int, actor: str) -> OutboxEvent:
     row never moves). Idempotent: a row already resolved keeps its first resolution.
     """
     with transaction.atomic():
-        event = OutboxEvent.objects.select_for_update().filter(id=event_id).first()
-        if event is None:
-            raise OutboxRowNotFound(f"no outbox row {event_id}", id=event_id)
-        if event.status != OutboxStatus.DEAD:
-            raise NotDead(
-                f"outbox row #{event_id} is {event.status}, not dead",
-                id=event_id,
-                status=event.status,
-            )
+        event = _row_locked(event_id, OutboxStatus.DEAD, NotDead)
         if event.resolved_at is None:
             event.resolved_at = Now()
             event.resolved_by = actor[:150]
@@ -211,15 +211,7 @@ def outbox_dead_requeue(*, event_id: int, actor: str) -> OutboxEvent:
     second sees the first's resolution) is refused in step 1. Returns the new row.
     """
     with transaction.atomic():
-        event = OutboxEvent.objects.select_for_update().filter(id=event_id).first()
-        if event is None:
-            raise OutboxRowNotFound(f"no outbox row {event_id}", id=event_id)
-        if event.status != OutboxStatus.DEAD:
-            raise NotDead(
-                f"outbox row #{event_id} is {event.status}, not dead",
-                id=event_id,
-                status=event.status,
-            )
+        event = _row_locked(event_id, OutboxStatus.DEAD, NotDead)
         if event.resolved_at is not None:
             raise NotRequeuable(
                 f"outbox row #{event_id} already resolved by {event.resolved_by or 'unknown'}"
