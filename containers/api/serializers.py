@@ -27,6 +27,14 @@ from core.api.input import InputSerializer
 # --- shared -----------------------------------------------------------------------------
 
 
+def _policy_seconds(help_text: str) -> serializers.IntegerField:
+    """A template's policy duration in seconds: up to ten years and a bit, null for the
+    installation's default (``containers.spec.policies``)."""
+    return serializers.IntegerField(
+        min_value=0, max_value=3660 * 86400, allow_null=True, default=None, help_text=help_text
+    )
+
+
 def _no_nul(value: Any, where: str = "") -> None:
     """PostgreSQL cannot store U+0000 in text or jsonb: refuse it here, as a 400."""
     if isinstance(value, str):
@@ -313,20 +321,12 @@ class TemplateInputSerializer(InputSerializer):
     pull_policy = serializers.ChoiceField(
         choices=PullPolicy.choices, default=PullPolicy.IF_NOT_PRESENT
     )
-    max_lifetime = serializers.IntegerField(
-        min_value=0,
-        max_value=3660 * 86400,
-        allow_null=True,
-        default=None,
-        help_text="Seconds a run may last before the policy stops it; null: the "
+    max_lifetime = _policy_seconds(
+        "Seconds a run may last before the policy stops it; null: the "
         "installation's default; 0: never.",
     )
-    idle_timeout = serializers.IntegerField(
-        min_value=0,
-        max_value=3660 * 86400,
-        allow_null=True,
-        default=None,
-        help_text="Seconds under idle_cpu_threshold before the policy stops it; null: the "
+    idle_timeout = _policy_seconds(
+        "Seconds under idle_cpu_threshold before the policy stops it; null: the "
         "installation's default; 0: never.",
     )
     idle_cpu_threshold = serializers.FloatField(
@@ -336,12 +336,8 @@ class TemplateInputSerializer(InputSerializer):
         default=None,
         help_text="Cores below which the container counts as idle; null: the default.",
     )
-    delete_stopped_after = serializers.IntegerField(
-        min_value=0,
-        max_value=3660 * 86400,
-        allow_null=True,
-        default=None,
-        help_text="Seconds after it stopped that the policy deletes it; null: the "
+    delete_stopped_after = _policy_seconds(
+        "Seconds after it stopped that the policy deletes it; null: the "
         "installation's default; 0: never.",
     )
     extendable_by = serializers.ChoiceField(
@@ -350,19 +346,11 @@ class TemplateInputSerializer(InputSerializer):
         default="",
         help_text="Who may push back its time limit; empty: the installation's default.",
     )
-    extend_max = serializers.IntegerField(
-        min_value=0,
-        max_value=3660 * 86400,
-        allow_null=True,
-        default=None,
-        help_text="Seconds a run's stop may be pushed back in all; null: the default.",
+    extend_max = _policy_seconds(
+        "Seconds a run's stop may be pushed back in all; null: the default.",
     )
-    workspace_retention = serializers.IntegerField(
-        min_value=0,
-        max_value=3660 * 86400,
-        allow_null=True,
-        default=None,
-        help_text="Seconds the owner's volume workspace is kept once their last instance "
+    workspace_retention = _policy_seconds(
+        "Seconds the owner's volume workspace is kept once their last instance "
         "is gone (the longest among the templates of the instances that used it); null: "
         "the installation's default; 0: kept.",
     )
