@@ -4,7 +4,6 @@ cordon state) and its cordon, uncordon and decommission actions."""
 from __future__ import annotations
 
 import pytest
-from django.db import connection
 from django.urls import reverse
 
 from containers.execution.health import runtime_health_record
@@ -13,6 +12,7 @@ from dags.models import DagRun
 from outbox.models import OutboxEvent
 from tests.admin.test_other_admins import _engine_calls
 from tests.factories import InstanceFactory, RequestFactory, RuntimeFactory
+from tests.plans import plan_of
 
 pytestmark = pytest.mark.django_db
 
@@ -208,16 +208,7 @@ def test_a_runtimes_history_link_follows_its_id_through_a_rename_and_a_reused_na
         second.pk: [("alpha", "engine.cordoned")],
     }, shown
     # the page's query reads the runtime's entries in its order on rtevent_history
-    sql, params = changelist_page.queryset[:100].query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute("SET enable_seqscan = off")
-        cursor.execute("SET enable_sort = off")
-        try:
-            cursor.execute(f"EXPLAIN {sql}", params)
-            plan = "\n".join(row[0] for row in cursor.fetchall())
-        finally:
-            cursor.execute("RESET enable_seqscan")
-            cursor.execute("RESET enable_sort")
+    plan = plan_of(*changelist_page.queryset[:100].query.sql_with_params())
     assert "rtevent_history" in plan and "Sort" not in plan, plan
 
 
