@@ -32,6 +32,12 @@ class EngineDeadlineExceeded(EngineError):
     """The engine did not answer within its share of the pass."""
 
 
+class EngineBusy(EngineError):
+    """A call left past an earlier deadline still waits on this engine: no new call was
+    made (``engine_busy``). Says nothing new about the engine's health: the failure that
+    left the call waiting was recorded when it happened."""
+
+
 def engine_busy(key: Hashable) -> bool:
     """True while a call left past an earlier deadline on engine ``key`` still runs."""
     with _in_flight_lock:

@@ -25,9 +25,10 @@ the engine answers).
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 from django.db import transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Now
 
 from containers.engines.calls import ENGINE_CALL_SECONDS, engine_ping
@@ -68,7 +69,13 @@ def _health_changed(*, runtime_id: int, was: str, now: str, error: str, actor: s
 
 
 def runtime_health_record(
-    *, runtime_id: int, reachable: bool, error: str = "", node_name: str = "", actor: str = ""
+    *,
+    runtime_id: int,
+    reachable: bool,
+    error: str = "",
+    node_name: str = "",
+    actor: str = "",
+    unless_seen_since: tuple[datetime | None] | None = None,
 ) -> None:
     """Store one check's result on the runtime row: one UPDATE when the health is
     unchanged (two or three when it changed), no read.
@@ -85,6 +92,11 @@ def runtime_health_record(
     transaction as the change (``_health_changed``). Best outside a
     transaction (the marking skips instance rows that others hold); times are the
     database's clock.
+
+    ``unless_seen_since=(last_seen_at,)``, for a failed call: the row's ``last_seen_at``
+    read before the call began (``None`` inside: never seen). If the engine has answered
+    another check since (the heartbeat found it back while this call still waited on a
+    connection of the cut), the failure is older news and nothing is recorded.
     """
     health = Health.REACHABLE if reachable else Health.UNREACHABLE
     fields = {
@@ -103,6 +115,10 @@ def runtime_health_record(
             )
     else:
         fields["last_error"] = Value((error or "the engine did not answer")[:2000])
+    row = Runtime.objects.filter(pk=runtime_id)
+    if unless_seen_since is not None and not reachable:
+        (seen,) = unless_seen_since
+        row = row.exclude(Q(last_seen_at__gt=seen) if seen else Q(last_seen_at__isnull=False))
     with transaction.atomic():
         # One UPDATE per health the row may have had, each naming it in its WHERE; the
         # common case (no change) is the first. Of two checks at once, only the first
@@ -110,11 +126,13 @@ def runtime_health_record(
         # gone and only refreshes the times), so each change is recorded and sent once.
         was = ""
         for old in (health, *(other for other in Health if other != health)):
-            if Runtime.objects.filter(pk=runtime_id, health=old).update(**fields):
+            if row.filter(health=old).update(**fields):
                 was = old
                 break
-        else:  # changed by another check meanwhile (or gone): refresh the times
-            Runtime.objects.filter(pk=runtime_id).update(**fields)
+        else:  # changed by another check meanwhile, gone, or seen since: times only
+            if not row.update(**fields):
+                log.info("runtime %s: a failed call older than its last answer", runtime_id)
+                return
         changed = bool(was) and was != health
         came_back = changed and was == Health.UNREACHABLE
         if came_back or (changed and not reachable):

@@ -30,7 +30,7 @@ from containers.actors import RECONCILER
 from containers.engines import engine_for
 from containers.engines.base import ContainerState, Engine, EngineError
 from containers.engines.calls import ENGINE_CALL_SECONDS
-from containers.engines.deadlines import EngineDeadline, engine_busy
+from containers.engines.deadlines import EngineBusy, EngineDeadline, engine_busy
 from containers.execution.engine_loss import runtime_engine_lost, runtime_instances_clear_away
 from containers.execution.health import runtime_health_record
 from containers.execution.sync import (
@@ -350,7 +350,7 @@ def engine_share(runtime: Runtime, seconds: float) -> EngineDeadline:
     there (one waiting thread per engine at most)."""
     key = engine_key(runtime)
     if engine_busy(key):
-        raise EngineError(
+        raise EngineBusy(
             "the engine has not yet answered a call of an earlier pass "
             f"(over its {seconds:g} s): skipped this pass"
         )
@@ -449,6 +449,10 @@ def reconcile(
         instances = _active_rows(runtime)
         if not instances and not runtime.enabled and not _has_stopped(runtime):
             continue
+        # When the engine last answered anyone, read before this pass calls it: a
+        # failure here is recorded only if nothing has seen it answer since.
+        seen = Runtime.objects.filter(pk=runtime.pk).values_list("last_seen_at", flat=True)
+        seen_before = seen.first()
         try:
             runtime_pass(
                 runtime=runtime,
@@ -460,12 +464,19 @@ def reconcile(
                 stopped_batch=stopped_batch,
             )
             runtime_instances_clear_away(runtime_id=runtime.pk)
+        except EngineBusy as exc:  # skipped: no call made, nothing new to record
+            report.errors.append(f"runtime {runtime.name} ({runtime.base_url}): {exc}")
+            unreachable.add(runtime.pk)
         except EngineError as exc:
             message = f"runtime {runtime.name} ({runtime.base_url}) unreachable: {exc}"
             report.errors.append(message)
             unreachable.add(runtime.pk)
             runtime_health_record(
-                runtime_id=runtime.pk, reachable=False, error=str(exc), actor=RECONCILER
+                runtime_id=runtime.pk,
+                reachable=False,
+                error=str(exc),
+                actor=RECONCILER,
+                unless_seen_since=(seen_before,),
             )
             log.warning("reconcile: %s", message)
     # An instance on an engine that does not answer keeps its state until the engine

@@ -36,8 +36,22 @@ async def read_all(stream) -> list[bytes]:
         return [chunk async for chunk in stream]
 
 
-def engine_threads() -> int:
-    return sum(1 for thread in threading.enumerate() if thread.name == "engine-stream")
+class Opener:
+    """``open_stream`` for ``follow_in_thread`` that notes the thread it runs on (the
+    follow's own thread), so a test waits for that thread to end and no other: threads of
+    earlier tests in the same worker process come and go independently."""
+
+    def __init__(self, source) -> None:
+        self.source = source
+        self.threads: list[threading.Thread] = []
+
+    def __call__(self):
+        self.threads.append(threading.current_thread())
+        return self.source
+
+    def ended(self) -> bool:
+        assert [thread.name for thread in self.threads] == ["engine-stream"], self.threads
+        return not self.threads[0].is_alive()
 
 
 # -- the fake engine ---------------------------------------------------------------------------
@@ -121,17 +135,17 @@ def test_a_slow_reader_holds_the_thread_back_at_the_queue_bound() -> None:
     """The thread never runs more than ``bound`` chunks (and the one it waits to put)
     ahead of the reader, however slowly it reads; aclose() ends the thread."""
     source, bound = Endless(), 4
-    threads_before = engine_threads()
+    opener = Opener(source)
 
     async def follow() -> list[tuple[int, int]]:
-        stream = await follow_in_thread(lambda: source, until=time.time() + 600, bound=bound)
+        stream = await follow_in_thread(opener, until=time.time() + 600, bound=bound)
         ahead = []
         for consumed in range(30):
             await until_true(lambda c=consumed: source.produced >= c + bound + 1)
             ahead.append((consumed, source.produced - consumed))
             assert await anext(stream) == b"%d\n" % consumed
         await stream.aclose()
-        await until_true(lambda: engine_threads() == threads_before)
+        await until_true(opener.ended)
         return ahead
 
     ahead = asyncio.run(follow())
@@ -155,13 +169,13 @@ class Quiet:
 
 def test_the_thread_adapter_ends_at_until_on_a_quiet_stream_and_unblocks_its_read() -> None:
     source = Quiet()
-    threads_before = engine_threads()
+    opener = Opener(source)
 
     async def follow() -> tuple[list[bytes], float]:
         until = time.time() + 0.3
-        stream = await follow_in_thread(lambda: source, until=until)
+        stream = await follow_in_thread(opener, until=until)
         chunks = await read_all(stream)
-        await until_true(lambda: engine_threads() == threads_before)
+        await until_true(opener.ended)
         return chunks, until
 
     chunks, until = asyncio.run(follow())
@@ -183,16 +197,16 @@ def test_the_thread_adapter_raises_the_open_error_and_gives_an_empty_stream_for_
 
 def test_cancelling_the_reader_stops_the_thread_and_closes_the_stream() -> None:
     source = Quiet()
-    threads_before = engine_threads()
+    opener = Opener(source)
 
     async def follow() -> None:
-        stream = await follow_in_thread(lambda: source, until=time.time() + 600)
+        stream = await follow_in_thread(opener, until=time.time() + 600)
         reader = asyncio.create_task(read_all(stream))
         await asyncio.sleep(0)  # the reader runs until it waits for a chunk
         reader.cancel()
         with pytest.raises(asyncio.CancelledError):
             await reader
-        await until_true(lambda: engine_threads() == threads_before)
+        await until_true(opener.ended)
 
     asyncio.run(follow())
     assert source.closed.is_set()
@@ -200,15 +214,15 @@ def test_cancelling_the_reader_stops_the_thread_and_closes_the_stream() -> None:
 
 def test_an_aclose_from_another_task_ends_the_reader_and_the_thread() -> None:
     source = Quiet()
-    threads_before = engine_threads()
+    opener = Opener(source)
 
     async def follow() -> list[bytes]:
-        stream = await follow_in_thread(lambda: source, until=time.time() + 600)
+        stream = await follow_in_thread(opener, until=time.time() + 600)
         reader = asyncio.create_task(read_all(stream))
         await asyncio.sleep(0)  # the reader runs until it waits for a chunk
         await stream.aclose()
         chunks = await reader  # ends at once, long before its 600 s
-        await until_true(lambda: engine_threads() == threads_before)
+        await until_true(opener.ended)
         return chunks
 
     assert asyncio.run(follow()) == []

@@ -29,6 +29,7 @@ import pytest
 from django.db import connection
 
 from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE
+from containers.execution.health import runtime_health_record
 from containers.execution.heartbeat import POOL_THREADS as HEARTBEAT_PINGS
 from containers.execution.monitor import FOLLOWER_DB_SLOTS
 from containers.execution.reconciler import reconcile
@@ -275,9 +276,13 @@ def test_a_frozen_engine_costs_a_reconcile_pass_its_timeout_and_holds_up_no_othe
         "unreachable",
         "running",  # never judged blind
     ), row.last_error
-    # While the call left there waits, later passes skip the engine at once.
+    # While the call left there waits, later passes skip the engine at once, and a skip
+    # records nothing (here: not undoing a heartbeat that heard the engine meanwhile).
+    runtime_health_record(runtime_id=ice.pk, reachable=True, actor="heartbeat")
     report = reconcile(runtimes=[ice, healthy], installation=installation, engine_timeout=1)
     assert any("has not yet answered a call of an earlier pass" in e for e in report.errors), (
         report.errors
     )
     assert report.checked == 1, str(report)
+    row = Runtime.objects.get(pk=ice.pk)
+    assert row.health == "reachable", (row.health, row.health_since, row.last_error)

@@ -45,6 +45,33 @@ def test_since_moves_only_when_the_health_changes():
     assert _row(runtime).node_name == "node-a"  # only an empty node name is filled
 
 
+def test_a_failed_call_older_than_the_engine_s_last_answer_records_nothing():
+    runtime = RuntimeFactory()
+    runtime_health_record(runtime_id=runtime.pk, reachable=True)
+    before_call = _row(runtime).last_seen_at
+    # Another check hears the engine while the call waits on a connection of a cut link.
+    runtime_health_record(runtime_id=runtime.pk, reachable=True)
+    runtime_health_record(
+        runtime_id=runtime.pk, reachable=False, error="timed out", unless_seen_since=(before_call,)
+    )
+    row = _row(runtime)
+    assert (row.health, row.last_error) == ("reachable", ""), _shown(row)
+    # Nobody heard it since the call began: recorded.
+    runtime_health_record(
+        runtime_id=runtime.pk,
+        reachable=False,
+        error="timed out",
+        unless_seen_since=(row.last_seen_at,),
+    )
+    row = _row(runtime)
+    assert (row.health, row.last_error) == ("unreachable", "timed out"), _shown(row)
+    never = RuntimeFactory()
+    runtime_health_record(
+        runtime_id=never.pk, reachable=False, error="refused", unless_seen_since=(None,)
+    )
+    assert _row(never).health == "unreachable", _shown(_row(never))
+
+
 def test_a_check_asks_the_engine_and_records_what_it_said():
     fine = RuntimeFactory()
     dead = RuntimeFactory(driver="docker", base_url="unix:///nonexistent/gobrave.sock")
