@@ -135,7 +135,8 @@ def runtime_update(*, runtime_id: int, actor: str, reason: str = "", **fields: A
     nothing changes). Holds the row's lock while it checks and saves, so two changes never
     interleave; idempotent for the same fields. Instances already there stay: a new
     address is how the same engine is reached from now on (each process makes a new
-    engine object for it). Switching it on or off and changing its capacity are entries
+    engine object for it). A decommissioned runtime is never switched on again
+    (``InvalidRuntime``). Switching it on or off and changing its capacity are entries
     in the runtime's history (``RuntimeEvent``, with ``actor`` and ``reason``), written
     in the same transaction. Once committed, the engine is asked again whether it gives
     CPU figures (``_ask_stats_after_commit``)."""
@@ -147,6 +148,12 @@ def runtime_update(*, runtime_id: int, actor: str, reason: str = "", **fields: A
         if runtime is None:
             raise NotFound(f"no runtime {runtime_id}")
         before = {field: getattr(runtime, field) for field in ("enabled", *CAPACITY)}
+        if runtime.decommissioned_at is not None and fields.get("enabled") and not runtime.enabled:
+            raise InvalidRuntime(
+                f"runtime {runtime.name} was decommissioned on "
+                f"{runtime.decommissioned_at:%Y-%m-%d %H:%M} UTC: everything it held is "
+                "forgotten, so it cannot be switched on again; add the engine as a new runtime"
+            )
         for field, value in fields.items():
             setattr(runtime, field, value)
         _checked(runtime)

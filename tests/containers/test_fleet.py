@@ -12,8 +12,9 @@ import uuid
 import pytest
 from django.db.models import ProtectedError
 
-from containers.errors import RuntimesCordoned
+from containers.errors import InvalidRuntime, RuntimesCordoned
 from containers.execution.handlers import handle_create
+from containers.fleet.runtimes import runtime_update
 from containers.fleet.selectors import runtime_decommission_preview
 from containers.fleet.services import (
     DECOMMISSIONED,
@@ -250,6 +251,20 @@ def test_decommission_cordons_disables_fails_its_dag_runs_and_lets_the_row_be_de
         ("gone", "engine.decommissioned", "user:op", "cordoned", "decommissioned"),
     ], shown
     assert history[1].data["instances"] == 1, history[1].data
+
+
+def test_a_decommissioned_runtime_cannot_be_switched_on_again(engines_asked):
+    (runtime,) = _runtimes("gone")
+    runtime_decommission(runtime_id=runtime.pk, actor="user:op")
+
+    with pytest.raises(InvalidRuntime, match="decommissioned on .* add the engine as a new"):
+        runtime_update(runtime_id=runtime.pk, actor="user:op", enabled=True)
+
+    row = Runtime.objects.get(pk=runtime.pk)
+    assert (row.enabled, row.cordoned) == (False, True), vars(row)
+    kinds = list(RuntimeEvent.objects.filter(runtime_id=runtime.pk).values_list("kind", flat=True))
+    assert "engine.enabled" not in kinds, kinds
+    assert engines_asked == []
 
 
 def test_decommission_leaves_other_engines_instances_alone_and_a_repeat_changes_nothing():
