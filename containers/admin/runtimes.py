@@ -18,7 +18,12 @@ from django.utils.html import format_html, format_html_join
 from containers import selectors
 from containers.actors import user_actor
 from containers.fleet.selectors import runtime_decommission_preview
-from containers.fleet.services import runtime_cordon, runtime_decommission, runtime_uncordon
+from containers.fleet.services import (
+    REASON_MAX,
+    runtime_cordon,
+    runtime_decommission,
+    runtime_uncordon,
+)
 from containers.models import Runtime
 from core.admin_helpers import GREY, badge
 
@@ -113,13 +118,15 @@ class RuntimeFleetMixin:
                 "opts": self.model._meta,
                 "previews": [runtime_decommission_preview(runtime_id=r.pk) for r in runtimes],
                 "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                "reason_max": REASON_MAX,
             }
             return TemplateResponse(
                 request, "admin/containers/runtime/decommission_confirmation.html", context
             )
         actor = user_actor(request.user)
+        reason = request.POST.get("reason", "").strip()[:REASON_MAX]
         for runtime in runtimes:
-            result = runtime_decommission(runtime_id=runtime.pk, actor=actor)
+            result = runtime_decommission(runtime_id=runtime.pk, actor=actor, reason=reason)
             self.message_user(
                 request,
                 f"Decommissioned {runtime.name}: {len(result.instances)} instance"

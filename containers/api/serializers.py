@@ -10,6 +10,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from containers.fleet.services import REASON_MAX
 from containers.models import (
     ContainerEvent,
     ContainerInstance,
@@ -473,9 +474,6 @@ class RuntimeInputSerializer(InputSerializer):
         return value
 
 
-REASON_MAX = 500
-
-
 def _reason_field(what: str) -> serializers.CharField:
     return serializers.CharField(
         max_length=REASON_MAX,
@@ -542,6 +540,7 @@ class DecommissionInputSerializer(InputSerializer):
         help_text="The runtime's name, typed again: the decommission forgets every instance "
         "on it and cannot be undone."
     )
+    reason = _reason_field("the decommission")
 
 
 class ForgottenSerializer(serializers.Serializer):

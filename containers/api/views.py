@@ -507,7 +507,11 @@ class RuntimeViewSet(viewsets.GenericViewSet):
         data.is_valid(raise_exception=True)
         if data.validated_data["confirm"] != runtime.name:
             raise ValidationError({"confirm": [f"type the runtime's name ({runtime.name})"]})
-        result = runtime_decommission(runtime_id=runtime.pk, actor=_actor(request))
+        result = runtime_decommission(
+            runtime_id=runtime.pk,
+            actor=_actor(request),
+            reason=data.validated_data["reason"],
+        )
         return Response(s.DecommissionResultSerializer(result).data)
 
 

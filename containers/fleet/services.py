@@ -27,6 +27,10 @@ from outbox.services import outbox_release_deferred, outbox_supersede_waiting
 log = logging.getLogger(__name__)
 
 DECOMMISSIONED = "engine decommissioned"
+# The longest reason an operator may give for an action on a runtime (the API and the
+# admin cut or refuse longer ones).
+REASON_MAX = 500
+
 # A decommission that keeps finding new instances (creates placed before the cordon
 # committed) stops after this many rounds; running it again finishes the job.
 _ROUNDS = 5
@@ -140,7 +144,7 @@ def _forget(
     return name, superseded
 
 
-def runtime_decommission(*, runtime_id: int, actor: str) -> DecommissionResult:
+def runtime_decommission(*, runtime_id: int, actor: str, reason: str = "") -> DecommissionResult:
     """Forget everything gobrave placed on an engine that is gone for good, without any
     call to that engine, so that its ``Runtime`` row can then be deleted.
 
@@ -160,8 +164,8 @@ def runtime_decommission(*, runtime_id: int, actor: str) -> DecommissionResult:
        few rounds.
     4. Record ``decommissioned_at``: the runtime row may now be deleted.
     Steps 1 and 4 each write an entry in the runtime's history (``RuntimeEvent``:
-    ``engine.decommissioning``, then ``engine.decommissioned`` with what was forgotten) in
-    their own transaction; the history outlives the row.
+    ``engine.decommissioning`` with ``reason``, then ``engine.decommissioned`` with what
+    was forgotten) in their own transaction; the history outlives the row.
     Idempotent: a second call finds nothing left and changes nothing but the time.
     ``NotFound`` for no such runtime.
     """
@@ -178,7 +182,8 @@ def runtime_decommission(*, runtime_id: int, actor: str) -> DecommissionResult:
             runtime_name=runtime.name,
             kind=Kind.DECOMMISSIONING,
             actor=actor,
-            message=f"{DECOMMISSIONED}: cordoned and disabled, forgetting what it held",
+            message=f"{DECOMMISSIONED}: cordoned and disabled, forgetting what it held"
+            + (f": {reason}" if reason else ""),
             from_status=was,
             to_status=runtime.placement_state,
         )

@@ -89,6 +89,7 @@ def test_decommission_asks_first_showing_instances_containers_and_dag_runs(
         assert shown in content, (shown, content)
     assert "(never made)" in content and f"DAG run {run} (pending)" in content, content
     assert 'id="gb-confirm-decommission"' in content, content
+    assert 'name="reason"' in content, content
     assert ContainerInstance.objects.filter(runtime=gone).count() == 2  # nothing done yet
     assert asked == []
 
@@ -101,9 +102,13 @@ def test_decommission_on_yes_forgets_without_an_engine_call_and_the_row_can_go(
     request = RequestFactory(instance=instance, kind="ContainerStopRequest")
     asked = _engine_calls(monkeypatch)
     client = as_user(operator)
-    response = _action(client, "decommission_runtimes", [gone], confirm="yes")
+    response = _action(
+        client, "decommission_runtimes", [gone], confirm="yes", reason="  host sold  "
+    )
     assert response.status_code == 302, response.content
     assert asked == []
+    begun = RuntimeEvent.objects.get(runtime_id=gone.pk, kind="engine.decommissioning")
+    assert begun.message.endswith(": host sold"), begun.message
     assert not ContainerInstance.objects.filter(pk=instance.pk).exists()
     kinds = list(
         ContainerEvent.objects.filter(instance_id=instance.id)

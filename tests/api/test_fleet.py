@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Group
 
-from containers.models import ContainerEvent, ContainerInstance, Runtime
+from containers.models import ContainerEvent, ContainerInstance, Runtime, RuntimeEvent
 from outbox.models import OutboxEvent
 from tenants.roles import roles_install
 from tests.api.helpers import assert_error, token_client
@@ -97,8 +97,15 @@ def test_decommission_shows_what_it_forgets_then_needs_the_name_then_forgets_it(
     assert ContainerInstance.objects.filter(pk=instance.pk).exists()
     assert Runtime.objects.get(pk=gone.pk).decommissioned_at is None
 
+    too_long = {"confirm": "gone", "reason": "x" * 501}
+    response = staff.post(f"/api/runtimes/{gone.pk}/decommission/", too_long, format="json")
+    assert_error(response, 400, "invalid")
+    assert Runtime.objects.get(pk=gone.pk).decommissioned_at is None
+
     response = staff.post(
-        f"/api/runtimes/{gone.pk}/decommission/", {"confirm": "gone"}, format="json"
+        f"/api/runtimes/{gone.pk}/decommission/",
+        {"confirm": "gone", "reason": "rack 4 burned"},
+        format="json",
     )
     body = response.json()
     assert response.status_code == 200, body
@@ -109,6 +116,8 @@ def test_decommission_shows_what_it_forgets_then_needs_the_name_then_forgets_it(
     assert not ContainerInstance.objects.filter(pk=instance.pk).exists()
     deleted = ContainerEvent.objects.get(instance_id=instance.id, kind="ContainerDeleted")
     assert "engine decommissioned" in deleted.message, deleted.message
+    begun = RuntimeEvent.objects.get(runtime_id=gone.pk, kind="engine.decommissioning")
+    assert begun.message.endswith(": rack 4 burned"), begun.message
     assert not OutboxEvent.objects.filter(aggregate_id=str(instance.id), status="pending").exists()
 
 
