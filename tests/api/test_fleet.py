@@ -121,6 +121,15 @@ def test_decommission_shows_what_it_forgets_then_needs_the_name_then_forgets_it(
     assert not OutboxEvent.objects.filter(aggregate_id=str(instance.id), status="pending").exists()
 
 
+def test_a_decommissioned_runtime_is_not_switched_on_again_by_a_patch(staff, gone):
+    staff.post(f"/api/runtimes/{gone.pk}/decommission/", {"confirm": "gone"}, format="json")
+    response = staff.patch(f"/api/runtimes/{gone.pk}/", {"enabled": True}, format="json")
+    error = assert_error(response, 400, "invalid_runtime")
+    assert "add the engine as a new runtime" in error["message"], error
+    row = Runtime.objects.get(pk=gone.pk)
+    assert (row.enabled, row.cordoned) == (False, True), vars(row)
+
+
 def test_the_fleet_actions_on_an_unknown_runtime_are_404(staff):
     for path in ("cordon/", "uncordon/", "decommission/"):
         assert_error(staff.post(f"/api/runtimes/987654/{path}", {"confirm": "x"}), 404, "not_found")
