@@ -672,7 +672,8 @@ class ContainerEvent(models.Model):
 
 
 class RuntimeEvent(models.Model):
-    """Append-only history of an engine (a ``Runtime`` row): its health changes (reachable
+    """Append-only history of an engine (a ``Runtime`` row): added, its settings changed
+    (how it is reached, labels...), deleted; its health changes (reachable
     again, unreachable), cordon and uncordon, decommission, enabled and disabled, and
     capacity changes, each with who did it (``actor``: ``user:<name>``, ``monitor``...)
     and why (``message``).
@@ -696,6 +697,9 @@ class RuntimeEvent(models.Model):
         ENABLED = "engine.enabled", "engine enabled"
         DISABLED = "engine.disabled", "engine disabled"
         CAPACITY = "engine.capacity", "engine capacity changed"
+        ADDED = "engine.added", "engine added"
+        CHANGED = "engine.changed", "engine settings changed"
+        DELETED = "engine.deleted", "engine deleted"
 
     runtime_id = models.BigIntegerField(help_text="The runtime's id (the row may be gone).")
     runtime_name = models.CharField(max_length=64)

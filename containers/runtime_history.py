@@ -1,9 +1,10 @@
 """An engine's history (``RuntimeEvent``): the one writer of its entries.
 
-Every service that changes how an engine stands (its health, ``containers.execution.health``;
-cordon, uncordon, decommission, ``containers.fleet.services``; enabled and capacity,
-``containers.fleet.runtimes``) calls ``runtime_event_record`` inside the transaction that
-makes the change.
+Every service that changes how an engine stands (its health,
+``containers.execution.health``; cordon, uncordon, decommission,
+``containers.fleet.services``; added, settings, enabled, capacity and deleted,
+``containers.fleet.runtimes``) calls ``runtime_event_record`` inside the transaction
+that makes the change.
 """
 
 from __future__ import annotations

@@ -805,9 +805,17 @@ class RuntimeAdmin(RuntimeFleetMixin, admin.ModelAdmin):
             changed = {f: v for f, v in given.items() if f in form.changed_data}
             saved = runtimes.runtime_update(runtime_id=obj.pk, actor=actor_of(request), **changed)
         else:
-            saved = runtimes.runtime_create(**given)
+            saved = runtimes.runtime_create(actor=actor_of(request), **given)
         obj.pk = saved.pk
         obj.refresh_from_db()
+
+    def delete_model(self, request, obj) -> None:
+        """Through the service: the deletion is an entry in the engine's history."""
+        runtimes.runtime_delete(runtime_id=obj.pk, actor=actor_of(request))
+
+    def delete_queryset(self, request, queryset) -> None:
+        for runtime_id in queryset.values_list("pk", flat=True):
+            runtimes.runtime_delete(runtime_id=runtime_id, actor=actor_of(request))
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         """The runtime's own page checks its engine now (bounded), then shows the record."""

@@ -423,7 +423,7 @@ class RuntimeViewSet(viewsets.GenericViewSet):
     def create(self, request):
         data = s.RuntimeInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        runtime = runtimes.runtime_create(**data.validated_data)
+        runtime = runtimes.runtime_create(actor=_actor(request), **data.validated_data)
         return Response(s.RuntimeOutputSerializer(runtime).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(

@@ -58,10 +58,23 @@ def _checked(runtime: Runtime) -> None:
         raise InvalidRuntime(f"{first}: {problems[first]}", fields=problems)
 
 
-def runtime_create(**fields: Any) -> Runtime:
+# Settings whose values are secret or point at secrets (TLS material, a kubeconfig):
+# the history names them when they change, never their values.
+SECRET_SETTINGS = ("tls_ca_cert", "tls_client_cert", "tls_client_key", "kube_config")
+# Settings recorded as ``engine.changed``: all but those with entries of their own.
+SETTINGS = tuple(f for f in WRITABLE if f not in ("enabled", "max_containers", "max_concurrency"))
+
+
+def _shown(field: str, value: Any) -> Any:
+    return "(set)" if field in SECRET_SETTINGS and value else value
+
+
+def runtime_create(*, actor: str = "", **fields: Any) -> Runtime:
     """Create a runtime from ``WRITABLE`` fields, checked (``InvalidRuntime`` otherwise).
 
-    One transaction; not idempotent (a second create with the same name is refused).
+    One transaction, with the ``engine.added`` entry of its history (driver, address,
+    labels and capacity; secret settings named only); not idempotent (a second create
+    with the same name is refused).
     Once committed, its engine is asked whether it gives CPU figures
     (``_ask_stats_after_commit``).
     """
@@ -72,6 +85,15 @@ def runtime_create(**fields: Any) -> Runtime:
     _checked(runtime)
     with transaction.atomic():
         runtime.save()
+        settings = {f: _shown(f, getattr(runtime, f)) for f in WRITABLE}
+        runtime_event_record(
+            runtime_id=runtime.pk,
+            runtime_name=runtime.name,
+            kind=Kind.ADDED,
+            actor=actor,
+            message=f"{runtime.driver} engine at {runtime.base_url}",
+            data=settings,
+        )
         outbox_release_deferred(queue=Queue.CREATE)  # a new engine: waiting creates look again
         _ask_stats_after_commit(runtime)
     return runtime
@@ -94,8 +116,24 @@ CAPACITY = ("max_containers", "max_concurrency")
 
 
 def _record_changes(*, runtime: Runtime, before: dict[str, Any], actor: str, reason: str) -> None:
-    """The runtime's history entries of a change (inside its transaction): enabled or
-    disabled, and its capacity (old and new values in ``data``)."""
+    """The runtime's history entries of a change (inside its transaction): its settings
+    (``engine.changed``: the fields named, old and new values in ``data``, a secret
+    setting's only as "(set)"), enabled or disabled, and its capacity (old and new
+    values in ``data``)."""
+    settings = {
+        field: {"from": _shown(field, before[field]), "to": _shown(field, getattr(runtime, field))}
+        for field in SETTINGS
+        if before[field] != getattr(runtime, field)
+    }
+    if settings:
+        runtime_event_record(
+            runtime_id=runtime.pk,
+            runtime_name=runtime.name,
+            kind=Kind.CHANGED,
+            actor=actor,
+            message=f"{', '.join(settings)} changed{': ' if reason else ''}{reason}",
+            data=settings,
+        )
     if before["enabled"] != runtime.enabled:
         runtime_event_record(
             runtime_id=runtime.pk,
@@ -147,7 +185,7 @@ def runtime_update(*, runtime_id: int, actor: str, reason: str = "", **fields: A
         runtime = Runtime.objects.select_for_update().filter(pk=runtime_id).first()
         if runtime is None:
             raise NotFound(f"no runtime {runtime_id}")
-        before = {field: getattr(runtime, field) for field in ("enabled", *CAPACITY)}
+        before = {field: getattr(runtime, field) for field in WRITABLE}
         if runtime.decommissioned_at is not None and fields.get("enabled") and not runtime.enabled:
             raise InvalidRuntime(
                 f"runtime {runtime.name} was decommissioned on "
@@ -165,3 +203,23 @@ def runtime_update(*, runtime_id: int, actor: str, reason: str = "", **fields: A
         outbox_release_deferred(queue=Queue.CREATE)
         _ask_stats_after_commit(runtime)
     return runtime
+
+
+def runtime_delete(*, runtime_id: int, actor: str) -> None:
+    """Delete the runtime row, with the ``engine.deleted`` entry of its history, in one
+    transaction under its row lock. Its instances and DAG runs protect it (Django's
+    ``ProtectedError``: decommission a gone engine first). ``NotFound`` for no such
+    runtime."""
+    with transaction.atomic():
+        runtime = Runtime.objects.select_for_update().filter(pk=runtime_id).first()
+        if runtime is None:
+            raise NotFound(f"no runtime {runtime_id}")
+        runtime_event_record(
+            runtime_id=runtime.pk,
+            runtime_name=runtime.name,
+            kind=Kind.DELETED,
+            actor=actor,
+            message=f"{runtime.driver} engine at {runtime.base_url}",
+            from_status=runtime.placement_state,
+        )
+        runtime.delete()

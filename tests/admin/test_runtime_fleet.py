@@ -95,7 +95,7 @@ def test_decommission_asks_first_showing_instances_containers_and_dag_runs(
 
 
 def test_decommission_on_yes_forgets_without_an_engine_call_and_the_row_can_go(
-    as_user, operator, monkeypatch
+    as_user, operator, superuser, monkeypatch
 ):
     gone = RuntimeFactory(name="gone", driver="docker", base_url=GONE)
     instance = InstanceFactory(runtime=gone, status="running")
@@ -129,6 +129,11 @@ def test_decommission_on_yes_forgets_without_an_engine_call_and_the_row_can_go(
     as_user(operator).post(delete, {"post": "yes"})  # the operator lacks delete_runtime
     assert Runtime.objects.filter(pk=gone.pk).exists()
     assert OutboxEvent.objects.filter(aggregate_id=str(instance.id), status="pending").count() == 0
+    response = as_user(superuser).post(delete, {"post": "yes"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert not Runtime.objects.filter(pk=gone.pk).exists()
+    deleted = RuntimeEvent.objects.get(runtime_id=gone.pk, kind="engine.deleted")
+    assert (deleted.actor, deleted.runtime_name) == ("user:root", "gone"), vars(deleted)
 
 
 def test_the_dashboard_shows_each_engine_health_since_placement_load_and_labels(as_user, operator):
@@ -172,6 +177,13 @@ def test_the_actions_and_the_form_write_the_engines_history_with_the_user(as_use
     shown = [(e.kind, e.actor, e.from_status, e.to_status, e.data) for e in entries]
     assert shown == [
         ("engine.cordoned", "user:operator", "open", "cordoned", {}),
+        (
+            "engine.changed",
+            "user:operator",
+            "",
+            "",
+            {"labels": {"from": {"engine": "fake", "node": "kept"}, "to": {}}},
+        ),
         ("engine.disabled", "user:operator", "enabled", "disabled", {}),
         ("engine.capacity", "user:operator", "", "", {"max_containers": {"from": 2, "to": 4}}),
     ], shown
@@ -179,7 +191,7 @@ def test_the_actions_and_the_form_write_the_engines_history_with_the_user(as_use
     assert (row.enabled, row.max_containers, row.labels) == (False, 4, {}), vars(row)
     changelist = reverse("admin:containers_runtimeevent_changelist")
     page = client.get(changelist, {"kind": "engine.disabled"})
-    assert list(page.context["cl"].result_list) == [entries[1]]
+    assert list(page.context["cl"].result_list) == [entries[2]]
     # the runtime's page links to its history
     RuntimeEvent.objects.create(runtime_id=0, runtime_name="other", kind="engine.cordoned")
     assert f'href="{changelist}?runtime_id={runtime.pk}"' in client.get(url).content.decode()

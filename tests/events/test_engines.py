@@ -12,10 +12,11 @@ import json
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from containers.execution.health import runtime_health_record
+from containers.fleet.runtimes import WRITABLE, _record_changes, runtime_create, runtime_delete
 from containers.models import Runtime, RuntimeEvent
 from outbox.models import OutboxEvent
 from tests.api.helpers import assert_error
@@ -125,7 +126,8 @@ def test_switching_off_and_capacity_through_the_api_are_in_the_feed(people):
     body = {"enabled": False, "max_containers": 3, "reason": "disk filling up"}
     response = root.patch(f"/api/runtimes/{runtime.pk}/", body, format="json")
     assert response.status_code == 200, response.content
-    unchanged = {"max_containers": 3, "labels": {"engine": "fake"}}  # no entry: no change
+    unchanged = {"max_containers": 3, "labels": {"engine": "fake", "node": "ev-resized"}}
+    # the same values again: no entry
     assert root.patch(f"/api/runtimes/{runtime.pk}/", unchanged, format="json").status_code == 200
     settled()
     entries = _engine_entries(root, start, runtime)
@@ -183,3 +185,44 @@ def test_the_history_outlives_the_runtime_row_and_is_exported(people):
     assert [(x["source"], x["id"]) for x in lines if x["runtime_id"] == runtime_id] == [
         ("engine", entry["id"])
     ], lines
+
+
+def test_adding_changing_and_deleting_an_engine_are_in_the_feed_secrets_named_only(
+    people, tmp_path
+):
+    root = people["as_root"]
+    start = _tail(root)
+    runtime_id = runtime_create(
+        actor="user:ev-root", name="ev-added", driver="fake", base_url=f"fake://{tmp_path}/a"
+    ).pk
+    change = {"base_url": f"fake://{tmp_path}/b", "labels": {"zone": "b"}, "reason": "moved"}
+    response = root.patch(f"/api/runtimes/{runtime_id}/", change, format="json")
+    assert response.status_code == 200, response.content
+    runtime_delete(runtime_id=runtime_id, actor="user:ev-root")
+    settled()
+    entries = [e for e in _all(root, f"/api/events/?cursor={start}&source=engine")]
+    entries = [e for e in entries if e["runtime_id"] == runtime_id]
+    assert _shown(entries) == [
+        ("engine.added", "user:ev-root", "", "", f"fake engine at fake://{tmp_path}/a"),
+        ("engine.changed", "user:ev-root", "", "", "base_url, labels changed: moved"),
+        ("engine.deleted", "user:ev-root", "open", "", f"fake engine at fake://{tmp_path}/b"),
+    ], entries
+    assert entries[0]["data"]["tls_client_key"] == "", entries[0]
+    assert entries[1]["data"] == {
+        "base_url": {"from": f"fake://{tmp_path}/a", "to": f"fake://{tmp_path}/b"},
+        "labels": {"from": {}, "to": {"zone": "b"}},
+    }, entries[1]
+
+
+def test_a_secret_setting_s_change_is_named_never_shown(db):
+    runtime = Runtime(name="ev-tls", driver="docker", base_url="tcp://127.0.0.1:9")
+    before = {field: getattr(runtime, field) for field in WRITABLE}
+    runtime.tls_client_key = "/etc/gobrave/secret-key.pem"
+    with transaction.atomic():
+        runtime.save()
+        _record_changes(runtime=runtime, before=before, actor="user:x", reason="")
+    entry = RuntimeEvent.objects.get(runtime_id=runtime.pk, kind="engine.changed")
+    assert (entry.message, entry.data) == (
+        "tls_client_key changed",
+        {"tls_client_key": {"from": "", "to": "(set)"}},
+    ), (entry.message, entry.data)

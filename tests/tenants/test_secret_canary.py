@@ -114,16 +114,18 @@ def plant_runtime_tls_key(canary: str) -> None:
     pki.signed("ca", "client", "extendedKeyUsage=clientAuth")
     key = Path(pki.key("client"))
     key.write_text(f"{canary}\n{key.read_text()}")
-    runtime = Runtime(
+    from containers.fleet.runtimes import runtime_create
+
+    runtime_create(  # through the service: its history entry is on the events feed too
+        actor="user:canary-operator",
         name="tls-canary",
+        driver=Runtime.Driver.DOCKER,
         base_url="tcp://127.0.0.1:1",
         tls_ca_cert=pki.cert("ca"),
         tls_client_cert=pki.cert("client"),
         tls_client_key=str(key),
         enabled=False,  # no placement: the users' instances stay on the fake engine
     )
-    runtime.full_clean()
-    runtime.save()
 
 
 def plant_kubeconfig_token(canary: str) -> None:
