@@ -358,6 +358,7 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "throttle_create": (_optional(_rate), "1000/minute"),
         "throttle_write": (_optional(_rate), "3000/minute"),
         "metrics_token": (_optional(_token), None),
+        "tokens_per_user": (_integer(1, 10_000), 50),
     },
     # Streams (log follow, live pages): open at once per user and in all, counted across
     # every web process and host in lease rows (core.leases), and how long one may last.

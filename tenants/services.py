@@ -11,6 +11,8 @@ import datetime as dt
 import logging
 from dataclasses import dataclass
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -41,7 +43,9 @@ def api_token_create(*, user, name: str, expiry: dt.datetime | None = None) -> C
     """Make ``user`` a token named ``name`` (unique among theirs, 1 to 100 characters after
     trimming) that expires at ``expiry`` (aware, in the future) or never.
 
-    Refused with ``TokenRefused`` (400, naming the field) and nothing written otherwise.
+    Refused with ``TokenRefused`` (400, naming the field) and nothing written otherwise,
+    also when the user already holds ``api.tokens_per_user`` unexpired tokens (counted
+    under the user's row lock, so two creates at once never pass it together).
     Runs in its own transaction (or the caller's); the unique constraint on (user, name)
     settles two creates racing for one name. Logs the token's id and prefix, never the key.
     """
@@ -61,8 +65,16 @@ def api_token_create(*, user, name: str, expiry: dt.datetime | None = None) -> C
         token_key=key[: CONSTANTS.TOKEN_KEY_LENGTH],
         expiry=expiry,
     )
+    cap = settings.GOBRAVE["api"]["tokens_per_user"]
     try:
         with transaction.atomic():
+            get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+            live = ApiToken.objects.filter(user=user).exclude(expiry__lte=timezone.now())
+            if live.count() >= cap:
+                raise TokenRefused(
+                    f"You hold {cap} API tokens already, the most allowed: revoke one first.",
+                    limit=cap,
+                )
             token.save(force_insert=True)
     except IntegrityError:
         if ApiToken.objects.filter(user=user, name=name).exists():

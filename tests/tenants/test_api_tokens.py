@@ -132,6 +132,23 @@ def test_a_user_s_token_names_are_unique(alice):
     assert _create(token_client(UserFactory(username="bob")), name="ci").status_code == 201
 
 
+def test_a_user_holds_at_most_tokens_per_user_unexpired_tokens(alice, gobrave_config):
+    gobrave_config(api={"tokens_per_user": 3})
+    client = token_client(alice)  # its own token is the first of the three
+    api_token(alice, name="old")
+    ApiToken.objects.filter(name="old").update(expiry=timezone.now() - dt.timedelta(days=1))
+    assert _create(client, name="ci").status_code == 201
+    third = _create(client, name="deploy")
+    assert third.status_code == 201, third.content  # the expired one does not count
+    error = assert_error(_create(client, name="one-more"), 400, "invalid")
+    assert error["details"] == {"limit": 3} and "revoke one first" in error["message"], error
+    assert not ApiToken.objects.filter(user=alice, name="one-more").exists()
+    # Others are not held to alice's count; a revoke makes room again.
+    assert _create(token_client(UserFactory(username="bob")), name="ci").status_code == 201
+    assert client.delete(f"/api/tokens/{third.json()['id']}/").status_code == 204
+    assert _create(client, name="one-more").status_code == 201
+
+
 def test_an_expiry_in_the_future_is_kept(alice):
     when = (timezone.now() + dt.timedelta(days=3)).replace(microsecond=0)
     response = _create(token_client(alice), name="week", expiry=when.isoformat())
