@@ -209,7 +209,7 @@ AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "tenants.login.lockout_response"
-AXES_CLIENT_IP_CALLABLE = "tenants.login.client_address"
+AXES_CLIENT_IP_CALLABLE = "core.clients.client_address"
 AXES_HANDLER = "tenants.login.LockoutHandler"
 # Behind a reverse proxy: the request header (as in request.META, HTTP_X_REAL_IP) in
 # which the proxy puts the client's address; unset, the peer's address counts.

@@ -1,15 +1,12 @@
 """Who is logging in, as the login lockout (django-axes) counts them.
 
 django-axes locks out a user name, and an address, after ``AXES_FAILURE_LIMIT`` failed
-logins (``gobrave.settings``). Behind a reverse proxy every client has the proxy's
-address, so one client's failures would lock out all of them: the proxy then passes the
-client's address in a header of its own (``GOBRAVE_CLIENT_IP_HEADER``), which it must
-overwrite on every request so that clients cannot choose it.
+logins (``gobrave.settings``); the address is ``core.clients.client_address``'s (behind
+a reverse proxy, its header ``GOBRAVE_CLIENT_IP_HEADER``).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import math
 
 from axes.handlers.database import AxesDatabaseHandler
@@ -18,18 +15,6 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.shortcuts import render
 from django.urls import reverse
-
-
-def client_address(request: HttpRequest) -> str:
-    """The client's address: the proxy's header when one is configured and holds an
-    address, else the peer's."""
-    header = settings.GOBRAVE_CLIENT_IP_HEADER
-    if header and (forwarded := request.META.get(header, "").strip()):
-        try:
-            return str(ipaddress.ip_address(forwarded[:64]))
-        except ValueError:
-            pass  # not an address (the proxy did not set it): count the peer
-    return request.META.get("REMOTE_ADDR", "")
 
 
 class LockoutHandler(AxesDatabaseHandler):

@@ -18,6 +18,7 @@ from django.conf import settings
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
 
+from core.clients import client_address
 from core.leases import LeaseScope, rate_hit
 
 
@@ -41,7 +42,8 @@ class _ConfiguredThrottle(BaseThrottle):
         # "1000/minute", validated by core.config; read as DRF reads its own rates.
         number, period = SimpleRateThrottle.parse_rate(None, rate)
         user = request.user
-        holder = f"user:{user.pk}" if user.is_authenticated else f"ip:{self.get_ident(request)}"
+        # An anonymous caller by its address (``core.clients``: never a header it chose).
+        holder = f"user:{user.pk}" if user.is_authenticated else f"ip:{client_address(request)}"
         hit = rate_hit(scope=self.scope, holder=holder, limit=number, period=period)
         self.retry_after = hit.retry_after
         return hit.allowed

@@ -110,3 +110,28 @@ def test_defaults_let_a_burst_meet_the_admission_limits_not_the_throttle():
 def test_a_bad_rate_is_refused_at_start_naming_the_key(rate):
     with pytest.raises(ConfigError, match="api.throttle_create"):
         load_config(path="/nonexistent.yml", environ={"GOBRAVE_API_THROTTLE_CREATE": str(rate)})
+
+
+def test_an_anonymous_caller_is_counted_by_its_address_never_by_a_header_it_chose(
+    gobrave_config, settings
+):
+    """X-Forwarded-For is the client's to write: a fresh one per request must not buy a
+    fresh allowance. Behind a proxy, the proxy's own header (GOBRAVE_CLIENT_IP_HEADER)
+    counts."""
+    from django.contrib.auth.models import AnonymousUser
+    from rest_framework.test import APIRequestFactory
+
+    from core.api.throttles import WriteThrottle
+
+    gobrave_config(api={"throttle_write": "2/minute"})
+
+    def allowed(**meta) -> bool:
+        request = APIRequestFactory().post("/api/anything/", REMOTE_ADDR="203.0.113.9", **meta)
+        request.user = AnonymousUser()
+        return WriteThrottle().allow_request(request, view=None)
+
+    spoofed = [allowed(HTTP_X_FORWARDED_FOR=f"198.51.100.{n}") for n in range(4)]
+    assert spoofed == [True, True, False, False], spoofed
+    settings.GOBRAVE_CLIENT_IP_HEADER = "HTTP_X_REAL_IP"
+    behind = [allowed(HTTP_X_REAL_IP="192.0.2.7") for _ in range(3)]
+    assert behind == [True, True, False], behind
