@@ -52,7 +52,7 @@ class TokenAuthentication(knox_auth.TokenAuthentication):
 
     def _accept(self, token):
         now = timezone.now()
-        if token.expiry is not None and token.expiry <= now:
+        if token.expired(now):
             raise exceptions.AuthenticationFailed("Token expired.")
         if not token.user.is_active:
             raise exceptions.AuthenticationFailed("User inactive or deleted.")

@@ -9,6 +9,8 @@ An empty field inherits; 0 stops the owner from creating at all.
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django.conf import settings
 from django.db import models
 from knox.models import AbstractAuthToken
@@ -85,3 +87,12 @@ class ApiToken(AbstractAuthToken):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.token_key}…) of {self.user_id}"
+
+    def expired(self, now: dt.datetime) -> bool:
+        """The one expiry rule: a token with an expiry at or before ``now`` is refused."""
+        return self.expiry is not None and self.expiry <= now
+
+    @classmethod
+    def unexpired(cls, now: dt.datetime) -> models.Q:
+        """``expired``'s rule as a filter: the tokens still valid at ``now``."""
+        return models.Q(expiry__isnull=True) | models.Q(expiry__gt=now)

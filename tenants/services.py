@@ -69,7 +69,7 @@ def api_token_create(*, user, name: str, expiry: dt.datetime | None = None) -> C
     try:
         with transaction.atomic():
             get_user_model().objects.select_for_update().filter(pk=user.pk).first()
-            live = ApiToken.objects.filter(user=user).exclude(expiry__lte=timezone.now())
+            live = ApiToken.objects.filter(ApiToken.unexpired(timezone.now()), user=user)
             if live.count() >= cap:
                 raise TokenRefused(
                     f"You hold {cap} API tokens already, the most allowed: revoke one first.",

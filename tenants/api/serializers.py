@@ -32,7 +32,7 @@ class TokenOutputSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_expired(self, token: ApiToken) -> bool:
-        return token.expiry is not None and token.expiry <= timezone.now()
+        return token.expired(timezone.now())
 
 
 class TokenCreatedSerializer(TokenOutputSerializer):
