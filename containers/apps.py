@@ -13,5 +13,6 @@ class ContainersConfig(AppConfig):
         from core.retention import register_purge
 
         handlers.register()
-        # Retention (core.retention): deleted instances' history, off by default.
+        # Retention (core.retention): deleted instances' and engines' history, off by default.
         register_purge("containers.deleted_instance_history", housekeeping.history_purge)
+        register_purge("containers.engine_history", housekeeping.engine_history_purge)

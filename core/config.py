@@ -351,6 +351,7 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "batch_size": (_integer(1, 100_000), 1000),
         "dead_letters_resolved": (_optional(_duration(60, 10 * 365 * 86400)), 30 * 86400.0),
         "deleted_instance_history": (_optional(_duration(60, 10 * 365 * 86400)), None),
+        "engine_history": (_optional(_duration(60, 10 * 365 * 86400)), None),
         "webhook_deliveries": (_optional(_duration(60, 10 * 365 * 86400)), 30 * 86400.0),
     },
     # Tenants (contract §8): request throttles per user (None: off) and the /metrics token.

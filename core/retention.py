@@ -8,7 +8,8 @@ dispatcher runs them all every ``retention.interval`` (``retention_run``), as do
 outbox rows) and the ``retention`` section (``docs/operations.md``, "Retention").
 
 Registered today: ``outbox.sent`` and ``outbox.dead_letters_resolved`` (the outbox),
-``containers.deleted_instance_history`` (off by default), ``webhooks.deliveries``
+``containers.deleted_instance_history`` and ``containers.engine_history`` (both off by
+default), ``webhooks.deliveries``
 (finished deliveries, ``retention.webhook_deliveries``).
 """
 

@@ -21,7 +21,14 @@ from containers.engines.calls import bounded_call
 from containers.engines.labels import LABEL_INSTANCE
 from containers.errors import EngineUnavailable, WorkspaceInUse
 from containers.installation import installation_id
-from containers.models import ContainerEvent, ContainerInstance, OrphanContainer, Runtime, Workspace
+from containers.models import (
+    ContainerEvent,
+    ContainerInstance,
+    OrphanContainer,
+    Runtime,
+    RuntimeEvent,
+    Workspace,
+)
 from core.batches import delete_in_batches
 from core.retention import retention_age
 
@@ -189,3 +196,14 @@ def history_purge(batch: int, *, older_than: dt.timedelta | None = None) -> int:
     alive = ContainerInstance.objects.filter(id=OuterRef("instance_id"))
     old = ContainerEvent.objects.filter(created_at__lt=Now() - age).filter(~Exists(alive))
     return delete_in_batches(old, batch=batch)
+
+
+def engine_history_purge(batch: int) -> int:
+    """Delete the engines' history entries (``RuntimeEvent``) older than
+    ``retention.engine_history``; returns how many went. Off (0) while the key is empty,
+    the default: the audit trail is kept. ``batch`` entries per statement, each its own
+    commit (a few rows a day per engine: no index of its own)."""
+    age = retention_age("engine_history")
+    if age is None:
+        return 0
+    return delete_in_batches(RuntimeEvent.objects.filter(created_at__lt=Now() - age), batch=batch)

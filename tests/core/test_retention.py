@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from containers.execution.housekeeping import history_purge
-from containers.models import ContainerEvent
+from containers.models import ContainerEvent, RuntimeEvent
 from core.config import ConfigError, load_config
 from core.retention import registered, retention_run
 from outbox.models import OutboxEvent
@@ -42,6 +42,7 @@ def _deletes(captured) -> list[str]:
 def test_every_purge_is_registered():
     assert registered() == [
         "containers.deleted_instance_history",
+        "containers.engine_history",
         "outbox.dead_letters_resolved",
         "outbox.sent",
         "webhooks.deliveries",
@@ -98,6 +99,19 @@ def test_deleted_instances_history_is_kept_by_default_and_purged_when_configured
     assert history_purge(10, older_than=DAY) == 1  # an age given by the caller
 
 
+def test_engines_history_is_kept_by_default_and_purged_when_configured(gobrave_config):
+    old = [
+        RuntimeEvent.objects.create(
+            runtime_id=1, runtime_name="a", kind="engine.cordoned", created_at=timezone.now() - age
+        )
+        for age in (100 * DAY, 95 * DAY, DAY)
+    ]
+    assert retention_run()["containers.engine_history"] == 0  # default: keep
+    gobrave_config(retention={"engine_history": 90 * 86400.0})
+    assert retention_run(batch=1)["containers.engine_history"] == 2
+    assert list(RuntimeEvent.objects.values_list("id", flat=True)) == [old[2].id]
+
+
 def test_a_failing_purge_does_not_stop_the_others(gobrave_config, monkeypatch, caplog):
     from core import retention
 
@@ -128,6 +142,7 @@ def test_bad_retention_values_are_refused_naming_the_key(tmp_path, key, value, w
 def test_the_shipped_config_keeps_deleted_instances_history():
     config = load_config("config.yml", environ={})
     assert config["retention"]["deleted_instance_history"] is None
+    assert config["retention"]["engine_history"] is None
     assert config["retention"]["dead_letters_resolved"] == 30 * 86400.0
 
 
