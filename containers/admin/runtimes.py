@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ActionForm
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -28,9 +30,27 @@ from containers.models import Runtime
 from core.admin_helpers import GREY, badge
 
 
+class RuntimeActionForm(ActionForm):
+    """The changelist's action bar, with a reason that cordon and uncordon record in each
+    engine's history (optional; the decommission asks for its own on its page)."""
+
+    reason = forms.CharField(
+        required=False,
+        max_length=REASON_MAX,
+        label="Reason",
+        widget=forms.TextInput(attrs={"size": 40, "placeholder": "why (kept in the history)"}),
+    )
+
+
+def _reason(request) -> str:
+    return request.POST.get("reason", "").strip()[:REASON_MAX]
+
+
 class RuntimeFleetMixin:
     """Mixed into ``RuntimeAdmin``: the load and placement columns and the fleet actions,
     which need ``change_runtime``."""
+
+    action_form = RuntimeActionForm
 
     def get_queryset(self, request):
         return selectors.runtime_list_with_load()
@@ -82,8 +102,8 @@ class RuntimeFleetMixin:
 
     @admin.action(description="Cordon: no new placement on the selected", permissions=["change"])
     def cordon_runtimes(self, request, queryset):
-        actor = user_actor(request.user)
-        names = [runtime_cordon(runtime_id=r.pk, actor=actor).name for r in queryset]
+        actor, reason = user_actor(request.user), _reason(request)
+        names = [runtime_cordon(runtime_id=r.pk, actor=actor, reason=reason).name for r in queryset]
         self.message_user(
             request,
             f"Cordoned {', '.join(names)}: no new placement there; what runs there keeps running.",
@@ -92,8 +112,8 @@ class RuntimeFleetMixin:
 
     @admin.action(description="Uncordon the selected", permissions=["change"])
     def uncordon_runtimes(self, request, queryset):
-        actor = user_actor(request.user)
-        done = [runtime_uncordon(runtime_id=r.pk, actor=actor) for r in queryset]
+        actor, reason = user_actor(request.user), _reason(request)
+        done = [runtime_uncordon(runtime_id=r.pk, actor=actor, reason=reason) for r in queryset]
         opened = [r.name for r in done if not r.cordoned]
         kept = [r.name for r in done if r.cordoned]
         if opened:
@@ -123,8 +143,7 @@ class RuntimeFleetMixin:
             return TemplateResponse(
                 request, "admin/containers/runtime/decommission_confirmation.html", context
             )
-        actor = user_actor(request.user)
-        reason = request.POST.get("reason", "").strip()[:REASON_MAX]
+        actor, reason = user_actor(request.user), _reason(request)
         for runtime in runtimes:
             result = runtime_decommission(runtime_id=runtime.pk, actor=actor, reason=reason)
             self.message_user(

@@ -55,12 +55,17 @@ def test_the_changelist_shows_health_since_load_labels_and_cordon_state(as_user,
 def test_cordon_and_uncordon_actions_go_through_the_services(as_user, operator):
     one, two = RuntimeFactory(name="one"), RuntimeFactory(name="two")
     client = as_user(operator)
-    response = _action(client, "cordon_runtimes", [one, two])
+    assert 'name="reason"' in client.get(reverse(CHANGELIST)).content.decode()
+    response = _action(client, "cordon_runtimes", [one, two], reason=" kernel upgrade ")
     assert response.status_code == 302, response.content
     rows = {r.name: (r.cordoned, r.cordoned_by) for r in Runtime.objects.filter(cordoned=True)}
     assert rows == {"one": (True, "user:operator"), "two": (True, "user:operator")}, rows
     _action(client, "uncordon_runtimes", [two])
     assert list(Runtime.objects.filter(cordoned=True).values_list("name", flat=True)) == ["one"]
+    said = list(
+        RuntimeEvent.objects.filter(runtime_id=two.pk).order_by("id").values_list("kind", "message")
+    )
+    assert said == [("engine.cordoned", "kernel upgrade"), ("engine.uncordoned", "")], said
 
 
 def test_a_viewer_is_offered_no_fleet_action_and_cannot_post_one(as_user, viewer):
