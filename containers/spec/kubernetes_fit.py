@@ -4,8 +4,9 @@ checked when the template is written, not when a create fails in a worker.
 A template is checked when it could be placed on a runtime of driver ``kubernetes``
 (its constraints match that runtime's labels): its containers must run as a non-root
 user gobrave chooses (the owner, or a fixed uid other than 0: not the image's user), add
-no capability but ``NET_BIND_SERVICE``, and mount no host path (only the owner's
-workspace, a claim). The worker checks the resolved spec again
+no capability but ``NET_BIND_SERVICE``, mount no host path (only the owner's
+workspace, a claim), and ask for no network of their own (``none`` or the owner's: a
+Pod has the cluster's network, which the NetworkPolicy restricts). The worker checks the resolved spec again
 (``containers.engines.kubernetes.pods.refusals``). Pure but for one read of the runtimes.
 """
 
@@ -37,6 +38,12 @@ def kubernetes_problems(
         problems.append(
             f"security.cap_add: {', '.join(extra)} refused on Kubernetes"
             " (only NET_BIND_SERVICE is allowed)"
+        )
+    network = security.get("network", config["network"])
+    if network in ("none", "owner"):
+        problems.append(
+            f"security.network: {network} is refused on Kubernetes (a Pod is always on the "
+            "cluster's network; its NetworkPolicy isolates users' Pods: use bridge)"
         )
     hosts = [v.get("source", "") for v in volumes or () if v.get("source") not in WORKSPACE_SOURCES]
     if hosts:

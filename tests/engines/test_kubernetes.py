@@ -167,6 +167,8 @@ def test_secret_env_goes_into_a_secret_never_into_the_pod_and_goes_with_the_inst
         ({"user": "0:0"}, "as root"),
         ({"mounts": [Mount("/srv/data", "/data")]}, "host paths"),
         ({"network": "host"}, "host's network"),
+        ({"network": "none"}, "network none is refused"),
+        ({"network": "gb-net-inst-7"}, "network gb-net-inst-7 is refused"),
     ],
 )
 def test_what_restricted_forbids_is_refused_with_a_clear_error(changed, refusal):
@@ -579,6 +581,8 @@ def test_a_namespace_quota_that_refuses_the_pod_defers_the_create(kube, kube_run
         ({"security": {"user": 0}}, "root is refused on Kubernetes"),
         ({"security": {"cap_add": ["NET_RAW"]}}, "NET_RAW refused on Kubernetes"),
         ({"volumes": [{"source": "/srv/data", "target": "/data"}]}, "host paths are refused"),
+        ({"security": {"network": "none"}}, "network: none is refused on Kubernetes"),
+        ({"security": {"network": "owner"}}, "network: owner is refused on Kubernetes"),
     ],
 )
 def test_a_template_that_could_run_on_kubernetes_is_refused_what_restricted_forbids(

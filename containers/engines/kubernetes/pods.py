@@ -49,6 +49,10 @@ def refusals(spec: ContainerSpec) -> list[str]:
         problems.append("host paths (bind mounts) are refused on Kubernetes")
     if spec.network == "host":
         problems.append("the host's network is refused on Kubernetes")
+    elif spec.network not in NETWORKS:
+        problems.append(
+            f"network {spec.network} is refused on Kubernetes (a Pod is on the cluster's network)"
+        )
     return problems
 
 
