@@ -6,8 +6,9 @@ A template is checked when it could be placed on a runtime of driver ``kubernete
 user gobrave chooses (the owner, or a fixed uid other than 0: not the image's user), add
 no capability but ``NET_BIND_SERVICE``, mount no host path (only the owner's
 workspace, a claim), and ask for no network of their own (``none`` or the owner's: a
-Pod has the cluster's network, which the NetworkPolicy restricts). The worker checks the resolved spec again
-(``containers.engines.kubernetes.pods.refusals``). Pure but for one read of the runtimes.
+Pod has the cluster's network, which the NetworkPolicy restricts). The worker checks
+the resolved spec again (``containers.engines.kubernetes.pods.refusals``). Pure but for
+one read of the runtimes.
 """
 
 from __future__ import annotations
