@@ -750,6 +750,16 @@ class RuntimeForm(forms.ModelForm):
             "files below, or ssh://user@host[:port] (as the user gobrave runs as).",
         }
 
+    def _post_clean(self) -> None:
+        """As the services check (``runtimes.runtime_fit_problem``): a Kubernetes runtime
+        that templates refused there could be placed on is refused on its labels."""
+        super()._post_clean()
+        placement = set(runtimes.PLACEMENT_FIELDS) & set(self.changed_data)
+        if not self.errors and (self.instance.pk is None or placement):
+            problem = runtimes.runtime_fit_problem(self.instance)
+            if problem:
+                self.add_error("labels", problem)
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if "driver" in self.fields and not fake_driver_allowed():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
@@ -20,6 +21,7 @@ from containers.models import Runtime
 from containers.queues import Queue
 from containers.runtime_history import Kind, runtime_event_record
 from containers.runtime_stats import runtime_stats_check
+from containers.spec.kubernetes_fit import templates_unfit_for
 from outbox.services import outbox_release_deferred
 
 # What a caller may set; health, node name and timestamps are gobrave's.
@@ -53,6 +55,7 @@ def _checked(runtime: Runtime) -> None:
         problems = {field: " ".join(messages) for field, messages in exc.message_dict.items()}
     if runtime.driver == Runtime.Driver.FAKE and not fake_driver_allowed():
         problems["driver"] = "The fake driver is for tests only."
+
     if problems:
         first = next(iter(problems))
         raise InvalidRuntime(f"{first}: {problems[first]}", fields=problems)
@@ -69,6 +72,34 @@ def _shown(field: str, value: Any) -> Any:
     return "(set)" if field in SECRET_SETTINGS and value else value
 
 
+# A change of these may make templates placeable on a Kubernetes runtime.
+PLACEMENT_FIELDS = ("driver", "labels", "enabled")
+
+
+def runtime_fit_problem(runtime: Runtime) -> str:
+    """Why ``runtime`` (as it is about to be saved) must not be: it is an enabled
+    ``kubernetes`` runtime that templates could be placed on which ask what Pod Security
+    "restricted" forbids (``spec.kubernetes_fit.templates_unfit_for``); '' when none
+    does. Their creates would otherwise fail in a worker."""
+    if not runtime.enabled:
+        return ""
+    unfit = templates_unfit_for(runtime, settings.GOBRAVE["container"]["security"])
+    if not unfit:
+        return ""
+    more = " …" if len(unfit) > 5 else ""
+    return (
+        f"templates that could be placed here ask what Kubernetes refuses "
+        f"({'; '.join(unfit[:5])}{more}): change them, or give this runtime labels they "
+        "do not match"
+    )
+
+
+def _fits(runtime: Runtime) -> None:
+    problem = runtime_fit_problem(runtime)
+    if problem:
+        raise InvalidRuntime(f"labels: {problem}", fields={"labels": problem})
+
+
 def runtime_create(*, actor: str = "", **fields: Any) -> Runtime:
     """Create a runtime from ``WRITABLE`` fields, checked (``InvalidRuntime`` otherwise).
 
@@ -83,6 +114,7 @@ def runtime_create(*, actor: str = "", **fields: Any) -> Runtime:
         raise InvalidRuntime(f"unknown runtime fields: {', '.join(sorted(unknown))}")
     runtime = Runtime(**fields)
     _checked(runtime)
+    _fits(runtime)
     with transaction.atomic():
         runtime.save()
         settings = {f: _shown(f, getattr(runtime, f)) for f in WRITABLE}
@@ -195,6 +227,8 @@ def runtime_update(*, runtime_id: int, actor: str, reason: str = "", **fields: A
         for field, value in fields.items():
             setattr(runtime, field, value)
         _checked(runtime)
+        if any(before[f] != getattr(runtime, f) for f in PLACEMENT_FIELDS if f in fields):
+            _fits(runtime)
         # clean() derives a kubernetes row's base_url and fills its blank defaults.
         derived = {"base_url", "kube_volume_size", "kube_access_mode"}
         runtime.save(update_fields=sorted({*fields, *derived}))

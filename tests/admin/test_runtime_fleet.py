@@ -11,7 +11,7 @@ from containers.models import ContainerEvent, ContainerInstance, Runtime, Runtim
 from dags.models import DagRun
 from outbox.models import OutboxEvent
 from tests.admin.test_other_admins import _engine_calls
-from tests.factories import InstanceFactory, RequestFactory, RuntimeFactory
+from tests.factories import InstanceFactory, RequestFactory, RuntimeFactory, TemplateFactory
 from tests.plans import plan_of
 
 pytestmark = pytest.mark.django_db
@@ -239,3 +239,27 @@ def test_a_runtime_id_filter_that_is_not_an_id_is_the_invalid_filter_page(as_use
     changelist = reverse("admin:containers_runtimeevent_changelist")
     response = as_user(operator).get(changelist, {"runtime_id": value})
     assert response.status_code == 302 and response["Location"].endswith("?e=1"), response
+
+
+def test_the_runtime_form_refuses_a_kubernetes_runtime_templates_refused_there_could_use(
+    as_user, superuser, tmp_path
+):
+    TemplateFactory(name="as-root", constraints={"gpu": "yes"}, security={"user": 0})
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    form = {
+        "name": "cluster",
+        "driver": "kubernetes",
+        "base_url": "unix:///var/run/docker.sock",  # the form's default; derived for a cluster
+        "kube_namespace": "users",
+        "kube_config": str(kubeconfig),
+        "kube_volume_size": "1Gi",
+        "kube_access_mode": "ReadWriteOnce",
+        "labels": '{"gpu": "yes"}',
+        "enabled": "on",
+    }
+    response = as_user(superuser).post(reverse("admin:containers_runtime_add"), form)
+    assert response.status_code == 200, response.status_code
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == ["labels"] and "as-root" in errors["labels"][0], errors
+    assert not Runtime.objects.filter(name="cluster").exists()

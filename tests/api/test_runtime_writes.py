@@ -137,3 +137,37 @@ def test_a_capacity_is_set_changed_refused_below_one_and_emptied(root):
     assert changed.status_code == 200, changed.content
     row = Runtime.objects.filter(name="sized").values("max_containers", "max_concurrency").get()
     assert row == {"max_containers": None, "max_concurrency": 2}, row
+
+
+def test_a_kubernetes_runtime_templates_that_kubernetes_refuses_could_go_to_is_a_400(
+    root, tmp_path
+):
+    """The other half of the template check: a template written for Docker (root) must
+    not become placeable on a Kubernetes runtime added or relabelled later."""
+    from containers.models import ContainerTemplate
+
+    ContainerTemplate.objects.create(
+        name="as-root", image="busybox", constraints={"gpu": "yes"}, security={"user": 0}
+    )
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    body = {
+        "name": "cluster-3",
+        "driver": "kubernetes",
+        "kube_namespace": "users",
+        "kube_config": str(kubeconfig),
+        "labels": {"gpu": "yes"},
+    }
+    error = assert_error(root.post("/api/runtimes/", body, format="json"), 400, "invalid_runtime")
+    assert "as-root: security.user: root is refused" in error["details"]["fields"]["labels"], error
+    assert not Runtime.objects.filter(name="cluster-3").exists()
+
+    body["labels"] = {"gpu": "no"}
+    created = root.post("/api/runtimes/", body, format="json")
+    assert created.status_code == 201, created.content
+    url = f"/api/runtimes/{created.json()['id']}/"
+    error = assert_error(root.patch(url, {"labels": {"gpu": "yes"}}, format="json"), 400)
+    assert "as-root" in error["message"], error
+    assert Runtime.objects.get(name="cluster-3").labels == {"gpu": "no"}
+    # Another change of a runtime that fits goes through.
+    assert root.patch(url, {"max_containers": 4}, format="json").status_code == 200
