@@ -32,12 +32,13 @@ from containers.requests.services import (
 from containers.requests.slots import engine_usage
 from containers.spec.engine_parts import RUNTIME_NAME_STANDIN, WORKSPACE_PATH_STANDIN
 from containers.states import Status
+from outbox import registry, relay
 from outbox.models import OutboxEvent
 from outbox.registry import Defer
 from outbox.services import outbox_release_deferred
 from tests.factories import RuntimeFactory, TemplateFactory
 from tests.placing import place
-from tests.processes import outbox_rows, relay_drain
+from tests.processes import outbox_rows, relay_drain, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -197,6 +198,96 @@ def test_each_engines_max_concurrency_is_exact_under_100_concurrent_creates(
     for runtime, most in ((a, 2), (b, 3), (c, 4)):
         seen = max(s[runtime.pk].slots for s in samples if runtime.pk in s)
         assert seen == most, (runtime.name, seen, rows())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_40_creates_through_concurrent_claims_and_handlers_place_exactly_10_on_caps_2_3_5(
+    postgres, tmp_path, owner, gobrave_config, monkeypatch
+):
+    """The whole path, not ``_begin`` alone: four threads claim (``relay.claim``, whose
+    guard judges capped engines: ``claims_within_capacity``) and run the handlers
+    (``relay.execute``) at once, while a sampler counts each engine's places."""
+    _roomy(gobrave_config, prefetch=5)  # a claim window of 8: every thread claims at once
+    a, b, c = _engines(tmp_path, a=(2, None), b=(3, None), c=(5, None))
+    template = TemplateFactory(name="pooled", constraints={"pool": "p"})
+    for _ in range(40):
+        container_create_by_template(template=template, owner=owner, actor="t")
+    guard = registry.claim_guard(Queue.CREATE)
+    judged: list[tuple[int, int]] = []  # (rows selected, rows let go), per claim
+
+    def watched(rows):
+        allowed = guard(rows)
+        judged.append((len(rows), len(allowed)))
+        return allowed
+
+    monkeypatch.setitem(registry._claim_guards, Queue.CREATE, watched)
+    stop = threading.Event()
+    outcomes: Counter = Counter()
+    samples: list[dict] = []
+    errors: list[str] = []
+
+    def work() -> None:
+        try:
+            while not stop.is_set():
+                claimed = relay.claim(Queue.CREATE, 2)
+                for event_id, token in claimed:
+                    outcomes[relay.execute(event_id, token)] += 1
+                if not claimed:
+                    stop.wait(0.01)  # nothing due: the next poll
+        except Exception as exc:  # noqa: BLE001 - a deadlock or any error fails the test
+            errors.append(repr(exc))
+        finally:
+            connection.close()
+
+    def sample() -> None:
+        try:
+            while not stop.wait(0.005):
+                samples.append(engine_usage())
+        finally:
+            connection.close()
+
+    reason = "waiting: no engine with room: a (2/2), b (3/3), c (5/5)"
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    threads.append(threading.Thread(target=sample))
+    for thread in threads:
+        thread.start()
+    try:
+        wait_for(
+            lambda: (
+                errors
+                or (
+                    ContainerInstance.objects.filter(status="running").count() == 10
+                    and ContainerInstance.objects.filter(
+                        status="pending", status_reason=reason
+                    ).count()
+                    == 30
+                )
+            ),
+            timeout=60,
+            message="10 running, 30 waiting with the reason",
+            describe=lambda: f"{rows()}\n{outbox_rows()}",
+        )
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert not errors, errors
+    placed = Counter(
+        ContainerInstance.objects.filter(status="running").values_list("runtime__name", flat=True)
+    )
+    assert placed == {"a": 2, "b": 3, "c": 5}, rows()
+    assert not ContainerInstance.objects.filter(status="pending", runtime__isnull=False), rows()
+    requests = OutboxEvent.objects.filter(queue=Queue.CREATE)
+    assert set(requests.values_list("status", "attempts")) == {("pending", 0), ("sent", 0)}, (
+        outbox_rows()
+    )
+    assert requests.filter(status="sent").count() == outcomes["sent"] == 10, (outcomes, rows())
+    assert sum(selected - allowed for selected, allowed in judged) > 0, judged  # parked
+    totals = [sum(u.containers for u in sample.values()) for sample in samples]
+    assert samples and max(totals) == 10, (max(totals), len(samples))  # never 11
+    for runtime, most in ((a, 2), (b, 3), (c, 5)):
+        seen = max(sample.get(runtime.pk).containers for sample in samples if runtime.pk in sample)
+        assert seen == most, (runtime.name, seen)
 
 
 def test_spread_takes_the_least_loaded_relative_to_capacity_and_pack_fills_one_first(
