@@ -36,7 +36,7 @@ from outbox import registry, relay
 from outbox.models import OutboxEvent
 from outbox.registry import Defer
 from outbox.services import outbox_release_deferred
-from tests.factories import RuntimeFactory, TemplateFactory
+from tests.factories import RuntimeFactory, TemplateFactory, UserFactory
 from tests.placing import place
 from tests.processes import outbox_rows, relay_drain, wait_for
 
@@ -385,6 +385,45 @@ def test_a_waiting_create_goes_when_a_delete_frees_room(tmp_path, owner, gobrave
     assert sorted(relay_drain()) == ["sent", "sent"], (rows(), outbox_rows())
     assert rows() == [("pooled-" + str(second.pk)[:8], "running", "only", "", rows()[0][4])], rows()
     assert engine_for(only).calls("create") and len(engine_for(only).calls("create")) == 2
+
+
+def test_creates_waiting_on_a_full_engine_go_in_fair_share_order_not_acceptance_order(
+    tmp_path, owner, gobrave_config
+):
+    """Contract §3 (fair share): when a place frees, the waiting owner served least
+    recently goes first (bob, never served), not the oldest create (alice's, accepted
+    first and first by key too); then alice's oldest."""
+    _roomy(gobrave_config)
+    _engines(tmp_path, only=(1, None))
+    template = TemplateFactory(name="pooled", constraints={"pool": "p"})
+    # "alice" is the owner whose fairness key sorts first: a tie would go to her too.
+    alice, bob = sorted((owner, UserFactory(username="bob")), key=lambda user: str(user.pk))
+    holder = container_create_by_template(template=template, owner=alice, actor="t")
+    assert relay_drain() == ["sent"], rows()  # alice served: her turn is the last one
+    waiting = [
+        container_create_by_template(template=template, owner=who, actor="t")
+        for who in (alice,) * 5 + (bob,)
+    ]
+    for _ in waiting[::3]:  # each claim's window (3) judges three: every one parked
+        assert relay_drain() == [], (rows(), outbox_rows())
+
+    def states() -> list[tuple[str, str | None, str] | None]:
+        found = ContainerInstance.objects.select_related("runtime").in_bulk(
+            [each.pk for each in waiting]
+        )
+        return [
+            (row.status, row.runtime and row.runtime.name, row.status_reason) if row else None
+            for row in (found.get(each.pk) for each in waiting)
+        ]
+
+    full = ("pending", None, "waiting: no engine with room: only (1/1)")
+    assert states() == [full] * 6, rows()
+    container_delete(instance_id=holder.pk, actor="t")  # one place frees
+    relay_drain()
+    assert states() == [full] * 5 + [("running", "only", "")], (rows(), outbox_rows())
+    container_delete(instance_id=waiting[-1].pk, actor="t")  # bob's: it frees again
+    relay_drain()
+    assert states() == [("running", "only", "")] + [full] * 4 + [None], (rows(), outbox_rows())
 
 
 def test_a_start_goes_back_to_its_cordoned_engine_and_waits_while_it_is_full(
