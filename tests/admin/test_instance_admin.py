@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -14,9 +15,11 @@ from containers.engines import engine_for
 from containers.engines.base import ContainerSpec
 from containers.execution.health import runtime_health_record
 from containers.models import ContainerEvent, ContainerInstance
+from containers.requests.services import container_create_by_template
 from containers.states import Status
 from outbox.models import OutboxEvent
-from tests.factories import InstanceFactory, RuntimeFactory
+from tests.factories import InstanceFactory, RuntimeFactory, TemplateFactory
+from tests.placing import place
 
 pytestmark = pytest.mark.django_db
 
@@ -288,6 +291,23 @@ def test_instance_page_shows_history_and_logs(as_user, operator, fake_runtime):
     assert "hello" in content
     assert "fake log line" in content
     assert f"instance_id={instance.pk}" in content  # link to the full history
+
+
+def test_instance_page_shows_where_the_instance_was_placed_and_why(
+    as_user, viewer, fake_runtime, owner
+):
+    RuntimeFactory(name="spare", base_url=f"{fake_runtime.base_url}-spare")
+    made = container_create_by_template(
+        template=TemplateFactory(name="placed"), owner=owner, actor="t"
+    )
+    placed = place(made)
+    assert placed.placement_reason == "spread: fake 0 least loaded of fake, spare", vars(placed)
+    url = reverse("admin:containers_containerinstance_change", args=[placed.pk])
+    response = as_user(viewer).get(url)
+    assert response.status_code == 200
+    content = response.content.decode()
+    row = re.search(r'<div class="[^"]*field-placement_reason.*?</div>\s*</div>', content, re.S)
+    assert row and "spread: fake 0 least loaded of fake, spare" in row.group(0), content[:3000]
 
 
 def test_instance_page_survives_an_unreachable_engine(as_user, operator):

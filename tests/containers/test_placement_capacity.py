@@ -32,12 +32,13 @@ from containers.requests.services import (
 from containers.requests.slots import engine_usage
 from containers.spec.engine_parts import RUNTIME_NAME_STANDIN, WORKSPACE_PATH_STANDIN
 from containers.states import Status
+from outbox import registry, relay
 from outbox.models import OutboxEvent
 from outbox.registry import Defer
 from outbox.services import outbox_release_deferred
-from tests.factories import RuntimeFactory, TemplateFactory
+from tests.factories import RuntimeFactory, TemplateFactory, UserFactory
 from tests.placing import place
-from tests.processes import outbox_rows, relay_drain
+from tests.processes import outbox_rows, relay_drain, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -199,6 +200,96 @@ def test_each_engines_max_concurrency_is_exact_under_100_concurrent_creates(
         assert seen == most, (runtime.name, seen, rows())
 
 
+@pytest.mark.django_db(transaction=True)
+def test_40_creates_through_concurrent_claims_and_handlers_place_exactly_10_on_caps_2_3_5(
+    postgres, tmp_path, owner, gobrave_config, monkeypatch
+):
+    """The whole path, not ``_begin`` alone: four threads claim (``relay.claim``, whose
+    guard judges capped engines: ``claims_within_capacity``) and run the handlers
+    (``relay.execute``) at once, while a sampler counts each engine's places."""
+    _roomy(gobrave_config, prefetch=5)  # a claim window of 8: every thread claims at once
+    a, b, c = _engines(tmp_path, a=(2, None), b=(3, None), c=(5, None))
+    template = TemplateFactory(name="pooled", constraints={"pool": "p"})
+    for _ in range(40):
+        container_create_by_template(template=template, owner=owner, actor="t")
+    guard = registry.claim_guard(Queue.CREATE)
+    judged: list[tuple[int, int]] = []  # (rows selected, rows let go), per claim
+
+    def watched(rows):
+        allowed = guard(rows)
+        judged.append((len(rows), len(allowed)))
+        return allowed
+
+    monkeypatch.setitem(registry._claim_guards, Queue.CREATE, watched)
+    stop = threading.Event()
+    outcomes: Counter = Counter()
+    samples: list[dict] = []
+    errors: list[str] = []
+
+    def work() -> None:
+        try:
+            while not stop.is_set():
+                claimed = relay.claim(Queue.CREATE, 2)
+                for event_id, token in claimed:
+                    outcomes[relay.execute(event_id, token)] += 1
+                if not claimed:
+                    stop.wait(0.01)  # nothing due: the next poll
+        except Exception as exc:  # noqa: BLE001 - a deadlock or any error fails the test
+            errors.append(repr(exc))
+        finally:
+            connection.close()
+
+    def sample() -> None:
+        try:
+            while not stop.wait(0.005):
+                samples.append(engine_usage())
+        finally:
+            connection.close()
+
+    reason = "waiting: no engine with room: a (2/2), b (3/3), c (5/5)"
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    threads.append(threading.Thread(target=sample))
+    for thread in threads:
+        thread.start()
+    try:
+        wait_for(
+            lambda: (
+                errors
+                or (
+                    ContainerInstance.objects.filter(status="running").count() == 10
+                    and ContainerInstance.objects.filter(
+                        status="pending", status_reason=reason
+                    ).count()
+                    == 30
+                )
+            ),
+            timeout=60,
+            message="10 running, 30 waiting with the reason",
+            describe=lambda: f"{rows()}\n{outbox_rows()}",
+        )
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert not errors, errors
+    placed = Counter(
+        ContainerInstance.objects.filter(status="running").values_list("runtime__name", flat=True)
+    )
+    assert placed == {"a": 2, "b": 3, "c": 5}, rows()
+    assert not ContainerInstance.objects.filter(status="pending", runtime__isnull=False), rows()
+    requests = OutboxEvent.objects.filter(queue=Queue.CREATE)
+    assert set(requests.values_list("status", "attempts")) == {("pending", 0), ("sent", 0)}, (
+        outbox_rows()
+    )
+    assert requests.filter(status="sent").count() == outcomes["sent"] == 10, (outcomes, rows())
+    assert sum(selected - allowed for selected, allowed in judged) > 0, judged  # parked
+    totals = [sum(u.containers for u in sample.values()) for sample in samples]
+    assert samples and max(totals) == 10, (max(totals), len(samples))  # never 11
+    for runtime, most in ((a, 2), (b, 3), (c, 5)):
+        seen = max(sample.get(runtime.pk).containers for sample in samples if runtime.pk in sample)
+        assert seen == most, (runtime.name, seen)
+
+
 def test_spread_takes_the_least_loaded_relative_to_capacity_and_pack_fills_one_first(
     tmp_path, owner, gobrave_config
 ):
@@ -294,6 +385,45 @@ def test_a_waiting_create_goes_when_a_delete_frees_room(tmp_path, owner, gobrave
     assert sorted(relay_drain()) == ["sent", "sent"], (rows(), outbox_rows())
     assert rows() == [("pooled-" + str(second.pk)[:8], "running", "only", "", rows()[0][4])], rows()
     assert engine_for(only).calls("create") and len(engine_for(only).calls("create")) == 2
+
+
+def test_creates_waiting_on_a_full_engine_go_in_fair_share_order_not_acceptance_order(
+    tmp_path, owner, gobrave_config
+):
+    """Contract §3 (fair share): when a place frees, the waiting owner served least
+    recently goes first (bob, never served), not the oldest create (alice's, accepted
+    first and first by key too); then alice's oldest."""
+    _roomy(gobrave_config)
+    _engines(tmp_path, only=(1, None))
+    template = TemplateFactory(name="pooled", constraints={"pool": "p"})
+    # "alice" is the owner whose fairness key sorts first: a tie would go to her too.
+    alice, bob = sorted((owner, UserFactory(username="bob")), key=lambda user: str(user.pk))
+    holder = container_create_by_template(template=template, owner=alice, actor="t")
+    assert relay_drain() == ["sent"], rows()  # alice served: her turn is the last one
+    waiting = [
+        container_create_by_template(template=template, owner=who, actor="t")
+        for who in (alice,) * 5 + (bob,)
+    ]
+    for _ in waiting[::3]:  # each claim's window (3) judges three: every one parked
+        assert relay_drain() == [], (rows(), outbox_rows())
+
+    def states() -> list[tuple[str, str | None, str] | None]:
+        found = ContainerInstance.objects.select_related("runtime").in_bulk(
+            [each.pk for each in waiting]
+        )
+        return [
+            (row.status, row.runtime and row.runtime.name, row.status_reason) if row else None
+            for row in (found.get(each.pk) for each in waiting)
+        ]
+
+    full = ("pending", None, "waiting: no engine with room: only (1/1)")
+    assert states() == [full] * 6, rows()
+    container_delete(instance_id=holder.pk, actor="t")  # one place frees
+    relay_drain()
+    assert states() == [full] * 5 + [("running", "only", "")], (rows(), outbox_rows())
+    container_delete(instance_id=waiting[-1].pk, actor="t")  # bob's: it frees again
+    relay_drain()
+    assert states() == [("running", "only", "")] + [full] * 4 + [None], (rows(), outbox_rows())
 
 
 def test_a_start_goes_back_to_its_cordoned_engine_and_waits_while_it_is_full(

@@ -10,11 +10,14 @@ engine must answer through the runtime's own CA regardless. The ssh engine is re
 through an ``sshd`` of the test's own on a loopback port (``tests/private_sshd.py``)
 whose sessions get ``DOCKER_HOST`` set to the private engine's socket. Over each, a container
 runs and its output is followed (aiodocker over TLS; the sync client on a thread over ssh).
+What one dockerd cannot be at once (an expired certificate, one for another name, a port
+that speaks plain HTTP) is a listener of the test's own on a loopback port.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import socket
 import ssl
@@ -172,13 +175,11 @@ def test_the_environment_naming_the_engines_own_ca_does_not_make_a_wrong_ca_righ
     assert row.last_error.startswith("wrong CA: the engine's certificate at "), _record(runtime)
 
 
-def test_an_expired_engine_certificate_is_named_as_such(tls_started, pki, tmp_path):
-    """The engine's own certificate expired: a TLS listener on loopback stands in for it
-    (one dockerd has one certificate: the module's engine keeps its valid one)."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=pki.cert("ca"))
-    context.load_cert_chain(pki.cert("engine-expired"), pki.key("engine-expired"))
+@contextlib.contextmanager
+def _listener(answer) -> Iterator[int]:
+    """A server on a loopback port (yielded) that stands in for an engine: ``answer`` gets
+    each accepted connection (closed after it); the server is gone after the block."""
     listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
 
     def serve() -> None:
         while True:
@@ -187,27 +188,84 @@ def test_an_expired_engine_certificate_is_named_as_such(tls_started, pki, tmp_pa
             except OSError:
                 return  # the listener was closed: the test is over
             try:
-                context.wrap_socket(connection, server_side=True)
+                answer(connection)
             except (ssl.SSLError, OSError):
-                pass  # the client refuses the handshake: what the test wants
+                pass  # the client gave up on the connection: what the test wants
             finally:
                 connection.close()
 
     server = threading.Thread(target=serve, daemon=True)
     server.start()
     try:
-        runtime = _tls_runtime(tls_started, pki, base_url=f"tcp://127.0.0.1:{port}")
-        assert "notAfter" in pki.not_after("engine-expired")
-        assert not runtime_health_check(runtime=runtime), _record(runtime)
-        row = Runtime.objects.get(pk=runtime.pk)
-        assert re.search(
-            r"^the engine's certificate at 127\.0\.0\.1:\d+ has expired: renew it$", row.last_error
-        ), _record(runtime)
+        yield listener.getsockname()[1]
     finally:
         listener.shutdown(socket.SHUT_RDWR)  # ends the accept() under way (close would not)
         listener.close()
         server.join(timeout=10)
         assert not server.is_alive()
+
+
+def _speaks_tls(pki: Pki, name: str):
+    """An ``answer`` that does the TLS handshake with certificate ``name`` of the pki."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=pki.cert("ca"))
+    context.load_cert_chain(pki.cert(name), pki.key(name))
+    return lambda connection: context.wrap_socket(connection, server_side=True)
+
+
+def _speaks_plain_http(connection: socket.socket) -> None:
+    """What a plain HTTP server answers to bytes it cannot parse (a TLS ClientHello)."""
+    connection.recv(4096)
+    connection.sendall(
+        b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+
+
+def _refused_with(runtime: Runtime, pattern: str) -> None:
+    assert not runtime_health_check(runtime=runtime), _record(runtime)
+    row = Runtime.objects.get(pk=runtime.pk)
+    assert row.health == Runtime.Health.UNREACHABLE, _record(runtime)
+    assert re.search(pattern, row.last_error), _record(runtime)
+
+
+def test_an_expired_engine_certificate_is_named_as_such(tls_engine, pki):
+    """The engine's own certificate expired: a TLS listener on loopback stands in for it
+    (one dockerd has one certificate: the module's engine keeps its valid one)."""
+    assert "notAfter" in pki.not_after("engine-expired")
+    with _listener(_speaks_tls(pki, "engine-expired")) as port:
+        runtime = _tls_runtime(tls_engine, pki, base_url=f"tcp://127.0.0.1:{port}")
+        _refused_with(
+            runtime, r"^the engine's certificate at 127\.0\.0\.1:\d+ has expired: renew it$"
+        )
+
+
+@pytest.mark.parametrize(
+    "host, san",
+    [("127.0.0.1", "IP:127.0.0.2"), ("localhost", "DNS:engine-3.example.net")],
+)
+def test_an_engine_certificate_for_another_name_is_named_as_such(tls_engine, pki, host, san):
+    """Signed by the runtime's CA and valid, but its subjectAltName names another address
+    (or host) than the runtime's URL: a TLS listener on loopback serves it."""
+    name = f"engine-other-{san.split(':')[0].lower()}"
+    pki.signed("ca", name, f"subjectAltName={san}")
+    with _listener(_speaks_tls(pki, name)) as port:
+        runtime = _tls_runtime(tls_engine, pki, name=name, base_url=f"tcp://{host}:{port}")
+        _refused_with(
+            runtime,
+            rf"^the engine's certificate is not for {re.escape(host)}:{port}: its "
+            r"subjectAltName must name the host or address in the runtime's URL$",
+        )
+
+
+def test_a_tls_runtime_at_a_port_that_speaks_plain_http_is_named_as_such(tls_engine, pki):
+    """The runtime has its TLS files, the port answers in plain HTTP (not dockerd's TLS
+    port: a plain HTTP listener on loopback)."""
+    with _listener(_speaks_plain_http) as port:
+        runtime = _tls_runtime(tls_engine, pki, base_url=f"tcp://127.0.0.1:{port}")
+        _refused_with(
+            runtime,
+            rf"^TLS to a port that does not speak TLS: 127\.0\.0\.1:{port} answers in plain "
+            r"text$",
+        )
 
 
 @pytest.fixture(scope="module")
