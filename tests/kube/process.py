@@ -95,6 +95,13 @@ class ClusterProcess:
         each one's status write (one wall clock for both processes on one machine)."""
         return self._ask("finish", namespace=namespace, names=names, exit_code=exit_code)
 
+    def pod_times(self, namespace: str, name: str) -> dict[str, float | None]:
+        """When Pod ``name`` was made (``made``: its create stored, before the API's answer
+        is written) and when the kubelet began the status write that made it ``Running``
+        (``running``), by ``time.time()`` in the cluster process; None for what has not
+        happened (the last Pod of that name)."""
+        return self._ask("pod_times", namespace=namespace, name=name)
+
     def seconds(self) -> dict[str, float]:
         """The child's own time so far: ``busy`` (the emulator's request handlers,
         ``Emulator.busy_seconds``), ``kubelet`` (its steps, ``FakeKubelet.busy_seconds``),
@@ -111,6 +118,7 @@ def _serve(directory: Path, commands: IO[str], answers: IO[str]) -> None:
     from tests.kube.kubelet import FakeKubelet
 
     emulator = Emulator(directory).start()
+    clock = _PodClock(emulator.store)
     kubelet = FakeKubelet(emulator.store).start()
 
     def finish(namespace: str, names: list[str], exit_code: int) -> dict[str, float]:
@@ -127,6 +135,7 @@ def _serve(directory: Path, commands: IO[str], answers: IO[str]) -> None:
             Path(path), namespace
         ),
         "finish": finish,
+        "pod_times": lambda namespace, name: clock.times.get((namespace, name), {}),
         "seconds": lambda: {
             "busy": emulator.busy_seconds,
             "kubelet": kubelet.busy_seconds,
@@ -146,6 +155,40 @@ def _serve(directory: Path, commands: IO[str], answers: IO[str]) -> None:
     finally:
         kubelet.stop()
         emulator.stop()
+
+
+class _PodClock:
+    """Times each Pod's create and its first status write into ``Running`` (wall clock),
+    wrapping this store's ``create`` and ``update`` (only this child's store). The kubelet
+    may step a new Pod to ``Running`` before its create returns to the API's handler (its
+    thread is woken by the store): a ``Running`` write from then on is the new Pod's."""
+
+    def __init__(self, store: Any) -> None:
+        self.times: dict[tuple[str, str], dict[str, float | None]] = {}
+        create, update = store.create, store.update
+
+        def timed_create(resource: str, namespace: str, body: dict, **kwargs: Any) -> Any:
+            began = time.time()
+            made = create(resource, namespace, body, **kwargs)
+            stored = time.time()
+            if resource == "pods" and not kwargs.get("dry_run"):
+                key = (namespace, made["metadata"]["name"])
+                running = (self.times.get(key) or {}).get("running")
+                running = running if running is not None and running >= began else None
+                at = stored if running is None else min(stored, running)
+                self.times[key] = {"made": at, "running": running}
+            return made
+
+        def timed_update(resource: str, namespace: str, name: str, change, **kwargs: Any) -> Any:
+            began = time.time()
+            updated = update(resource, namespace, name, change, **kwargs)
+            if resource == "pods" and (updated.get("status") or {}).get("phase") == "Running":
+                seen = self.times.setdefault((namespace, name), {"made": None, "running": None})
+                if seen["running"] is None:
+                    seen["running"] = began
+            return updated
+
+        store.create, store.update = timed_create, timed_update
 
 
 def main() -> None:

@@ -31,6 +31,8 @@ def phase_reached(core: client.CoreV1Api, name: str, phase: str) -> client.V1Pod
 
 
 def test_a_cluster_in_its_own_process_runs_and_finishes_pods_and_reports_its_own_time(tmp_path):
+    """Its answers: the Pods' times (made, Running, each status write of ``finish``) on
+    the wall clock both processes share, its busy and CPU seconds, its refusals."""
     cluster = ClusterProcess(tmp_path).start()
     try:
         cluster.create_namespace(NAMESPACE)
@@ -40,12 +42,15 @@ def test_a_cluster_in_its_own_process_runs_and_finishes_pods_and_reports_its_own
         with config.new_client_from_config(str(tmp_path / "kubeconfig"), context) as api:
             core = client.CoreV1Api(api)
             for name in ("one", "two"):
+                asked = time.time()
                 core.create_namespaced_pod(NAMESPACE, {
                     "metadata": {"name": name},
                     "spec": {"containers": [{"name": "main", "image": "busybox:1"}],
                              "restartPolicy": "Never"},
                 })  # fmt: skip
                 phase_reached(core, name, "Running")
+                times = cluster.pod_times(NAMESPACE, name)
+                assert asked <= times["made"] <= times["running"] <= time.time(), (asked, times)
             asked = time.time()
             written = cluster.finish(NAMESPACE, ["one", "two"], 3)
             answered = time.time()
