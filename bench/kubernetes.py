@@ -303,7 +303,17 @@ def watch_lag(owner, template, cluster, n: int, timeout: float, split: Split):
     written = {str(i): by_pod[names[i]] for i in ids}
     stopped = reached(ids, "stopped", timeout=timeout)
     lags = [stopped[key].timestamp() - at for key, at in written.items()]
-    return lags, setup, split.report(list(by_pod), by_pod)
+    burst = (min(written.values()), max(written.values()), max(stopped.values()).timestamp())
+    return lags, setup, split.report(list(by_pod), by_pod), burst
+
+
+def passes_during(passes: list[tuple[float, float]], began: float, ended: float) -> str:
+    """The monitor's reconcile passes (wall-clock (start, end)) that overlapped a burst."""
+    inside = [(a, b) for a, b in passes if a < ended and b > began]
+    spans = ", ".join(f"{(b - a) * 1000:.0f} ms" for a, b in inside)
+    return f"{len(inside)} reconcile pass(es) of the monitor overlapped it" + (
+        f" ({spans})" if inside else ""
+    )
 
 
 def main() -> int:
@@ -345,6 +355,17 @@ def main() -> int:
             fake = Timed(engine_for(fake_runtime))
             split = Split()
             monitor = Monitor(installation=installation)
+            passes: list[tuple[float, float]] = []  # the reconcile's (start, end), wall clock
+            reconcile = monitor._reconcile
+
+            def timed_reconcile() -> None:
+                began = time.time()
+                try:
+                    reconcile()
+                finally:
+                    passes.append((began, time.time()))
+
+            monitor._reconcile = timed_reconcile
             thread = threading.Thread(target=monitor.run, name="monitor", daemon=True)
             thread.start()
             c.header("Kubernetes: gobrave's own part of a create, and the watch's lag")
@@ -427,7 +448,7 @@ def main() -> int:
             print(f"\n2. watch lag, Pod status write -> state row ({c.load()})")
             for n in counts:
                 before = cluster.seconds()
-                lags, setup, where = watch_lag(
+                lags, setup, where, (first, last, done) = watch_lag(
                     owner, templates["kubernetes"], cluster, n, args.timeout, split
                 )
                 spent = {k: v - before[k] for k, v in cluster.seconds().items()}
@@ -440,6 +461,11 @@ def main() -> int:
                     f"process's CPU {spent['cpu']:.1f} s; {c.load()})"
                 )
                 print(f"   {'':11} {where}")
+                print(
+                    f"   {'':11} the status writes took {(last - first) * 1000:.0f} ms, the "
+                    f"last row came {(done - last) * 1000:.0f} ms after the last write; "
+                    f"{passes_during(passes, first, done)}"
+                )
                 if n == max(counts) and n >= 1000:
                     p99 = c.percentile(lags, 99)
                     print(
