@@ -269,13 +269,18 @@ class Engine(Protocol):
         permanent error.
         """
 
-    def start(self, ref: str, spec: ContainerSpec | None = None) -> None:
+    def start(self, ref: str, spec: ContainerSpec | None = None) -> ContainerState | None:
         """Start (or unpause) the container. Idempotent on a running container.
 
         ``spec`` is the instance's stored spec (the one its create used): a driver whose
         stop removes its object (``stop_removes``) makes the object again from it; the
         others ignore it. ``StaleTaskError`` when the engine can no longer start this
         container.
+
+        Returns the container's state as the engine's answer to the start gave it (what
+        ``inspect`` would have said then: Kubernetes answers a Pod's create with the
+        Pod), or None when that answer says nothing of it (Docker's start answers 204):
+        the caller then inspects.
         """
 
     def stop(self, ref: str, timeout: int) -> None:

@@ -9,7 +9,9 @@ event carries, of the instance's current run, ``sync.event_state_current``), the
 of distinct instances are applied together here, with the same rules, in one
 transaction: the rows locked in one statement (in id order), the outbox asked once, one
 write per instance, all sent without waiting for each answer (``prepared.pipelined``:
-about one round trip for the lot), one commit.
+about one round trip for the lot), the state changes themselves as two statements for
+the whole batch (``lifecycle.moves_deferred``: the rows, then their history entries),
+one commit.
 
 An event this cannot settle from what it holds (its state may be an earlier run's, the
 row is ``failed`` and only backfilled, no node name known...) gets ``None``: the caller
@@ -37,6 +39,7 @@ from containers.execution.sync import (
 )
 from containers.models import ContainerEvent, ContainerInstance
 from containers.queues import RequestKind
+from containers.requests.lifecycle import moves_deferred
 from containers.states import IN_FLIGHT, Status
 from core import prepared
 from outbox.models import UNFINISHED, OutboxEvent
@@ -107,7 +110,8 @@ def events_apply(*, seen: list[Seen], actor: str, runtime_pk: int) -> dict[uuid.
             [i for i in running if any(s.clean_exit for s in seen if s.instance_id == i)]
         )
         busy = _busy([i for i, row in rows.items() if row.status in IN_FLIGHT])
-        with prepared.pipelined(defer=(ContainerEvent,)):  # the writes: ~one round trip
+        # the writes: ~one round trip; the moves in two statements for the whole batch
+        with prepared.pipelined(defer=(ContainerEvent,)), moves_deferred():
             for each in seen:
                 row = rows.get(each.instance_id)
                 if row is None:

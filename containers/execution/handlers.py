@@ -22,6 +22,7 @@ from containers.actors import RELAY, WORKER
 from containers.engines import engine_for
 from containers.engines.base import (
     ContainerSpec,
+    ContainerState,
     Engine,
     EngineError,
     EngineFullError,
@@ -228,9 +229,17 @@ def _record_moved(
     )
 
 
-def _apply(instance: ContainerInstance, engine: Engine, runtime_id: str, doing: str) -> bool:
+def _apply(
+    instance: ContainerInstance,
+    engine: Engine,
+    runtime_id: str,
+    doing: str,
+    started: ContainerState | None = None,
+) -> bool:
     """Step 3: record the engine id and apply what the engine says now; False when the
-    request is superseded (the instance was placed again elsewhere meanwhile).
+    request is superseded (the instance was placed again elsewhere meanwhile). What the
+    engine says is ``started`` when its ``start`` answered with the container's state
+    (a Kubernetes Pod as made), else one inspect.
 
     If the reconciler failed the instance meanwhile (start_timeout), undo what this
     worker did, after the transaction: a create removes its container, a start stops it
@@ -241,7 +250,7 @@ def _apply(instance: ContainerInstance, engine: Engine, runtime_id: str, doing: 
     nothing is recorded and the container is undone the same way (unless the new
     runtime is the same daemon), and the request is superseded.
     """
-    state = engine.inspect(runtime_id)
+    state = started if started is not None else engine.inspect(runtime_id)
     node = engine.node_name() if state else ""
     placed = instance
     with transaction.atomic():
@@ -305,13 +314,14 @@ def handle_create(event: OutboxEvent) -> Outcome:
     runtime_id = engine.create(spec)
     if not _record_created(instance, engine, runtime_id):
         return Outcome.SUPERSEDED
+    started = None
     try:
-        engine.start(runtime_id, spec)
+        started = engine.start(runtime_id, spec)
     except StaleTaskError as exc:
         runtime_id = _replace_stale(instance, engine, spec, runtime_id, exc)
         if not runtime_id:
             return Outcome.SUPERSEDED
-    if not _apply(instance, engine, runtime_id, Status.CREATING):
+    if not _apply(instance, engine, runtime_id, Status.CREATING, started):
         return Outcome.SUPERSEDED
     return Outcome.SENT
 
@@ -486,7 +496,7 @@ def handle_start(event: OutboxEvent) -> Outcome:
     _prepare(instance, engine)
     ref = state.runtime_id if state else instance.container_name
     try:
-        engine.start(ref, _spec(instance))
+        started = engine.start(ref, _spec(instance))
     except StaleTaskError as exc:
         # Unlike a create's, this container holds the user's files and logs: it is not
         # replaced, and no retry can start it (the engine keeps the stale task through
@@ -496,7 +506,7 @@ def handle_start(event: OutboxEvent) -> Outcome:
             " engine keeps a stale task for it (a daemon restart cut an earlier start"
             " short); delete the instance and create a new one"
         ) from exc
-    if not _apply(instance, engine, ref, Status.STARTING):
+    if not _apply(instance, engine, ref, Status.STARTING, started):
         return Outcome.SUPERSEDED
     return Outcome.SENT
 

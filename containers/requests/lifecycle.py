@@ -7,8 +7,11 @@ instance's row lock inside a transaction.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
@@ -201,11 +204,60 @@ def move(
     entry = _transition(
         instance, target, actor=actor, kind=kind, message=message, data=data, **fields
     )
+    kept = getattr(_deferred, "moves", None)
+    if kept is not None and not saved:  # written at the end of ``moves_deferred``
+        kept.append((instance, source, entry))
+        log.info("instance %s %s -> %s by %s %s", instance.id, source, target, actor, message)
+        return instance
+    if kept:  # a move with fields of its own: the moves kept so far go first
+        _moves_write(kept[:])
+        kept.clear()
     # One statement on PostgreSQL.
     prepared.update_and_insert(instance, MOVED_FIELDS + saved, entry)
     log.info("instance %s %s -> %s by %s %s", instance.id, source, target, actor, message)
     _moved([(instance, source)], target, actor=actor)
     return instance
+
+
+_deferred = threading.local()  # ``moves_deferred``'s moves, per thread
+
+
+@contextlib.contextmanager
+def moves_deferred() -> Iterator[None]:
+    """Inside, ``move`` makes each transition in memory (checked, as always) and keeps
+    it; when the block ends the rows are written by one statement sent for them all
+    (``prepared.update_many``) and their history entries by another
+    (``prepared.insert_many``), then what follows the moves (``_moved``, once per target
+    and actor). For a caller that moves many rows in one transaction holding their
+    locks (``event_batch``): two statements' Python work instead of one per move. A row
+    moved twice is written twice with its last state, in order. A move with ``saved``
+    fields is made at once, after the moves kept so far. Nothing kept is written if the
+    block raises (the transaction is then to be rolled back). Nested: the outer block
+    writes."""
+    if getattr(_deferred, "moves", None) is not None:
+        yield
+        return
+    kept: list[tuple[ContainerInstance, str, ContainerEvent]] = []
+    _deferred.moves = kept
+    try:
+        yield
+    finally:
+        _deferred.moves = None
+    _moves_write(kept)
+
+
+def _moves_write(kept: list[tuple[ContainerInstance, str, ContainerEvent]]) -> None:
+    """Write the moves ``moves_deferred`` kept (``(instance, source, entry)`` each), then
+    what follows them."""
+    if not kept:
+        return
+    prepared.update_many([instance for instance, _, _ in kept], MOVED_FIELDS)
+    prepared.insert_many([entry for _, _, entry in kept])
+    groups: dict[tuple[str, str], list[tuple[ContainerInstance, str]]] = {}
+    for instance, source, entry in kept:
+        groups.setdefault((entry.to_status, entry.actor), []).append((instance, source))
+    for (target, actor), moved in groups.items():
+        _moved(moved, target, actor=actor)
 
 
 def move_many(

@@ -13,7 +13,13 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from containers.models import ContainerEvent, ContainerInstance
-from containers.requests.lifecycle import container_id_record, instance_lock, move, record
+from containers.requests.lifecycle import (
+    container_id_record,
+    instance_lock,
+    move,
+    moves_deferred,
+    record,
+)
 from tests.factories import InstanceFactory, RequestFactory
 
 
@@ -117,6 +123,53 @@ def test_a_move_and_its_history_entry_are_one_statement(postgres):
     assert (stored.status, stored.exit_code) == ("stopped", 0)
     entry = ContainerEvent.objects.get(instance_id=instance.pk, to_status="stopped")
     assert (entry.from_status, entry.message, entry.actor) == ("running", "asked", "t")
+
+
+@pytest.mark.django_db
+def test_deferred_moves_are_written_at_the_blocks_end_in_two_statements(postgres):
+    """Inside ``moves_deferred`` a move is made in memory only; at the end every row and
+    every history entry is written (one statement each, for all of them), a row moved
+    twice with its last state; a block that raises writes none of them."""
+    from django.test.utils import CaptureQueriesContext
+
+    one, two = InstanceFactory(status="running"), InstanceFactory(status="creating")
+    with transaction.atomic():
+        first, second = instance_lock(one.pk), instance_lock(two.pk)
+        with CaptureQueriesContext(connection) as seen, moves_deferred():
+            move(first, "stopped", actor="t", message="exited", exit_code=0)
+            move(second, "running", actor="t", message="started")
+            move(second, "failed", actor="t", reason="it broke", exit_code=3)
+            unwritten = list(
+                ContainerInstance.objects.filter(pk__in=[one.pk, two.pk])
+                .order_by("status")
+                .values_list("status", flat=True)
+            )
+        assert unwritten == ["creating", "running"], unwritten
+        writes = [" ".join(q["sql"].split()[:3]) for q in seen.captured_queries[1:3]]
+        assert writes == ["3 times: UPDATE", "3 times: INSERT"], seen.captured_queries
+    rows = {r.pk: r for r in ContainerInstance.objects.filter(pk__in=[one.pk, two.pk])}
+    assert (rows[one.pk].status, rows[one.pk].exit_code) == ("stopped", 0), rows[one.pk]
+    assert (rows[two.pk].status, rows[two.pk].status_reason, rows[two.pk].exit_code) == (
+        "failed",
+        "it broke",
+        3,
+    ), rows[two.pk].status_reason
+    entries = ContainerEvent.objects.filter(instance_id__in=[one.pk, two.pk]).order_by("id")
+    moves = [(e.instance_id, e.from_status, e.to_status) for e in entries]
+    assert moves == [
+        (one.pk, "running", "stopped"),
+        (two.pk, "creating", "running"),
+        (two.pk, "running", "failed"),
+    ], moves
+
+    three = InstanceFactory(status="running")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        locked = instance_lock(three.pk)
+        with moves_deferred():
+            move(locked, "stopped", actor="t", exit_code=0)
+            raise RuntimeError("the batch failed")
+    assert ContainerInstance.objects.get(pk=three.pk).status == "running"
+    assert not ContainerEvent.objects.filter(instance_id=three.pk).exists()
 
 
 @pytest.mark.django_db

@@ -293,6 +293,27 @@ def test_start_runs_it_and_a_second_start_changes_nothing(harness: Harness) -> N
     assert state is not None and state.name == spec.name
 
 
+def test_a_start_answers_none_or_the_state_of_the_run_it_made(harness: Harness) -> None:
+    """What a start returns stands in for the handler's inspect after it (``_apply``):
+    None (the caller inspects), or this container's state, of a live run, never an
+    earlier run's that ended (a start after a stop, where the object is made again)."""
+    spec = harness.spec()
+    harness.before_start(spec, "serve")
+    ref = harness.engine.create(spec)
+    answers = [harness.engine.start(ref, spec), harness.engine.start(ref, spec)]
+    harness.wait(ref, {"running"})
+    harness.engine.stop(ref, 1)
+    answers.append(harness.engine.start(ref, spec))
+    for answer in answers:
+        if answer is None:
+            continue
+        assert answer.name == spec.name and answer.runtime_id == ref, answer
+        assert answer.labels[LABEL_INSTANCE] == spec.labels[LABEL_INSTANCE], answer
+        assert answer.status in ("created", "running"), answer
+    if harness.driver == "kubernetes":  # its create of the Pod answers with the Pod
+        assert all(answer is not None for answer in answers), answers
+
+
 def test_a_stop_leaves_what_the_driver_declares_and_is_idempotent(harness: Harness) -> None:
     spec = harness.spec()
     ref = harness.run(spec)

@@ -176,13 +176,13 @@ class KubernetesEngine:
 
     def _create_or_adopt(
         self, what: str, kind: str, body: dict[str, Any], *, owner_key: str, owner: str
-    ) -> bool:
-        """Create ``body`` (True); if its name is taken, the holder is adopted (False)
-        when its ``owner_key`` label is ``owner``, else a permanent error."""
+    ) -> dict[str, Any] | None:
+        """Create ``body``: the object as the API made it; if its name is taken, the
+        holder is adopted (None) when its ``owner_key`` label is ``owner``, else a
+        permanent error."""
         name = body["metadata"]["name"]
         try:
-            self._call(what, f"create_namespaced_{kind}", self.namespace, body)
-            return True
+            return self._call(what, f"create_namespaced_{kind}", self.namespace, body)
         except EngineError as exc:
             if "(HTTP 409)" not in str(exc):
                 raise
@@ -195,7 +195,7 @@ class KubernetesEngine:
                 f"{what}: the name is held by another object ({owner_key}={theirs!r},"
                 f" not {owner!r})"
             )
-        return False
+        return None
 
     def remove_volume(self, name: str) -> None:
         self._call(
@@ -244,7 +244,7 @@ class KubernetesEngine:
             owner_key=LABEL_INSTANCE,
             owner=spec.labels.get(LABEL_INSTANCE, ""),
         )
-        if not made:  # adopted: its values become the stored spec's
+        if made is None:  # adopted: its values become the stored spec's
             self._call(
                 f"update secret {name}",
                 "patch_namespaced_secret",
@@ -253,9 +253,10 @@ class KubernetesEngine:
                 {"stringData": secret["stringData"]},
             )
 
-    def _pod_create(self, spec: ContainerSpec) -> bool:
-        """Make the Pod of ``spec`` (its Secret first): True; False when a Pod of this
-        instance holds the name already; anything else holding it is a permanent error."""
+    def _pod_create(self, spec: ContainerSpec) -> dict[str, Any] | None:
+        """Make the Pod of ``spec`` (its Secret first): the Pod as the API made it; None
+        when a Pod of this instance holds the name already; anything else holding it is
+        a permanent error."""
         self._secret_ensure(spec)
         body = pods.pod_manifest(spec, access_mode=self.target.access_mode)
         return self._create_or_adopt(
@@ -329,7 +330,7 @@ class KubernetesEngine:
             memory += float(parse_quantity(usage.get("memory", "0")))
         return ContainerStats(read_at=time.time(), cpu_cores=cpu, memory_bytes=int(memory))
 
-    def start(self, ref: str, spec: ContainerSpec | None = None) -> None:
+    def start(self, ref: str, spec: ContainerSpec | None = None) -> ContainerState:
         """Make the Pod from ``spec`` (the stored spec). Nothing when it is pending or
         running; one that ended (a Pod never restarts: ``restartPolicy: Never``) or is
         being deleted is deleted and made again, as Docker restarts an exited container.
@@ -337,24 +338,28 @@ class KubernetesEngine:
         The Pod is made first and looked at only when its name is taken (the common
         start, of a Pod that is not there, is one call): a Pod of this instance is then
         read, and left if live, else deleted and made again; anything else holding the
-        name is a permanent error (``_create_or_adopt``).
+        name is a permanent error (``_create_or_adopt``). Returns the Pod's state as the
+        API answered: the Pod it made (nearly always ``Pending``), or the live one read.
         """
         if spec is None:
             state = self.inspect(ref)
             if state is not None and state.status in LIVE:
-                return
+                return state
             raise PermanentEngineError(f"start {ref}: no Pod, and no stored spec to make it")
-        if self._pod_create(spec):
-            return
+        made = self._pod_create(spec)
+        if made is not None:
+            return state_of(made)
         state = self.inspect(ref)
         if state is None:  # deleted since its name was found taken: a retry makes it
             raise EngineError(f"start {ref}: the Pod went away while being started")
         if state.status in LIVE:
-            return
+            return state
         self._delete_pod(ref, grace=0)
         self._wait_gone(ref, grace=0)
-        if not self._pod_create(spec):
+        made = self._pod_create(spec)
+        if made is None:
             raise EngineError(f"start {ref}: a Pod of the same name was made meanwhile")
+        return state_of(made)
 
     def _delete_pod(self, ref: str, *, grace: int) -> None:
         self._call(
