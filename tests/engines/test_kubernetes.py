@@ -760,6 +760,90 @@ def test_a_lost_node_keeps_the_instance_running_with_the_reason(kube, kube_runti
     assert row.status_reason.startswith("no word from its node: "), row.status_reason
 
 
+@pytest.mark.django_db(transaction=True)
+def test_past_engine_lost_after_an_instance_on_a_silent_node_is_given_up(
+    kube, kube_runtime, owner, gobrave_config
+):
+    """The API server answers but the Pod's node is silent: ``engine_lost_after`` bounds
+    the wait of that instance as it bounds a whole engine's (once, with a history entry;
+    the orphan scan then removes the Pod it gave up)."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from containers.execution.reconciler import reconcile
+    from containers.models import ContainerEvent, ContainerInstance
+    from containers.requests.services import container_create_by_template
+    from tests.factories import TemplateFactory
+    from tests.processes import relay_drain
+
+    gobrave_config(container={"engine_lost_after": 60.0})
+    template = TemplateFactory(name="kube-gone", constraints={"engine": "kube"})
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert relay_drain() == ["sent"]
+    row = _settle(instance, "running")
+    kube.kubelet.lose_node(kube.namespace, row.container_name)
+    deadline = time.monotonic() + 10 * PATIENCE
+    while row.engine_silent_since is None and time.monotonic() < deadline:
+        reconcile()
+        row = ContainerInstance.objects.get(pk=instance.pk)
+    assert row.status == "running", (row.status, row.status_reason)
+    assert row.engine_silent_since is not None, row.status_reason
+    reconcile()  # within the bound: kept
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.runtime_missing) == ("running", False), row.status_reason
+    ContainerInstance.objects.filter(pk=instance.pk).update(
+        engine_silent_since=timezone.now() - dt.timedelta(seconds=61)
+    )
+    reconcile()
+    reconcile()  # idempotent: given up once
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.runtime_missing) == ("failed", True), row.status_reason
+    assert row.status_reason.startswith("engine lost: no word from its node "), row.status_reason
+    assert "engine_lost_after (60 s)" in row.status_reason, row.status_reason
+    assert row.engine_silent_since is None
+    lost = list(
+        ContainerEvent.objects.filter(instance_id=instance.pk, kind="engine_lost").values_list(
+            "from_status", "to_status", "message"
+        )
+    )
+    assert [entry[:2] for entry in lost] == [("running", "failed")], lost
+    deadline = time.monotonic() + 10 * PATIENCE
+    while engine_for_cluster(kube).inspect(row.container_name) is not None:
+        assert time.monotonic() < deadline, "the Pod given up was not removed"
+        reconcile()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_node_that_reports_again_clears_the_silence(kube, kube_runtime, owner):
+    """A silence recorded and then a Pod heard from again (a state other than Unknown):
+    the reason and ``engine_silent_since`` clear, so a later silence counts anew."""
+    from django.db import transaction
+
+    from containers.engines.base import ContainerState
+    from containers.execution.sync import state_apply
+    from containers.models import ContainerInstance
+    from containers.requests.lifecycle import instance_lock
+    from containers.requests.services import container_create_by_template
+    from tests.factories import TemplateFactory
+    from tests.processes import relay_drain
+
+    template = TemplateFactory(name="kube-back", constraints={"engine": "kube"})
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert relay_drain() == ["sent"]
+    row = _settle(instance, "running")
+    silent = ContainerState(runtime_id=row.container_id, name=row.container_name, status="unknown")
+    back = ContainerState(runtime_id=row.container_id, name=row.container_name, status="running")
+    for state in (silent, back):
+        with transaction.atomic():
+            assert state_apply(instance_lock(instance.pk), state, actor="t") is False
+        if state is silent:
+            row = ContainerInstance.objects.get(pk=instance.pk)
+            assert row.engine_silent_since is not None, row.status_reason
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.status_reason, row.engine_silent_since) == ("running", "", None)
+
+
 @pytest.mark.django_db
 def test_the_heartbeat_and_a_ping_find_a_kubernetes_engine_answering_and_a_closed_one_not(
     kube, kube_runtime
