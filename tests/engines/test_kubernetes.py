@@ -883,6 +883,38 @@ def test_a_kubernetes_start_is_declared_as_not_waiting_for_the_pod_to_run():
     assert driver_class("fake").start_runs is True
 
 
+def test_on_a_real_cluster_the_contract_harness_leaves_the_kubelet_be_and_pulls_its_image(
+    kube, monkeypatch
+):
+    """The contract suite's harness on a real cluster (``KubeCluster.real``, here pointed at
+    the emulator): no fake kubelet rule (asking for one would skip the test), the image
+    of ``GOBRAVE_TEST_KUBE_IMAGE`` pulled if not present; on the emulator, the local image,
+    never pulled."""
+    from tests.engines.kube_harness import REAL_IMAGE, harness_for, real_cluster_image
+    from tests.engines.test_contract import IMAGE as LOCAL_IMAGE
+    from tests.engines.test_contract import Harness
+    from tests.kube.fixtures import KubeCluster
+
+    assert real_cluster_image() == REAL_IMAGE == "busybox:1.36"
+    emulated = harness_for(kube, Harness).spec()
+    assert (emulated.image, emulated.pull_policy) == (LOCAL_IMAGE, "never"), emulated
+    monkeypatch.setenv("GOBRAVE_TEST_KUBE_IMAGE", "registry.example/tools/busybox:1.36")
+    real = KubeCluster(kube.kubeconfig_path, kube.context, kube.namespace, real=True)
+    harness = harness_for(real, Harness)
+    made = harness.spec(harness.exit_with(3))
+    try:
+        harness.run(made, "exit3")
+    except pytest.skip.Exception as exc:
+        pytest.fail(f"before_start asked for the fake kubelet on a real cluster: {exc}")
+    container = raw_pod(kube, made.name)["spec"]["containers"][0]
+    assert (container["image"], container["imagePullPolicy"]) == (
+        "registry.example/tools/busybox:1.36",
+        "IfNotPresent",
+    ), container
+    assert container["args"] == ["sh", "-c", "exit 3"], container
+    harness.cleanup()
+
+
 def test_a_dollar_in_a_command_or_env_value_reaches_the_container_as_written():
     """Kubernetes expands ``$(VAR)`` and folds ``$$`` in args and env values; Docker does
     not: the Pod carries every ``$`` doubled, which the kubelet turns back into one."""
