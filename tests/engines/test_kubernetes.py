@@ -915,6 +915,57 @@ def test_on_a_real_cluster_the_contract_harness_leaves_the_kubelet_be_and_pulls_
     harness.cleanup()
 
 
+@pytest.mark.parametrize(
+    ("pull_policy", "image_pull_policy"),
+    [("never", "Never"), ("if_not_present", "IfNotPresent"), ("always", "Always")],
+)
+def test_each_pull_policy_is_the_pods_image_pull_policy(pull_policy, image_pull_policy):
+    from containers.engines.kubernetes.pods import pod_manifest
+    from containers.models import PullPolicy
+
+    assert set(pods.PULL_POLICIES) == set(PullPolicy.values), pods.PULL_POLICIES
+    container = pod_manifest(spec(pull_policy=pull_policy))["spec"]["containers"][0]
+    assert container["imagePullPolicy"] == image_pull_policy, container
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stop_deletes_the_pod_with_stop_timeout_as_its_grace_period(
+    kube, kube_runtime, owner, gobrave_config
+):
+    """``container.stop_timeout`` is the Pod delete's ``gracePeriodSeconds``: the API
+    server's record of the delete (the Pod's ``deletionGracePeriodSeconds``, in the
+    watch's history from before the stop) says so."""
+    from kubernetes import watch
+
+    from containers.requests.services import container_create_by_template, container_stop
+    from tests.factories import TemplateFactory
+    from tests.processes import relay_drain
+
+    gobrave_config(container={"stop_timeout": 7})
+    template = TemplateFactory(name="kube-grace", constraints={"engine": "kube"})
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert relay_drain() == ["sent"]
+    row = _settle(instance, "running")
+    with kube.api_client() as api:
+        core = client.CoreV1Api(api)
+        before = core.list_namespaced_pod(kube.namespace).metadata.resource_version
+        container_stop(instance_id=instance.pk, actor="t")
+        assert relay_drain() == ["sent"]
+        deleting = [
+            (event["type"], event["object"].metadata.deletion_grace_period_seconds)
+            for event in watch.Watch().stream(
+                core.list_namespaced_pod,
+                kube.namespace,
+                resource_version=before,
+                timeout_seconds=1,
+                field_selector=f"metadata.name={row.container_name}",
+            )
+            if event["object"].metadata.deletion_timestamp is not None
+        ]
+    assert deleting and deleting[0] == ("MODIFIED", 7), deleting
+    assert _settle(instance, "stopped").status == "stopped"
+
+
 def test_a_dollar_in_a_command_or_env_value_reaches_the_container_as_written():
     """Kubernetes expands ``$(VAR)`` and folds ``$$`` in args and env values; Docker does
     not: the Pod carries every ``$`` doubled, which the kubelet turns back into one."""
