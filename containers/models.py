@@ -429,6 +429,12 @@ class ContainerInstance(FSMModelMixin, models.Model):
     # not counted. Written by ``execution.sync``; every transition clears both.
     engine_waiting_since = models.DateTimeField(null=True, blank=True)
     engine_placed_at = models.DateTimeField(null=True, blank=True)
+    # The engine has had no word from the node that holds the container (a Pod
+    # ``Unknown``: its node stopped reporting while the API server answers) since then.
+    # The instance keeps its state meanwhile; past ``engine_lost_after`` it is given up
+    # (``execution.engine_loss.instance_node_lost``). Written by ``execution.sync``,
+    # cleared when the node reports again; every transition clears it.
+    engine_silent_since = models.DateTimeField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     status_reason = models.TextField(blank=True)
     spec = models.JSONField(default=dict, blank=True)
@@ -523,6 +529,8 @@ class ContainerInstance(FSMModelMixin, models.Model):
         self.status_reason = reason
         # A wait for room on the engine belongs to the state it happened in.
         self.engine_waiting_since = self.engine_placed_at = None
+        # So does the silence of its node: a look after the move starts it again.
+        self.engine_silent_since = None
 
     def _policy(self) -> dict:
         return (self.spec or {}).get("policy") or {}

@@ -29,6 +29,9 @@ from tests.processes import REPO
 KUBE = REPO / "deploy" / "kubernetes"
 BASE = KUBE / "base"
 OVERLAY = KUBE / "overlays" / "example"
+# What a runtime namespace other than gobrave's needs, and the overlay that shows its use.
+RUNTIME_NAMESPACE = KUBE / "components" / "runtime-namespace"
+RUNTIME_OVERLAY = KUBE / "overlays" / "example-runtime-namespace"
 VERSIONS = ["1.29", "1.37"]  # the oldest Kubernetes the manifests promise, and the newest
 KUSTOMIZATION = "kustomization.yaml"
 PROBES = ("startupProbe", "livenessProbe", "readinessProbe")
@@ -68,13 +71,13 @@ def _containers(spec: dict) -> list[dict]:
     return spec.get("initContainers", []) + spec["containers"]
 
 
-def _kubectl_build() -> list[dict] | None:
-    """The example overlay as ``kubectl kustomize`` builds it; None without kubectl."""
+def _kubectl_build(overlay: Path = OVERLAY) -> list[dict] | None:
+    """``overlay`` (the example) as ``kubectl kustomize`` builds it; None without kubectl."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         return None
     done = subprocess.run(
-        [kubectl, "kustomize", str(OVERLAY)], capture_output=True, text=True, timeout=60
+        [kubectl, "kustomize", str(overlay)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
@@ -132,13 +135,17 @@ def test_validation_needs_no_network():
 
 def _listed(kustomization: Path) -> list[Path]:
     spec = yaml.safe_load(kustomization.read_text())
-    files = list(spec.get("resources", []))
+    files = list(spec.get("resources", [])) + list(spec.get("components", []))
     for generator in spec.get("configMapGenerator", []) + spec.get("secretGenerator", []):
         files += [entry.split("=", 1)[-1] for entry in generator.get("files", [])]
     return [(kustomization.parent / name).resolve() for name in files]
 
 
-@pytest.mark.parametrize("directory", [BASE, OVERLAY], ids=["base", "example-overlay"])
+@pytest.mark.parametrize(
+    "directory",
+    [BASE, OVERLAY, RUNTIME_NAMESPACE, RUNTIME_OVERLAY],
+    ids=["base", "example-overlay", "runtime-namespace", "example-runtime-namespace"],
+)
 def test_a_kustomization_lists_files_that_exist_and_every_manifest_beside_it(directory):
     listed = _listed(directory / KUSTOMIZATION)
     for path in listed:
@@ -361,6 +368,17 @@ WEB_ROLE_RULES = {
 }
 
 
+def _granted(role: dict) -> dict[tuple[str, str], set[str]]:
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"], rule
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted.setdefault((group, resource), set()).update(rule["verbs"])
+    return granted
+
+
 @pytest.mark.parametrize(
     ("path", "account", "rules"),
     [("role.yaml", "gobrave", ROLE_RULES), ("web-role.yaml", "gobrave-web", WEB_ROLE_RULES)],
@@ -373,14 +391,7 @@ def test_each_role_is_namespaced_grants_no_wildcard_and_exactly_its_callers_call
     docs = _documents([BASE / path])
     assert sorted(doc["kind"] for doc in docs) == ["Role", "RoleBinding"]
     role = next(doc for doc in docs if doc["kind"] == "Role")
-    granted: dict[tuple[str, str], set[str]] = {}
-    for rule in role["rules"]:
-        assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"], rule
-        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                granted.setdefault((group, resource), set()).update(rule["verbs"])
-    assert granted == rules
+    assert _granted(role) == rules
     binding = next(doc for doc in docs if doc["kind"] == "RoleBinding")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]
@@ -432,3 +443,62 @@ def test_gobraves_pods_are_not_users_pods_and_listen_on_the_web_port_only():
     assert spec["ingress"] == [{"ports": [{"protocol": "TCP", "port": 8000}]}]
     ports = [port["containerPort"] for port in _main_container("gobrave-web")["ports"]]
     assert ports == [8000]
+
+
+# --- a runtime in another namespace ---------------------------------------------------------
+
+RUNTIME_NAMESPACE_ROLES = [
+    ("role.yaml", "gobrave", ROLE_RULES),
+    ("web-role.yaml", "gobrave-web", WEB_ROLE_RULES),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "account", "rules"), RUNTIME_NAMESPACE_ROLES, ids=["driver", "web"]
+)
+def test_a_runtime_namespace_grants_gobraves_accounts_the_base_roles_rules(path, account, rules):
+    """The component's Roles are the base's (the same rules, the same names), bound to
+    gobrave's ServiceAccounts in the namespace gobrave runs in, not in the runtime's."""
+    docs = _documents([RUNTIME_NAMESPACE / path])
+    assert sorted(doc["kind"] for doc in docs) == ["Role", "RoleBinding"]
+    role = next(doc for doc in docs if doc["kind"] == "Role")
+    base_role = next(doc for doc in _documents([BASE / path]) if doc["kind"] == "Role")
+    assert role["metadata"]["name"] == base_role["metadata"]["name"]
+    assert _granted(role) == _granted(base_role) == rules
+    binding = next(doc for doc in docs if doc["kind"] == "RoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]
+    }  # fmt: skip
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": "gobrave"}
+    ], binding["subjects"]
+
+
+def test_a_runtime_namespace_isolates_users_pods_as_gobraves_own_namespace_does():
+    docs = _documents([RUNTIME_NAMESPACE / "networkpolicy.yaml"])
+    assert [doc["metadata"]["name"] for doc in docs] == ["gobrave-users-isolated"]
+    assert docs[0]["spec"] == _policy("gobrave-users-isolated")["spec"]
+    spec = yaml.safe_load((RUNTIME_NAMESPACE / KUSTOMIZATION).read_text())
+    assert (spec["kind"], sorted(spec["resources"])) == (
+        "Component",
+        ["networkpolicy.yaml", "role.yaml", "web-role.yaml"],
+    ), spec
+
+
+def test_kubectl_kustomize_builds_a_runtime_namespace_bound_to_gobraves_namespace():
+    built = _kubectl_build(RUNTIME_OVERLAY)
+    if built is None:
+        pytest.skip("kubectl is not installed (the kustomization files are checked above)")
+    for doc in built:
+        for version in VERSIONS:
+            kubernetes_validate.validate(doc, version, strict=True)
+    kinds = sorted(doc["kind"] for doc in built)
+    assert kinds == ["Namespace", "NetworkPolicy", "Role", "Role", "RoleBinding", "RoleBinding"]
+    runtime_namespace = yaml.safe_load((RUNTIME_OVERLAY / KUSTOMIZATION).read_text())["namespace"]
+    gobraves = yaml.safe_load((OVERLAY / KUSTOMIZATION).read_text())["namespace"]
+    assert runtime_namespace != gobraves
+    namespaced = [doc for doc in built if doc["kind"] != "Namespace"]
+    assert {doc["metadata"]["namespace"] for doc in namespaced} == {runtime_namespace}
+    subjects = [doc["subjects"] for doc in built if doc["kind"] == "RoleBinding"]
+    assert sorted(subject["name"] for [subject] in subjects) == ["gobrave", "gobrave-web"]
+    assert {subject["namespace"] for [subject] in subjects} == {gobraves}, subjects

@@ -24,6 +24,13 @@ restarting daemon usually gives them all back. So, in three steps:
    mark). Instances waiting for a create (``pending``: placement's business) or being
    deleted (``delete_pending``, ``deleting``: they wait for the engine or its
    decommission) are left as they are.
+
+A node that stops reporting while the engine itself answers (a Kubernetes Pod
+``Unknown``: the API server is up, the kubelet silent) is the same loss for the
+instances on that node, one instance at a time: each keeps its state and says "no word
+from its node: ..." (``sync``, which records since when in ``engine_silent_since``) and,
+past ``engine_lost_after``, is given up at the next look (the reconciler's, or the
+monitor's) by the same rules (``instance_node_lost``).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import logging
 from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from containers.actors import RECONCILER
 from containers.models import ContainerEvent, ContainerInstance, Runtime
@@ -196,3 +204,35 @@ def runtime_engine_lost(*, runtime_id: int, after: float, actor: str = RECONCILE
     if changed:
         log.warning("runtime %s: engine lost, %d instance(s) given up", runtime_id, changed)
     return changed
+
+
+def instance_node_lost(
+    instance: ContainerInstance, *, after: float | None, actor: str = RECONCILER
+) -> bool:
+    """Give up on an instance whose node has been silent (``engine_silent_since``) for
+    ``after`` seconds or more (``engine_lost_after``; None: never); returns True when it
+    moved.
+
+    On the caller's locked row (``sync.state_apply``), inside its transaction, on the app's
+    clock (``engine_silent_since`` is written with it). By ``runtime_engine_lost``'s rules:
+    a ``LOST_FAIL`` instance is marked missing and moved to ``failed``, reason "engine
+    lost: ...", kind ``engine_lost`` (its slot frees; the orphan scan removes the Pod it
+    gave up). Any other state is left as it is (a stopped instance has no container
+    on an engine whose stop removes it; a delete waits for its engine). Idempotent: a
+    failed instance is not in ``LOST_FAIL``.
+    """
+    since = instance.engine_silent_since
+    if after is None or since is None or instance.status not in LOST_FAIL:
+        return False
+    if timezone.now() - since < dt.timedelta(seconds=after):
+        return False
+    node = instance.runtime_node_name or "(unknown)"
+    reason = (
+        f"{ENGINE_LOST}: no word from its node {node} since "
+        f"{since.isoformat(timespec='seconds')}, longer than engine_lost_after ({after:g} s)"
+    )
+    instance.runtime_missing = True
+    instance_save(instance, ("runtime_missing",))
+    move(instance, Status.FAILED, actor=actor, kind="engine_lost", reason=reason)
+    log.warning("instance %s: its node %s is lost, given up", instance.id, node)
+    return True

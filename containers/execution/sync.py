@@ -27,12 +27,14 @@ import enum
 import uuid
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from containers.engines import engine_for
 from containers.engines.base import ContainerState, Engine
 from containers.engines.labels import LABEL_INSTANCE
+from containers.execution.engine_loss import instance_node_lost
 from containers.execution.observe import apply_observation, target_for
 from containers.models import ContainerEvent, ContainerInstance
 from containers.queues import RequestKind
@@ -388,19 +390,44 @@ def _engine_wait_record(instance: ContainerInstance, state: ContainerState | Non
 SILENT_PREFIX = "no word from its node: "
 
 
-def _engine_silence_record(instance: ContainerInstance, state: ContainerState | None) -> None:
+def _engine_silence_record(
+    instance: ContainerInstance, state: ContainerState | None, *, actor: str
+) -> bool:
     """A container whose node stopped reporting (``unknown``: a Kubernetes Pod on a lost
-    node) is no failure, as an unreachable engine is none: its instance keeps its state
-    and says why in ``status_reason``, cleared when the engine hears from it again.
-    ``engine_lost_after`` is the only bound. On the locked row."""
+    node) is no failure at first, as an unreachable engine is none: its instance keeps
+    its state and says why in ``status_reason``. On the locked row; returns True when the
+    instance moved.
+
+    1. ``unknown``: record since when (``engine_silent_since``, if not yet) and the
+       reason; past ``engine_lost_after`` (``container.engine_lost_after``; empty: never)
+       give the instance up (``engine_loss.instance_node_lost``: ``failed``, "engine
+       lost: ..."). So ``engine_lost_after`` is the only bound, as for a whole engine.
+    2. Anything else the engine says of it (the node reports again): clear both.
+    Idempotent: a look that says what the row records writes nothing.
+    """
     if state is not None and state.status == "unknown":
         reason = f"{SILENT_PREFIX}{state.error or 'the engine cannot tell its state'}"[:1000]
+        changed = []
+        if instance.engine_silent_since is None:
+            instance.engine_silent_since = timezone.now()
+            changed.append("engine_silent_since")
         if instance.status_reason != reason:
             instance.status_reason = reason
-            instance.save(update_fields=["status_reason"])
-    elif state is not None and instance.status_reason.startswith(SILENT_PREFIX):
-        instance.status_reason = ""
-        instance.save(update_fields=["status_reason"])
+            changed.append("status_reason")
+        if changed:
+            instance.save(update_fields=changed)
+        after = settings.GOBRAVE["container"]["engine_lost_after"]
+        return instance_node_lost(
+            instance, after=None if after is None else float(after), actor=actor
+        )
+    if state is not None and (
+        instance.status_reason.startswith(SILENT_PREFIX) or instance.engine_silent_since
+    ):
+        if instance.status_reason.startswith(SILENT_PREFIX):
+            instance.status_reason = ""
+        instance.engine_silent_since = None
+        instance.save(update_fields=["status_reason", "engine_silent_since"])
+    return False
 
 
 def state_apply(
@@ -417,7 +444,8 @@ def state_apply(
     on the history with the reason (see ``observe.apply_observation``).
     """
     _engine_wait_record(instance, state)
-    _engine_silence_record(instance, state)
+    if _engine_silence_record(instance, state, actor=actor):
+        return True
     observation = target_for(
         state, instance.status, memory_limited=bool(instance.spec.get("memory"))
     )

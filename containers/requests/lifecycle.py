@@ -137,6 +137,8 @@ MOVED_FIELDS = (
     # A wait for room on the engine ends with the state it happened in.
     "engine_waiting_since",
     "engine_placed_at",
+    # So does a silence of its node (``engine_silent_since``).
+    "engine_silent_since",
     # Lifecycle policies' deadlines, armed and cleared by the transitions.
     "stop_at",
     "extended_seconds",

@@ -1,10 +1,16 @@
 """The contract suite's ``Harness`` for the Kubernetes driver, on ``kube_cluster`` (the
 emulator and fake kubelet of ``tests/kube``): programs are kubelet rules, a foreign
 object is a Pod made with the bare client, an unreachable API is a kubeconfig whose
-server is a closed loopback port."""
+server is a closed loopback port.
+
+On a real cluster (``GOBRAVE_KUBE_REAL=1``, docs/kubernetes.md) the cluster's kubelet runs
+each spec's command itself (no rule to set: ``before_start`` does nothing), in an image
+its nodes can pull: ``GOBRAVE_TEST_KUBE_IMAGE`` (default ``busybox:1.36``), pulled if not
+present (the suite's locally built image exists on no node)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +20,13 @@ from containers.engines.base import ContainerSpec, Engine
 from containers.engines.kubernetes import KubernetesEngine, KubeTarget
 
 WATCH_SECONDS = 1  # the tests' watch streams end soon (the monitor reopens them)
+REAL_IMAGE = "busybox:1.36"  # a real cluster's image unless GOBRAVE_TEST_KUBE_IMAGE says
+
+
+def real_cluster_image() -> str:
+    """The image the contract suite runs on a real cluster (any image with ``sh``,
+    ``sleep`` and ``echo``; the nodes pull it)."""
+    return os.environ.get("GOBRAVE_TEST_KUBE_IMAGE") or REAL_IMAGE
 
 
 def engine_for_cluster(cluster: Any, **target: Any) -> KubernetesEngine:
@@ -44,6 +57,8 @@ def harness_for(cluster: Any, harness_class: type) -> Any:
     engine = engine_for_cluster(cluster)
 
     def before_start(spec: ContainerSpec, program: str) -> None:
+        if cluster.real:
+            return  # the cluster's kubelet runs the spec's command itself
         if program.startswith("exit"):
             cluster.kubelet.add_rule(name=spec.name, exit_code=int(program.removeprefix("exit")))
         else:
@@ -94,7 +109,9 @@ def harness_for(cluster: Any, harness_class: type) -> Any:
                 raise
         return None if claim.metadata.deletion_timestamp else claim.metadata.uid
 
+    image = {"image": real_cluster_image(), "pull_policy": "if_not_present"}
     return harness_class(
+        **(image if cluster.real else {}),
         driver="kubernetes",
         engine=engine,
         before_start=before_start,

@@ -55,6 +55,10 @@ class Harness:
     engine: Engine
     installation: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:12]}")
     output: str = "hello contract"  # what a serving program prints
+    # The image every spec runs and how the engine gets it: the locally built one, never
+    # pulled, unless the driver's cluster must pull one (a real cluster: kube_harness).
+    image: str = IMAGE
+    pull_policy: str = "never"
     serve: Callable[[], list[str]] = lambda: list(SERVE)
     busy: Callable[[], list[str]] = lambda: list(BUSY)
     idle: Callable[[], list[str]] = lambda: list(IDLE)  # started as the program "serve"
@@ -77,10 +81,10 @@ class Harness:
         }
         extra.setdefault("name", f"gb-{self.installation}-{next(self.counter)}")
         return ContainerSpec(
-            image=IMAGE,
+            image=self.image,
             labels=labels,
             command=command if command is not None else self.serve(),
-            pull_policy="never",
+            pull_policy=self.pull_policy,
             user=USER,
             group_add=["10001"],
             **extra,

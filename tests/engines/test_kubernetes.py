@@ -764,6 +764,90 @@ def test_a_lost_node_keeps_the_instance_running_with_the_reason(kube, kube_runti
     assert row.status_reason.startswith("no word from its node: "), row.status_reason
 
 
+@pytest.mark.django_db(transaction=True)
+def test_past_engine_lost_after_an_instance_on_a_silent_node_is_given_up(
+    kube, kube_runtime, owner, gobrave_config
+):
+    """The API server answers but the Pod's node is silent: ``engine_lost_after`` bounds
+    the wait of that instance as it bounds a whole engine's (once, with a history entry;
+    the orphan scan then removes the Pod it gave up)."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from containers.execution.reconciler import reconcile
+    from containers.models import ContainerEvent, ContainerInstance
+    from containers.requests.services import container_create_by_template
+    from tests.factories import TemplateFactory
+    from tests.processes import relay_drain
+
+    gobrave_config(container={"engine_lost_after": 60.0})
+    template = TemplateFactory(name="kube-gone", constraints={"engine": "kube"})
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert relay_drain() == ["sent"]
+    row = _settle(instance, "running")
+    kube.kubelet.lose_node(kube.namespace, row.container_name)
+    deadline = time.monotonic() + 10 * PATIENCE
+    while row.engine_silent_since is None and time.monotonic() < deadline:
+        reconcile()
+        row = ContainerInstance.objects.get(pk=instance.pk)
+    assert row.status == "running", (row.status, row.status_reason)
+    assert row.engine_silent_since is not None, row.status_reason
+    reconcile()  # within the bound: kept
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.runtime_missing) == ("running", False), row.status_reason
+    ContainerInstance.objects.filter(pk=instance.pk).update(
+        engine_silent_since=timezone.now() - dt.timedelta(seconds=61)
+    )
+    reconcile()
+    reconcile()  # idempotent: given up once
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.runtime_missing) == ("failed", True), row.status_reason
+    assert row.status_reason.startswith("engine lost: no word from its node "), row.status_reason
+    assert "engine_lost_after (60 s)" in row.status_reason, row.status_reason
+    assert row.engine_silent_since is None
+    lost = list(
+        ContainerEvent.objects.filter(instance_id=instance.pk, kind="engine_lost").values_list(
+            "from_status", "to_status", "message"
+        )
+    )
+    assert [entry[:2] for entry in lost] == [("running", "failed")], lost
+    deadline = time.monotonic() + 10 * PATIENCE
+    while engine_for_cluster(kube).inspect(row.container_name) is not None:
+        assert time.monotonic() < deadline, "the Pod given up was not removed"
+        reconcile()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_node_that_reports_again_clears_the_silence(kube, kube_runtime, owner):
+    """A silence recorded and then a Pod heard from again (a state other than Unknown):
+    the reason and ``engine_silent_since`` clear, so a later silence counts anew."""
+    from django.db import transaction
+
+    from containers.engines.base import ContainerState
+    from containers.execution.sync import state_apply
+    from containers.models import ContainerInstance
+    from containers.requests.lifecycle import instance_lock
+    from containers.requests.services import container_create_by_template
+    from tests.factories import TemplateFactory
+    from tests.processes import relay_drain
+
+    template = TemplateFactory(name="kube-back", constraints={"engine": "kube"})
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert relay_drain() == ["sent"]
+    row = _settle(instance, "running")
+    silent = ContainerState(runtime_id=row.container_id, name=row.container_name, status="unknown")
+    back = ContainerState(runtime_id=row.container_id, name=row.container_name, status="running")
+    for state in (silent, back):
+        with transaction.atomic():
+            assert state_apply(instance_lock(instance.pk), state, actor="t") is False
+        if state is silent:
+            row = ContainerInstance.objects.get(pk=instance.pk)
+            assert row.engine_silent_since is not None, row.status_reason
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.status_reason, row.engine_silent_since) == ("running", "", None)
+
+
 @pytest.mark.django_db
 def test_the_heartbeat_and_a_ping_find_a_kubernetes_engine_answering_and_a_closed_one_not(
     kube, kube_runtime
@@ -801,6 +885,89 @@ def test_a_kubernetes_start_is_declared_as_not_waiting_for_the_pod_to_run():
     assert driver_class("kubernetes").start_runs is False
     assert driver_class("docker").start_runs is True
     assert driver_class("fake").start_runs is True
+
+
+def test_on_a_real_cluster_the_contract_harness_leaves_the_kubelet_be_and_pulls_its_image(
+    kube, monkeypatch
+):
+    """The contract suite's harness on a real cluster (``KubeCluster.real``, here pointed at
+    the emulator): no fake kubelet rule (asking for one would skip the test), the image
+    of ``GOBRAVE_TEST_KUBE_IMAGE`` pulled if not present; on the emulator, the local image,
+    never pulled."""
+    from tests.engines.kube_harness import REAL_IMAGE, harness_for, real_cluster_image
+    from tests.engines.test_contract import IMAGE as LOCAL_IMAGE
+    from tests.engines.test_contract import Harness
+    from tests.kube.fixtures import KubeCluster
+
+    assert real_cluster_image() == REAL_IMAGE == "busybox:1.36"
+    emulated = harness_for(kube, Harness).spec()
+    assert (emulated.image, emulated.pull_policy) == (LOCAL_IMAGE, "never"), emulated
+    monkeypatch.setenv("GOBRAVE_TEST_KUBE_IMAGE", "registry.example/tools/busybox:1.36")
+    real = KubeCluster(kube.kubeconfig_path, kube.context, kube.namespace, real=True)
+    harness = harness_for(real, Harness)
+    made = harness.spec(harness.exit_with(3))
+    try:
+        harness.run(made, "exit3")
+    except pytest.skip.Exception as exc:
+        pytest.fail(f"before_start asked for the fake kubelet on a real cluster: {exc}")
+    container = raw_pod(kube, made.name)["spec"]["containers"][0]
+    assert (container["image"], container["imagePullPolicy"]) == (
+        "registry.example/tools/busybox:1.36",
+        "IfNotPresent",
+    ), container
+    assert container["args"] == ["sh", "-c", "exit 3"], container
+    harness.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("pull_policy", "image_pull_policy"),
+    [("never", "Never"), ("if_not_present", "IfNotPresent"), ("always", "Always")],
+)
+def test_each_pull_policy_is_the_pods_image_pull_policy(pull_policy, image_pull_policy):
+    from containers.engines.kubernetes.pods import pod_manifest
+    from containers.models import PullPolicy
+
+    assert set(pods.PULL_POLICIES) == set(PullPolicy.values), pods.PULL_POLICIES
+    container = pod_manifest(spec(pull_policy=pull_policy))["spec"]["containers"][0]
+    assert container["imagePullPolicy"] == image_pull_policy, container
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stop_deletes_the_pod_with_stop_timeout_as_its_grace_period(
+    kube, kube_runtime, owner, gobrave_config
+):
+    """``container.stop_timeout`` is the Pod delete's ``gracePeriodSeconds``: the API
+    server's record of the delete (the Pod's ``deletionGracePeriodSeconds``, in the
+    watch's history from before the stop) says so."""
+    from kubernetes import watch
+
+    from containers.requests.services import container_create_by_template, container_stop
+    from tests.factories import TemplateFactory
+    from tests.processes import relay_drain
+
+    gobrave_config(container={"stop_timeout": 7})
+    template = TemplateFactory(name="kube-grace", constraints={"engine": "kube"})
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert relay_drain() == ["sent"]
+    row = _settle(instance, "running")
+    with kube.api_client() as api:
+        core = client.CoreV1Api(api)
+        before = core.list_namespaced_pod(kube.namespace).metadata.resource_version
+        container_stop(instance_id=instance.pk, actor="t")
+        assert relay_drain() == ["sent"]
+        deleting = [
+            (event["type"], event["object"].metadata.deletion_grace_period_seconds)
+            for event in watch.Watch().stream(
+                core.list_namespaced_pod,
+                kube.namespace,
+                resource_version=before,
+                timeout_seconds=1,
+                field_selector=f"metadata.name={row.container_name}",
+            )
+            if event["object"].metadata.deletion_timestamp is not None
+        ]
+    assert deleting and deleting[0] == ("MODIFIED", 7), deleting
+    assert _settle(instance, "stopped").status == "stopped"
 
 
 def test_a_dollar_in_a_command_or_env_value_reaches_the_container_as_written():

@@ -172,11 +172,18 @@ class Api:
                 with self._calls_lock:  # a stream's time is waiting, not work
                     self.busy_seconds += time.perf_counter() - started
 
+    def _authenticated(self, request: web.Request) -> bool:
+        """The request carries this server's bearer token. The scheme's case does not
+        matter, as for the API server (``strings.ToLower(parts[0]) == "bearer"``): the
+        client's in-cluster loader sends ``bearer <token>``."""
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and token == self.token
+
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         try:
             if self.refusing is not None:
                 raise _unavailable(self.refusing)
-            if request.headers.get("Authorization") != f"Bearer {self.token}":
+            if not self._authenticated(request):
                 raise status.ApiError(401, "Unauthorized")
             if request.path.rstrip("/") in ("/api", "/api/v1"):
                 # Not recorded: every authenticated user may read discovery (the cluster's

@@ -13,8 +13,18 @@ from dataclasses import dataclass
 import yaml
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.incluster_config import (
+    SERVICE_CERT_FILENAME,
+    SERVICE_TOKEN_FILENAME,
+    InClusterConfigLoader,
+)
 
 from containers.engines.base import EngineError
+
+# Where the in-cluster service account's token and CA are mounted in gobrave's Pod (the
+# client's fixed paths): module attributes so that a test points them at its own files.
+SERVICE_ACCOUNT_TOKEN = SERVICE_TOKEN_FILENAME
+SERVICE_ACCOUNT_CA = SERVICE_CERT_FILENAME
 
 
 @dataclass(frozen=True)
@@ -58,7 +68,11 @@ def api_client(target: KubeTarget, *, timeout: float) -> client.ApiClient:
                 persist_config=False,
             )
         else:
-            config.load_incluster_config(client_configuration=configuration)
+            # ``config.load_incluster_config``, from ``SERVICE_ACCOUNT_*``: the API's
+            # address from KUBERNETES_SERVICE_HOST/PORT, the token re-read as it rotates.
+            InClusterConfigLoader(
+                token_filename=SERVICE_ACCOUNT_TOKEN, cert_filename=SERVICE_ACCOUNT_CA
+            ).load_and_set(configuration)
     except (ConfigException, OSError, TypeError, ValueError, yaml.YAMLError) as exc:
         raise EngineError(
             f"cannot load the Kubernetes configuration of {target.where}: {exc}"

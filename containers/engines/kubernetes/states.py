@@ -39,8 +39,8 @@ TABLE = (
      "stopped (exit 0, or asked to stop) or failed with the exit code"),
     ("Failed, container terminated with reason OOMKilled", "exited", "failed, reason OOMKilled"),
     ("Unknown (the node stopped reporting)", "unknown",
-     'keeps its state, reason "no word from its node: …" (the reconciler); engine_lost_after'
-     " is the only bound"),
+     'keeps its state, reason "no word from its node: …" (the reconciler); past engine_lost_after'
+     ' failed, "engine lost: …"'),
     ("being deleted (deletionTimestamp set)", "removing", "keeps its state"),
     ("no Pod", "(none)", "stopped: normal after a stop; otherwise removed outside gobrave"),
 )  # fmt: skip
