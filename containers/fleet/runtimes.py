@@ -9,6 +9,7 @@ check fails.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
@@ -17,11 +18,13 @@ from django.db import transaction
 
 from containers.engines import fake_driver_allowed
 from containers.errors import InvalidRuntime, NotFound
-from containers.models import Runtime
+from containers.models import ContainerTemplate, Runtime
+from containers.placement.choice import labels_match
 from containers.queues import Queue
 from containers.runtime_history import Kind, runtime_event_record
 from containers.runtime_stats import runtime_stats_check
-from containers.spec.kubernetes_fit import templates_unfit_for
+from containers.spec.kubernetes_fit import kubernetes_problems
+from containers.spec.resolve import clean_constraints
 from outbox.services import outbox_release_deferred
 
 # What a caller may set; health, node name and timestamps are gobrave's.
@@ -72,6 +75,27 @@ def _shown(field: str, value: Any) -> Any:
     return "(set)" if field in SECRET_SETTINGS and value else value
 
 
+def _templates_unfit_for(runtime: Runtime, config: Mapping[str, Any]) -> list[str]:
+    """For a ``kubernetes`` runtime about to be saved: each template that could be placed
+    on it (its constraints match the runtime's labels) but asks what Pod Security
+    "restricted" forbids, as "name: why" (empty: none, or not a Kubernetes runtime). The
+    other half of the check ``template_kubernetes_check`` makes when a template is
+    written: adding or relabelling a runtime must not make an old template fail its
+    creates in a worker. Reads every template once (a few hundred rows at most)."""
+    if runtime.driver != Runtime.Driver.KUBERNETES:
+        return []
+    unfit = []
+    for template in ContainerTemplate.objects.only("name", "constraints", "security", "volumes"):
+        if not labels_match(runtime, clean_constraints(template.constraints)):
+            continue
+        problems = kubernetes_problems(
+            security=template.security or {}, volumes=template.volumes or [], config=config
+        )
+        if problems:
+            unfit.append(f"{template.name}: {problems[0]}")
+    return unfit
+
+
 # A change of these may make templates placeable on a Kubernetes runtime.
 PLACEMENT_FIELDS = ("driver", "labels", "enabled")
 
@@ -79,11 +103,11 @@ PLACEMENT_FIELDS = ("driver", "labels", "enabled")
 def runtime_fit_problem(runtime: Runtime) -> str:
     """Why ``runtime`` (as it is about to be saved) must not be: it is an enabled
     ``kubernetes`` runtime that templates could be placed on which ask what Pod Security
-    "restricted" forbids (``spec.kubernetes_fit.templates_unfit_for``); '' when none
+    "restricted" forbids (``_templates_unfit_for``); '' when none
     does. Their creates would otherwise fail in a worker."""
     if not runtime.enabled:
         return ""
-    unfit = templates_unfit_for(runtime, settings.GOBRAVE["container"]["security"])
+    unfit = _templates_unfit_for(runtime, settings.GOBRAVE["container"]["security"])
     if not unfit:
         return ""
     more = " …" if len(unfit) > 5 else ""

@@ -16,9 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from containers.models import ContainerTemplate, Runtime
-from containers.placement.choice import labels_match
-from containers.spec.resolve import NODE_CONSTRAINT_PREFIX, clean_constraints
+from containers.models import Runtime
+from containers.spec.resolve import NODE_CONSTRAINT_PREFIX
 from core.config import container_user
 
 ALLOWED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
@@ -51,27 +50,6 @@ def kubernetes_problems(
     if hosts:
         problems.append("volumes: host paths are refused on Kubernetes (only $WORKSPACE_PATH)")
     return problems
-
-
-def templates_unfit_for(runtime: Runtime, config: Mapping[str, Any]) -> list[str]:
-    """For a ``kubernetes`` runtime about to be saved: each template that could be placed
-    on it (its constraints match the runtime's labels) but asks what Pod Security
-    "restricted" forbids, as "name: why" (empty: none, or not a Kubernetes runtime). The
-    other half of the check ``template_kubernetes_check`` makes when a template is
-    written: adding or relabelling a runtime must not make an old template fail its
-    creates in a worker. Reads every template once (a few hundred rows at most)."""
-    if runtime.driver != Runtime.Driver.KUBERNETES:
-        return []
-    unfit = []
-    for template in ContainerTemplate.objects.only("name", "constraints", "security", "volumes"):
-        if not labels_match(runtime, clean_constraints(template.constraints)):
-            continue
-        problems = kubernetes_problems(
-            security=template.security or {}, volumes=template.volumes or [], config=config
-        )
-        if problems:
-            unfit.append(f"{template.name}: {problems[0]}")
-    return unfit
 
 
 def kubernetes_runtimes_for(constraints: Mapping[str, str]) -> list[str]:
