@@ -306,6 +306,21 @@ def event_state_apply(*, runtime: Runtime, event: EngineEvent, clean_exit: bool 
     """Steps 2 to 5 of ``event_apply``: what ``event`` says, applied to its instance, with
     no cursor (the caller moves it). ``clean_exit``: ``StreamSeen.clean_exit`` of the
     event at its place in the stream. Must run outside a transaction."""
+    return event_state_look(runtime=runtime, event=event, clean_exit=clean_exit).outcome
+
+
+@dataclass(frozen=True)
+class Look:
+    """What ``event_state_look`` did (``outcome``: as ``event_state_apply``'s) and the
+    instance's state as it read it before (``status``: '' when it read none)."""
+
+    outcome: str
+    status: str = ""
+
+
+def event_state_look(*, runtime: Runtime, event: EngineEvent, clean_exit: bool = False) -> Look:
+    """``event_state_apply``, saying also the state it read the instance in: a ``BUSY``
+    outcome's, for ``needs_recheck`` (which then reads the row no second time)."""
     outcome = IGNORED
     instance_id = _instance_of(event)
     applies = instance_id is not None
@@ -334,7 +349,7 @@ def event_state_apply(*, runtime: Runtime, event: EngineEvent, clean_exit: bool 
             seen_state=event.state,
         )
     _outcome_log(event, instance_id, outcome)
-    return outcome
+    return Look(outcome, instance.status if instance is not None else "")
 
 
 def batchable(event: EngineEvent, clean_exit: bool) -> uuid.UUID | None:
@@ -377,7 +392,9 @@ def on_this_engine(instance: Any, runtime: Runtime) -> bool:
     return other is not None and engine_key(other) == engine_key(runtime)
 
 
-def needs_recheck(event: EngineEvent, outcome: str, *, start_runs: bool = True) -> bool:
+def needs_recheck(
+    event: EngineEvent, outcome: str, *, start_runs: bool = True, status: str = ""
+) -> bool:
     """Whether an event the monitor could not apply must be looked at again (``recheck``).
 
     An event that found the instance moving (``RACED``), or its worker at work (``BUSY``),
@@ -389,7 +406,10 @@ def needs_recheck(event: EngineEvent, outcome: str, *, start_runs: bool = True) 
     an engine whose ``start`` returns once the container runs (``start_runs``): on
     Kubernetes the worker's inspect may see the Pod still pending and the ``start``
     event come just after it, so that ``start`` is looked at again too (else the
-    instance stays ``creating`` until the next reconcile).
+    instance stays ``creating`` until the next reconcile). ``status``: the instance's
+    state as the look that found its worker busy read it (``Look.status``); what the
+    worker did since (moved it to ``running``) asks no second look. Without it the row
+    is read now.
     """
     if outcome == Sync.RACED:
         return True
@@ -397,8 +417,10 @@ def needs_recheck(event: EngineEvent, outcome: str, *, start_runs: bool = True) 
         return False
     if event.action != "start" or not start_runs:
         return True
-    instance = instance_read(event.labels[LABEL_INSTANCE])
-    return instance is None or instance.status not in ACTIVE_SLOTS
+    if not status:
+        instance = instance_read(event.labels[LABEL_INSTANCE])
+        status = instance.status if instance is not None else ""
+    return status not in ACTIVE_SLOTS
 
 
 class Follower:
@@ -563,11 +585,12 @@ class Follower:
     def apply(self, event: EngineEvent, clean: bool = False) -> None:
         """Apply one event (``event_state_apply``; ``clean``: a clean exit as the
         stream's order says) and look at it again if it found its instance busy."""
-        outcome = event_state_apply(runtime=self.runtime, event=event, clean_exit=clean)
-        self._recheck_if_needed(event, outcome)
+        look = event_state_look(runtime=self.runtime, event=event, clean_exit=clean)
+        self._recheck_if_needed(event, look.outcome, look.status)
 
-    def _recheck_if_needed(self, event: EngineEvent, outcome: str) -> None:
-        if needs_recheck(event, outcome, start_runs=driver_class(self.runtime.driver).start_runs):
+    def _recheck_if_needed(self, event: EngineEvent, outcome: str, status: str = "") -> None:
+        start_runs = driver_class(self.runtime.driver).start_runs
+        if needs_recheck(event, outcome, start_runs=start_runs, status=status):
             self.monitor.recheck(event.labels[LABEL_INSTANCE])
 
     def apply_many(self, items: list[tuple[EngineEvent, bool]]) -> None:

@@ -206,6 +206,25 @@ def test_which_busy_events_are_looked_at_again(
 
 
 @pytest.mark.django_db
+def test_a_start_found_busy_is_not_looked_at_again_once_its_worker_moved_on(
+    place, engine, fake_runtime
+):
+    """The look that found the create's worker busy read the instance ``creating``: the
+    worker made that start call and looks itself, so its move to ``running`` meanwhile
+    asks no second look (one read fewer, and no inspect) when the look's state is given;
+    read afresh (no state given), the row says ``running`` and a recheck follows."""
+    instance = place(Status.CREATING)
+    _held(instance, "ContainerCreateRequest")
+    labels = {"io.gobrave.instance": str(instance.pk)}
+    event = EngineEvent("start", instance.container_id, instance.container_name, labels, 7)
+    look = monitor_module.event_state_look(runtime=fake_runtime, event=event)
+    assert (look.outcome, look.status) == (Sync.BUSY, Status.CREATING), look
+    ContainerInstance.objects.filter(pk=instance.pk).update(status=Status.RUNNING)
+    assert not needs_recheck(event, look.outcome, status=look.status)
+    assert needs_recheck(event, look.outcome)  # read now: the row says running
+
+
+@pytest.mark.django_db
 def test_events_that_change_nothing_write_no_history(place, engine, fake_runtime):
     instance = place(Status.RUNNING)
     start = [e for e in engine.event_log() if e.action == "start"][-1]
