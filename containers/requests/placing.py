@@ -482,11 +482,16 @@ def claims_within_capacity(rows: Sequence[tuple[int, str]]) -> list[int]:
 
 def _reasons_show(reasons: dict[str, str]) -> None:
     """Say on each parked request's instance why it waits, where it changed; a row another
-    transaction holds is skipped (its holder is placing it or moving it on)."""
+    transaction holds is skipped (its holder is placing it or moving it on). One UPDATE
+    per distinct reason (parked rows mostly share one: "no engine with room: ..."), not
+    one per row."""
     waiting = [Status.PENDING, Status.START_PENDING, *sorted(ACTIVE_SLOTS)]
+    by_reason: dict[str, list[str]] = {}
     for instance_id, reason in reasons.items():
+        by_reason.setdefault(reason, []).append(instance_id)
+    for reason, ids in by_reason.items():
         free = (
-            ContainerInstance.objects.filter(id=instance_id, status__in=waiting)
+            ContainerInstance.objects.filter(id__in=ids, status__in=waiting)
             .exclude(status_reason=reason)
             .select_for_update(skip_locked=True)
             .values("id")

@@ -125,3 +125,25 @@ def test_a_retry_placed_again_but_held_back_by_the_cap_leaves_the_engines_counts
     fresh = ContainerInstance.objects.get(pk=fresh.pk)
     assert (fresh.status, fresh.status_reason) == ("pending", ""), vars(fresh)
     assert OutboxEvent.objects.get(pk=fresh_row.pk).outcome != "deferred", outbox_rows()
+
+
+@pytest.mark.django_db
+def test_the_reasons_of_parked_rows_are_written_one_statement_per_distinct_reason():
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from containers.requests.placing import _reasons_show
+
+    rows = [InstanceFactory(status="pending", runtime=None) for _ in range(6)]
+    reasons = {str(r.id): "waiting: no engine with room: a (1/1)" for r in rows[:5]}
+    reasons[str(rows[5].id)] = "waiting: no enabled engine matches the constraints gpu=yes"
+    with transaction.atomic(), CaptureQueriesContext(connection) as captured:
+        _reasons_show(reasons)
+    updates = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("UPDATE")]
+    assert len(updates) == 2, updates
+    shown = dict(
+        ContainerInstance.objects.filter(pk__in=[r.id for r in rows]).values_list(
+            "id", "status_reason"
+        )
+    )
+    assert {str(k): v for k, v in shown.items()} == reasons, shown
