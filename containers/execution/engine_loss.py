@@ -47,6 +47,7 @@ from containers.actors import RECONCILER
 from containers.models import ContainerEvent, ContainerInstance, Runtime
 from containers.placement.choice import UNREACHABLE_SINCE, away_reason
 from containers.requests.lifecycle import instance_lock, instance_save, move, record
+from containers.requests.placing import movable
 from containers.states import Status
 
 log = logging.getLogger(__name__)
@@ -162,7 +163,9 @@ def runtime_engine_lost(*, runtime_id: int, after: float, actor: str = RECONCILE
        ..." (kind ``engine_lost``): its slot, if any, frees; its waiting requests find it
        moved on and end superseded.
     2. ``stopped`` and not yet missing: marked missing, state kept, with a history entry.
-    Idempotent: instances already given up are not touched again.
+    A create whose container never came to exist (``placing.movable``) is not given up:
+    its create's retry places it again on an engine that answers (or it waits, saying
+    why). Idempotent: instances already given up are not touched again.
     """
     if _lost_runtime(runtime_id, after) is None:
         return 0
@@ -182,6 +185,8 @@ def runtime_engine_lost(*, runtime_id: int, after: float, actor: str = RECONCILE
             )
             instance = instance_lock(instance_id)
             if instance is None or instance.runtime_id != runtime_id:
+                continue
+            if movable(instance):  # its container never existed: its create places it again
                 continue
             if instance.status in LOST_FAIL:
                 instance.runtime_missing = True

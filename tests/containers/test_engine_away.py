@@ -272,6 +272,24 @@ def test_a_create_whose_container_never_existed_is_placed_again_when_its_engine_
     assert engine_for(a).created() == [] and engine_for(b).created() == [f"gb-{instance.pk}"]
 
 
+def test_past_engine_lost_after_a_create_whose_container_never_existed_is_placed_again(
+    engines, owner, gobrave_config
+):
+    """Not given up with its lost engine ("engine lost"): it never reached it."""
+    from containers.execution.engine_loss import runtime_engine_lost
+
+    a, b = engines
+    gobrave_config(container={"engine_lost_after": 600.0})
+    instance = _failed_once_on_a(engines, owner)
+    runtime_health_record(runtime_id=a.pk, reachable=False, error="no route to host")
+    Runtime.objects.filter(pk=a.pk).update(health_since=Now() - dt.timedelta(seconds=601))
+    assert runtime_engine_lost(runtime_id=a.pk, after=600.0) == 0, shown(instance)
+    assert shown(instance)[0] == "creating", shown(instance)
+    assert drain() == ["sent"], shown(instance)
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.runtime_id, row.runtime_missing) == ("running", b.pk, False), shown(row)
+
+
 def test_a_create_whose_container_exists_keeps_its_engine_and_a_dag_node_stays_pinned(
     engines, owner
 ):
