@@ -169,6 +169,24 @@ def outbox_retry_now(*, event_id: int) -> OutboxEvent:
     return event
 
 
+def outbox_make_due(*, aggregate_ids: list[str], queue: str) -> int:
+    """Make the pending rows of ``aggregate_ids`` on ``queue`` that wait (on backoff or
+    deferred) due now, and wake its workers; returns how many. One statement and a
+    NOTIFY; rows a worker holds (``processing``) are not touched. Idempotent."""
+    if not aggregate_ids:
+        return 0
+    with transaction.atomic(savepoint=False):
+        made = OutboxEvent.objects.filter(
+            status=OutboxStatus.PENDING,
+            queue=queue,
+            aggregate_id__in=aggregate_ids,
+            available_at__gt=Now(),
+        ).update(available_at=Now())
+        if made:
+            outbox_notify(queue)
+    return made
+
+
 def outbox_dead_resolve(*, event_id: int, actor: str) -> OutboxEvent:
     """Mark a dead letter resolved: an operator dismissed it (``outbox_dead_requeue``
     resolves it too, with the new row it writes), so retention may delete it

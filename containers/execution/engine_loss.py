@@ -46,9 +46,11 @@ from django.utils import timezone
 from containers.actors import RECONCILER
 from containers.models import ContainerEvent, ContainerInstance, Runtime
 from containers.placement.choice import UNREACHABLE_SINCE, away_reason
+from containers.queues import Queue
 from containers.requests.lifecycle import instance_lock, instance_save, move, record
 from containers.requests.placing import movable
 from containers.states import Status
+from outbox.services import outbox_make_due
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,17 @@ def _note(rows: list[tuple], *, kind: str, message: str) -> None:
         )
         for instance_id, name, status in rows
     )
+
+
+def runtime_creates_wake(*, runtime_id: int) -> int:
+    """The engine went away: creates placed there whose container never came to exist
+    (``creating`` with no container id), waiting on a retry's backoff, are made due now,
+    so that each is placed again on an engine that answers (``placing.movable``) instead
+    of waiting out its backoff for an engine that is gone. Returns how many rows."""
+    ids = ContainerInstance.objects.filter(
+        runtime_id=runtime_id, status=Status.CREATING, container_id=""
+    ).values_list("id", flat=True)
+    return outbox_make_due(aggregate_ids=[str(i) for i in ids], queue=Queue.CREATE)
 
 
 def runtime_instances_mark_away(*, runtime_id: int) -> int:

@@ -32,7 +32,7 @@ from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Now
 
 from containers.engines.calls import ENGINE_CALL_SECONDS, engine_ping
-from containers.execution.engine_loss import runtime_instances_mark_away
+from containers.execution.engine_loss import runtime_creates_wake, runtime_instances_mark_away
 from containers.models import Runtime, RuntimeEvent
 from containers.queues import Queue
 from containers.runtime_history import runtime_event_record
@@ -149,6 +149,8 @@ def runtime_health_record(
         )
     if not reachable:
         runtime_instances_mark_away(runtime_id=runtime_id)
+        if changed:  # creates that never reached it go elsewhere now, not after a backoff
+            runtime_creates_wake(runtime_id=runtime_id)
     elif came_back:
         # Requests deferred while it was away (``handlers._engine_away``) go now, not at
         # the end of their wait.

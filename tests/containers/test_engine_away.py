@@ -211,7 +211,7 @@ def _history(instance) -> list[str]:
     )
 
 
-def _failed_once_on_a(engines, owner, **extra) -> ContainerInstance:
+def _failed_once_on_a(engines, owner, *, due: bool = True, **extra) -> ContainerInstance:
     """A create placed on ``a-engine`` whose engine refused to make its container once:
     ``creating`` there, no container id, its retry waiting (made due now)."""
     a, _ = engines
@@ -228,7 +228,8 @@ def _failed_once_on_a(engines, owner, **extra) -> ContainerInstance:
     row = ContainerInstance.objects.get(pk=instance.pk)
     assert (row.status, row.runtime_id, row.container_id) == ("creating", a.pk, ""), shown(row)
     assert row.spec["env"]["ON"] == "a-engine", row.spec
-    make_due(instance)
+    if due:
+        make_due(instance)
     return instance
 
 
@@ -270,6 +271,17 @@ def test_a_create_whose_container_never_existed_is_placed_again_when_its_engine_
     moved = [m for m in _history(instance) if m.startswith("placed again on b-engine")]
     assert moved and "never came to exist on a-engine" in moved[0], _history(instance)
     assert engine_for(a).created() == [] and engine_for(b).created() == [f"gb-{instance.pk}"]
+
+
+def test_a_create_in_backoff_is_placed_again_as_soon_as_its_engine_is_found_gone(engines, owner):
+    """Its retry waits on a backoff; the engine recorded unreachable makes it due now."""
+    a, b = engines
+    instance = _failed_once_on_a(engines, owner, due=False)
+    assert drain() == [], shown(instance)  # backing off
+    runtime_health_record(runtime_id=a.pk, reachable=False, error="no route to host")
+    assert drain() == ["sent"], shown(instance)
+    row = ContainerInstance.objects.get(pk=instance.pk)
+    assert (row.status, row.runtime_id) == ("running", b.pk), shown(row)
 
 
 def test_past_engine_lost_after_a_create_whose_container_never_existed_is_placed_again(
