@@ -18,7 +18,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from containers.actors import user_actor
-from containers.admin.admins import RedactedFieldsMixin
+from containers.admin.common import RedactedFieldsMixin
 from containers.spec import redaction
 from core.admin_helpers import ReadOnlyAdminMixin, badge
 from core.admin_lists import FlatChangelistMixin, choices_filter, related_filter

@@ -1,5 +1,6 @@
-"""The runtime changelist's fleet side: what each engine carries, and the cordon,
-uncordon and decommission actions (each calls ``containers.fleet.services``).
+"""The runtimes' pages: the form (through ``containers.fleet.runtimes``), the changelist's
+fleet side (what each engine carries; the cordon, uncordon and decommission actions,
+each calling ``containers.fleet.services``) and the engine's health badge.
 
 The columns read the row's cached health and the counts the changelist annotates
 (``selectors.runtime_list_with_load``): never an engine call, and the same number of
@@ -19,6 +20,10 @@ from django.utils.html import format_html, format_html_join
 
 from containers import selectors
 from containers.actors import user_actor
+from containers.admin.common import actor_of
+from containers.engines import fake_driver_allowed
+from containers.execution.health import runtime_health_check
+from containers.fleet import runtimes
 from containers.fleet.selectors import runtime_decommission_preview
 from containers.fleet.services import (
     REASON_MAX,
@@ -26,7 +31,9 @@ from containers.fleet.services import (
     runtime_decommission,
     runtime_uncordon,
 )
-from containers.models import Runtime
+from containers.models import (
+    Runtime,
+)
 from core.admin_helpers import GREY, badge
 
 
@@ -156,3 +163,119 @@ class RuntimeFleetMixin:
                 messages.SUCCESS,
             )
         return None
+
+
+class RuntimeForm(forms.ModelForm):
+    """Offers the ``fake`` driver only where the settings allow it (tests). The address
+    and the TLS files are checked by ``Runtime.clean`` (``containers.addresses``): the
+    paths are shown, the files' content never."""
+
+    class Meta:
+        model = Runtime
+        fields = list(runtimes.WRITABLE)  # what the staff API may set too
+        help_texts = {
+            "base_url": "unix:///var/run/docker.sock, tcp://host:2376 with the three TLS "
+            "files below, or ssh://user@host[:port] (as the user gobrave runs as).",
+        }
+
+    def _post_clean(self) -> None:
+        """As the services check (``runtimes.runtime_fit_problem``): a Kubernetes runtime
+        that templates refused there could be placed on is refused on its labels."""
+        super()._post_clean()
+        placement = set(runtimes.PLACEMENT_FIELDS) & set(self.changed_data)
+        if not self.errors and (self.instance.pk is None or placement):
+            problem = runtimes.runtime_fit_problem(self.instance)
+            if problem:
+                self.add_error("labels", problem)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "driver" in self.fields and not fake_driver_allowed():
+            self.fields["driver"].choices = [
+                choice for choice in self.fields["driver"].choices if choice[0] != "fake"
+            ]
+
+
+@admin.register(Runtime)
+class RuntimeAdmin(RuntimeFleetMixin, admin.ModelAdmin):
+    """Engines: their health (cached) and since when, load, labels and placement state;
+    cordon, uncordon and decommission are actions (``RuntimeFleetMixin``)."""
+
+    form = RuntimeForm
+    list_display = (
+        "name",
+        "driver",
+        "base_url",
+        "enabled",
+        "placement",
+        "answers",
+        "load",
+        "label_list",
+        "workspace_driver",
+        "node_name",
+        "last_seen_at",
+    )
+    list_filter = ("driver", "enabled", "cordoned", "health")
+    search_fields = ("name", "base_url", "node_name")
+    actions = ("cordon_runtimes", "uncordon_runtimes", "decommission_runtimes")
+    readonly_fields = (
+        "answers",
+        "placement",
+        "history",
+        "health_checked_at",
+        "health_since",
+        "node_name",
+        "last_seen_at",
+        "last_error",
+        "serves_stats",
+        "cordoned_at",
+        "cordoned_by",
+        "decommissioned_at",
+        "created_at",
+    )
+
+    def save_model(self, request, obj, form, change) -> None:
+        """Through the services (``containers.fleet.runtimes``), as the API: a change of
+        ``enabled`` or of the capacity is an entry in the runtime's history, with the
+        user as its actor. The form has checked the row as the service does."""
+        given = {f: form.cleaned_data[f] for f in runtimes.WRITABLE if f in form.cleaned_data}
+        if change:
+            changed = {f: v for f, v in given.items() if f in form.changed_data}
+            saved = runtimes.runtime_update(runtime_id=obj.pk, actor=actor_of(request), **changed)
+        else:
+            saved = runtimes.runtime_create(actor=actor_of(request), **given)
+        obj.pk = saved.pk
+        obj.refresh_from_db()
+
+    def delete_model(self, request, obj) -> None:
+        """Through the service: the deletion is an entry in the engine's history."""
+        runtimes.runtime_delete(runtime_id=obj.pk, actor=actor_of(request))
+
+    def delete_queryset(self, request, queryset) -> None:
+        for runtime_id in queryset.values_list("pk", flat=True):
+            runtimes.runtime_delete(runtime_id=runtime_id, actor=actor_of(request))
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        """The runtime's own page checks its engine now (bounded), then shows the record."""
+        runtime = self.get_object(request, object_id)
+        if runtime is not None and request.method == "GET":
+            runtime_health_check(runtime=runtime, actor=actor_of(request))
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    @admin.display(description="engine answers", ordering="health")
+    def answers(self, obj: Runtime):
+        return engine_health_badge(obj)
+
+
+def engine_health_badge(runtime: Runtime | None):
+    """The cached health record (``containers.execution.health``) as a badge: never an engine call.
+
+    An engine that does not answer says since when on the badge itself.
+    """
+    if runtime is None or runtime.pk is None or runtime.health == Runtime.Health.UNKNOWN:
+        return badge("not checked yet", GREY)
+    since = f" since {runtime.health_since:%Y-%m-%d %H:%M:%S}" if runtime.health_since else ""
+    checked = f"checked {runtime.health_checked_at:%H:%M:%S}" if runtime.health_checked_at else ""
+    if runtime.health == Runtime.Health.REACHABLE:
+        return badge("answers", "#198754", title=f"{checked}{since}")
+    return badge(f"no answer{since}", "#dc3545", title=f"{runtime.last_error} ({checked})")
