@@ -86,13 +86,20 @@ _STALE_TASK = (
     re.compile(r"^task ([0-9a-f]{64}): already exists$"),
     re.compile(r"^failed to start shim: mkdir \S*/([0-9a-f]{64}): file exists(?:: unknown)?$"),
 )
+# containerd's own words for the same (seen after a daemon restart cut a start short),
+# naming no id: the task of the container being started.
+_STALE_TASK_OF_REF = re.compile(r"^id already in use$")
 
 
-def stale_task_of(explanation: str) -> str | None:
-    """The container id a start's refusal names as holding a stale task, else None."""
+def stale_task_of(explanation: str, ref: str = "") -> str | None:
+    """The container id a start's refusal names as holding a stale task, else None;
+    ``ref`` (the container being started) where the refusal names none."""
+    explanation = explanation.strip()
     for pattern in _STALE_TASK:
-        if found := pattern.match(explanation.strip()):
+        if found := pattern.match(explanation):
             return found.group(1)
+    if ref and _STALE_TASK_OF_REF.match(explanation):
+        return ref
     return None
 
 
@@ -638,7 +645,7 @@ class DockerEngine:
                 api.start(ref)  # a running container answers 304: nothing to do
                 return
             except docker.errors.APIError as exc:
-                stale = stale_task_of(str(exc.explanation or ""))
+                stale = stale_task_of(str(exc.explanation or ""), ref)
                 if stale is None and exc.status_code == 409 and "paused" in str(exc.explanation):
                     api.unpause(ref)
                     return
@@ -646,7 +653,7 @@ class DockerEngine:
                     raise
                 message = f"start {ref}: {exc.explanation} (HTTP {exc.status_code})"
         state = self.inspect(ref)
-        if state is None or state.runtime_id != stale:
+        if state is None or stale not in (state.runtime_id, ref):
             raise EngineError(message)  # not this container's task: an ordinary error
         if state.status == "running":
             return

@@ -1,7 +1,8 @@
 """Which start refusals name a stale task of the container (``docker.stale_task_of``):
-the engine's two answers after a daemon restart cut a start short (the task, or the
-task's state directory containerd kept), seen on real engines (``test_stale_task.py``
-makes the first; the chaos soak met the second), and answers that are not one."""
+the engine's answers after a daemon restart cut a start short (the task, the task's
+state directory containerd kept, or containerd's bare "id already in use"), seen on
+real engines (``test_stale_task.py`` makes the first; the chaos soak met the others),
+and answers that are not one."""
 
 from __future__ import annotations
 
@@ -38,3 +39,12 @@ def test_a_stale_task_answer_names_its_container(explanation):
 )
 def test_other_answers_name_none(explanation):
     assert stale_task_of(explanation) is None
+    assert stale_task_of(explanation, ID) is None
+
+
+def test_containerds_bare_answer_names_the_container_being_started():
+    """The chaos soak met it (HTTP 500) after a daemon restart cut a start short: it names
+    no id, so it is the task of the container the start was for."""
+    assert stale_task_of("id already in use", ID) == ID
+    assert stale_task_of("id already in use") is None  # no container to name
+    assert stale_task_of("name already in use", ID) is None
