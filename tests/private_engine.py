@@ -244,6 +244,20 @@ class PrivateDockerd:
         """The SDK on the side door (the unix socket: it answers through a cut)."""
         return docker.APIClient(base_url=self.side_door, version="auto", timeout=timeout)
 
+    def start_with(self, image: str, *, attempts: int = 3) -> PrivateDockerd:
+        """Start the daemon (tried ``attempts`` times: a dockerd start now and then times
+        out waiting for its containerd) and copy ``image`` into it."""
+        for attempt in range(attempts):
+            try:
+                self.start(timeout=60)
+                break
+            except RuntimeError:
+                if attempt == attempts - 1:
+                    raise
+                self.stop()
+        self.load_image(image)
+        return self
+
     def load_image(self, image: str) -> None:
         """Copy ``image`` from the machine's engine into this one (read-only there)."""
         save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)

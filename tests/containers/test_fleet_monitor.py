@@ -64,23 +64,11 @@ def _engines(count: int) -> Iterator[list[PrivateDockerd]]:
     engines = [PrivateDockerd(f"fleet{i}") for i in range(count)]
     try:
         with concurrent.futures.ThreadPoolExecutor(count) as pool:
-            list(pool.map(_started, engines))
+            list(pool.map(lambda engine: engine.start_with(IMAGE), engines))
         yield engines
     finally:
         with concurrent.futures.ThreadPoolExecutor(count) as pool:
             list(pool.map(lambda engine: engine.destroy(), engines))
-
-
-def _started(engine: PrivateDockerd) -> None:
-    for attempt in range(3):  # a dockerd start now and then times out on its containerd
-        try:
-            engine.start(timeout=60)
-            break
-        except RuntimeError:
-            if attempt == 2:
-                raise
-            engine.stop()
-    engine.load_image(IMAGE)
 
 
 @pytest.fixture

@@ -33,19 +33,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.django_db]
 POOL = {"engine": "docker", "pool": "p"}
 
 
-def _started(engine: PrivateDockerd) -> PrivateDockerd:
-    for attempt in range(3):  # a dockerd start now and then times out on its containerd
-        try:
-            engine.start(timeout=60)
-            break
-        except RuntimeError:
-            if attempt == 2:
-                raise
-            engine.stop()
-    engine.load_image(IMAGE)
-    return engine
-
-
 @pytest.fixture(scope="module")
 def engines() -> Iterator[dict[str, PrivateDockerd]]:
     if reason := missing_tools():
@@ -53,7 +40,7 @@ def engines() -> Iterator[dict[str, PrivateDockerd]]:
     made = {name: PrivateDockerd(f"place{name}") for name in ("a", "b")}
     try:
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            list(pool.map(_started, made.values()))
+            list(pool.map(lambda engine: engine.start_with(IMAGE), made.values()))
         yield made
     finally:
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
@@ -190,7 +177,7 @@ def test_decommission_of_a_destroyed_engine_forgets_its_instances_without_callin
         _unavailable(reason)
     lost = PrivateDockerd("placelost")
     try:
-        _started(lost)
+        lost.start_with(IMAGE)
         runtime = Runtime.objects.create(
             name="lost", driver="docker", base_url=lost.url, labels={"pool": "q"}
         )

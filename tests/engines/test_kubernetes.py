@@ -481,19 +481,7 @@ def test_every_call_of_the_web_tier_is_granted_by_the_webs_role_and_each_grant_i
 
 @pytest.fixture
 def kube_runtime(kube):
-    from containers.models import Runtime
-
-    runtime = Runtime(
-        name="kube",
-        driver=Runtime.Driver.KUBERNETES,
-        kube_namespace=kube.namespace,
-        kube_config=kube.kubeconfig_path,
-        kube_context=kube.context,
-        labels={"engine": "kube"},
-    )
-    runtime.full_clean()
-    runtime.save()
-    return runtime
+    return kube.runtime_row()
 
 
 def _settle(instance, wanted: str, timeout: float = 10):

@@ -27,17 +27,7 @@ IMAGE = "gobrave-test-busybox:latest"
 
 def _runtime(kube, name: str = "kube") -> Runtime:
     """A row saved directly (never asked: ``serves_stats`` empty)."""
-    runtime = Runtime(
-        name=name,
-        driver=Runtime.Driver.KUBERNETES,
-        kube_namespace=kube.namespace,
-        kube_config=kube.kubeconfig_path,
-        kube_context=kube.context,
-        labels={"engine": "kube"},
-    )
-    runtime.full_clean()
-    runtime.save()
-    return runtime
+    return kube.runtime_row(name)
 
 
 def _idler() -> ContainerTemplate:

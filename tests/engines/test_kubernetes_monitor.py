@@ -18,19 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture
 def kube_runtime(kube):
-    from containers.models import Runtime
-
-    runtime = Runtime(
-        name="kube-followed",
-        driver=Runtime.Driver.KUBERNETES,
-        kube_namespace=kube.namespace,
-        kube_config=kube.kubeconfig_path,
-        kube_context=kube.context,
-        labels={"engine": "kube"},
-    )
-    runtime.full_clean()
-    runtime.save()
-    return runtime
+    return kube.runtime_row("kube-followed")
 
 
 def _running(kube, owner, name: str):

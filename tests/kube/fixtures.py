@@ -61,6 +61,25 @@ class KubeCluster:
 
         return config.new_client_from_config(self.kubeconfig_path, context=self.context)
 
+    def runtime_row(self, name: str = "kube", **fields: Any) -> Any:
+        """A ``kubernetes`` ``Runtime`` row for this cluster (labels ``engine: kube``),
+        checked and saved directly (not through the fleet services: never asked whether
+        it serves metrics)."""
+        from containers.models import Runtime
+
+        runtime = Runtime(
+            name=name,
+            driver=Runtime.Driver.KUBERNETES,
+            kube_namespace=self.namespace,
+            kube_config=self.kubeconfig_path,
+            kube_context=self.context,
+            labels={"engine": "kube"},
+            **fields,
+        )
+        runtime.full_clean()
+        runtime.save()
+        return runtime
+
     def enforce_pod_security(self, level: str = "restricted") -> None:
         """Label the namespace so that the API server's Pod Security admission enforces
         ``level`` (baseline or restricted) on its Pods, here and on a real cluster alike;
