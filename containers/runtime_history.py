@@ -13,15 +13,14 @@ from typing import Any
 
 from django.db import connection
 
-from containers.models import RuntimeEvent
+from containers.models import Runtime, RuntimeEvent
 
 Kind = RuntimeEvent.Kind
 
 
 def runtime_event_record(
     *,
-    runtime_id: int,
-    runtime_name: str,
+    runtime: Runtime,
     kind: Kind,
     actor: str,
     message: str = "",
@@ -29,14 +28,15 @@ def runtime_event_record(
     to_status: str = "",
     data: dict[str, Any] | None = None,
 ) -> RuntimeEvent:
-    """Append one entry to the runtime's history. Must run inside the transaction that
-    makes the change it records (``RuntimeError`` otherwise), so the two commit together;
-    one INSERT, no lock. Not idempotent: each call is one entry."""
+    """Append one entry to ``runtime``'s history (its id and its name now, kept as plain
+    values: the entry outlives the row). Must run inside the transaction that makes the
+    change it records (``RuntimeError`` otherwise), so the two commit together; one
+    INSERT, no lock. Not idempotent: each call is one entry."""
     if not connection.in_atomic_block:
         raise RuntimeError("runtime_event_record() must run inside transaction.atomic()")
     return RuntimeEvent.objects.create(
-        runtime_id=runtime_id,
-        runtime_name=runtime_name,
+        runtime_id=runtime.pk,
+        runtime_name=runtime.name,
         kind=kind,
         actor=actor,
         message=message[:2000],

@@ -202,9 +202,7 @@ def runtime_engine_lost(*, runtime_id: int, after: float, actor: str = RECONCILE
             if movable(instance):  # its container never existed: its create places it again
                 continue
             if instance.status in LOST_FAIL:
-                instance.runtime_missing = True
-                instance_save(instance, ("runtime_missing",))
-                move(instance, Status.FAILED, actor=actor, kind="engine_lost", reason=reason)
+                _give_up(instance, actor=actor, reason=reason)
             elif instance.status == Status.STOPPED and not instance.runtime_missing:
                 instance.runtime_missing = True
                 instance_save(instance, ("runtime_missing",))
@@ -222,6 +220,14 @@ def runtime_engine_lost(*, runtime_id: int, after: float, actor: str = RECONCILE
     if changed:
         log.warning("runtime %s: engine lost, %d instance(s) given up", runtime_id, changed)
     return changed
+
+
+def _give_up(instance: ContainerInstance, *, actor: str, reason: str) -> None:
+    """A ``LOST_FAIL`` instance of a lost engine or node (its row locked): marked missing
+    and moved to ``failed`` with ``reason`` (kind ``engine_lost``)."""
+    instance.runtime_missing = True
+    instance_save(instance, ("runtime_missing",))
+    move(instance, Status.FAILED, actor=actor, kind="engine_lost", reason=reason)
 
 
 def instance_node_lost(
@@ -249,8 +255,6 @@ def instance_node_lost(
         f"{ENGINE_LOST}: no word from its node {node} since "
         f"{since.isoformat(timespec='seconds')}, longer than engine_lost_after ({after:g} s)"
     )
-    instance.runtime_missing = True
-    instance_save(instance, ("runtime_missing",))
-    move(instance, Status.FAILED, actor=actor, kind="engine_lost", reason=reason)
+    _give_up(instance, actor=actor, reason=reason)
     log.warning("instance %s: its node %s is lost, given up", instance.id, node)
     return True

@@ -50,11 +50,10 @@ def _health_changed(*, runtime_id: int, was: str, now: str, error: str, actor: s
     webhook (``engine.unreachable`` / ``engine.reachable``), both in the caller's
     transaction, from this one place."""
     reachable = now == Health.REACHABLE
-    name = Runtime.objects.filter(pk=runtime_id).values_list("name", flat=True).first() or ""
+    runtime = Runtime.objects.only("name").filter(pk=runtime_id).first()
     message = "the engine answers again" if reachable else (error or "the engine did not answer")
     runtime_event_record(
-        runtime_id=runtime_id,
-        runtime_name=name,
+        runtime=runtime or Runtime(pk=runtime_id, name=""),
         kind=RuntimeEvent.Kind.REACHABLE if reachable else RuntimeEvent.Kind.UNREACHABLE,
         actor=actor,
         message=message,

@@ -141,14 +141,13 @@ def runtime_create(*, actor: str = "", **fields: Any) -> Runtime:
     _fits(runtime)
     with transaction.atomic():
         runtime.save()
-        settings = {f: _shown(f, getattr(runtime, f)) for f in WRITABLE}
+        shown = {f: _shown(f, getattr(runtime, f)) for f in WRITABLE}
         runtime_event_record(
-            runtime_id=runtime.pk,
-            runtime_name=runtime.name,
+            runtime=runtime,
             kind=Kind.ADDED,
             actor=actor,
             message=f"{runtime.driver} engine at {runtime.base_url}",
-            data=settings,
+            data=shown,
         )
         outbox_release_deferred(queue=Queue.CREATE)  # a new engine: waiting creates look again
         _ask_stats_after_commit(runtime)
@@ -183,8 +182,7 @@ def _record_changes(*, runtime: Runtime, before: dict[str, Any], actor: str, rea
     }
     if settings:
         runtime_event_record(
-            runtime_id=runtime.pk,
-            runtime_name=runtime.name,
+            runtime=runtime,
             kind=Kind.CHANGED,
             actor=actor,
             message=f"{', '.join(settings)} changed{': ' if reason else ''}{reason}",
@@ -192,8 +190,7 @@ def _record_changes(*, runtime: Runtime, before: dict[str, Any], actor: str, rea
         )
     if before["enabled"] != runtime.enabled:
         runtime_event_record(
-            runtime_id=runtime.pk,
-            runtime_name=runtime.name,
+            runtime=runtime,
             kind=Kind.ENABLED if runtime.enabled else Kind.DISABLED,
             actor=actor,
             message=reason,
@@ -211,8 +208,7 @@ def _record_changes(*, runtime: Runtime, before: dict[str, Any], actor: str, rea
             for field, values in changed.items()
         )
         runtime_event_record(
-            runtime_id=runtime.pk,
-            runtime_name=runtime.name,
+            runtime=runtime,
             kind=Kind.CAPACITY,
             actor=actor,
             message=f"{words}{': ' if reason else ''}{reason}",
@@ -273,8 +269,7 @@ def runtime_delete(*, runtime_id: int, actor: str) -> None:
         if runtime is None:
             raise NotFound(f"no runtime {runtime_id}")
         runtime_event_record(
-            runtime_id=runtime.pk,
-            runtime_name=runtime.name,
+            runtime=runtime,
             kind=Kind.DELETED,
             actor=actor,
             message=f"{runtime.driver} engine at {runtime.base_url}",

@@ -68,8 +68,7 @@ def _set_cordon(*, runtime_id: int, cordoned: bool, actor: str, reason: str) -> 
         runtime.cordoned_by = actor if cordoned else ""
         runtime.save(update_fields=["cordoned", "cordoned_at", "cordoned_by"])
         runtime_event_record(
-            runtime_id=runtime.pk,
-            runtime_name=runtime.name,
+            runtime=runtime,
             kind=Kind.CORDONED if cordoned else Kind.UNCORDONED,
             actor=actor,
             message=reason,
@@ -178,8 +177,7 @@ def runtime_decommission(*, runtime_id: int, actor: str, reason: str = "") -> De
         runtime.enabled = False
         runtime.save(update_fields=["cordoned", "cordoned_at", "cordoned_by", "enabled"])
         runtime_event_record(
-            runtime_id=runtime.pk,
-            runtime_name=runtime.name,
+            runtime=runtime,
             kind=Kind.DECOMMISSIONING,
             actor=actor,
             message=f"{DECOMMISSIONED}: cordoned and disabled, forgetting what it held"
@@ -215,8 +213,7 @@ def runtime_decommission(*, runtime_id: int, actor: str, reason: str = "") -> De
         runtime.decommissioned_at = timezone.now()
         runtime.save(update_fields=["decommissioned_at"])
         runtime_event_record(
-            runtime_id=runtime.pk,
-            runtime_name=runtime.name,
+            runtime=runtime,
             kind=Kind.DECOMMISSIONED,
             actor=actor,
             message=f"{DECOMMISSIONED}: {len(forgotten)} instances forgotten, "
