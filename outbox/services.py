@@ -55,33 +55,6 @@ def outbox_notify_if_due() -> None:
             cursor.execute(f"SELECT pg_notify(%s, '') WHERE {ANY_DUE}", [conf.NOTIFY_CHANNEL])
 
 
-def outbox_enqueue(
-    *, kind: str, aggregate_id: str, payload: dict, fairness_key: str = ""
-) -> OutboxEvent:
-    """Write one request row. Must run inside the caller's transaction.
-
-    The caller holds the aggregate's row lock, so rows of one aggregate commit in id
-    order (the relay's per-aggregate ordering relies on it). Rows with different
-    ``fairness_key`` values are served round-robin by key (``relay.claim``).
-    """
-    if not connection.in_atomic_block:
-        raise RuntimeError("outbox_enqueue() must run inside transaction.atomic()")
-    route = registry.route(kind)
-    if route is None:
-        raise ValueError(f"no outbox handler registered for {kind!r}")
-    event = OutboxEvent(
-        kind=kind,
-        queue=route.queue,
-        aggregate_id=str(aggregate_id),
-        fairness_key=fairness_key[:64],
-        payload=payload,
-        available_at=Now(),  # the database's clock, as every due time (see relay)
-    )
-    prepared.insert(event)  # a prepared statement: every request writes one
-    outbox_notify(route.queue)
-    return event
-
-
 class Enqueued(NamedTuple):
     """One row of ``outbox_enqueue_many``: ``outbox_enqueue``'s arguments but the kind."""
 
@@ -90,12 +63,11 @@ class Enqueued(NamedTuple):
     fairness_key: str = ""
 
 
-def outbox_enqueue_many(*, kind: str, rows: Iterable[Enqueued]) -> list[OutboxEvent]:
-    """``outbox_enqueue`` of many rows of one kind: one round trip and one wake-up. Must run
-    inside the caller's transaction, which holds each aggregate's row lock; rows are
-    numbered in the order given (so two rows of one aggregate keep their order)."""
+def _events(caller: str, kind: str, rows: Iterable[Enqueued]) -> tuple[str, list[OutboxEvent]]:
+    """The queue of ``kind`` and its rows to write, unsaved (``caller`` must run inside a
+    transaction; a kind no handler runs is a ``ValueError``)."""
     if not connection.in_atomic_block:
-        raise RuntimeError("outbox_enqueue_many() must run inside transaction.atomic()")
+        raise RuntimeError(f"{caller}() must run inside transaction.atomic()")
     route = registry.route(kind)
     if route is None:
         raise ValueError(f"no outbox handler registered for {kind!r}")
@@ -106,13 +78,38 @@ def outbox_enqueue_many(*, kind: str, rows: Iterable[Enqueued]) -> list[OutboxEv
             aggregate_id=str(row.aggregate_id),
             fairness_key=row.fairness_key[:64],
             payload=row.payload,
-            available_at=Now(),
+            available_at=Now(),  # the database's clock, as every due time (see relay)
         )
         for row in rows
     ]
+    return route.queue, events
+
+
+def outbox_enqueue(
+    *, kind: str, aggregate_id: str, payload: dict, fairness_key: str = ""
+) -> OutboxEvent:
+    """Write one request row. Must run inside the caller's transaction.
+
+    The caller holds the aggregate's row lock, so rows of one aggregate commit in id
+    order (the relay's per-aggregate ordering relies on it). Rows with different
+    ``fairness_key`` values are served round-robin by key (``relay.claim``).
+    """
+    queue, [event] = _events(
+        "outbox_enqueue", kind, [Enqueued(aggregate_id, payload, fairness_key)]
+    )
+    prepared.insert(event)  # a prepared statement: every request writes one
+    outbox_notify(queue)
+    return event
+
+
+def outbox_enqueue_many(*, kind: str, rows: Iterable[Enqueued]) -> list[OutboxEvent]:
+    """``outbox_enqueue`` of many rows of one kind: one round trip and one wake-up. Must run
+    inside the caller's transaction, which holds each aggregate's row lock; rows are
+    numbered in the order given (so two rows of one aggregate keep their order)."""
+    queue, events = _events("outbox_enqueue_many", kind, rows)
     if events:
         prepared.insert_many(events)  # one round trip, a prepared statement
-        outbox_notify(route.queue)
+        outbox_notify(queue)
     return events
 
 
