@@ -19,12 +19,11 @@ from django.db import transaction
 from containers.engines import fake_driver_allowed
 from containers.errors import InvalidRuntime, NotFound
 from containers.models import ContainerTemplate, Runtime
-from containers.placement.choice import labels_match
 from containers.queues import Queue
 from containers.runtime_history import Kind, runtime_event_record
 from containers.runtime_stats import runtime_stats_check
 from containers.spec.kubernetes_fit import kubernetes_problems
-from containers.spec.resolve import clean_constraints
+from containers.spec.resolve import clean_constraints, labels_match
 from outbox.services import outbox_release_deferred
 
 # What a caller may set; health, node name and timestamps are gobrave's.
@@ -115,6 +114,18 @@ def runtime_fit_problem(runtime: Runtime) -> str:
         f"templates that could be placed here ask what Kubernetes refuses "
         f"({'; '.join(unfit[:5])}{more}): change them, or give this runtime labels they "
         "do not match"
+    )
+
+
+def runtime_enable_problem(runtime: Runtime) -> str:
+    """Why ``runtime`` may not be switched on ('' when it may): a decommissioned runtime
+    never is (everything it held is forgotten)."""
+    if runtime.decommissioned_at is None:
+        return ""
+    return (
+        f"runtime {runtime.name} was decommissioned on "
+        f"{runtime.decommissioned_at:%Y-%m-%d %H:%M} UTC: everything it held is "
+        "forgotten, so it cannot be switched on again; add the engine as a new runtime"
     )
 
 
@@ -238,12 +249,9 @@ def runtime_update(*, runtime_id: int, actor: str, reason: str = "", **fields: A
         if runtime is None:
             raise NotFound(f"no runtime {runtime_id}")
         before = {field: getattr(runtime, field) for field in WRITABLE}
-        if runtime.decommissioned_at is not None and fields.get("enabled") and not runtime.enabled:
-            raise InvalidRuntime(
-                f"runtime {runtime.name} was decommissioned on "
-                f"{runtime.decommissioned_at:%Y-%m-%d %H:%M} UTC: everything it held is "
-                "forgotten, so it cannot be switched on again; add the engine as a new runtime"
-            )
+        enabling = fields.get("enabled") and not runtime.enabled
+        if enabling and (problem := runtime_enable_problem(runtime)):
+            raise InvalidRuntime(f"enabled: {problem}", fields={"enabled": problem})
         for field, value in fields.items():
             setattr(runtime, field, value)
         _checked(runtime)

@@ -34,10 +34,9 @@ from typing import Any
 
 from django.db.models import Count
 
-from containers.engines import driver_class
 from containers.errors import NoMatchingRuntime, RuntimesCordoned
 from containers.models import ContainerInstance, Runtime
-from containers.spec.resolve import NODE_CONSTRAINT_PREFIX, clean_constraints
+from containers.spec.resolve import clean_constraints, labels_match
 from containers.states import IN_FLIGHT, Status
 from core import prepared
 
@@ -52,19 +51,6 @@ def _enabled_runtimes() -> list[Runtime]:
     return prepared.objects(
         "choice.enabled_runtimes", lambda: Runtime.objects.filter(enabled=True).order_by("name")
     )
-
-
-def labels_match(runtime: Runtime, constraints: Mapping[str, str]) -> bool:
-    """The runtime's labels satisfy every constraint (``key: value``). ``node.``
-    constraints are the cluster's to match (a nodeSelector), not labels: only a driver
-    that honours them takes such a template (a Docker engine cannot)."""
-    on_nodes = False
-    for key, value in constraints.items():
-        if key.startswith(NODE_CONSTRAINT_PREFIX):
-            on_nodes = True
-        elif str(runtime.labels.get(key)) != value:
-            return False
-    return not on_nodes or driver_class(runtime.driver).honours_node_constraints
 
 
 def constraints_of(templates: Iterable[Any]) -> dict[str, str]:

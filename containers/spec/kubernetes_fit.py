@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from containers.models import Runtime
-from containers.spec.resolve import NODE_CONSTRAINT_PREFIX
+from containers.spec.resolve import clean_constraints, labels_match
 from core.config import container_user
 
 ALLOWED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
@@ -55,9 +55,9 @@ def kubernetes_problems(
 def kubernetes_runtimes_for(constraints: Mapping[str, str]) -> list[str]:
     """Names of the ``kubernetes`` runtimes whose labels satisfy ``constraints`` (those
     prefixed ``node.`` are the cluster's to match)."""
-    wanted = {k: v for k, v in constraints.items() if not k.startswith(NODE_CONSTRAINT_PREFIX)}
+    wanted = clean_constraints(constraints)
     return [
         runtime.name
         for runtime in Runtime.objects.filter(driver=Runtime.Driver.KUBERNETES)
-        if all(str(runtime.labels.get(k)) == str(v) for k, v in wanted.items())
+        if labels_match(runtime, wanted)
     ]

@@ -21,6 +21,7 @@ from django.conf import settings
 from containers.engines import driver_class
 from containers.errors import InvalidSpec
 from containers.models import Runtime
+from containers.spec.resolve import clean_constraints, labels_match
 
 # The template's policy fields, in the admin form's order.
 POLICY_FIELDS = (
@@ -111,10 +112,10 @@ def runtimes_without_stats(constraints: Mapping[str, Any]) -> list[tuple[str, bo
     """The runtimes the template may be placed on (their labels satisfy its
     ``constraints``; ``node.`` ones are the cluster's) whose engine reports no CPU
     statistics, or has not been asked yet (``runtime_reports_cpu``): ``(name, answer)``."""
-    wanted = {k: v for k, v in constraints.items() if not k.startswith("node.")}
+    wanted = clean_constraints(constraints)
     found = []
     for runtime in Runtime.objects.filter(decommissioned_at__isnull=True):
-        if not all(str(runtime.labels.get(k)) == str(v) for k, v in wanted.items()):
+        if not labels_match(runtime, wanted):
             continue
         reports = runtime_reports_cpu(runtime)
         if not reports:

@@ -13,6 +13,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from containers.engines import driver_class
 from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE, LABEL_TEMPLATE
 from containers.errors import InvalidSpec, MountRefused
 from containers.spec import env_policy, mounts
@@ -579,3 +580,16 @@ def resolve_spec(
             LABEL_TEMPLATE: template.name,
         },
     }
+
+
+def labels_match(runtime: Any, constraints: Mapping[str, str]) -> bool:
+    """The runtime's labels satisfy every constraint (``key: value``). ``node.``
+    constraints are the cluster's to match (a nodeSelector), not labels: only a driver
+    that honours them takes such a template (a Docker engine cannot)."""
+    on_nodes = False
+    for key, value in constraints.items():
+        if key.startswith(NODE_CONSTRAINT_PREFIX):
+            on_nodes = True
+        elif str(runtime.labels.get(key)) != value:
+            return False
+    return not on_nodes or driver_class(runtime.driver).honours_node_constraints
