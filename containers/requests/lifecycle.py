@@ -351,8 +351,8 @@ def _moved(moved: list[tuple[ContainerInstance, str]], target: str, *, actor: st
         outbox_release_deferred(queue=Queue.CREATE)
     instances = [instance for instance, _ in moved]
     if target == Status.FAILED:
-        for _ in instances:
-            transaction.on_commit(lambda: counter_bump(RequestStat.INSTANCE_FAILED))
+        failed = len(instances)
+        transaction.on_commit(lambda: counter_bump(RequestStat.INSTANCE_FAILED, by=failed))
         instances_notify(instances, EventKind.INSTANCE_FAILED, actor=actor)
     elif target == Status.STOP_PENDING and actor == POLICY:
         instances_notify(instances, EventKind.INSTANCE_CULLED, actor=actor)
