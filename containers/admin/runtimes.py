@@ -179,9 +179,14 @@ class RuntimeForm(forms.ModelForm):
         }
 
     def _post_clean(self) -> None:
-        """As the services check (``runtimes.runtime_fit_problem``): a Kubernetes runtime
-        that templates refused there could be placed on is refused on its labels."""
+        """As the services check: a decommissioned runtime is not switched on again
+        (``runtimes.runtime_enable_problem``), and a Kubernetes runtime that templates
+        refused there could be placed on is refused on its labels
+        (``runtimes.runtime_fit_problem``)."""
         super()._post_clean()
+        enabling = "enabled" in self.changed_data and self.instance.enabled
+        if enabling and (problem := runtimes.runtime_enable_problem(self.instance)):
+            self.add_error("enabled", problem)
         placement = set(runtimes.PLACEMENT_FIELDS) & set(self.changed_data)
         if not self.errors and (self.instance.pk is None or placement):
             problem = runtimes.runtime_fit_problem(self.instance)

@@ -7,6 +7,7 @@ import pytest
 from django.urls import reverse
 
 from containers.execution.health import runtime_health_record
+from containers.fleet.services import runtime_decommission
 from containers.models import ContainerEvent, ContainerInstance, Runtime, RuntimeEvent
 from dags.models import DagRun
 from outbox.models import OutboxEvent
@@ -263,3 +264,26 @@ def test_the_runtime_form_refuses_a_kubernetes_runtime_templates_refused_there_c
     errors = response.context["adminform"].form.errors
     assert list(errors) == ["labels"] and "as-root" in errors["labels"][0], errors
     assert not Runtime.objects.filter(name="cluster").exists()
+
+
+def test_the_runtime_form_refuses_to_switch_a_decommissioned_runtime_on(
+    as_user, operator, monkeypatch
+):
+    gone = RuntimeFactory(name="gone", driver="docker", base_url=GONE)
+    _engine_calls(monkeypatch)
+    runtime_decommission(runtime_id=gone.pk, actor="user:op")
+    form = {
+        "name": "gone",
+        "driver": "docker",
+        "base_url": GONE,
+        "labels": "{}",
+        "kube_volume_size": "1Gi",
+        "kube_access_mode": "ReadWriteOnce",
+        "enabled": "on",
+    }
+    url = reverse("admin:containers_runtime_change", args=[gone.pk])
+    response = as_user(operator).post(url, form)
+    assert response.status_code == 200, response.status_code  # the form again, never a 500
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == ["enabled"] and "decommissioned" in errors["enabled"][0], errors
+    assert Runtime.objects.get(pk=gone.pk).enabled is False
