@@ -7,6 +7,8 @@ between samples, and the machine's engine left as it was found.
   (``http.client.HTTPConnection.getresponse``: urllib3 calls it for every response, so
   the docker SDK over the unix socket and the kubernetes client over HTTPS alike).
   Building and sending a request and reading and parsing its body stay the caller's.
+- ``CallClock``: the wall time that thread spends inside a driver's calls; less its waits
+  for answers, the driver's client side.
 - ``covered``: how much of a time window a set of intervals covers, each instant once.
 - ``MonitorAtRest``: waits, between samples, until the monitor has applied the events of
   the sample just taken (so that its work does not spill into the next one's window).
@@ -53,6 +55,49 @@ class AnswerWaits:
 
     def since(self, mark: int) -> list[tuple[float, float]]:
         return self.intervals[mark:]
+
+
+class CallClock:
+    """Seconds ``thread`` (default: the main thread) spent inside ``engine``'s calls
+    (``CALLS``; a call made inside another is not counted twice). Wraps the engine
+    object's own attributes (``engine_for`` returns one object per daemon per process)."""
+
+    CALLS = (
+        "create",
+        "start",
+        "inspect",
+        "node_name",
+        "image_present",
+        "ensure_image",
+        "ensure_network",
+        "ensure_workspace",
+        "stop",
+        "remove",
+    )
+
+    def __init__(self, engine, thread: threading.Thread | None = None) -> None:
+        self.ident = (thread or threading.main_thread()).ident
+        self.seconds = 0.0
+        self.depth = 0  # the one timed thread's
+        for name in self.CALLS:
+            method = getattr(engine, name, None)
+            if method is not None:
+                setattr(engine, name, self._wrap(method))
+
+    def _wrap(self, method):
+        @functools.wraps(method)
+        def timed(*args, **kwargs):
+            if threading.get_ident() != self.ident or self.depth:
+                return method(*args, **kwargs)
+            self.depth += 1
+            began = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - began
+                self.depth -= 1
+
+        return timed
 
 
 def covered(intervals: list[tuple[float, float]], low: float, high: float) -> float:

@@ -102,6 +102,7 @@ sys.path.insert(0, str(_HERE.parent))
 from bench import _common as c  # noqa: E402
 from bench._engine_time import (  # noqa: E402
     AnswerWaits,
+    CallClock,
     MonitorAtRest,
     covered,
     docker_cleanup,
@@ -319,16 +320,19 @@ def reached(instance_ids: list, status: str, timeout: float, meanwhile=None) -> 
 class Sample:
     """One create -> running (seconds). ``ways``: ``(gobrave's own part, the engine's)``
     for each clock of ``engine_seconds`` (ways a, b, c); ``answered``: the same by way
-    (d); ``whole``: by way (d) with the cluster's whole window taken out (Kubernetes;
-    else as ``answered``); ``hidden``: gobrave's work hidden in the cluster's window by
-    way (c) (the handler still at work after the Pod was made); ``unused``: the part of
-    that window that way (d) leaves in gobrave's part (the handler at work, not waiting
-    for an answer); ``answers``: the engine's answers the main thread waited for;
-    ``tail``: from the create's handler's return to the ``running`` row (negative: the
-    handler wrote it); ``span``: the sample's wall-clock window."""
+    (d); ``client``: the driver's calls on the handler's thread less their waits for
+    answers (its client side; 0 without a ``CallClock``); ``whole``: by way (d) with the
+    cluster's whole window taken out (Kubernetes; else as ``answered``); ``hidden``:
+    gobrave's work hidden in the cluster's window by way (c) (the handler still at work
+    after the Pod was made); ``unused``: the part of that window that way (d) leaves in
+    gobrave's part (the handler at work, not waiting for an answer); ``answers``: the
+    engine's answers the main thread waited for; ``tail``: from the create's handler's
+    return to the ``running`` row (negative: the handler wrote it); ``span``: the
+    sample's wall-clock window."""
 
     ways: list[tuple[float, float]]
     answered: tuple[float, float]
+    client: float
     whole: tuple[float, float]
     hidden: float
     unused: float
@@ -338,9 +342,12 @@ class Sample:
     span: tuple[float, float]
 
 
-def create_sample(owner, template, *, waits, engine_seconds=None, window=None) -> Sample:
+def create_sample(
+    owner, template, *, waits, calls=None, engine_seconds=None, window=None
+) -> Sample:
     """One create -> running, from the service call to the instance's ``running`` row.
     ``waits``: the main thread's waits for the engine's answers (``AnswerWaits``);
+    ``calls``: its time in the driver's calls (``CallClock``), for their client side;
     ``engine_seconds()``: a tuple of the engine's clocks, read before and after (ways a,
     b, c); ``window(instance)`` (Kubernetes only): when its Pod was made and when its
     ``Running`` write began (``time.time()`` in the cluster process), added to the last
@@ -350,12 +357,15 @@ def create_sample(owner, template, *, waits, engine_seconds=None, window=None) -
 
     engine_before = engine_seconds() if engine_seconds is not None else ()
     mark = waits.mark()
+    in_calls = calls.seconds if calls is not None else 0.0
     began = time.time()
     instance = container_create_by_template(template=template, owner=owner, actor="bench")
     relay_all()
     handled = time.time()
     running_at = reached([instance.pk], "running", timeout=60)[str(instance.pk)].timestamp()
-    answers = [span for span in waits.since(mark) if span[0] < running_at]
+    spent_in_calls = calls.seconds - in_calls if calls is not None else 0.0
+    every_answer = waits.since(mark)
+    answers = [span for span in every_answer if span[0] < running_at]
     engine = (
         [after - before for after, before in zip(engine_seconds(), engine_before, strict=True)]
         if engine_seconds is not None
@@ -376,6 +386,7 @@ def create_sample(owner, template, *, waits, engine_seconds=None, window=None) -
     return Sample(
         ways=[(total - spent, spent) for spent in engine],
         answered=(total - out, out),
+        client=spent_in_calls - sum(b - a for a, b in every_answer) if calls is not None else 0.0,
         whole=(total - out_whole, out_whole),
         hidden=hidden,
         unused=unused,
@@ -474,7 +485,9 @@ def part1_report(
         print(f"   {label:20} {c.summary_ms([s.answered[0] for s in taken])}")
         print(
             f"   {'':20} engine's time taken out p50 {p50_ms([s.answered[1] for s in taken])}"
-            f" ({statistics.median([s.answers for s in taken]):.0f} answers a create)"
+            f" ({statistics.median([s.answers for s in taken]):.0f} answers a create); the "
+            f"driver's client side p50 {p50_ms([s.client for s in taken])} (its calls less "
+            f"their waits: in the part)"
         )
     print(
         ratio_line(
@@ -561,6 +574,7 @@ def main() -> int:
             from containers.execution.monitor import Monitor
 
             fake = Timed(engine_for(runtimes["fake"]))
+            drivers = {e: CallClock(engine_for(runtimes[e])) for e in ("kubernetes", "docker")}
             waits = AnswerWaits()  # the main thread's: the create's handler's (relay_all)
             split = Split()
             monitor = Monitor(installation=installation)
@@ -612,7 +626,12 @@ def main() -> int:
             def sample(engine: str) -> Sample:
                 seconds, window = clocks[engine]
                 taken = create_sample(
-                    owner, templates[engine], waits=waits, engine_seconds=seconds, window=window
+                    owner,
+                    templates[engine],
+                    waits=waits,
+                    calls=drivers.get(engine),
+                    engine_seconds=seconds,
+                    window=window,
                 )
                 # the monitor's work on this create (Docker: its start event, read and
                 # applied after the handler wrote running) ends before the next begins
