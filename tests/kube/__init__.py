@@ -20,7 +20,8 @@ What the emulator serves (``/api/v1``; ``server.py``)
   ResourceQuotas, ServiceAccounts: create (409 AlreadyExists; ``generateName``;
   ``dryRun=All``), get (404 NotFound), list and watch with label selectors (``=``,
   ``!=``, ``in``, ``notin``, ``key``, ``!key``) and field selectors (``metadata.name`` and
-  the fields the API indexes, ``selectors.FIELDS``), update (409 Conflict on a stale
+  the fields the API indexes, ``selectors.FIELDS``), lists in chunks (``limit``,
+  ``continue``), update (409 Conflict on a stale
   ``resourceVersion``), patch (merge and strategic merge; ``patches.py``), delete (with
   ``gracePeriodSeconds``) and deletecollection.
 - ``resourceVersion``: one global counter, written on every object it changes; a bounded

@@ -10,6 +10,8 @@ watch stream or a ``Status``."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import json
 import threading
@@ -277,14 +279,25 @@ class Api:
     # -- verbs -----------------------------------------------------------------------------
 
     def _list(self, request: web.Request, resource: str, namespace: str | None) -> web.Response:
+        """A list, in chunks as the API server answers them: with ``limit``, at most that
+        many items and, when more follow, ``metadata.continue`` (the token the next
+        request passes to go on after the last item) and ``remainingItemCount``."""
         selected = self._selected(request, resource)
+        limit, after = _chunk(request)
         items, rv = self.store.list(resource, namespace)
+        chosen = [obj for obj in items if selected(obj) and _key(obj) > after]
+        metadata: dict[str, Any] = {"resourceVersion": str(rv)}
+        if limit and len(chosen) > limit:
+            chosen, rest = chosen[:limit], len(chosen) - limit
+            token = json.dumps({"after": list(_key(chosen[-1]))}).encode()
+            metadata["continue"] = base64.urlsafe_b64encode(token).decode()
+            metadata["remainingItemCount"] = rest
         return _json(
             {
                 "kind": KINDS[resource] + "List",
                 "apiVersion": "v1",
-                "metadata": {"resourceVersion": str(rv)},
-                "items": [obj for obj in items if selected(obj)],
+                "metadata": metadata,
+                "items": chosen,
             }
         )
 
@@ -468,3 +481,31 @@ def _event(change: Change, resource: str, namespace: str | None, selected) -> tu
     if was:
         return ("DELETED", change.new)
     return None
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    """Where an object sorts in a list (``Store.list``'s order: namespace, then name)."""
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace") or "", meta.get("name") or "")
+
+
+def _chunk(request: web.Request) -> tuple[int, tuple[str, str]]:
+    """A list request's ``limit`` (0: all) and the key its ``continue`` token goes on
+    after (("", ""): from the start); 400 for either unreadable."""
+    try:
+        limit = int(request.query.get("limit") or 0)
+        if limit < 0:
+            raise ValueError(limit)
+    except ValueError as error:
+        raise status.ApiError(
+            400, f"limit: {request.query.get('limit')!r} is not a count"
+        ) from error
+    token = request.query.get("continue")
+    if not token:
+        return limit, ("", "")
+    try:
+        after = json.loads(base64.urlsafe_b64decode(token.encode()))["after"]
+        namespace, name = (str(part) for part in after)
+    except (binascii.Error, ValueError, KeyError, TypeError) as error:
+        raise status.ApiError(400, "continue: the token is not one this server gave") from error
+    return limit, (namespace, name)

@@ -112,6 +112,23 @@ def test_lists_honour_label_and_field_selectors(core, kube):
     assert names(core.list_namespaced_pod(ns, field_selector="metadata.name!=b")) == ["a", "c"]
 
 
+def test_a_list_with_a_limit_answers_in_chunks_that_a_continue_token_goes_on_from(core, kube):
+    ns = kube.namespace
+    for name in ("a", "b", "c", "d", "e"):
+        core.create_namespaced_pod(ns, pod(name, {"app": "gb" if name != "c" else "other"}))
+    first = core.list_namespaced_pod(ns, label_selector="app=gb", limit=2)
+    assert names(first) == ["a", "b"], names(first)
+    assert first.metadata.remaining_item_count == 2, first.metadata
+    second = core.list_namespaced_pod(
+        ns, label_selector="app=gb", limit=2, _continue=first.metadata._continue
+    )
+    assert names(second) == ["d", "e"], names(second)
+    assert second.metadata._continue is None, second.metadata
+    assert names(core.list_namespaced_pod(ns)) == ["a", "b", "c", "d", "e"]
+    code, body = error_of(lambda: core.list_namespaced_pod(ns, _continue="not-a-token"))
+    assert (code, body["reason"]) == (400, "BadRequest"), body
+
+
 def test_an_unreadable_selector_answers_400(core, kube):
     code, body = error_of(lambda: core.list_namespaced_pod(kube.namespace, label_selector="a in"))
     assert (code, body["reason"]) == (400, "BadRequest")
