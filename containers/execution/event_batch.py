@@ -40,7 +40,7 @@ from containers.execution.sync import (
 )
 from containers.models import ContainerEvent, ContainerInstance
 from containers.queues import RequestKind
-from containers.requests.lifecycle import moves_deferred
+from containers.requests.lifecycle import instance_lock, moves_deferred
 from containers.states import IN_FLIGHT, Status
 from core import prepared
 from outbox.models import UNFINISHED, OutboxEvent
@@ -60,6 +60,9 @@ class Seen:
 
 
 def _locked(ids: list[uuid.UUID]) -> dict[uuid.UUID, ContainerInstance]:
+    if len(ids) == 1:  # a lone event's: the lifecycle's prepared lock, no query compiled
+        row = instance_lock(ids[0])
+        return {row.id: row} if row is not None else {}
     rows = ContainerInstance.objects.select_for_update().filter(id__in=ids).order_by("id")
     return {row.id: row for row in rows}
 

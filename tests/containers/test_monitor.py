@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 from django.db.models import F, QuerySet
+from django.db.models.sql.compiler import SQLCompiler
 
 from containers.engines import engine_for
 from containers.engines.base import ContainerSpec, ContainerState, EngineEvent
@@ -1134,6 +1135,31 @@ def test_a_lone_running_pod_of_a_creating_instance_is_applied_in_four_statements
     row = stored(creating)
     assert (row.status, row.runtime_node_name) == (Status.RUNNING, "node-1")
     assert [(e.from_status, e.to_status) for e in history(creating)] == [("creating", "running")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lone_running_pod_compiles_no_query(place, fake_runtime, monkeypatch):
+    """Every statement of a lone event's apply is compiled once per process (the
+    lifecycle's prepared lock, not a queryset compiled per event): the second
+    instance's compiles nothing."""
+    follower = Follower(Monitor(installation="test", appliers=1), fake_runtime)
+    compiled = []
+    real = SQLCompiler.as_sql
+    for n in range(2):
+        creating = place(Status.CREATING)
+        _held(creating)
+        running = ContainerState(creating.container_id, creating.container_name, "running",
+                                 node_name="node-1")  # fmt: skip
+        labels = {"io.gobrave.instance": str(creating.pk)}
+        event = EngineEvent("start", creating.container_id, creating.container_name, labels,
+                            time.time_ns(), state=running)  # fmt: skip
+        if n == 1:
+            monkeypatch.setattr(SQLCompiler, "as_sql", lambda self, *a, **k: compiled.append(
+                self.query.model) or real(self, *a, **k))  # fmt: skip
+        follower.apply_many([(event, False)])
+        monkeypatch.undo()
+        assert stored(creating).status == Status.RUNNING
+    assert compiled == [], compiled
 
 
 @pytest.mark.django_db(transaction=True)
