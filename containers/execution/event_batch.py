@@ -20,6 +20,7 @@ applies it the usual way, after this transaction.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +40,7 @@ from containers.execution.sync import (
 )
 from containers.models import ContainerEvent, ContainerInstance
 from containers.queues import RequestKind
-from containers.requests.lifecycle import moves_deferred
+from containers.requests.lifecycle import instance_lock, moves_deferred
 from containers.states import IN_FLIGHT, Status
 from core import prepared
 from outbox.models import UNFINISHED, OutboxEvent
@@ -59,6 +60,9 @@ class Seen:
 
 
 def _locked(ids: list[uuid.UUID]) -> dict[uuid.UUID, ContainerInstance]:
+    if len(ids) == 1:  # a lone event's: the lifecycle's prepared lock, no query compiled
+        row = instance_lock(ids[0])
+        return {row.id: row} if row is not None else {}
     rows = ContainerInstance.objects.select_for_update().filter(id__in=ids).order_by("id")
     return {row.id: row for row in rows}
 
@@ -79,18 +83,30 @@ def _started_again(ids: list[uuid.UUID]) -> set[uuid.UUID]:
     return set(found.values_list("instance_id", flat=True))
 
 
-def events_apply(*, seen: list[Seen], actor: str, runtime_pk: int) -> dict[uuid.UUID, Sync | None]:
+def events_apply(
+    *,
+    seen: list[Seen],
+    actor: str,
+    runtime_pk: int,
+    left: dict[uuid.UUID, ContainerInstance] | None = None,
+) -> dict[uuid.UUID, Sync | None]:
     """Apply ``seen`` (one event per instance) in one transaction; returns each
     instance's outcome (``Sync``), None for those left to the caller (see the module
     docstring). Must run outside a transaction; raises what the database raises (a
     deadlock...), with nothing applied. ``runtime_pk``: the runtime whose stream the
     events came from; an instance placed on another row is left to the caller
     (``monitor.on_this_engine``: a create placed again elsewhere may have left a
-    container here that says nothing about it).
+    container here that says nothing about it). ``left``: filled with the row of each
+    instance left to the caller, as this transaction read it (unchanged: the caller's
+    look may start from it instead of reading it again, as from any unlocked read).
+    Also for a single event (the monitor sends it here too): it then costs the row's
+    lock, one pipelined send of its writes and the commit.
 
     1. Lock every row (one statement, in id order, as no other transaction locks
-       several), read which are asked to start again and which have a request
-       unfinished (one statement each).
+       several), read which are asked to start again (for a clean exit of a running
+       row) and which have a request unfinished (one statement each, each only when
+       some row needs it: not for a state that runs ahead of its worker,
+       ``runs_ahead_of_worker``, which is applied whatever the worker does).
     2. A clean exit: as ``sync.clean_exit_apply`` (the instance still records that
        container, ``creating`` or ``running`` recorded before the exit and never asked
        to start again): ``exited 0`` applied; otherwise as 3, if the event carries a
@@ -109,9 +125,11 @@ def events_apply(*, seen: list[Seen], actor: str, runtime_pk: int) -> dict[uuid.
         again = _started_again(
             [i for i in running if any(s.clean_exit for s in seen if s.instance_id == i)]
         )
-        busy = _busy([i for i, row in rows.items() if row.status in IN_FLIGHT])
-        # the writes: ~one round trip; the moves in two statements for the whole batch
-        with prepared.pipelined(defer=(ContainerEvent,)), moves_deferred():
+        busy = _busy([each.instance_id for each in seen if _asks_busy(rows, each)])
+        # the writes: ~one round trip; several moves in two statements for the lot (one
+        # move: its own statement, the row and its history entry at once)
+        deferred = moves_deferred() if len(seen) > 1 else contextlib.nullcontext()
+        with prepared.pipelined(defer=(ContainerEvent,)), deferred:
             for each in seen:
                 row = rows.get(each.instance_id)
                 if row is None:
@@ -126,7 +144,18 @@ def events_apply(*, seen: list[Seen], actor: str, runtime_pk: int) -> dict[uuid.
                 if outcome is None and each.state is not None:
                     outcome = _carried(row, each, busy, actor)
                 outcomes[each.instance_id] = outcome
+                if outcome is None and left is not None:
+                    left[each.instance_id] = row
     return outcomes
+
+
+def _asks_busy(rows: dict[uuid.UUID, ContainerInstance], each: Seen) -> bool:
+    """Whether ``_carried`` needs to know if ``each``'s instance has a request unfinished:
+    a state carried for a row in flight, unless it runs ahead of the worker."""
+    row = rows.get(each.instance_id)
+    if row is None or row.status not in IN_FLIGHT or each.state is None:
+        return False
+    return not (event_state_current(row, each.state) and runs_ahead_of_worker(row, each.state))
 
 
 def _clean_exit(row: ContainerInstance, each: Seen, again: set, actor: str) -> Sync | None:

@@ -267,6 +267,11 @@ def _apply(
                 "runtime_node_name": (state.node_name if state else "") or node,
                 "runtime_missing": state is None,
             }
+            if state is not None and not seen["runtime_node_name"]:
+                # A container with no node yet (a Pod as its create answered, not yet
+                # scheduled) says nothing of it: the node the monitor may have recorded
+                # meanwhile (the Pod ran before this look) stays.
+                del seen["runtime_node_name"]
             changed = tuple(
                 name for name, value in seen.items() if getattr(instance, name) != value
             )

@@ -82,7 +82,7 @@ from containers.execution.sync import (
     running_as_recorded,
 )
 from containers.installation import installation_id
-from containers.models import MonitorCursor, Runtime
+from containers.models import ContainerInstance, MonitorCursor, Runtime
 from containers.states import ACTIVE_SLOTS
 from core import prepared
 from core.loops import StopOnSignal
@@ -318,9 +318,17 @@ class Look:
     status: str = ""
 
 
-def event_state_look(*, runtime: Runtime, event: EngineEvent, clean_exit: bool = False) -> Look:
+def event_state_look(
+    *,
+    runtime: Runtime,
+    event: EngineEvent,
+    clean_exit: bool = False,
+    read: ContainerInstance | None = None,
+) -> Look:
     """``event_state_apply``, saying also the state it read the instance in: a ``BUSY``
-    outcome's, for ``needs_recheck`` (which then reads the row no second time)."""
+    outcome's, for ``needs_recheck`` (which then reads the row no second time).
+    ``read``: the instance's row as the caller read it just now (``event_run_apply``'s
+    transaction, which left the event to this look), instead of reading it again."""
     outcome = IGNORED
     instance_id = _instance_of(event)
     applies = instance_id is not None
@@ -330,7 +338,9 @@ def event_state_look(*, runtime: Runtime, event: EngineEvent, clean_exit: bool =
         clean = clean_exit_apply(
             instance_id=instance_id, runtime_id=event.runtime_id, actor=MONITOR, data=data
         )
-    instance = instance_read(instance_id) if applies and clean is None else None
+    instance = None
+    if applies and clean is None:
+        instance = read if read is not None else instance_read(instance_id)
     if clean is not None:
         outcome = clean
     elif instance is None:
@@ -361,17 +371,23 @@ def batchable(event: EngineEvent, clean_exit: bool) -> uuid.UUID | None:
     return _instance_of(event)
 
 
-def event_run_apply(*, run: list[tuple[EngineEvent, bool]], runtime: Runtime) -> list[str | None]:
+def event_run_apply(
+    *,
+    run: list[tuple[EngineEvent, bool]],
+    runtime: Runtime,
+    left: dict[uuid.UUID, ContainerInstance] | None = None,
+) -> list[str | None]:
     """Apply ``run`` (``(event, clean_exit)`` of distinct instances, each ``batchable``)
     in one transaction (``event_batch.events_apply``); each event's outcome, None for one
     left to ``event_state_apply``. Raises what the database raised, nothing applied.
-    Must run outside a transaction."""
+    Must run outside a transaction. ``left``: as ``events_apply``'s (the rows of the
+    instances left to the caller, as read)."""
     seen = []
     for event, clean in run:
         instance_id = _instance_of(event)
         assert instance_id is not None
         seen.append(Seen(instance_id, event.runtime_id, event.state, clean, _event_data(event)))
-    found = events_apply(seen=seen, actor=MONITOR, runtime_pk=runtime.pk)
+    found = events_apply(seen=seen, actor=MONITOR, runtime_pk=runtime.pk, left=left)
     outcomes: list[str | None] = []
     for (event, _), each in zip(run, seen, strict=True):
         outcome = found.get(each.instance_id)
@@ -569,12 +585,14 @@ class Follower:
         """Wait until every event handed over is applied (or the monitor stops)."""
         self.inbox.drained()
 
-    def _apply_logged(self, event: EngineEvent, clean: bool) -> None:
+    def _apply_logged(
+        self, event: EngineEvent, clean: bool, read: ContainerInstance | None = None
+    ) -> None:
         """``apply``, from an applier. An event that fails (the engine or the database
         away) is logged and a reconcile asked for, which compares every instance with
         its engine: the next events still go."""
         try:
-            self.apply(event, clean)
+            self.apply(event, clean, read)
         except EngineError as exc:  # the engine went away mid-look
             log.warning("runtime %s: event not applied (%s)", self.name, exc)
             self.monitor.reconcile_soon()  # the reconcile repairs what it missed
@@ -582,10 +600,13 @@ class Follower:
             log.exception("runtime %s: event %s not applied", self.name, event.action)
             self.monitor.reconcile_soon()
 
-    def apply(self, event: EngineEvent, clean: bool = False) -> None:
+    def apply(
+        self, event: EngineEvent, clean: bool = False, read: ContainerInstance | None = None
+    ) -> None:
         """Apply one event (``event_state_apply``; ``clean``: a clean exit as the
-        stream's order says) and look at it again if it found its instance busy."""
-        look = event_state_look(runtime=self.runtime, event=event, clean_exit=clean)
+        stream's order says; ``read``: its instance's row as read just now) and look at
+        it again if it found its instance busy."""
+        look = event_state_look(runtime=self.runtime, event=event, clean_exit=clean, read=read)
         self._recheck_if_needed(event, look.outcome, look.status)
 
     def _recheck_if_needed(self, event: EngineEvent, outcome: str, status: str = "") -> None:
@@ -613,20 +634,21 @@ class Follower:
             self._run_apply(run)
 
     def _run_apply(self, run: list[tuple[EngineEvent, bool]]) -> None:
-        """``event_run_apply`` of ``run``; what it leaves (or all, if its transaction
-        failed: a deadlock, the database away) goes one at a time."""
-        if len(run) == 1:
-            self._apply_logged(*run[0])
-            return
+        """``event_run_apply`` of ``run``, also of a run of one (its lock, one pipelined
+        send of its writes and a commit: fewer round trips than a look of its own, which
+        reads the row before locking it and waits for each write); what it leaves goes
+        one at a time, from the row it read (or all, read again, if its transaction
+        failed: a deadlock, the database away)."""
+        left: dict[uuid.UUID, ContainerInstance] = {}
         try:
-            outcomes = event_run_apply(run=run, runtime=self.runtime)
+            outcomes = event_run_apply(run=run, runtime=self.runtime, left=left)
         except Exception:  # noqa: BLE001 - rolled back: each is applied on its own
             log.warning("runtime %s: %d events not applied together", self.name, len(run),
                         exc_info=True)  # fmt: skip
-            outcomes = [None] * len(run)
+            outcomes, left = [None] * len(run), {}
         for (event, clean), outcome in zip(run, outcomes, strict=True):
             if outcome is None:
-                self._apply_logged(event, clean)
+                self._apply_logged(event, clean, left.get(_instance_of(event)))
             else:
                 self._recheck_if_needed(event, outcome)
 

@@ -38,7 +38,7 @@ from containers.execution.engine_loss import instance_node_lost
 from containers.execution.observe import apply_observation, target_for
 from containers.models import ContainerEvent, ContainerInstance
 from containers.queues import RequestKind
-from containers.requests.lifecycle import instance_lock
+from containers.requests.lifecycle import instance_lock, instance_save
 from containers.states import ACTIVE_SLOTS, IN_FLIGHT, Status
 from core import prepared
 from outbox.models import UNFINISHED, OutboxEvent
@@ -132,7 +132,9 @@ def instance_label(state: ContainerState) -> uuid.UUID | None:
 
 
 def instance_backfill(instance: ContainerInstance, state: ContainerState | None, node: str) -> None:
-    """Fill the node name and container id the engine knows; clear a stale missing mark."""
+    """Fill the node name and container id the engine knows; clear a stale missing mark.
+    On the locked row; written as a prepared statement (``instance_save``), which inside
+    ``prepared.pipelined`` (a monitor's batch) waits for no answer."""
     changed = []
     if not instance.runtime_node_name and node:
         instance.runtime_node_name = node
@@ -144,7 +146,7 @@ def instance_backfill(instance: ContainerInstance, state: ContainerState | None,
         instance.runtime_missing = False
         changed.append("runtime_missing")
     if changed:
-        instance.save(update_fields=changed)
+        instance_save(instance, tuple(changed))
 
 
 def instance_sync(

@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 from django.db.models import F, QuerySet
+from django.db.models.sql.compiler import SQLCompiler
 
 from containers.engines import engine_for
 from containers.engines.base import ContainerSpec, ContainerState, EngineEvent
@@ -880,7 +881,7 @@ def test_appliers_keep_each_engine_s_order_and_a_busy_engine_does_not_starve_ano
     quiet_delivered = threading.Event()
 
     def recorder(follower):
-        def apply(event, clean=False):
+        def apply(event, clean=False, read=None):
             if not applied:  # hold the applier in A's first batch until B's event waits
                 assert quiet_delivered.wait(10)
             applied.append((follower.name, event.time_nano))
@@ -906,7 +907,7 @@ def test_an_event_that_fails_to_apply_asks_for_a_reconcile_and_the_next_ones_sti
     follower = Follower(monitor, Runtime(pk=1, name="one"))
     applied = []
 
-    def apply(event, clean=False):
+    def apply(event, clean=False, read=None):
         if event.time_nano == 0:
             raise RuntimeError("the database went away")
         applied.append(event.time_nano)
@@ -1109,3 +1110,81 @@ def test_a_shards_events_that_say_enough_are_applied_together_and_the_rest_one_b
     assert rows[creating.pk].runtime_node_name == "fake-node"
     assert [e.to_status for e in history(failing)] == ["failed"], history(failing)
     assert rows[stale.pk].status == "running", rows[stale.pk].status_reason
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lone_running_pod_of_a_creating_instance_is_applied_in_four_statements_and_a_commit(
+    place, fake_runtime, django_assert_num_queries
+):
+    """A shard's turn of one event (each create on a quiet Kubernetes runtime: the Pod's
+    ``start``, carrying its state) takes the batch's path: the row locked (no read
+    before it), no ask of the outbox (the state runs ahead of the create's worker,
+    ``runs_ahead_of_worker``), then the node name, the move with its history entry and
+    the release of the slot, sent together: four statements in one transaction (a look
+    of its own took five, each waiting for its answer)."""
+    follower = Follower(Monitor(installation="test", appliers=1), fake_runtime)
+    creating = place(Status.CREATING)  # no node name yet: the Pod's is backfilled
+    _held(creating)
+    running = ContainerState(creating.container_id, creating.container_name, "running",
+                             node_name="node-1")  # fmt: skip
+    labels = {"io.gobrave.instance": str(creating.pk)}
+    event = EngineEvent("start", creating.container_id, creating.container_name, labels,
+                        time.time_ns(), state=running)  # fmt: skip
+    with django_assert_num_queries(6):  # BEGIN, the four, COMMIT
+        follower.apply_many([(event, False)])
+    row = stored(creating)
+    assert (row.status, row.runtime_node_name) == (Status.RUNNING, "node-1")
+    assert [(e.from_status, e.to_status) for e in history(creating)] == [("creating", "running")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lone_running_pod_compiles_no_query(place, fake_runtime, monkeypatch):
+    """Every statement of a lone event's apply is compiled once per process (the
+    lifecycle's prepared lock, not a queryset compiled per event): the second
+    instance's compiles nothing."""
+    follower = Follower(Monitor(installation="test", appliers=1), fake_runtime)
+    compiled = []
+    real = SQLCompiler.as_sql
+    for n in range(2):
+        creating = place(Status.CREATING)
+        _held(creating)
+        running = ContainerState(creating.container_id, creating.container_name, "running",
+                                 node_name="node-1")  # fmt: skip
+        labels = {"io.gobrave.instance": str(creating.pk)}
+        event = EngineEvent("start", creating.container_id, creating.container_name, labels,
+                            time.time_ns(), state=running)  # fmt: skip
+        if n == 1:
+            monkeypatch.setattr(SQLCompiler, "as_sql", lambda self, *a, **k: compiled.append(
+                self.query.model) or real(self, *a, **k))  # fmt: skip
+        follower.apply_many([(event, False)])
+        monkeypatch.undo()
+        assert stored(creating).status == Status.RUNNING
+    assert compiled == [], compiled
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lone_event_the_batch_cannot_settle_is_looked_at_from_the_row_it_read(
+    place, engine, fake_runtime
+):
+    """An exit the event carries that may be an earlier run's (ended before the
+    instance's state began) is left by the batch's transaction to the usual look, which
+    asks the engine (it says running: unchanged) and does not read the row again."""
+    follower = Follower(Monitor(installation="test", appliers=1), fake_runtime)
+    instance = place(Status.RUNNING, runtime_node_name="fake-node")
+    ended = instance.status_changed_at - dt.timedelta(seconds=5)
+    state = ContainerState(
+        instance.container_id, instance.container_name, "exited", exit_code=3, finished_at=ended
+    )
+    labels = {"io.gobrave.instance": str(instance.pk)}
+    event = EngineEvent("die", instance.container_id, instance.container_name, labels, 7, 3,
+                        state=state)  # fmt: skip
+    reads = []
+    real = monitor_module.instance_read
+    monitor_module.instance_read = lambda *a, **k: reads.append(a) or real(*a, **k)
+    try:
+        follower.apply_many([(event, False)])
+    finally:
+        monitor_module.instance_read = real
+    assert reads == []
+    row = stored(instance)
+    assert (row.status, history(instance)) == (Status.RUNNING, []), row.status_reason

@@ -996,3 +996,29 @@ def test_a_cursor_the_cluster_never_reached_relists_instead_of_ending(kube, engi
     events = _drain(engine, foreign, lambda seen: any(e.action == "resync" for e in seen))
     assert events and events[-1].action == "resync", events
     assert events[-1].cursor != foreign and int(events[-1].cursor) < int(foreign)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_creates_last_look_keeps_the_node_name_the_monitor_recorded_first(
+    kube, kube_runtime, owner
+):
+    """The monitor may apply the Pod's ``Running`` (and its node) before the create's
+    worker looks at what its ``start`` answered (the Pod as made: ``Pending``, no node
+    yet): that look says nothing about the node, so it leaves the one recorded."""
+    from containers.engines.base import ContainerState
+    from containers.execution.handlers import _apply
+    from containers.models import ContainerInstance
+    from containers.requests.services import container_create_by_template
+    from tests.factories import TemplateFactory
+    from tests.processes import relay_drain
+
+    template = TemplateFactory(name="kube-node-kept", constraints={"engine": "kube"})
+    instance = container_create_by_template(template=template, owner=owner, actor="t")
+    assert relay_drain() == ["sent"]
+    row = _settle(instance, "running")
+    assert row.runtime_node_name, "the reconcile recorded no node"
+    made = ContainerState(runtime_id=row.container_id, name=row.container_name, status="created")
+    engine = engine_for_cluster(kube)
+    assert _apply(row, engine, row.container_id, "creating", made) is True
+    after = ContainerInstance.objects.get(pk=instance.pk)
+    assert (after.status, after.runtime_node_name) == ("running", row.runtime_node_name)

@@ -10,6 +10,8 @@ bearer token, standing in for the cluster (gobrave's Pod is not in one here).
 from __future__ import annotations
 
 import base64
+import json
+import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -124,3 +126,42 @@ def test_a_kubeconfig_with_a_foreign_ca_gives_the_runtime_a_health_reason_about_
     )
     assert "did not answer" in runtime.last_error and path in runtime.last_error, runtime.last_error
     assert kube.emulator.calls == []
+
+
+def _target(kube, kubeconfig: str) -> KubeTarget:
+    return KubeTarget(namespace=kube.namespace, kubeconfig=kubeconfig, context=kube.context)
+
+
+def test_a_kubeconfig_token_that_never_changes_is_not_renewed_before_every_call(kube):
+    """The client's renewal hook runs before every request; for a token in the kubeconfig
+    it would only set the same token again, so it is dropped, and the token still goes."""
+    api = kube_config.api_client(_target(kube, kube.kubeconfig_path), timeout=5)
+    assert api.configuration.refresh_api_key_hook is None
+    KubernetesEngine(_target(kube, kube.kubeconfig_path), timeout=10).check()
+    assert [c.verb for c in kube.emulator.calls] == ["list"], kube.emulator.calls
+
+
+def test_an_exec_plugins_credentials_keep_the_clients_renewal(kube, tmp_path):
+    """An exec plugin's token expires: the client's hook, which runs the plugin again
+    once it has, stays."""
+    credential = {
+        "apiVersion": "client.authentication.k8s.io/v1beta1",
+        "kind": "ExecCredential",
+        "status": {"token": kube.emulator.token, "expirationTimestamp": "2999-01-01T00:00:00Z"},
+    }
+    config = yaml.safe_load(Path(kube.kubeconfig_path).read_text())
+    for entry in config["users"]:
+        entry["user"] = {
+            "exec": {
+                "apiVersion": "client.authentication.k8s.io/v1beta1",
+                "command": sys.executable,
+                "args": ["-c", f"print({json.dumps(json.dumps(credential))})"],
+                "interactiveMode": "Never",
+            }
+        }
+    path = tmp_path / "exec"
+    path.write_text(yaml.safe_dump(config))
+    api = kube_config.api_client(_target(kube, str(path)), timeout=5)
+    assert api.configuration.refresh_api_key_hook is not None
+    KubernetesEngine(_target(kube, str(path)), timeout=10).check()
+    assert [c.verb for c in kube.emulator.calls] == ["list"], kube.emulator.calls
