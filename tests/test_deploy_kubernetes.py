@@ -352,18 +352,18 @@ def test_secrets_are_referenced_never_written():
 # (containers/engines/kubernetes/engine.py), and the metrics the idle culler reads:
 # exactly this. The driver's own tests check that every call it makes is granted here.
 ROLE_RULES = {
-    ("", "pods"): {"get", "list", "watch", "create", "delete"},
+    ("", "pods"): {"get", "list", "watch", "create", "deletecollection"},
     ("", "pods/log"): {"get"},
     ("", "persistentvolumeclaims"): {"get", "create", "delete"},
-    ("", "secrets"): {"get", "create", "delete", "patch"},
+    ("", "secrets"): {"get", "create", "deletecollection", "patch"},
     ("metrics.k8s.io", "pods"): {"get", "list"},
 }
 # What the web tier calls: logs, and the admin's engine check, orphan and workspace
 # removals. tests/engines/test_kubernetes.py drives each on the emulator.
 WEB_ROLE_RULES = {
     ("", "pods/log"): {"get"},
-    ("", "pods"): {"list", "delete"},
-    ("", "secrets"): {"delete"},
+    ("", "pods"): {"list", "deletecollection"},
+    ("", "secrets"): {"deletecollection"},
     ("", "persistentvolumeclaims"): {"delete"},
 }
 
@@ -403,7 +403,7 @@ def test_the_web_role_grants_less_than_the_drivers_and_no_secret_reads():
     for (group, resource), verbs in WEB_ROLE_RULES.items():
         assert verbs <= ROLE_RULES[(group, resource)], (resource, verbs)
     assert not {"create", "watch", "patch"} & set().union(*WEB_ROLE_RULES.values())
-    assert WEB_ROLE_RULES[("", "secrets")] == {"delete"}
+    assert WEB_ROLE_RULES[("", "secrets")] == {"deletecollection"}
 
 
 # --- network isolation --------------------------------------------------------------------

@@ -31,7 +31,7 @@ from containers.engines.base import (
     StaleTaskError,
 )
 from containers.engines.calls import engine_ping
-from containers.engines.labels import LABEL_INSTALLATION
+from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE
 from containers.errors import MountRefused
 from containers.execution.health import runtime_health_record
 from containers.execution.reconciler import engine_key
@@ -178,6 +178,18 @@ def _spec(instance: ContainerInstance) -> ContainerSpec:
 
 def _ref(instance: ContainerInstance) -> str:
     return instance.container_id or instance.container_name
+
+
+def _remove_if_ours(engine: Engine, instance: ContainerInstance, ref: str) -> bool:
+    """Remove the container ``ref`` names (the instance's deterministic name, when no id
+    of the engine's was recorded) only if it carries this instance's label: anything else
+    holding the name (a foreign object a create refused) is never removed. Whether it
+    was ours and is removed."""
+    state = engine.inspect(ref)
+    if state is None or state.labels.get(LABEL_INSTANCE) != str(instance.id):
+        return False
+    engine.remove(ref)
+    return True
 
 
 def _record_cleanup(instance: ContainerInstance, message: str) -> None:
@@ -469,8 +481,12 @@ def _remove_abandoned(instance_id: str) -> None:
         return  # (failed and missing: its engine was lost; the orphan scan removes it)
     engine = engine_for(instance.runtime)
     state = engine.inspect(instance.container_name)
-    if state is None or state.status != "created":
-        return
+    if (
+        state is None
+        or state.status != "created"
+        or state.labels.get(LABEL_INSTANCE) != str(instance.id)
+    ):
+        return  # (not ours: a foreign object holding the name is never removed)
     engine.remove(instance.container_name)
     with transaction.atomic():
         locked = instance_lock(instance_id)
@@ -550,9 +566,11 @@ def handle_delete(event: OutboxEvent) -> Outcome:
         return Outcome.SUPERSEDED
     if instance.runtime is not None:  # None: never placed, so no container anywhere
         engine = engine_for(instance.runtime)
-        engine.remove(_ref(instance))
-        if instance.container_id and instance.container_id != instance.container_name:
-            engine.remove(instance.container_name)  # a create that raced us may have adopted it
+        if instance.container_id:
+            engine.remove(instance.container_id)
+        if instance.container_id != instance.container_name:
+            # by name: none recorded, or a create that raced us may have adopted it
+            _remove_if_ours(engine, instance, instance.container_name)
     with transaction.atomic():
         instance = instance_lock(instance.id)
         if instance is not None and instance.status == Status.DELETING:

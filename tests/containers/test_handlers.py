@@ -385,6 +385,39 @@ def test_a_create_finding_its_instance_failed_removes_the_container_left_behind(
     assert ContainerEvent.objects.filter(instance_id=instance.pk, kind="cleanup").exists()
 
 
+def _foreign(engine, instance, image: str) -> None:
+    """Someone else's container holding the instance's name (no gobrave labels)."""
+    from containers.engines.base import ContainerSpec
+
+    engine.create(ContainerSpec(name=f"gb-{instance.pk}", image=image, labels={}))
+
+
+def test_deleting_an_instance_whose_name_a_foreign_container_holds_leaves_that_container(
+    create, engine, template
+):
+    instance = create()
+    _foreign(engine, instance, template.image)
+    assert drain() == ["dead"], outbox_rows()
+    stored = ContainerInstance.objects.get(pk=instance.pk)
+    assert (stored.status, stored.container_id) == ("failed", ""), _shown(instance)
+    container_delete(instance_id=instance.pk, actor="t")
+    assert drain() == ["sent"], outbox_rows()
+    assert not ContainerInstance.objects.filter(pk=instance.pk).exists()
+    held = engine.inspect(f"gb-{instance.pk}")
+    assert held is not None and not held.labels, held
+
+
+def test_a_create_finding_its_instance_failed_leaves_a_foreign_container_holding_its_name(
+    create, engine, template
+):
+    instance = create()
+    _foreign(engine, instance, template.image)
+    _as(instance, "failed")
+    assert drain() == ["superseded"], outbox_rows()
+    held = engine.inspect(f"gb-{instance.pk}")
+    assert held is not None and held.status == "created" and not held.labels, held
+
+
 def test_a_create_finding_its_instance_failed_keeps_a_container_that_did_run(create, engine):
     instance = create()
     assert drain() == ["sent"]

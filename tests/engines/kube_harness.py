@@ -80,6 +80,14 @@ def harness_for(cluster: Any, harness_class: type) -> Any:
                 },
             )
 
+    def unforeign(name: str) -> None:
+        from kubernetes import client
+
+        with cluster.api_client() as api_client:
+            client.CoreV1Api(api_client).delete_namespaced_pod(
+                name, cluster.namespace, grace_period_seconds=0
+            )
+
     def unreachable() -> Engine:
         return KubernetesEngine(
             KubeTarget(
@@ -116,6 +124,7 @@ def harness_for(cluster: Any, harness_class: type) -> Any:
         engine=engine,
         before_start=before_start,
         foreign=foreign,
+        unforeign=unforeign,
         unreachable=unreachable,
         workspace=workspace,
     )

@@ -65,6 +65,9 @@ class Harness:
     exit_with: Callable[[int], list[str]] = lambda code: ["sh", "-c", f"exit {code}"]
     before_start: Callable[[ContainerSpec, str], None] = lambda spec, program: None
     foreign: Callable[[str], None] = lambda name: None
+    # Removes what ``foreign`` made (None: the engine's ``remove``, which on Kubernetes
+    # leaves an object without gobrave's labels alone)
+    unforeign: Callable[[str], None] | None = None
     unreachable: Callable[[], Engine] | None = None
     # What tells the workspace ``name`` from one made again (Docker: a mark left inside
     # it; Kubernetes: the claim's uid; the fake: its file's id); None while there is none.
@@ -275,7 +278,7 @@ def test_a_foreign_object_holding_our_name_is_a_permanent_error(harness: Harness
         with pytest.raises(PermanentEngineError, match=spec.name):
             harness.engine.create(spec)
     finally:
-        harness.engine.remove(spec.name)
+        (harness.unforeign or harness.engine.remove)(spec.name)
 
 
 def test_a_second_instance_cannot_adopt_anothers_object(harness: Harness) -> None:

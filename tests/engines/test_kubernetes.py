@@ -160,6 +160,30 @@ def test_secret_env_goes_into_a_secret_never_into_the_pod_and_goes_with_the_inst
         assert gone.value.status == 404
 
 
+def test_a_stop_or_remove_leaves_a_pod_and_a_secret_that_are_not_gobraves(kube, engine):
+    """A foreign object holding an instance's names (a create refused it) is never
+    deleted: not by a stop, not by the remove of the failed instance's delete."""
+    with kube.api_client() as api:
+        core = client.CoreV1Api(api)
+        core.create_namespaced_pod(
+            kube.namespace,
+            {
+                "metadata": {"name": "gb-pod"},
+                "spec": {"containers": [{"name": "main", "image": IMAGE}]},
+            },
+        )
+        core.create_namespaced_secret(
+            kube.namespace, {"metadata": {"name": "gb-pod-env"}, "stringData": {"K": "v"}}
+        )
+        with pytest.raises(PermanentEngineError, match="held by another"):
+            engine.create(spec())
+        engine.stop("gb-pod", 1)
+        engine.remove("gb-pod")
+        pod = core.read_namespaced_pod("gb-pod", kube.namespace)  # both still there
+        assert pod.metadata.deletion_timestamp is None, pod.metadata
+        core.read_namespaced_secret("gb-pod-env", kube.namespace)
+
+
 @pytest.mark.parametrize(
     ("changed", "refusal"),
     [

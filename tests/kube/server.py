@@ -247,7 +247,7 @@ class Api:
         if verb == "delete":
             return _json(self.store.delete(t.resource, namespace, name, await self._grace(request)))
         if verb == "deletecollection":
-            return self._delete_collection(request, t.resource, namespace)
+            return await self._delete_collection(request, t.resource, namespace)
         raise status.ApiError(405, f"{request.method} is not allowed here")
 
     # -- bodies and parameters -----------------------------------------------------------
@@ -301,15 +301,18 @@ class Api:
             }
         )
 
-    def _delete_collection(
+    async def _delete_collection(
         self, request: web.Request, resource: str, namespace: str
     ) -> web.Response:
+        """Delete every object the selectors choose, each as a delete of it with the
+        request's grace period would; the list of them as they were deleted."""
         selected = self._selected(request, resource)
+        grace = await self._grace(request)
         items, rv = self.store.list(resource, namespace)
         gone = []
         for obj in filter(selected, items):
             with contextlib.suppress(status.ApiError):  # removed meanwhile
-                gone.append(self.store.delete(resource, namespace, obj["metadata"]["name"]))
+                gone.append(self.store.delete(resource, namespace, obj["metadata"]["name"], grace))
         return _json({"kind": KINDS[resource] + "List", "apiVersion": "v1",
                       "metadata": {"resourceVersion": str(rv)}, "items": gone})  # fmt: skip
 

@@ -55,6 +55,8 @@ GONE_SLACK = 30.0  # beyond the grace period, how long a stop waits for the Pod 
 METRICS_GROUP, METRICS_VERSION = "metrics.k8s.io", "v1beta1"
 LIVE = frozenset({"created", "running", "unknown"})  # a start leaves such a Pod as it is
 
+OURS = f"{LABEL_INSTALLATION},{LABEL_INSTANCE}"  # the selector of objects gobrave made
+
 
 def _json(response: Any) -> dict[str, Any]:
     return json.loads(response.data or b"{}")
@@ -361,23 +363,35 @@ class KubernetesEngine:
             raise EngineError(f"start {ref}: a Pod of the same name was made meanwhile")
         return state_of(made)
 
-    def _delete_pod(self, ref: str, *, grace: int) -> None:
-        self._call(
-            f"delete {ref}",
-            "delete_namespaced_pod",
-            ref,
+    def _delete_ours(self, kind: str, name: str, **options: Any) -> bool:
+        """Delete object ``name`` of ``kind`` if it carries gobrave's labels, in one
+        request: a delete of the collection that its name and gobrave's installation and
+        instance labels select, so that an object without them (a foreign one holding
+        the name: a create refused it) is never deleted, and nothing is read first. True
+        when one of ours was there (and is now deleted, or being deleted)."""
+        answer = self._call(
+            f"delete {name}",
+            f"delete_collection_namespaced_{kind}",
             self.namespace,
             missing_ok=True,
-            grace_period_seconds=grace,
-            propagation_policy="Background",
+            label_selector=OURS,
+            field_selector=f"metadata.name={name}",
+            **options,
+        )
+        return bool((answer or {}).get("items"))
+
+    def _delete_pod(self, ref: str, *, grace: int) -> bool:
+        return self._delete_ours(
+            "pod", ref, grace_period_seconds=grace, propagation_policy="Background"
         )
 
     def _wait_gone(self, ref: str, *, grace: int) -> None:
-        """Poll until no Pod named ``ref`` exists (a deletion takes up to its grace
-        period); ``EngineError`` past ``grace`` + ``GONE_SLACK`` (the request is retried)."""
+        """Poll until no Pod of gobrave's is named ``ref`` (a deletion takes up to its
+        grace period); ``EngineError`` past ``grace`` + ``GONE_SLACK`` (the request is
+        retried)."""
         deadline = time.monotonic() + grace + GONE_SLACK
         pause = GONE_POLL_FIRST
-        while self._read(ref) is not None:
+        while (pod := self._read(ref)) is not None and names.ours(pod.get("metadata") or {}):
             if time.monotonic() >= deadline:
                 raise EngineError(f"{ref}: the Pod is still being deleted")
             time.sleep(pause)  # polling the API with a deadline, not synchronisation
@@ -387,8 +401,9 @@ class KubernetesEngine:
         """Delete the Pod with ``timeout`` s of grace and wait until it is gone; one that
         its node did not end in time (a lost node never does) is deleted at once, as a
         Docker stop ends in a kill. The Secret and the workspace claim stay (a start makes
-        the Pod again)."""
-        self._delete_pod(ref, grace=timeout)
+        the Pod again). A Pod under the name that is not gobrave's is left alone."""
+        if not self._delete_pod(ref, grace=timeout):
+            return
         try:
             self._wait_gone(ref, grace=timeout)
         except EngineError:
@@ -396,15 +411,10 @@ class KubernetesEngine:
             self._wait_gone(ref, grace=0)
 
     def remove(self, ref: str) -> None:
-        """Delete the Pod at once and its Secret. Idempotent."""
+        """Delete the Pod at once and its Secret, each only if it is gobrave's (an object
+        of another holding the name stays: ``_delete_ours``). Idempotent."""
         self._delete_pod(ref, grace=0)
-        self._call(
-            f"delete secret of {ref}",
-            "delete_namespaced_secret",
-            names.secret_name(ref),
-            self.namespace,
-            missing_ok=True,
-        )
+        self._delete_ours("secret", names.secret_name(ref))
 
     def list_ours(
         self, installation: str, labels: dict[str, str] | None = None

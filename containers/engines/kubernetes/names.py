@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from containers.engines.labels import LABEL_INSTALLATION
+from containers.engines.labels import LABEL_INSTALLATION, LABEL_INSTANCE
 
 _BAD = re.compile(r"[^A-Za-z0-9._-]+")
 _NAME_BAD = re.compile(r"[^a-z0-9-]+")
@@ -62,6 +62,15 @@ def labels_of(meta: dict) -> dict[str, str]:
     labels = dict(meta.get("labels") or {})
     annotations = meta.get("annotations") or {}
     return {k: annotations.get(k, v) for k, v in labels.items()}
+
+
+def ours(meta: dict) -> bool:
+    """Whether an object (its ``metadata``) is gobrave's: it carries gobrave's
+    installation and instance labels. Its name holds the instance's id, so no two
+    instances' objects share one; anything else holding one of our names (a foreign
+    object a create refused) is never deleted by gobrave."""
+    labels = meta.get("labels") or {}
+    return bool(labels.get(LABEL_INSTALLATION)) and bool(labels.get(LABEL_INSTANCE))
 
 
 def selector(installation: str, labels: dict[str, str] | None = None) -> str:
