@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import docker
+import docker.constants
 import docker.errors
 import docker.tls
 import requests.exceptions
@@ -220,9 +221,9 @@ KEEPALIVE_OPTIONS: list[tuple[int, int, int]] = [
 def _keepalive(api: docker.APIClient) -> None:
     """Give every later TCP connection of ``api`` the keepalive options above.
 
-    The client's first call (the version negotiation) already opened a connection: the
-    pools are cleared so that every connection from now on has them. Unix sockets have
-    no such options and are left alone.
+    Set before the client's first call (the version negotiation: ``_new_client``); the
+    pools are cleared all the same, so that no connection made before has been kept.
+    Unix sockets have no such options and are left alone.
     """
     for prefix, adapter in api.adapters.items():
         manager = getattr(adapter, "poolmanager", None)
@@ -230,6 +231,18 @@ def _keepalive(api: docker.APIClient) -> None:
             continue
         manager.connection_pool_kw["socket_options"] = list(KEEPALIVE_OPTIONS)
         manager.clear()
+
+
+def _negotiated(api: docker.APIClient) -> str:
+    """The engine's API version, asked as the SDK's ``version="auto"`` asks it (refused
+    below the SDK's minimum, as the SDK refuses it)."""
+    version = api._retrieve_server_version()
+    if docker.utils.version_lt(version, docker.constants.MINIMUM_DOCKER_API_VERSION):
+        raise docker.errors.InvalidVersion(
+            f"API versions below {docker.constants.MINIMUM_DOCKER_API_VERSION} are "
+            "no longer supported by this library."
+        )
+    return version
 
 
 class _APIClient(docker.APIClient):
@@ -366,16 +379,22 @@ class DockerEngine:
         A unix socket takes no proxy (requests would otherwise read the proxy variables
         and ~/.netrc again on every call); under TLS, ``REQUESTS_CA_BUNDLE`` or
         ``CURL_CA_BUNDLE`` would replace the CA given. So neither reads the environment,
-        from the version negotiation in the constructor on.
+        from the version negotiation on.
+
+        ``version="auto"`` negotiates after the keepalives are set, on the connection the
+        calls then reuse: one connection (over TLS, one handshake) for a new client, not
+        one for the negotiation and another for every call after it.
         """
         api = _APIClient(
             base_url=self.base_url,
-            version=version,
+            version=docker.constants.DEFAULT_DOCKER_API_VERSION if version == "auto" else version,
             timeout=int(self.timeout),
             tls=self.tls.for_docker_sdk() if self.tls is not None else False,
             trust_env=not (self.base_url.startswith("unix://") or self.tls is not None),
         )
         _keepalive(api)
+        if version == "auto":
+            api._version = _negotiated(api)
         return api
 
     def _api(self) -> docker.APIClient:

@@ -1,7 +1,9 @@
-"""Every TCP connection to a Docker Engine carries keepalives (issue 16 item 4).
+"""Every TCP connection to a Docker Engine carries keepalives (issue 16 item 4), and a
+new client makes one connection, not one for its version negotiation and one more.
 
 A local HTTP server stands in for an engine reached over TCP (it answers the SDK's
-version negotiation and ``/_ping``); the test reads the options of the client's socket.
+version negotiation and ``/_ping``, and counts the connections it accepts); the test
+reads the options of the client's socket.
 """
 
 from __future__ import annotations
@@ -33,14 +35,28 @@ class _Engine(BaseHTTPRequestHandler):
         pass
 
 
+class _CountingServer(ThreadingHTTPServer):
+    accepted = 0
+
+    def get_request(self):
+        request = super().get_request()
+        self.accepted += 1
+        return request
+
+
 @pytest.fixture
-def tcp_engine():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
+def engine_server():
+    server = _CountingServer(("127.0.0.1", 0), _Engine)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"tcp://127.0.0.1:{server.server_address[1]}"
+    yield server
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def tcp_engine(engine_server):
+    return f"tcp://127.0.0.1:{engine_server.server_address[1]}"
 
 
 def _pooled_sockets(engine: DockerEngine) -> list[socket.socket]:
@@ -59,3 +75,13 @@ def test_a_tcp_engines_connections_carry_keepalives(tcp_engine):
     for level, option, value in KEEPALIVE_OPTIONS:
         assert sock.getsockopt(level, option) == value, (level, option)
     assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 10
+
+
+def test_a_new_client_negotiates_and_calls_over_one_connection(engine_server, tcp_engine):
+    """Over TLS every connection is a handshake: the version negotiation's connection is
+    the one the calls reuse (it was dropped, and a second one made, before)."""
+    engine = DockerEngine(tcp_engine)
+    assert engine.ping()
+    assert engine.ping()
+    assert engine._api().api_version == "1.43"
+    assert engine_server.accepted == 1
