@@ -44,6 +44,14 @@ def driver_class(driver: str) -> type:
     return DockerEngine
 
 
+def preload_in_cluster() -> None:
+    """In a django-q2 cluster's main process: import the Docker driver (the docker SDK,
+    ``requests``, ``cryptography.x509``) before the workers fork from it, so that each
+    worker does not import them again on its first request, inside the request's time.
+    Other drivers load where they are used (the Kubernetes client is heavy and rare)."""
+    import containers.engines.docker  # noqa: F401 - imported for the forks to inherit
+
+
 def engine_for(runtime: Runtime) -> Engine:
     """The engine behind a ``Runtime`` row, cached per process (and per daemon).
 
