@@ -6,9 +6,10 @@ emulator and fake kubelet (``tests/kube/``: ``Emulator`` over HTTPS on 127.0.0.1
 CA and token, ``FakeKubelet`` on one node), started in **a process of their own**
 (``tests.kube.process.ClusterProcess``, driven over a pipe: on a cluster the API server
 is another process on another machine, and in this one it would share gobrave's
-interpreter and GIL), reached by gobrave through the kubeconfig the emulator writes,
-with the official client, as on a cluster. Everything of gobrave runs in this process,
-on its own bench database: the service
+interpreter and GIL; its GIL switch interval is 0.5 ms, ``CLUSTER_SWITCH_INTERVAL``, so
+that its watch events leave it as its writes are made), reached by gobrave through the
+kubeconfig the emulator writes, with the official client, as on a cluster. Everything
+of gobrave runs in this process, on its own bench database: the service
 layer (``container_create_by_template``), the relay (``outbox.relay.claim`` and
 ``execute``: the create handler and its driver calls) in the main thread, and the
 monitor (``containers.execution.monitor.Monitor``, the object ``run_monitor`` runs, with
@@ -116,6 +117,13 @@ DOCKER_URL = "unix:///var/run/docker.sock"  # the machine's engine (never pulled
 ENGINES = ("kubernetes", "docker", "fake")  # part 1's, in turn
 WARM_UP = 2  # creates on each before sampling (clients made, connections open)
 AT_REST_TIMEOUT = 30.0  # seconds for the monitor to apply a sample's events
+# The cluster process's GIL switch interval (Python's default 5 ms): there the thread that
+# writes part 2's burst of 1,000 Pod statuses would hold the GIL up to 5 ms at a time
+# while the emulator's event loop waits for it after each watch event it sends, so the
+# events left the cluster 13-317 ms behind their writes (p50, from run to run): the
+# emulator's own delay, which an API server streaming while it takes writes does not add
+# (ClusterProcess; docs/benchmarks.md section 16, run W). gobrave's process keeps 5 ms.
+CLUSTER_SWITCH_INTERVAL = 0.0005
 FAKE_CALLS = (
     "create",
     "start",
@@ -571,7 +579,7 @@ def main() -> int:
         c.django_setup(env)
         from tests.kube.process import ClusterProcess
 
-        cluster = ClusterProcess(workdir).start()
+        cluster = ClusterProcess(workdir, switch_interval=CLUSTER_SWITCH_INTERVAL).start()
         monitor = thread = None
         try:
             cluster.create_namespace(NAMESPACE)

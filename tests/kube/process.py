@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 _ROOT = Path(__file__).resolve().parents[2]  # the repository: ``tests.kube`` is importable
+SWITCH_INTERVAL_ENV = "GOBRAVE_KUBE_SWITCH_INTERVAL"  # the child's, from ``switch_interval``
 
 
 class ClusterError(RuntimeError):
@@ -30,13 +31,23 @@ class ClusterProcess:
     """Start with ``start()``, stop with ``stop()``. The emulator's URL, a namespace, a
     kubeconfig, the kubelet's ``finish`` of many Pods at once, and the child's own time."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, switch_interval: float | None = None) -> None:
+        """``switch_interval``: the child's ``sys.setswitchinterval`` (None: Python's 5 ms).
+        In one interpreter the thread that writes a burst of Pod statuses holds the GIL
+        for up to that long at a time, while the emulator's event loop, woken to send
+        the watch events of those writes, waits for it after each socket write (the
+        "convoy" of a busy thread and an I/O one): the events then leave the cluster
+        long after their writes, a delay of the emulator's own that an API server,
+        which streams watch events while it takes writes, does not add."""
         self.directory = directory
+        self.switch_interval = switch_interval
         self.url = ""
         self._proc: subprocess.Popen | None = None
 
     def start(self) -> ClusterProcess:
         env = {**os.environ, "PYTHONPATH": str(_ROOT)}
+        if self.switch_interval is not None:
+            env[SWITCH_INTERVAL_ENV] = repr(self.switch_interval)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "tests.kube.process", str(self.directory)],
             cwd=_ROOT,
@@ -102,6 +113,10 @@ class ClusterProcess:
         happened (the last Pod of that name)."""
         return self._ask("pod_times", namespace=namespace, name=name)
 
+    def switch_interval_in_use(self) -> float:
+        """The child's ``sys.getswitchinterval()``."""
+        return self._ask("switch_interval")
+
     def seconds(self) -> dict[str, float]:
         """The child's own time so far: ``busy`` (the emulator's request handlers,
         ``Emulator.busy_seconds``), ``kubelet`` (its steps, ``FakeKubelet.busy_seconds``),
@@ -136,6 +151,7 @@ def _serve(directory: Path, commands: IO[str], answers: IO[str]) -> None:
         ),
         "finish": finish,
         "pod_times": lambda namespace, name: clock.times.get((namespace, name), {}),
+        "switch_interval": sys.getswitchinterval,
         "seconds": lambda: {
             "busy": emulator.busy_seconds,
             "kubelet": kubelet.busy_seconds,
@@ -192,6 +208,8 @@ class _PodClock:
 
 
 def main() -> None:
+    if os.environ.get(SWITCH_INTERVAL_ENV):
+        sys.setswitchinterval(float(os.environ[SWITCH_INTERVAL_ENV]))
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # nothing but answers on the pipe: whatever else writes to fd 1 goes to stderr
     sys.stdout = sys.stderr

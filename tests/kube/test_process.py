@@ -69,3 +69,18 @@ def test_a_cluster_in_its_own_process_runs_and_finishes_pods_and_reports_its_own
     finally:
         cluster.stop()
     assert process is not None and process.returncode == 0, process.returncode
+
+
+def test_the_child_takes_the_switch_interval_it_is_given(tmp_path):
+    default = ClusterProcess(tmp_path / "a")
+    given = ClusterProcess(tmp_path / "b", switch_interval=0.0005)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    try:
+        default.start()
+        given.start()
+        assert default.switch_interval_in_use() == pytest.approx(0.005)
+        assert given.switch_interval_in_use() == pytest.approx(0.0005)
+    finally:
+        default.stop()
+        given.stop()
