@@ -354,7 +354,7 @@ def test_secrets_are_referenced_never_written():
 ROLE_RULES = {
     ("", "pods"): {"get", "list", "watch", "create", "deletecollection"},
     ("", "pods/log"): {"get"},
-    ("", "persistentvolumeclaims"): {"get", "create", "delete"},
+    ("", "persistentvolumeclaims"): {"get", "create", "deletecollection"},
     ("", "secrets"): {"get", "create", "deletecollection", "patch"},
     ("metrics.k8s.io", "pods"): {"get", "list"},
 }
@@ -364,7 +364,7 @@ WEB_ROLE_RULES = {
     ("", "pods/log"): {"get"},
     ("", "pods"): {"list", "deletecollection"},
     ("", "secrets"): {"deletecollection"},
-    ("", "persistentvolumeclaims"): {"delete"},
+    ("", "persistentvolumeclaims"): {"deletecollection"},
 }
 
 

@@ -184,6 +184,42 @@ def test_a_stop_or_remove_leaves_a_pod_and_a_secret_that_are_not_gobraves(kube, 
         core.read_namespaced_secret("gb-pod-env", kube.namespace)
 
 
+def test_remove_volume_leaves_a_claim_that_is_not_gobraves(kube, engine):
+    from containers.engines.base import Workspace as WorkspaceSpec
+    from containers.engines.kubernetes import names
+
+    claim = names.claim_name("gobrave-ws-foreign")
+    with kube.api_client() as api:
+        core = client.CoreV1Api(api)
+        core.create_namespaced_persistent_volume_claim(
+            kube.namespace,
+            {
+                "metadata": {"name": claim},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            },
+        )
+        workspace = WorkspaceSpec(
+            "volume", "gobrave-ws-foreign", 10001, 10001, {LABEL_INSTALLATION: "inst1"}
+        )
+        with pytest.raises(PermanentEngineError, match="held by another"):
+            engine.ensure_workspace(workspace, image=IMAGE)
+        engine.remove_volume("gobrave-ws-foreign")
+        held = core.read_namespaced_persistent_volume_claim(claim, kube.namespace)
+        assert held.metadata.deletion_timestamp is None, held.metadata
+        core.delete_namespaced_persistent_volume_claim(claim, kube.namespace)
+        ours = WorkspaceSpec("volume", "gobrave-ws-ours", 10001, 10001, {LABEL_INSTALLATION: "i"})
+        engine.ensure_workspace(ours, image=IMAGE)
+        engine.remove_volume("gobrave-ws-ours")
+        with pytest.raises(client.ApiException) as gone:
+            core.read_namespaced_persistent_volume_claim(
+                names.claim_name("gobrave-ws-ours"), kube.namespace
+            )
+        assert gone.value.status == 404
+
+
 @pytest.mark.parametrize(
     ("changed", "refusal"),
     [

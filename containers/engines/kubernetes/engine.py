@@ -200,12 +200,11 @@ class KubernetesEngine:
         return None
 
     def remove_volume(self, name: str) -> None:
-        self._call(
-            f"delete claim {name}",
-            "delete_namespaced_persistent_volume_claim",
-            names.claim_name(name),
-            self.namespace,
-            missing_ok=True,
+        """Delete the owner's claim if it is gobrave's (it carries the installation label
+        that ``ensure_workspace`` gave it); a claim of anyone else's with that name stays,
+        as ``ensure_workspace`` refuses it."""
+        self._delete_ours(
+            "persistent_volume_claim", names.claim_name(name), selector=LABEL_INSTALLATION
         )
 
     def volume_sizes(self, names_: list[str]) -> dict[str, int]:
@@ -363,18 +362,19 @@ class KubernetesEngine:
             raise EngineError(f"start {ref}: a Pod of the same name was made meanwhile")
         return state_of(made)
 
-    def _delete_ours(self, kind: str, name: str, **options: Any) -> bool:
-        """Delete object ``name`` of ``kind`` if it carries gobrave's labels, in one
-        request: a delete of the collection that its name and gobrave's installation and
-        instance labels select, so that an object without them (a foreign one holding
-        the name: a create refused it) is never deleted, and nothing is read first. True
-        when one of ours was there (and is now deleted, or being deleted)."""
+    def _delete_ours(self, kind: str, name: str, *, selector: str = OURS, **options: Any) -> bool:
+        """Delete object ``name`` of ``kind`` if it carries gobrave's labels (``selector``:
+        an instance's objects carry the installation and instance labels, a workspace
+        claim the installation's), in one request: a delete of the collection that its
+        name and those labels select, so that an object without them (a foreign one
+        holding the name: a create refused it) is never deleted, and nothing is read
+        first. True when one of ours was there (and is now deleted, or being deleted)."""
         answer = self._call(
             f"delete {name}",
             f"delete_collection_namespaced_{kind}",
             self.namespace,
             missing_ok=True,
-            label_selector=OURS,
+            label_selector=selector,
             field_selector=f"metadata.name={name}",
             **options,
         )
