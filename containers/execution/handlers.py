@@ -180,16 +180,18 @@ def _ref(instance: ContainerInstance) -> str:
     return instance.container_id or instance.container_name
 
 
-def _remove_if_ours(engine: Engine, instance: ContainerInstance, ref: str) -> bool:
+def _ours(state: ContainerState | None, instance: ContainerInstance) -> bool:
+    """Whether the container an engine holds under the instance's name is the instance's
+    (it carries its label): anything else holding the name (a foreign object a create
+    refused) is never removed."""
+    return state is not None and state.labels.get(LABEL_INSTANCE) == str(instance.id)
+
+
+def _remove_if_ours(engine: Engine, instance: ContainerInstance, ref: str) -> None:
     """Remove the container ``ref`` names (the instance's deterministic name, when no id
-    of the engine's was recorded) only if it carries this instance's label: anything else
-    holding the name (a foreign object a create refused) is never removed. Whether it
-    was ours and is removed."""
-    state = engine.inspect(ref)
-    if state is None or state.labels.get(LABEL_INSTANCE) != str(instance.id):
-        return False
-    engine.remove(ref)
-    return True
+    of the engine's was recorded) only if it is the instance's (``_ours``)."""
+    if _ours(engine.inspect(ref), instance):
+        engine.remove(ref)
 
 
 def _record_cleanup(instance: ContainerInstance, message: str) -> None:
@@ -481,12 +483,8 @@ def _remove_abandoned(instance_id: str) -> None:
         return  # (failed and missing: its engine was lost; the orphan scan removes it)
     engine = engine_for(instance.runtime)
     state = engine.inspect(instance.container_name)
-    if (
-        state is None
-        or state.status != "created"
-        or state.labels.get(LABEL_INSTANCE) != str(instance.id)
-    ):
-        return  # (not ours: a foreign object holding the name is never removed)
+    if not _ours(state, instance) or state.status != "created":
+        return
     engine.remove(instance.container_name)
     with transaction.atomic():
         locked = instance_lock(instance_id)
