@@ -1003,6 +1003,18 @@ def test_an_events_own_state_of_the_current_run_is_applied_without_asking_the_en
     assert (row.status, row.exit_code) == (Status.FAILED, 3), (row.status, row.status_reason)
 
 
+def _exit_of_an_earlier_run(instance) -> EngineEvent:
+    """A ``die`` whose state ended (exit 3) before the instance entered its state: a
+    replay of the run before a restart, after a monitor restart."""
+    ended = instance.status_changed_at - dt.timedelta(seconds=5)
+    state = ContainerState(
+        instance.container_id, instance.container_name, "exited", exit_code=3, finished_at=ended
+    )
+    labels = {"io.gobrave.instance": str(instance.pk)}
+    return EngineEvent("die", instance.container_id, instance.container_name, labels, 7, 3,
+                       state=state)  # fmt: skip
+
+
 @pytest.mark.django_db
 def test_an_events_state_that_may_be_an_earlier_runs_is_checked_with_the_engine(
     place, engine, fake_runtime
@@ -1011,13 +1023,7 @@ def test_an_events_state_that_may_be_an_earlier_runs_is_checked_with_the_engine(
     a restart, after a monitor restart) is not applied: the engine is asked, and says
     running, so nothing changes."""
     instance = place(Status.RUNNING, runtime_node_name="fake-node")
-    ended = instance.status_changed_at - dt.timedelta(seconds=5)
-    state = ContainerState(
-        instance.container_id, instance.container_name, "exited", exit_code=3, finished_at=ended
-    )
-    labels = {"io.gobrave.instance": str(instance.pk)}
-    event = EngineEvent("die", instance.container_id, instance.container_name, labels, 7, 3,
-                        state=state)  # fmt: skip
+    event = _exit_of_an_earlier_run(instance)
     assert apply(fake_runtime, event) == Sync.UNCHANGED
     assert stored(instance).status == Status.RUNNING, stored(instance).status_reason
 
@@ -1171,13 +1177,7 @@ def test_a_lone_event_the_batch_cannot_settle_is_looked_at_from_the_row_it_read(
     asks the engine (it says running: unchanged) and does not read the row again."""
     follower = Follower(Monitor(installation="test", appliers=1), fake_runtime)
     instance = place(Status.RUNNING, runtime_node_name="fake-node")
-    ended = instance.status_changed_at - dt.timedelta(seconds=5)
-    state = ContainerState(
-        instance.container_id, instance.container_name, "exited", exit_code=3, finished_at=ended
-    )
-    labels = {"io.gobrave.instance": str(instance.pk)}
-    event = EngineEvent("die", instance.container_id, instance.container_name, labels, 7, 3,
-                        state=state)  # fmt: skip
+    event = _exit_of_an_earlier_run(instance)
     reads = []
     real = monitor_module.instance_read
     monitor_module.instance_read = lambda *a, **k: reads.append(a) or real(*a, **k)
