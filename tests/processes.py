@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -269,10 +270,10 @@ def outbox_rows(queryset=None) -> str:
 
 
 @contextmanager
-def sampling(measure: Callable[[], int], interval: float = 0.003) -> Iterator[list[int]]:
+def sampling(measure: Callable[[], T], interval: float = 0.003) -> Iterator[list[T]]:
     """Call ``measure()`` every ``interval`` in a thread of its own (with its own database
     connection, closed at the end) while the block runs; yields the list it fills."""
-    samples: list[int] = []
+    samples: list[T] = []
     done = threading.Event()
 
     def sample() -> None:
@@ -290,6 +291,50 @@ def sampling(measure: Callable[[], int], interval: float = 0.003) -> Iterator[li
     finally:
         done.set()
         thread.join(60)
+
+
+@dataclass
+class RelayWork:
+    """What ``relay_workers``' threads did: each request's outcome, counted, and each
+    error a thread ended on (a deadlock or anything else), as ``repr``."""
+
+    outcomes: Counter = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def relay_workers(count: int, queue: str = "create", batch: int = 2) -> Iterator[RelayWork]:
+    """``count`` threads that claim up to ``batch`` due rows of ``queue`` and execute them
+    (``relay.claim`` and ``relay.execute``, as a cluster's workers do, each thread with
+    its own database connection, closed at the end) while the block runs, polling every
+    10 ms when nothing is due; a thread that meets an error records it and ends."""
+    from outbox import relay
+
+    work = RelayWork()
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            while not stop.is_set():
+                claimed = relay.claim(queue, batch)
+                for event_id, token in claimed:
+                    work.outcomes[relay.execute(event_id, token)] += 1
+                if not claimed:
+                    stop.wait(0.01)  # nothing due: the next poll
+        except Exception as exc:  # noqa: BLE001 - a deadlock or any error fails the test
+            work.errors.append(repr(exc))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, name=f"relay-{i}") for i in range(count)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield work
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
 
 
 def released_at_once(call: Callable[[int], T], count: int, *, timeout: float = 120) -> list[T]:

@@ -32,13 +32,13 @@ from containers.requests.services import (
 from containers.requests.slots import engine_usage
 from containers.spec.engine_parts import RUNTIME_NAME_STANDIN, WORKSPACE_PATH_STANDIN
 from containers.states import Status
-from outbox import registry, relay
+from outbox import registry
 from outbox.models import OutboxEvent
 from outbox.registry import Defer
 from outbox.services import outbox_release_deferred
 from tests.factories import RuntimeFactory, TemplateFactory, UserFactory
 from tests.placing import place
-from tests.processes import outbox_rows, relay_drain, wait_for
+from tests.processes import outbox_rows, relay_drain, relay_workers, sampling, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -221,40 +221,11 @@ def test_40_creates_through_concurrent_claims_and_handlers_place_exactly_10_on_c
         return allowed
 
     monkeypatch.setitem(registry._claim_guards, Queue.CREATE, watched)
-    stop = threading.Event()
-    outcomes: Counter = Counter()
-    samples: list[dict] = []
-    errors: list[str] = []
-
-    def work() -> None:
-        try:
-            while not stop.is_set():
-                claimed = relay.claim(Queue.CREATE, 2)
-                for event_id, token in claimed:
-                    outcomes[relay.execute(event_id, token)] += 1
-                if not claimed:
-                    stop.wait(0.01)  # nothing due: the next poll
-        except Exception as exc:  # noqa: BLE001 - a deadlock or any error fails the test
-            errors.append(repr(exc))
-        finally:
-            connection.close()
-
-    def sample() -> None:
-        try:
-            while not stop.wait(0.005):
-                samples.append(engine_usage())
-        finally:
-            connection.close()
-
     reason = "waiting: no engine with room: a (2/2), b (3/3), c (5/5)"
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    threads.append(threading.Thread(target=sample))
-    for thread in threads:
-        thread.start()
-    try:
+    with relay_workers(4) as work, sampling(engine_usage, interval=0.005) as samples:
         wait_for(
             lambda: (
-                errors
+                work.errors
                 or (
                     ContainerInstance.objects.filter(status="running").count() == 10
                     and ContainerInstance.objects.filter(
@@ -267,11 +238,7 @@ def test_40_creates_through_concurrent_claims_and_handlers_place_exactly_10_on_c
             message="10 running, 30 waiting with the reason",
             describe=lambda: f"{rows()}\n{outbox_rows()}",
         )
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=60)
-    assert not errors, errors
+    assert not work.errors, work.errors
     placed = Counter(
         ContainerInstance.objects.filter(status="running").values_list("runtime__name", flat=True)
     )
@@ -281,7 +248,10 @@ def test_40_creates_through_concurrent_claims_and_handlers_place_exactly_10_on_c
     assert set(requests.values_list("status", "attempts")) == {("pending", 0), ("sent", 0)}, (
         outbox_rows()
     )
-    assert requests.filter(status="sent").count() == outcomes["sent"] == 10, (outcomes, rows())
+    assert requests.filter(status="sent").count() == work.outcomes["sent"] == 10, (
+        work.outcomes,
+        rows(),
+    )
     assert sum(selected - allowed for selected, allowed in judged) > 0, judged  # parked
     totals = [sum(u.containers for u in sample.values()) for sample in samples]
     assert samples and max(totals) == 10, (max(totals), len(samples))  # never 11
