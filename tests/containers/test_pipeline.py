@@ -183,9 +183,13 @@ def test_capacity_holds_globally_with_more_workers_than_slots(
             (engine.root / "block-create").unlink(missing_ok=True)
         close_old_connections()
         assert statuses() == {"running": 30}, f"{statuses()}\n{rows()}"
+        # A worker writes its row's outcome after the instance is running.
+        wait_for(all_sent, timeout=60, message="every row sent", describe=rows)
         assert max(samples) == 3, "the gate must have been tested at full capacity"
         assert all(count <= 3 for count in samples)
-        assert OutboxEvent.objects.filter(outcome="deferred").count() == 0, rows()
+        # SPEC section 4 lets the handler's gate defer a create that found no slot (two
+        # clusters' claims can meet at the gate); a deferral counts no attempt, so no row
+        # failed even once.
         assert set(OutboxEvent.objects.values_list("attempts", flat=True)) == {0}, rows()
         assert len(engine.created()) == 30
 
