@@ -31,17 +31,22 @@ def _record_cleanup(instance: ContainerInstance, message: str) -> None:
     )
 
 
-def _moved_away(locked: ContainerInstance, placed: ContainerInstance) -> tuple[bool, bool]:
+def _moved_away(
+    locked: ContainerInstance, placed: ContainerInstance, ref: str
+) -> tuple[bool, bool]:
     """Whether the instance (``locked``, as it is now) was placed again on another
     runtime since this worker placed it (``placed``: as the worker's ``_begin`` read it):
     a stale worker whose lease lapsed in its engine calls while a retry placed it again
-    (``placing.instance_place_again``). And whether this worker's container must then be
-    removed: not when the new runtime is a row of the same daemon (``engine_key``), where
-    the name ``gb-<uuid>`` makes it the new placement's own container too."""
+    (``placing.instance_place_again``). And whether this worker's container (``ref``)
+    must then be removed: not when the new runtime is a row of the same daemon
+    (``engine_key``), where the name ``gb-<uuid>`` makes it the new placement's own
+    container too. A move found is said on the history at once (``_record_moved``).
+    The caller holds the row (``instance_lock``)."""
     if locked.runtime_id == placed.runtime_id:
         return False, False
     current = locked.runtime  # read only here (one query): a move is rare
     shared = current is not None and engine_key(current) == engine_key(placed.runtime)
+    _record_moved(locked, placed, ref, drop=not shared)
     return True, not shared
 
 
@@ -97,11 +102,8 @@ def _apply(
         instance = instance_lock(placed.id)
         if instance is None:
             return True
-        moved, drop = _moved_away(instance, placed)
-        if moved:
-            _record_moved(instance, placed, runtime_id, drop)
-            abandoned = drop
-        else:
+        moved, abandoned = _moved_away(instance, placed, runtime_id)
+        if not moved:
             seen = {
                 "container_id": runtime_id,
                 "runtime_node_name": (state.node_name if state else "") or node,

@@ -8,12 +8,7 @@ from django.db import transaction
 
 from containers.engines import engine_for
 from containers.engines.base import ContainerSpec, Engine, StaleTaskError
-from containers.execution.handlers.apply import (
-    _apply,
-    _moved_away,
-    _record_cleanup,
-    _record_moved,
-)
+from containers.execution.handlers.apply import _apply, _moved_away, _record_cleanup
 from containers.execution.handlers.begin import _begin
 from containers.execution.handlers.container import _ours, _prepare, _spec
 from containers.models import ContainerInstance
@@ -136,11 +131,8 @@ def _record_created(instance: ContainerInstance, engine: Engine, runtime_id: str
         locked = instance_lock(instance.id)
         if locked is None:
             return False
-        moved, drop = _moved_away(locked, instance)
-        if moved:
-            _record_moved(locked, instance, runtime_id, drop)
-            abandoned = drop
-        else:
+        moved, abandoned = _moved_away(locked, instance, runtime_id)
+        if not moved:
             abandoned = locked.status == Status.FAILED
             recorded = "" if abandoned else runtime_id
             if locked.container_id != recorded:
