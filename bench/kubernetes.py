@@ -169,10 +169,10 @@ class Split:
 
     def __init__(self) -> None:
         from containers.engines.kubernetes import watch
-        from containers.execution import monitor
+        from containers.execution.monitor import follower
 
         self.times: dict[str, dict[str, float]] = {}
-        transitions, apply = watch.PodWatch.transitions, monitor.event_state_look
+        transitions, apply = watch.PodWatch.transitions, follower.event_state_look
 
         def timed_transitions(pods, pod, kind, cursor):
             events = transitions(pods, pod, kind, cursor)
@@ -200,10 +200,11 @@ class Split:
                     if event.action == "die":
                         self.times.setdefault(event.name, {}).update(began=began, ended=ended)
 
-        run = monitor.event_run_apply
+        run = follower.event_run_apply
         watch.PodWatch.transitions = timed_transitions
-        monitor.event_state_look = timed_apply
-        monitor.event_run_apply = timed_run
+        # Where ``Follower`` looks them up (``Follower.apply``, ``Follower._run_apply``).
+        follower.event_state_look = timed_apply
+        follower.event_run_apply = timed_run
 
     def report(self, names: list[str], written: dict[str, float]) -> str:
         rows = [(self.times.get(n, {}), written[n]) for n in names]

@@ -151,7 +151,7 @@ def runtime_health_record(
         if changed:  # creates that never reached it go elsewhere now, not after a backoff
             runtime_creates_wake(runtime_id=runtime_id)
     elif came_back:
-        # Requests deferred while it was away (``handlers._engine_away``) go now, not at
+        # Requests deferred while it was away (``handlers.begin._engine_away``) go now, not at
         # the end of their wait.
         for queue in Queue:
             outbox_release_deferred(queue=queue)

@@ -413,8 +413,8 @@ def test_a_stale_worker_never_records_nor_starts_its_old_engines_container(engin
 
 def test_a_stale_worker_that_started_its_old_engines_container_undoes_it_on_apply(engines, owner):
     """Past its start on ``a`` (however it got there), W1's last step finds the instance
-    placed on ``b``: nothing of ``a``'s is recorded, its container is removed, and the
-    request is superseded."""
+    placed on ``b``: nothing of ``a``'s is recorded, its container is removed (the
+    history says why), and the request is superseded."""
     w1, _ = _stale_worker_and_its_successor(engines, owner)
     engine_a = engine_for(w1.runtime)
     made_on_a = engine_a.create(_spec(w1))
@@ -424,6 +424,8 @@ def test_a_stale_worker_that_started_its_old_engines_container_undoes_it_on_appl
     stored = (row.status, row.runtime.name, row.container_id, row.runtime_node_name)
     assert stored == ("creating", "b-engine", "", ""), shown(w1)
     assert engine_a.inspect(made_on_a) is None, engine_a.calls()
+    removed = [m for m in _history(w1) if m.startswith("removing container")]
+    assert removed and "placed again on b-engine" in removed[0], _history(w1)
 
 
 # --- a start that waits for its engine can be cancelled (issue 27, item 3) ------------------

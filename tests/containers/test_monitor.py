@@ -37,6 +37,8 @@ from containers.execution.monitor import (
     is_duplicate,
     needs_recheck,
 )
+from containers.execution.monitor import events as monitor_events
+from containers.execution.monitor import follower as monitor_follower
 from containers.execution.sync import Sync, event_state_current
 from containers.models import (
     ContainerEvent,
@@ -1096,17 +1098,17 @@ def test_a_shards_events_that_say_enough_are_applied_together_and_the_rest_one_b
         (event(stale, "die", exited(stale, 3, -5), 3), False),
     ]
     together = []
-    real = monitor_module.event_run_apply
+    real = monitor_follower.event_run_apply
 
     def spy(**kwargs):
         together.append([e.name for e, _ in kwargs["run"]])
         return real(**kwargs)
 
-    monitor_module.event_run_apply = spy
+    monitor_follower.event_run_apply = spy  # where ``Follower`` looks it up
     try:
         follower.apply_many(items)
     finally:
-        monitor_module.event_run_apply = real
+        monitor_follower.event_run_apply = real
     names = [e.name for e, _ in items]
     assert together == [names], together
     rows = {i.pk: stored(i) for i in (*clean, failing, creating, stale)}
@@ -1179,12 +1181,13 @@ def test_a_lone_event_the_batch_cannot_settle_is_looked_at_from_the_row_it_read(
     instance = place(Status.RUNNING, runtime_node_name="fake-node")
     event = _exit_of_an_earlier_run(instance)
     reads = []
-    real = monitor_module.instance_read
-    monitor_module.instance_read = lambda *a, **k: reads.append(a) or real(*a, **k)
+    real = monitor_events.instance_read
+    # where ``event_state_look`` looks it up
+    monitor_events.instance_read = lambda *a, **k: reads.append(a) or real(*a, **k)
     try:
         follower.apply_many([(event, False)])
     finally:
-        monitor_module.instance_read = real
+        monitor_events.instance_read = real
     assert reads == []
     row = stored(instance)
     assert (row.status, history(instance)) == (Status.RUNNING, []), row.status_reason
