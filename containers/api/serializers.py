@@ -10,6 +10,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from containers.fleet import runtimes
 from containers.fleet.services import REASON_MAX
 from containers.models import (
     ContainerEvent,
@@ -500,24 +501,10 @@ class RuntimeActionInputSerializer(InputSerializer):
 class RuntimeOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = Runtime
+        # What a caller may set (the TLS and kubeconfig fields are paths), then gobrave's own.
         fields = [
             "id",
-            "name",
-            "driver",
-            "base_url",
-            "tls_ca_cert",
-            "tls_client_cert",
-            "tls_client_key",
-            "kube_namespace",
-            "kube_config",
-            "kube_context",
-            "kube_storage_class",
-            "kube_volume_size",
-            "kube_access_mode",
-            "labels",
-            "enabled",
-            "max_containers",
-            "max_concurrency",
+            *runtimes.WRITABLE,
             "workspace_driver",
             "node_name",
             "health",
