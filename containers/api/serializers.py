@@ -22,7 +22,7 @@ from containers.models import (
 from containers.queues import event_kind_display
 from containers.spec import redaction
 from containers.spec.env_policy import MAX_USER_KEYS, MAX_USER_VALUE
-from containers.spec.policies import policy_status
+from containers.spec.policies import POLICY_FIELDS, policy_status
 from containers.spec.resolve import MAX_COMMAND_PART, MAX_COMMAND_PARTS
 from core.api.input import InputSerializer
 
@@ -390,13 +390,7 @@ class TemplateOutputSerializer(ForViewer, serializers.ModelSerializer):
             "resources",
             "constraints",
             "pull_policy",
-            "max_lifetime",
-            "idle_timeout",
-            "idle_cpu_threshold",
-            "delete_stopped_after",
-            "extendable_by",
-            "extend_max",
-            "workspace_retention",
+            *POLICY_FIELDS,
             "enabled",
             "allowed_groups",
             "image_status",
