@@ -407,6 +407,13 @@ class TemplateOutputSerializer(ForViewer, serializers.ModelSerializer):
 # --- runtimes and the queue -------------------------------------------------------------
 
 
+def _runtime_limit(help_text: str) -> serializers.IntegerField:
+    """One of a runtime's own capacity limits: from 1 to a million, null for none."""
+    return serializers.IntegerField(
+        min_value=1, max_value=1_000_000, default=None, allow_null=True, help_text=help_text
+    )
+
+
 class RuntimeInputSerializer(InputSerializer):
     """A runtime to create, or (PATCH) the fields to change. How to reach the engine is
     checked by the service (``containers.fleet.runtimes``); the TLS fields are paths."""
@@ -445,20 +452,12 @@ class RuntimeInputSerializer(InputSerializer):
     )
     labels = StoredJSONField(default=dict, help_text="Label name: value (templates match them).")
     enabled = serializers.BooleanField(default=True)
-    max_containers = serializers.IntegerField(
-        min_value=1,
-        max_value=1_000_000,
-        default=None,
-        allow_null=True,
-        help_text="At most this many instances placed here (every state but pending, "
-        "delete_pending and deleting); null: no limit of its own.",
+    max_containers = _runtime_limit(
+        "At most this many instances placed here (every state but pending, "
+        "delete_pending and deleting); null: no limit of its own."
     )
-    max_concurrency = serializers.IntegerField(
-        min_value=1,
-        max_value=1_000_000,
-        default=None,
-        allow_null=True,
-        help_text="At most this many create/start slots here at once; null: no limit of its own.",
+    max_concurrency = _runtime_limit(
+        "At most this many create/start slots here at once; null: no limit of its own."
     )
 
     def validate_labels(self, value):
