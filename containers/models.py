@@ -218,6 +218,19 @@ class Runtime(models.Model):
         one context are one engine)."""
         return f"kubernetes://{self.kube_context or 'in-cluster'}/{self.kube_namespace}"
 
+    @property
+    def kube_target(self) -> dict[str, str]:
+        """A ``kubernetes`` row's target, by the names that ``KubeTarget`` and the check of
+        it (``addresses.kube_target_problems``) take."""
+        return {
+            "namespace": self.kube_namespace,
+            "kubeconfig": self.kube_config,
+            "context": self.kube_context,
+            "storage_class": self.kube_storage_class,
+            "volume_size": self.kube_volume_size,
+            "access_mode": self.kube_access_mode,
+        }
+
     def clean(self) -> None:
         """Refuses an address gobrave cannot reach safely (``engine_address_problems``;
         a ``kubernetes`` row: ``kube_target_problems``, its ``base_url`` derived) and a
@@ -226,14 +239,7 @@ class Runtime(models.Model):
             self.base_url = self.kube_address
             self.kube_volume_size = self.kube_volume_size or "1Gi"
             self.kube_access_mode = self.kube_access_mode or self.AccessMode.RWO
-            problems = kube_target_problems(
-                namespace=self.kube_namespace,
-                kubeconfig=self.kube_config,
-                context=self.kube_context,
-                storage_class=self.kube_storage_class,
-                volume_size=self.kube_volume_size,
-                access_mode=self.kube_access_mode,
-            )
+            problems = kube_target_problems(**self.kube_target)
             if self.workspace_driver == self.WorkspaceDriver.DIRECTORY:
                 problems["workspace_driver"] = "A Kubernetes runtime uses workspace claims."
             if problems:

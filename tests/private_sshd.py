@@ -17,15 +17,9 @@ import socket
 import subprocess
 from pathlib import Path
 
-from tests.processes import wait_for
+from tests.processes import free_port, wait_for
 
 SSHD = "/usr/sbin/sshd"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _answers(port: int) -> bool:
@@ -63,7 +57,7 @@ class PrivateSshd:
         ssh.mkdir(parents=True, mode=0o700)
         host_key = self._keygen(self.directory / "host_key")
         (self.directory / "authorized_keys").write_text(self._keygen(ssh / "id_ed25519") + "\n")
-        self.port = _free_port()
+        self.port = free_port()
         (ssh / "config").write_text(f"Host 127.0.0.1\n  IdentityFile {ssh / 'id_ed25519'}\n")
         (ssh / "known_hosts").write_text(f"[127.0.0.1]:{self.port} {host_key}\n")
         config = self.directory / "sshd_config"

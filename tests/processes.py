@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -39,9 +40,19 @@ MAX_SCALED_WAIT = 240.0
 
 
 def free_port() -> int:
+    """A loopback port nothing listens on (the kernel's pick, closed again)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def http_answers(url: str) -> bool:
+    """True when ``url`` answers 200 now (a server a test started is up); never raises."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:  # urllib.error.URLError is one
+        return False
 
 
 def _load_script(name: str):

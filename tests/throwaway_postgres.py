@@ -10,13 +10,14 @@ import contextlib
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import psycopg
+
+from tests.processes import free_port
 
 
 def _bin(name: str) -> str:
@@ -26,17 +27,11 @@ def _bin(name: str) -> str:
     return found[-1]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class ThrowawayPostgres:
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="gobrave-pg-", dir="/tmp"))
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/gobrave"
 
     def _as_postgres(self, *args: str) -> None:

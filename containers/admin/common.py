@@ -1,17 +1,22 @@
 """What the containers admin's pages share: who acts (``actor_of``), lists in messages,
-JSON blocks, the redaction of secret values, and the outbox's link from a container
-request to its instance's history."""
+an action that removes rows' things from their engines (``remove_each``), JSON blocks,
+the redaction of secret values, and the outbox's link from a container request to its
+instance's history."""
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable, Iterable
+from typing import Any
 
+from django.contrib import messages
 from django.utils.html import format_html
 
 from containers.actors import user_actor
 from containers.admin.display import history_url
 from containers.spec import redaction
+from core.errors import DomainError
 from outbox import admin as outbox_admin
 
 
@@ -24,6 +29,33 @@ def listed(items: list[str], limit: int = 10) -> str:
 
 def actor_of(request) -> str:
     return user_actor(request.user)
+
+
+def remove_each(
+    model_admin,
+    request,
+    rows: Iterable[Any],
+    *,
+    remove: Callable[[Any], Any],
+    name: Callable[[Any], str],
+    plural: str,
+) -> None:
+    """An admin action's removals (orphan containers, workspaces): ``remove`` each row
+    (its service: an engine call, bounded, outside any transaction); a refusal is an
+    error message with its reason (``"<name>: not removed: why"``), the others one
+    success message (``"Removed 2 <plural>."``)."""
+    removed = 0
+    for row in rows:
+        try:
+            remove(row)
+        except DomainError as exc:
+            model_admin.message_user(
+                request, f"{name(row)}: not removed: {exc.message}", messages.ERROR
+            )
+            continue
+        removed += 1
+    if removed:
+        model_admin.message_user(request, f"Removed {removed} {plural}.", messages.SUCCESS)
 
 
 @outbox_admin.register_history_link

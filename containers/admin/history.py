@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import csv
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 from django.utils.html import format_html
 
 from containers.actors import user_actor
+from containers.admin.common import remove_each
 from containers.admin.display import (
     status_badge,
 )
@@ -22,7 +23,6 @@ from containers.models import (
 from containers.queues import EVENT_KIND_WORDS, event_kind_display
 from core.admin_helpers import ReadOnlyAdminMixin
 from core.admin_lists import FlatChangelistMixin, choices_filter, related_filter, value_filter
-from core.errors import DomainError
 
 
 class _Echo:
@@ -134,15 +134,12 @@ class OrphanContainerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     )
     def remove_orphans(self, request, queryset):
         # Each removal calls an engine, bounded in time, outside any transaction.
-        removed = 0
-        for orphan in queryset.filter(removed_at__isnull=True).select_related("runtime"):
-            try:
-                orphan_remove(orphan=orphan, actor=user_actor(request.user))
-            except DomainError as exc:
-                self.message_user(
-                    request, f"{orphan.name}: not removed: {exc.message}", messages.ERROR
-                )
-                continue
-            removed += 1
-        if removed:
-            self.message_user(request, f"Removed {removed} orphan container(s).", messages.SUCCESS)
+        actor = user_actor(request.user)
+        remove_each(
+            self,
+            request,
+            queryset.filter(removed_at__isnull=True).select_related("runtime"),
+            remove=lambda orphan: orphan_remove(orphan=orphan, actor=actor),
+            name=lambda orphan: orphan.name,
+            plural="orphan container(s)",
+        )

@@ -14,13 +14,13 @@ from django.template.defaultfilters import filesizeformat
 from django.utils.html import format_html
 
 from containers.actors import user_actor
+from containers.admin.common import remove_each
 from containers.admin.display import time_ago
 from containers.execution.housekeeping import workspace_remove
 from containers.execution.workspaces import workspace_sizes_refresh
 from containers.models import Runtime, Workspace
 from containers.spec.policies import span, workspace_retention_of
 from core.admin_helpers import ReadOnlyAdminMixin
-from core.errors import DomainError
 
 
 @admin.register(Workspace)
@@ -87,15 +87,12 @@ class WorkspaceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def remove_workspaces(self, request, queryset):
         """Each through ``workspace_remove``: refused, with the reason, for an owner who
         still has instances; an engine call each, bounded, outside any transaction."""
-        removed = 0
-        for row in queryset.select_related("runtime", "owner").order_by("source"):
-            try:
-                workspace_remove(workspace_id=row.pk, actor=user_actor(request.user))
-            except DomainError as exc:
-                self.message_user(
-                    request, f"{row.source}: not removed: {exc.message}", messages.ERROR
-                )
-                continue
-            removed += 1
-        if removed:
-            self.message_user(request, f"Removed {removed} workspace(s).", messages.SUCCESS)
+        actor = user_actor(request.user)
+        remove_each(
+            self,
+            request,
+            queryset.select_related("runtime", "owner").order_by("source"),
+            remove=lambda row: workspace_remove(workspace_id=row.pk, actor=actor),
+            name=lambda row: row.source,
+            plural="workspace(s)",
+        )

@@ -10,6 +10,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from containers.fleet import runtimes
 from containers.fleet.services import REASON_MAX
 from containers.models import (
     ContainerEvent,
@@ -21,7 +22,7 @@ from containers.models import (
 from containers.queues import event_kind_display
 from containers.spec import redaction
 from containers.spec.env_policy import MAX_USER_KEYS, MAX_USER_VALUE
-from containers.spec.policies import policy_status
+from containers.spec.policies import POLICY_FIELDS, policy_status
 from containers.spec.resolve import MAX_COMMAND_PART, MAX_COMMAND_PARTS
 from core.api.input import InputSerializer
 
@@ -389,13 +390,7 @@ class TemplateOutputSerializer(ForViewer, serializers.ModelSerializer):
             "resources",
             "constraints",
             "pull_policy",
-            "max_lifetime",
-            "idle_timeout",
-            "idle_cpu_threshold",
-            "delete_stopped_after",
-            "extendable_by",
-            "extend_max",
-            "workspace_retention",
+            *POLICY_FIELDS,
             "enabled",
             "allowed_groups",
             "image_status",
@@ -410,6 +405,13 @@ class TemplateOutputSerializer(ForViewer, serializers.ModelSerializer):
 
 
 # --- runtimes and the queue -------------------------------------------------------------
+
+
+def _runtime_limit(help_text: str) -> serializers.IntegerField:
+    """One of a runtime's own capacity limits: from 1 to a million, null for none."""
+    return serializers.IntegerField(
+        min_value=1, max_value=1_000_000, default=None, allow_null=True, help_text=help_text
+    )
 
 
 class RuntimeInputSerializer(InputSerializer):
@@ -450,20 +452,12 @@ class RuntimeInputSerializer(InputSerializer):
     )
     labels = StoredJSONField(default=dict, help_text="Label name: value (templates match them).")
     enabled = serializers.BooleanField(default=True)
-    max_containers = serializers.IntegerField(
-        min_value=1,
-        max_value=1_000_000,
-        default=None,
-        allow_null=True,
-        help_text="At most this many instances placed here (every state but pending, "
-        "delete_pending and deleting); null: no limit of its own.",
+    max_containers = _runtime_limit(
+        "At most this many instances placed here (every state but pending, "
+        "delete_pending and deleting); null: no limit of its own."
     )
-    max_concurrency = serializers.IntegerField(
-        min_value=1,
-        max_value=1_000_000,
-        default=None,
-        allow_null=True,
-        help_text="At most this many create/start slots here at once; null: no limit of its own.",
+    max_concurrency = _runtime_limit(
+        "At most this many create/start slots here at once; null: no limit of its own."
     )
 
     def validate_labels(self, value):
@@ -500,24 +494,10 @@ class RuntimeActionInputSerializer(InputSerializer):
 class RuntimeOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = Runtime
+        # What a caller may set (the TLS and kubeconfig fields are paths), then gobrave's own.
         fields = [
             "id",
-            "name",
-            "driver",
-            "base_url",
-            "tls_ca_cert",
-            "tls_client_cert",
-            "tls_client_key",
-            "kube_namespace",
-            "kube_config",
-            "kube_context",
-            "kube_storage_class",
-            "kube_volume_size",
-            "kube_access_mode",
-            "labels",
-            "enabled",
-            "max_containers",
-            "max_concurrency",
+            *runtimes.WRITABLE,
             "workspace_driver",
             "node_name",
             "health",

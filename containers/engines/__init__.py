@@ -63,14 +63,7 @@ def engine_for(runtime: Runtime) -> Engine:
     if runtime.driver == "kubernetes":
         from containers.engines.kubernetes import KubeTarget
 
-        target = KubeTarget(
-            namespace=runtime.kube_namespace,
-            kubeconfig=runtime.kube_config,
-            context=runtime.kube_context,
-            storage_class=runtime.kube_storage_class,
-            volume_size=runtime.kube_volume_size,
-            access_mode=runtime.kube_access_mode,
-        )
+        target = KubeTarget(**runtime.kube_target)
         key = (os.getpid(), runtime.driver, target)
     if runtime.driver == "fake" and not fake_driver_allowed():
         raise PermanentEngineError(

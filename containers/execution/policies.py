@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -46,6 +46,7 @@ from containers.actors import POLICY
 from containers.engines.base import ContainerStats, EngineError
 from containers.execution.housekeeping import workspace_remove
 from containers.execution.reconciler import engine_share
+from containers.execution.reports import PassReport
 from containers.models import ContainerInstance, Runtime, Workspace
 from containers.requests.bulk import container_requests_bulk
 from containers.spec.policies import lifetime_reason, span
@@ -63,7 +64,7 @@ def _config() -> dict[str, Any]:
 
 
 @dataclass
-class PolicyReport:
+class PolicyReport(PassReport):
     """What one pass did; the monitor logs it."""
 
     stopped_lifetime: int = 0
@@ -72,16 +73,14 @@ class PolicyReport:
     sampled: int = 0
     unmeasured: int = 0
     workspaces_removed: int = 0
-    errors: list[str] = field(default_factory=list)
 
-    def __str__(self) -> str:
+    def counts(self) -> str:
         unmeasured = f" ({self.unmeasured} without a figure)" if self.unmeasured else ""
-        text = (
+        return (
             f"stopped {self.stopped_lifetime} (max_lifetime) and {self.stopped_idle} "
             f"(idle_timeout), deleted {self.deleted}, sampled {self.sampled}{unmeasured}, "
             f"workspaces removed {self.workspaces_removed}"
         )
-        return text + (f", errors: {'; '.join(self.errors)}" if self.errors else "")
 
     @property
     def acted(self) -> bool:

@@ -18,7 +18,7 @@ import datetime as dt
 import logging
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -33,6 +33,7 @@ from containers.engines.calls import ENGINE_CALL_SECONDS
 from containers.engines.deadlines import EngineBusy, EngineDeadline, engine_busy
 from containers.execution.engine_loss import runtime_engine_lost, runtime_instances_clear_away
 from containers.execution.health import runtime_health_record
+from containers.execution.reports import PassReport
 from containers.execution.sync import (
     WATCHED,
     Sync,
@@ -133,7 +134,7 @@ def _fail_waited_too_long(instance: ContainerInstance) -> bool:
 
 
 @dataclass
-class ReconcileReport:
+class ReconcileReport(PassReport):
     """What one pass did; the command prints it and the monitor logs it."""
 
     checked: int = 0
@@ -143,15 +144,13 @@ class ReconcileReport:
     lost: int = 0
     orphans_new: int = 0
     orphans_removed: int = 0
-    errors: list[str] = field(default_factory=list)
 
-    def __str__(self) -> str:
-        text = (
+    def counts(self) -> str:
+        return (
             f"checked {self.checked}, changed {self.changed}, left to workers {self.busy}, "
             f"timed out {self.timed_out}, lost {self.lost}, new orphans {self.orphans_new}, "
             f"orphans removed {self.orphans_removed}"
         )
-        return text + (f", errors: {'; '.join(self.errors)}" if self.errors else "")
 
 
 def _orphan_upsert(

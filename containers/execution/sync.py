@@ -369,23 +369,26 @@ def _engine_wait_record(instance: ContainerInstance, state: ContainerState | Non
     if instance.status not in ACTIVE_SLOTS or state is None:
         return
     if state.waiting:
-        reason = state.error[:1000]
-        changed = []
-        if instance.engine_waiting_since is None:
-            instance.engine_waiting_since = timezone.now()
-            changed.append("engine_waiting_since")
-        if instance.engine_placed_at is not None:
-            instance.engine_placed_at = None
-            changed.append("engine_placed_at")
-        if instance.status_reason != reason:
-            instance.status_reason = reason
-            changed.append("status_reason")
-        if changed:
-            instance.save(update_fields=changed)
+        _save_differing(
+            instance,
+            engine_waiting_since=instance.engine_waiting_since or timezone.now(),
+            engine_placed_at=None,
+            status_reason=state.error[:1000],
+        )
     elif instance.engine_waiting_since is not None and instance.engine_placed_at is None:
         instance.engine_placed_at = timezone.now()
         instance.status_reason = ""
         instance.save(update_fields=["engine_placed_at", "status_reason"])
+
+
+def _save_differing(instance: ContainerInstance, **values: Any) -> None:
+    """Set the fields whose value differs from ``values`` and save only those, in the
+    order given (nothing is written when none differs). On the locked row."""
+    changed = [name for name, value in values.items() if getattr(instance, name) != value]
+    for name in changed:
+        setattr(instance, name, values[name])
+    if changed:
+        instance.save(update_fields=changed)
 
 
 # The reason a container whose node stopped reporting shows (its instance keeps its state).
@@ -409,15 +412,11 @@ def _engine_silence_record(
     """
     if state is not None and state.status == "unknown":
         reason = f"{SILENT_PREFIX}{state.error or 'the engine cannot tell its state'}"[:1000]
-        changed = []
-        if instance.engine_silent_since is None:
-            instance.engine_silent_since = timezone.now()
-            changed.append("engine_silent_since")
-        if instance.status_reason != reason:
-            instance.status_reason = reason
-            changed.append("status_reason")
-        if changed:
-            instance.save(update_fields=changed)
+        _save_differing(
+            instance,
+            engine_silent_since=instance.engine_silent_since or timezone.now(),
+            status_reason=reason,
+        )
         after = settings.GOBRAVE["container"]["engine_lost_after"]
         return instance_node_lost(
             instance, after=None if after is None else float(after), actor=actor

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.admin.conftest import unavailable
-from tests.processes import wait_for
+from tests.processes import free_port, http_answers, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -33,20 +32,6 @@ HEADER_STYLE = """() => {
   const style = getComputedStyle(document.querySelector('#header'));
   return {display: style.display, background: style.backgroundColor};
 }"""
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 @contextlib.contextmanager
@@ -88,7 +73,7 @@ def fresh_clone(tmp_path) -> Path:
 
 @pytest.mark.timeout(600)
 def test_make_run_in_a_fresh_clone_serves_a_styled_admin(fresh_clone, tmp_path, page):
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {
         k: v
@@ -104,7 +89,7 @@ def test_make_run_in_a_fresh_clone_serves_a_styled_admin(fresh_clone, tmp_path, 
     with _make_run(fresh_clone, env, log) as process:
         try:
             wait_for(
-                lambda: process.poll() is not None or _answers(f"{base}/admin/login/"),
+                lambda: process.poll() is not None or http_answers(f"{base}/admin/login/"),
                 timeout=400,
                 interval=0.5,
                 message="make run to serve the admin",

@@ -42,6 +42,8 @@ def test_a_user_allowed_to_delete_orphans_removes_one_from_its_engine(client, or
     client.force_login(user)
     response = _remove(client, orphan)
     assert response.status_code == 302
+    texts = [str(m) for m in get_messages(response.wsgi_request)]
+    assert texts == ["Removed 1 orphan container(s)."], texts
     orphan.refresh_from_db()
     assert orphan.removed_at is not None
     assert "remove c0ffee" in (_engine_root(orphan) / "calls.log").read_text()
@@ -57,7 +59,8 @@ def test_an_engine_refusal_is_a_message_and_the_orphan_stays(client, orphan):
     response = _remove(client, orphan)
     assert response.status_code == 302
     texts = [str(m) for m in get_messages(response.wsgi_request)]
-    assert any("gb-left" in t and "daemon says no" in t for t in texts), texts
+    assert len(texts) == 1 and texts[0].startswith("gb-left: not removed: "), texts
+    assert "daemon says no" in texts[0], texts
     orphan.refresh_from_db()
     assert orphan.removed_at is None
 

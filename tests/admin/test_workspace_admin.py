@@ -89,6 +89,7 @@ def test_the_workspace_of_an_owner_with_no_instances_is_removed_from_its_engine(
 ):
     response = _act(remover, "remove_workspaces", workspace)
     assert response.status_code == 302
+    assert _messages(response) == ["Removed 1 workspace(s)."], _messages(response)
     assert not Workspace.objects.filter(pk=workspace.pk).exists()
     assert (engine_root / "volumes-removed.log").read_text().splitlines() == ["gb-ws-x-9"]
     event = ContainerEvent.objects.get(kind="cleanup")

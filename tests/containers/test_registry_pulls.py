@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -36,24 +33,17 @@ from containers.models import ContainerEvent, ContainerInstance
 from containers.requests.services import container_create_by_template
 from outbox.models import OutboxEvent
 from tests.containers.conftest import IMAGE, _unavailable
-from tests.processes import PATIENCE, App, outbox_rows, relay_drain, wait_for
+from tests.processes import (
+    PATIENCE,
+    App,
+    free_port,
+    http_answers,
+    outbox_rows,
+    relay_drain,
+    wait_for,
+)
 
 pytestmark = pytest.mark.django_db
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (the kernel's pick, closed again)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 @dataclass(frozen=True)
@@ -82,7 +72,7 @@ def registry(docker_client, tmp_path_factory) -> Iterator[Registry]:
     image = f"{host}/gobrave-test:1"
     try:
         wait_for(
-            lambda: _answers(f"http://{host}/v2/") or process.poll() is not None,
+            lambda: http_answers(f"http://{host}/v2/") or process.poll() is not None,
             timeout=10,
             message=f"the registry answering on {host}",
         )

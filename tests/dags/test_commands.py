@@ -45,7 +45,7 @@ def _start_waiting(monkeypatch, world) -> str:
     from dags.management.commands import dag_run_start as command
 
     dag_template_save(name="one", nodes=[{"key": "a", "template": "sleeper"}])
-    monkeypatch.setattr(command, "sleep", lambda _s: world(DagRun.objects.get()))
+    monkeypatch.setattr(command.Command, "pause", lambda _self: world(DagRun.objects.get()))
     return run_command("dag_run_start", "--template", "one", "--user", "alice", "--wait")
 
 

@@ -16,6 +16,8 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
@@ -40,6 +42,8 @@ SETTLES_AT = {
     "delete": None,
 }
 WAIT_POLL_SECONDS = 0.25
+
+S = TypeVar("S")  # what ``follow_history`` follows: a state read, or None when gone
 
 
 class ConsoleCommand(BaseCommand):
@@ -103,18 +107,17 @@ class ConsoleCommand(BaseCommand):
     ) -> None:
         """Print the instance's new history until it rests; ``CommandError`` unless it
         rests where ``action`` leads (``SETTLES_AT``) within ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            # Status first, history second: the history then holds the settling move.
-            status = instance_status(instance_id=instance_id)
-            for event in instance_history_after(instance_id=instance_id, after_id=after_id):
-                after_id = event.id
-                self.stdout.write(_history_line(event))
-            if status is None or status.status in RESTING:
-                break
-            if time.monotonic() > deadline:
-                raise CommandError(f"{action} of {name}: still {status.status} after {timeout:g} s")
-            time.sleep(WAIT_POLL_SECONDS)
+        status = self.follow_history(
+            state=lambda: instance_status(instance_id=instance_id),
+            history_after=lambda after: instance_history_after(
+                instance_id=instance_id, after_id=after
+            ),
+            line=_history_line,
+            rests=lambda status: status is None or status.status in RESTING,
+            still=lambda status: f"{action} of {name}: still {status.status} after {timeout:g} s",
+            timeout=timeout,
+            after_id=after_id,
+        )
         wanted = SETTLES_AT[action]
         ended = status.status if status else None
         if ended == wanted:
@@ -125,13 +128,52 @@ class ConsoleCommand(BaseCommand):
         code = f" (exit code {status.exit_code})" if status.exit_code is not None else ""
         raise CommandError(f"{action} of {name} ended {ended}{code}{reason}")
 
+    def follow_history(
+        self,
+        *,
+        state: Callable[[], S],
+        history_after: Callable[[int], Iterable[Any]],
+        line: Callable[[Any], str],
+        rests: Callable[[S], bool],
+        still: Callable[[S], str],
+        timeout: float,
+        after_id: int = 0,
+    ) -> S:
+        """``--wait``'s loop (an instance's request, a DAG run): print each new entry of a
+        history (``history_after`` the last id printed, as ``line``) until
+        ``rests(state())``, and return that state; ``CommandError(still(state))`` when
+        ``timeout`` seconds pass first. The state is read before the history, so the
+        history printed holds the move that ended the wait."""
+        deadline = time.monotonic() + timeout
+        while True:
+            now = state()
+            for event in history_after(after_id):
+                after_id = event.id
+                self.stdout.write(line(event))
+            if rests(now):
+                return now
+            if time.monotonic() > deadline:
+                raise CommandError(still(now))
+            self.pause()
 
-def _history_line(event) -> str:
+    def pause(self) -> None:
+        """Between two looks of ``follow_history`` (a test moves the world here)."""
+        time.sleep(WAIT_POLL_SECONDS)
+
+
+def history_line(event, *, words: Callable[[str], str], subject: str = "", width: int = 28) -> str:
+    """One history entry as ``--wait`` prints it: its time, ``subject`` (what moved, when
+    a history has more than one thing in it), its move (else its kind, in ``words``),
+    who, and the message."""
     when = timezone.localtime(event.created_at).strftime("%H:%M:%S")
     moved = f"{event.from_status or '-'} → {event.to_status}"
-    what = moved if event.to_status else event_kind_display(event.kind)
+    what = moved if event.to_status else words(event.kind)
     message = f"  {event.message}" if event.message else ""
-    return f"{when}  {what:28}  {event.actor}{message}"
+    return f"{when}  {subject}{what:{width}}  {event.actor}{message}"
+
+
+def _history_line(event) -> str:
+    return history_line(event, words=event_kind_display)
 
 
 def short_id(instance) -> str:

@@ -8,14 +8,12 @@ nodes from the run's history, and exits non-zero unless it succeeded (as
 from __future__ import annotations
 
 import uuid
-from time import monotonic, sleep
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
-from django.utils import timezone
 
 from containers.actors import user_actor
-from containers.management.commands._request import WAIT_POLL_SECONDS, ConsoleCommand
+from containers.management.commands._request import ConsoleCommand, history_line
 from core.errors import DomainError
 from dags.history import dag_event_kind_display
 from dags.selectors import dag_template_get, run_history_after, run_state
@@ -61,21 +59,16 @@ class Command(ConsoleCommand):
     def follow(self, *, run_id: uuid.UUID, timeout: float) -> None:
         """Print the run's new history until it ends; ``CommandError`` unless it ends
         ``succeeded`` within ``timeout`` seconds."""
-        deadline = monotonic() + timeout
-        after_id = 0
-        while True:
-            # Status first, history second: the history then holds the ending move.
-            run = run_state(run_id=run_id)
-            for event in run_history_after(run_id=run_id, after_id=after_id):
-                after_id = event.id
-                self.stdout.write(_history_line(event))
-            if run is None:
-                raise CommandError(f"run {run_id}: the run was deleted")
-            if run.status in RUN_FINISHED:
-                break
-            if monotonic() > deadline:
-                raise CommandError(f"run {run_id}: still {run.status} after {timeout:g} s")
-            sleep(WAIT_POLL_SECONDS)
+        run = self.follow_history(
+            state=lambda: run_state(run_id=run_id),
+            history_after=lambda after: run_history_after(run_id=run_id, after_id=after),
+            line=_history_line,
+            rests=lambda run: run is None or run.status in RUN_FINISHED,
+            still=lambda run: f"run {run_id}: still {run.status} after {timeout:g} s",
+            timeout=timeout,
+        )
+        if run is None:
+            raise CommandError(f"run {run_id}: the run was deleted")
         if run.status != RunStatus.SUCCEEDED:
             reason = f": {run.reason}" if run.reason else ""
             raise CommandError(f"run {run_id} ended {run.status}{reason}")
@@ -83,11 +76,5 @@ class Command(ConsoleCommand):
 
 
 def _history_line(event) -> str:
-    when = timezone.localtime(event.created_at).strftime("%H:%M:%S")
-    what = (
-        f"{event.from_status or '-'} → {event.to_status}"
-        if event.to_status
-        else dag_event_kind_display(event.kind)
-    )
-    message = f"  {event.message}" if event.message else ""
-    return f"{when}  {event.node or 'run'}: {what:24}  {event.actor}{message}"
+    subject = f"{event.node or 'run'}: "
+    return history_line(event, words=dag_event_kind_display, subject=subject, width=24)
