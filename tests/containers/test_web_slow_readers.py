@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import socket
 import struct
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -45,7 +46,7 @@ PAD = f'x=$(head -c {LINE} /dev/zero | tr "\\0" x); i=0'
 FAST = f'{PAD}; while true; do echo "$i $x"; i=$((i+1)); done'  # tens of MB/s
 # What the server may hold for a stalled client is a few socket and read buffers; the
 # test waits until the engine holds this much more output, and asks that the server grew
-# by less than a quarter of it (holding every stalled page's output would be 3 times it).
+# by less than a quarter of it (holding what the 5 stalled pages were not sent: 5 times it).
 PRINTED = 64 * 1024 * 1024
 TCP_CLOSE = 7  # tcpi_state of a connection that was reset or closed
 
@@ -146,8 +147,27 @@ class Stalled:
         info = self.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
         return struct.unpack("B", info[:1])[0] == TCP_CLOSE
 
+    def port(self) -> int:
+        return self.sock.getsockname()[1]
+
     def close(self) -> None:
         self.sock.close()
+
+
+def _unsent(port: int, clients: list[Stalled]) -> dict[int, int]:
+    """Per client (by its port), the bytes the server's side of its connection holds
+    unsent (``ss``'s Send-Q): more than nothing once the client's window is full."""
+    listed = subprocess.run(
+        ["ss", "-tnH", "state", "established", "sport", "=", f":{port}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    unsent = {}
+    for line in listed.splitlines():
+        _, send_q, _, peer = line.split()[:4]
+        unsent[int(peer.rsplit(":", 1)[1])] = int(send_q)
+    return {client.port(): unsent.get(client.port(), 0) for client in clients}
 
 
 def _instance_on(container_id: str, owner) -> ContainerInstance:
@@ -231,6 +251,12 @@ def test_stalled_streams_hold_their_places_and_buffer_nothing_while_the_api_answ
     instance = _instance_on(fast_printer, viewer.user)
     stalled = _stall(port, [viewer.page(instance.pk)] * PER_USER)
     try:
+        wait_for(
+            lambda: all(_unsent(port, stalled).values()),
+            timeout=30,
+            message="the server holds unsent output for every stalled client",
+            describe=lambda: f"unsent bytes per client: {_unsent(port, stalled)}",
+        )
         assert viewer.leases() == PER_USER, _leases()
         # The stalled streams still count: the user's sixth is refused.
         path, headers = viewer.follow(instance.pk)
