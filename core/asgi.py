@@ -15,7 +15,10 @@ one thread of a bounded pool, given back when the response is ready.
    alone (docs/architecture.md, "The web tier"). More requests at once than threads
    wait for one, as under WSGI.
 
-3. The collector is tuned for a process holding many open streams (``asgi_application``).
+3. A stream may have to drop its client's connection (one that takes nothing:
+   ``streams.guard.StreamBody``): the scope carries how, under ``DROP_CONNECTION``.
+
+4. The collector is tuned for a process holding many open streams (``asgi_application``).
 
 What Django does around the response (``request_started``, ``response.close()`` and
 ``request_finished``) runs in asgiref's one thread for code outside a request's context;
@@ -24,8 +27,12 @@ none of it holds a connection.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import socket
+import struct
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
@@ -33,6 +40,33 @@ from django.core.handlers.asgi import ASGIHandler
 from django.db import close_old_connections
 
 GC_THRESHOLDS = (50_000, 20, 100)
+
+# The scope's key for a callable that aborts the request's connection (None when the
+# server gives no way to).
+DROP_CONNECTION = "gobrave.drop_connection"
+
+
+def connection_dropper(send) -> Callable[[], None] | None:
+    """How to reset the connection ``send`` writes to, or None under a server that does
+    not show it: uvicorn's ``send`` is a method of the request's cycle, which holds the
+    connection's transport.
+
+    The reset (``SO_LINGER`` 0, then ``abort``) frees at once what the kernel buffered
+    for the client, which a close would keep, sending it for minutes to a client that
+    takes nothing; uvicorn sees it as a disconnect, and so does Django's handler.
+    """
+    transport = getattr(getattr(send, "__self__", None), "transport", None)
+    if not callable(getattr(transport, "abort", None)):
+        return None
+
+    def drop() -> None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+
+    return drop
 
 
 class SyncChainASGIHandler(ASGIHandler):
@@ -44,6 +78,7 @@ class SyncChainASGIHandler(ASGIHandler):
         # request's thread lives in get_response_async only.
         if scope["type"] != "http":
             raise ValueError(f"gobrave serves HTTP only, not {scope['type']}")
+        scope[DROP_CONNECTION] = connection_dropper(send)
         await self.handle(scope, receive, send)
 
     def __init__(self) -> None:

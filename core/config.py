@@ -369,6 +369,8 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "idle_seconds": (_duration(0.1, 86400), 300.0),
         "max_seconds": (_duration(1, 7 * 86400), 3600.0),
         "lease_seconds": (_duration(3, 3600), 60.0),
+        # Empty: a third of lease_seconds (streams.services.stream_stall_seconds).
+        "stall_seconds": (_optional(_duration(0.1, 1800)), None),
     },
     "queue": {
         "broker": (_broker, "orm"),
@@ -503,6 +505,14 @@ def _check_relations(config: dict[str, dict[str, Any]], base: Path) -> None:
         raise ConfigError("streams.per_user: must not be above streams.total")
     if streams["idle_seconds"] > streams["max_seconds"]:
         raise ConfigError("streams.idle_seconds: must not be above streams.max_seconds")
+    if (
+        streams["stall_seconds"] is not None
+        and streams["stall_seconds"] > streams["lease_seconds"] / 2
+    ):
+        raise ConfigError(
+            "streams.stall_seconds: must not be above half of streams.lease_seconds, or a "
+            "stream whose client reads nothing would outlive its lease and stop counting"
+        )
     lost_after = container["engine_lost_after"]
     if lost_after is not None and lost_after <= container["engine_ping_interval"]:
         raise ConfigError(

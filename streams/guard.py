@@ -13,10 +13,12 @@ a page's updates) and ends, yielding an ``Ended`` with the reason said to the vi
 However it ends, the source is closed (``aclose``: the engine connection is closed at
 once) and ``finish`` runs (the lease is given back). A slow reader holds the loop at its
 ``yield``: nothing is read from the source meanwhile, so nothing piles up in the server
-(the engine's stream waits behind TCP's own back-pressure). ``keepalive`` yields
-``KEEPALIVE`` after that long without an item (SSE comments that keep proxies from
-closing a quiet stream; they do not count as activity for ``idle``). ``total_said=False``
-ends at ``total`` without a reason (the viewer asked for that bound).
+(the engine's stream waits behind TCP's own back-pressure); while it waits, nothing
+here runs (no check, no renewal), so ``StreamBody`` drops a client that takes nothing
+for ``streams.stall_seconds``. ``keepalive`` yields ``KEEPALIVE`` after that long
+without an item (SSE comments that keep proxies from closing a quiet stream; they do
+not count as activity for ``idle``). ``total_said=False`` ends at ``total`` without a
+reason (the viewer asked for that bound).
 """
 
 from __future__ import annotations
@@ -142,19 +144,53 @@ class StreamBody:
     iterator; this closes it on its own event loop at once, so the engine connection and
     the lease are given back even when the client went away while the stream waited on
     a write.
+
+    A client that takes nothing for ``stall`` seconds (its socket's buffers full: the
+    server's write of a chunk waits) is dropped: ``drop()`` aborts its connection, which
+    the server reports as a disconnect, so the stream ends as when the client goes away
+    (without ``drop``, the task that writes the chunk is cancelled, with the same
+    outcome). While the write waits the guard's loop waits too (no check, no renewal of
+    the lease), hence the bound: ``streams.stall_seconds``, at most half a lease.
     """
 
-    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+    def __init__(
+        self,
+        chunks: AsyncIterator[bytes],
+        *,
+        stall: float | None = None,
+        drop: Callable[[], None] | None = None,
+    ) -> None:
         self._chunks = chunks
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._stall = stall
+        self._drop = drop
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._run()
 
     async def _run(self) -> AsyncIterator[bytes]:
-        self._loop = asyncio.get_running_loop()
-        async for chunk in self._chunks:
-            yield chunk
+        loop = self._loop = asyncio.get_running_loop()
+        writer = asyncio.current_task()
+        try:
+            async for chunk in self._chunks:
+                timer = None
+                if self._stall is not None and writer is not None:
+                    timer = loop.call_later(self._stall, self._stalled, writer)
+                try:
+                    yield chunk  # back here when the chunk has been written
+                finally:
+                    if timer is not None:
+                        timer.cancel()
+        finally:
+            await self._chunks.aclose()
+
+    def _stalled(self, writer: asyncio.Task) -> None:
+        log.info("stream: the client took nothing for %g s; its connection is dropped", self._stall)
+        if self._drop is not None:
+            with contextlib.suppress(Exception):
+                self._drop()
+                return
+        writer.cancel()
 
     def close(self) -> None:
         loop = self._loop

@@ -15,8 +15,16 @@ from typing import Any
 
 from django.http import StreamingHttpResponse
 
+from core.asgi import DROP_CONNECTION
 from streams.guard import KEEPALIVE, Ended, StreamBody, db_call, guarded
-from streams.services import AccessRule, stream_close, stream_config, stream_keep, stream_open
+from streams.services import (
+    AccessRule,
+    stream_close,
+    stream_config,
+    stream_keep,
+    stream_open,
+    stream_stall_seconds,
+)
 from streams.viewers import Viewer, viewer_of
 
 SSE_KEEPALIVE_SECONDS = 15.0
@@ -79,7 +87,10 @@ def open_stream(
         keepalive=SSE_KEEPALIVE_SECONDS if sse else None,
     )
     content_type = "text/event-stream" if sse else "text/plain; charset=utf-8"
-    response = StreamingHttpResponse(StreamBody(body), content_type=content_type)
+    # The connection is dropped when the client takes nothing for stall_seconds (core.asgi).
+    drop = getattr(request, "scope", {}).get(DROP_CONNECTION)
+    chunks = StreamBody(body, stall=stream_stall_seconds(), drop=drop)
+    response = StreamingHttpResponse(chunks, content_type=content_type)
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # a proxy in front must not buffer it
     return response

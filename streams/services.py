@@ -32,6 +32,15 @@ def stream_config() -> dict:
     return settings.GOBRAVE["streams"]
 
 
+def stream_stall_seconds() -> float:
+    """How long a stream waits for its client to take a chunk before dropping it:
+    ``streams.stall_seconds``, else a third of ``streams.lease_seconds``. While a write
+    waits, the stream renews nothing; at most half a lease (``core.config``), its lease
+    outlives the wait."""
+    config = stream_config()
+    return config["stall_seconds"] or config["lease_seconds"] / 3
+
+
 def stream_open(*, viewer: Viewer) -> int:
     """Take a place for a new stream of ``viewer``; return its lease id.
 

@@ -58,6 +58,7 @@ def test_missing_file_means_defaults(tmp_path):
         ("streams:\n  lease_seconds: 1\n", "streams.lease_seconds"),
         ("streams:\n  per_user: 20\n  total: 10\n", "streams.per_user"),
         ("streams:\n  idle_seconds: 2h\n  max_seconds: 1h\n", "streams.idle_seconds"),
+        ("streams:\n  lease_seconds: 60\n  stall_seconds: 31\n", "streams.stall_seconds"),
     ],
 )
 def test_bad_config_is_refused_naming_the_key(tmp_path, text, named):
@@ -73,6 +74,7 @@ def test_streams_are_bounded_by_default(tmp_path):
         "idle_seconds": 300,
         "max_seconds": 3600,
         "lease_seconds": 60,
+        "stall_seconds": None,
     }
 
 

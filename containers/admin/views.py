@@ -261,10 +261,10 @@ def instance_stream(request, object_id, *, admin):
         raise Http404
     user = request.user
     console = _console_rule(admin)
-    sees = live.watch_rule(key)
+    watches = live.watch_rule(key)
 
     def allowed(who) -> str | None:
-        return console(who) or sees(who)
+        return console(who) or watches(who)
 
     sees = redaction.sees_secrets(user)  # here: a permission check may read the database
 

@@ -127,7 +127,8 @@ class LogsQuerySerializer(serializers.Serializer):
         help_text="Stream the output as it comes (text/plain) instead of one JSON answer. "
         "The stream ends when the container stops or is deleted, when you may no longer see "
         "it (checked every `streams.lease_seconds`/3), after `streams.idle_seconds` without "
-        "output, after `seconds`, or after 1 MiB; a last line `[gobrave: stream ended: "
+        "output, after `seconds`, or after 1 MiB (a client that reads nothing for "
+        "`streams.stall_seconds` has its connection reset); a last line `[gobrave: stream ended: "
         "<why>]` says which when it is not the container's end. A user holds at most "
         "`streams.per_user` streams at once (429 `too_many_streams` beyond).",
     )

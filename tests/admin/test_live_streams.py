@@ -76,3 +76,18 @@ def test_an_instance_page_stream_of_an_unknown_instance_is_404(as_user, viewer):
         "/admin/containers/containerinstance/00000000-0000-0000-0000-000000000000/stream/"
     )
     assert response.status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)  # the stream reads in threads of its own
+def test_the_instance_page_stream_passes_its_checks_while_its_viewer_may_watch(
+    as_user, viewer, fake_runtime, gobrave_config
+):
+    """A check every second (a third of a 3 s lease) before the 2 s idle bound ends it:
+    the page's access rule answers (the viewer may still watch), the stream goes on."""
+    gobrave_config(streams={"idle_seconds": 2, "lease_seconds": 3, "per_user": 1000})
+    instance = InstanceFactory(status="stopped", runtime=fake_runtime)
+    response, body = stream_get(
+        as_user(viewer), f"/admin/containers/containerinstance/{instance.pk}/stream/"
+    )
+    events = _events(body)
+    assert events[-1] == ("end", {"reason": "nothing new for 2 s; open the stream again"}), events

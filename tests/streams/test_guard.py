@@ -1,4 +1,5 @@
-"""streams.guard.guarded and streams.merge.merged: how a stream ends, and what it closes.
+"""streams.guard.guarded, streams.guard.StreamBody and streams.merge.merged: how a
+stream ends, and what it closes.
 
 Pure asyncio, no server: sources are small async generators that record whether they
 were closed; ``check`` and ``finish`` are plain coroutines that record their calls.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from streams.guard import KEEPALIVE, Ended, guarded
+from streams.guard import KEEPALIVE, Ended, StreamBody, guarded
 from streams.merge import merged
 
 
@@ -134,6 +135,65 @@ def test_a_consumer_that_goes_away_closes_the_source_at_once():
         return source.closed, calls.finished
 
     assert asyncio.run(consume_then_leave()) == (True, 1)
+
+
+def _write_body(body: StreamBody, *, stuck: bool) -> asyncio.Task:
+    """The server's writer of ``body``, as Django's handler writes it (closing the body
+    however it ends); with ``stuck`` its first write never completes (a client that
+    takes nothing)."""
+
+    async def write() -> None:
+        async with contextlib.aclosing(aiter(body)) as chunks:
+            async for _ in chunks:
+                if stuck:
+                    await asyncio.Event().wait()
+
+    return asyncio.ensure_future(write())
+
+
+def test_a_body_whose_client_takes_nothing_for_stall_seconds_is_dropped():
+    source, drops = Source(["a", "b"], hang=True), []
+
+    async def stall():
+        writer = _write_body(
+            StreamBody(source.run(), stall=0.05, drop=lambda: drops.append(1)), stuck=True
+        )
+        while not drops:
+            await asyncio.sleep(0.01)
+        done = writer.done()
+        writer.cancel()  # what the server does once the connection is reset
+        with contextlib.suppress(asyncio.CancelledError):
+            await writer
+        return done
+
+    assert asyncio.run(stall()) is False  # the server, not the body, ends the write
+    assert drops == [1] and source.closed
+
+
+def test_without_a_way_to_drop_the_connection_a_stalled_write_is_cancelled():
+    source = Source(["a"], hang=True)
+
+    async def stall():
+        writer = _write_body(StreamBody(source.run(), stall=0.05), stuck=True)
+        with contextlib.suppress(asyncio.CancelledError):
+            await writer
+        return writer.cancelled()
+
+    assert asyncio.run(stall()) is True
+    assert source.closed
+
+
+def test_a_client_that_takes_every_chunk_is_never_dropped():
+    source, drops = Source(["a"] * 100), []
+
+    async def write():
+        await _write_body(
+            StreamBody(source.run(), stall=0.05, drop=lambda: drops.append(1)), stuck=False
+        )
+        await asyncio.sleep(0.1)  # a timer left behind would fire meanwhile
+
+    asyncio.run(write())
+    assert drops == [] and source.closed
 
 
 def test_merged_ends_with_its_primary_and_closes_the_others():
