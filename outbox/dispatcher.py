@@ -136,6 +136,9 @@ class Dispatcher(StopOnSignal):
         while not self.stopping.is_set():
             try:
                 self.beat()
+                # LISTEN before the claim: a row committed after the claim wakes the wait
+                # that follows (its NOTIFY waits on the socket), not the next poll.
+                self._listener()
                 self.cycle()
             except Exception:  # noqa: BLE001 - the loop outlives a failed cycle
                 log.exception("dispatcher cycle failed; retrying after poll_interval")

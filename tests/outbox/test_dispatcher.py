@@ -66,18 +66,63 @@ def test_a_failed_hand_off_rolls_the_claim_back():
     assert (row.status, row.claim_token) == ("pending", None)
 
 
+def _asleep_signal(dispatcher: Dispatcher) -> threading.Event:
+    """Set each time ``dispatcher`` goes to sleep in ``wait`` (its cycle done)."""
+    asleep = threading.Event()
+    real_wait = dispatcher.wait
+
+    def wait(timeout: float) -> None:
+        asleep.set()
+        real_wait(timeout)
+
+    dispatcher.wait = wait
+    return asleep
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_dispatcher_wakes_on_notify_long_before_its_poll(postgres, gobrave_config):
-    gobrave_config(outbox={"poll_interval": 30})
+    """Asleep with an hour's poll, the dispatcher hands a committed row off: only the
+    NOTIFY can wake it."""
+    gobrave_config(outbox={"poll_interval": 3600})
     handed = threading.Event()
     dispatcher = Dispatcher(send=lambda queue, event_id, token: handed.set())
+    asleep = _asleep_signal(dispatcher)
     thread = threading.Thread(target=lambda: (dispatcher.run(), connection.close()))
     thread.start()
     try:
-        time.sleep(0.5)  # the dispatcher is asleep on its LISTEN connection now
+        assert asleep.wait(60), "the dispatcher never finished its first cycle"
         enqueue()
-        # Well inside the 30 s poll, with room for a loaded machine: only NOTIFY gets here.
-        assert handed.wait(10), "no hand-off within 10 s with a 30 s poll"
+        assert handed.wait(60), "no hand-off with an hour's poll: the NOTIFY was not heard"
+    finally:
+        dispatcher.stop()
+        thread.join(10)
+    assert not thread.is_alive()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_row_committed_between_the_claim_and_the_sleep_wakes_the_dispatcher(
+    postgres, gobrave_config
+):
+    """The dispatcher LISTENs before it claims: a row committed after its first claim
+    and before it sleeps is heard (its NOTIFY waits on the socket), not left for the
+    poll an hour away."""
+    gobrave_config(outbox={"poll_interval": 3600})
+    handed = threading.Event()
+    dispatcher = Dispatcher(send=lambda queue, event_id, token: handed.set())
+    real_cycle = dispatcher.cycle
+    committed = []
+
+    def cycle() -> int:
+        claimed = real_cycle()
+        if not committed:
+            committed.append(enqueue())  # after the claim, before the wait
+        return claimed
+
+    dispatcher.cycle = cycle
+    thread = threading.Thread(target=lambda: (dispatcher.run(), connection.close()))
+    thread.start()
+    try:
+        assert handed.wait(60), f"row {committed} never handed off with an hour's poll"
     finally:
         dispatcher.stop()
         thread.join(10)
