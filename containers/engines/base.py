@@ -1,7 +1,7 @@
 """The engine interface: the one seam between gobrave and a container engine.
 
 Every call to an engine goes through an ``Engine``. Docker is the first
-implementation (``docker.py``); ``fake.py`` is a file-backed engine that tests
+implementation (``docker/``); ``fake.py`` is a file-backed engine that tests
 drive across processes; ``kubernetes/`` runs each container as a Pod.
 
 Where drivers really differ, the driver declares it as a capability (an attribute every

@@ -480,9 +480,9 @@ def test_image_status_is_refreshed_per_matching_runtime(engine, fake_runtime, ca
 
 @pytest.fixture
 def fresh_turn(monkeypatch):
-    from containers.execution import reconciler
+    from containers.execution.reconciler import rows  # where _stopped_rows finds it
 
-    monkeypatch.setattr(reconciler, "_stopped_after", {})
+    monkeypatch.setattr(rows, "_stopped_after", {})
 
 
 def _missing(instances) -> int:
