@@ -7,7 +7,7 @@ connection that is closed and opened again with each mode's ``OPTIONS``:
 - ``A``: as shipped. The hot path's statements go through ``core/prepared.py`` (compiled
   once, prepared on first use); everything else is Django's ORM, bound on the client
   (``prepare_threshold`` 5 only matters to the layer's server-binding cursor).
-- ``B``: the layer off (``prepared.enabled = False``: every read and write takes its ORM
+- ``B``: the layer off (``prepared.layer.enabled = False``: every read and write takes its ORM
   form, literal SQL goes through Django's cursor), Django's ``server_side_binding`` on
   and psycopg's automatic preparation (``prepare_threshold`` 5: a statement run five
   times is prepared).
@@ -70,7 +70,7 @@ def use(mode: str, base: dict) -> None:
     options = {k: v for k, v in base.items() if k not in ("prepare_threshold",)}
     options.update(MODES[mode]["options"])
     connection.settings_dict["OPTIONS"] = options
-    prepared.enabled = MODES[mode]["layer"]
+    prepared.layer.enabled = MODES[mode]["layer"]
     connection.ensure_connection()
 
 

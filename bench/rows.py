@@ -318,7 +318,7 @@ def explain_all(fx: dict) -> list[str]:
 
     # Through the ORM's cursor, so that every statement is seen (``core.prepared`` runs
     # the hot ones on a cursor of its own); the plans are the same statements'.
-    prepared.enabled = False
+    prepared.layer.enabled = False
     try:
         for what, fn in (
             ("/metrics", lambda: list(DatabaseCollector().collect())),
@@ -330,7 +330,7 @@ def explain_all(fx: dict) -> list[str]:
             with connection.execute_wrapper(record(what)):
                 fn()
     finally:
-        prepared.enabled = True
+        prepared.layer.enabled = True
     found = []
     for what, sql, params in queries:
         plan = []

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from containers.errors import InvalidSpec
+from containers.spec import env_policy
 from containers.spec.env_policy import (
     DENIED,
     DENIED_PREFIXES,
@@ -20,7 +21,7 @@ from containers.spec.env_policy import (
     is_denied,
     redacted,
 )
-from containers.spec.resolve import clean_template_fields, env_policy, resolve_spec
+from containers.spec.resolve import clean_template_fields, resolve_spec
 from tests.factories import spec_template
 
 TEMPLATE_ENV = {"APP_MODE": "prod", "PORT": "8080", "DB_PASSWORD": "hunter2"}

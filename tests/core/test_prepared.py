@@ -104,12 +104,12 @@ def test_update_rows_updates_the_rows_of_this_call_s_values_only(postgres):
 def test_with_the_layer_off_the_orm_runs_and_nothing_is_prepared(postgres, monkeypatch):
     instance = InstanceFactory()
     assert prepared.active()
-    monkeypatch.setattr(prepared, "enabled", False)
+    monkeypatch.setattr(prepared.layer, "enabled", False)
     assert not prepared.active()
     with CaptureQueriesContext(connection) as seen:
         read = prepared.first(("test.off",), _with_runtime, id=instance.pk)
     assert read.pk == instance.pk and read.runtime.pk == instance.runtime_id
-    assert "test.off" not in prepared._compiled
+    assert "test.off" not in prepared.querysets._compiled
     assert '"containers_runtime"' in seen.captured_queries[0]["sql"]
     assert prepared.execute("SELECT 1").fetchone() == (1,)  # Django's own cursor
 
@@ -138,7 +138,7 @@ def test_update_returning_with_the_layer_off_updates_and_reads_through_the_orm(
     postgres, monkeypatch
 ):
     made = OutboxEvent.objects.create(queue="mine", kind="TestProbe", available_at=Now())
-    monkeypatch.setattr(prepared, "enabled", False)
+    monkeypatch.setattr(prepared.layer, "enabled", False)
     pause = dt.timedelta(hours=1)
     row = prepared.update_returning(("test.pushed.off",), _pushed, queue="mine", pause=pause)
     assert (row.pk, row.last_error) == (made.pk, "mine")

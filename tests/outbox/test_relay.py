@@ -445,7 +445,7 @@ def test_leases_follow_the_database_clock_not_a_skewed_host_clock(monkeypatch):
         left = cursor.fetchone()[0]
     left = left.total_seconds() if hasattr(left, "total_seconds") else None
     if left is not None:  # PostgreSQL answers an interval
-        assert 0 < left <= relay.conf.lease().total_seconds() + 1
+        assert 0 < left <= conf.lease().total_seconds() + 1
     row = OutboxEvent.objects.get(id=event_id)
     assert row.lease_expires_at < skewed  # set from the database's clock, not the host's
 
@@ -498,7 +498,7 @@ def test_an_outcome_write_stuck_on_a_lock_is_cancelled_and_tried_again(
     hold, release = row_locker
     pauses = []
     monkeypatch.setattr(
-        relay, "_write_pause", lambda attempt: (pauses.append(attempt), release.set())
+        relay.writes, "_write_pause", lambda attempt: (pauses.append(attempt), release.set())
     )
     row = enqueue("locked")
     behaviour["locked"] = lambda event: hold(event.id)  # locked while the handler runs
@@ -517,7 +517,7 @@ def test_an_outcome_write_that_never_lands_leaves_the_row_to_its_lease(
 
     gobrave_config(outbox={"write_timeout": 0.2})
     hold, _release = row_locker
-    monkeypatch.setattr(relay, "_write_pause", lambda attempt: None)
+    monkeypatch.setattr(relay.writes, "_write_pause", lambda attempt: None)
     row = enqueue("locked")
     behaviour["locked"] = lambda event: hold(event.id)
     [(event_id, token)] = relay.claim("probe", 16)
