@@ -110,7 +110,7 @@ def _record(runtime: Runtime) -> str:
 def test_a_tls_runtime_reaches_its_private_engine_whatever_the_environment_names(tls_started, pki):
     runtime = _tls_runtime(tls_started, pki)
 
-    assert runtime_health_check(runtime=runtime), _record(runtime)
+    assert runtime_health_check(runtime=runtime, seconds=60), _record(runtime)
     row = Runtime.objects.get(pk=runtime.pk)
     assert (row.health, row.last_error) == (Runtime.Health.REACHABLE, ""), _record(runtime)
     assert engine_for(row).node_name() == "gobrave-tls-engine"
@@ -293,7 +293,7 @@ def test_an_ssh_runtime_reaches_the_private_engine_through_dial_stdio(ssh_engine
     runtime.full_clean()
     runtime.save()
 
-    assert runtime_health_check(runtime=runtime), _record(runtime)
+    assert runtime_health_check(runtime=runtime, seconds=60), _record(runtime)
     info = engine_for(runtime)._api().info()  # noqa: SLF001 - which daemon answered
     assert (info["Name"], info["DockerRootDir"]) == (
         "gobrave-ssh-engine",

@@ -510,7 +510,7 @@ def test_every_call_of_the_web_tier_is_granted_by_the_webs_role_and_each_grant_i
         return b"".join([chunk async for chunk in stream])
 
     assert b"hello web" in asyncio.run(follow())
-    assert runtime_health_check(runtime=kube_runtime) is True
+    assert runtime_health_check(runtime=kube_runtime, seconds=60) is True
     template_images_refresh(templates=[template])
     workspace = Workspace.objects.create(
         runtime=kube_runtime, owner=owner, kind="volume", source="gobrave-ws-1", uid=1, gid=1

@@ -59,14 +59,14 @@ def test_idle_timeout_follows_what_the_runtimes_check_found(kube):
         _idler()
     assert refused.value.details["field"] == "idle_timeout"
     kube.emulator.serve_metrics(False)
-    assert runtime_health_check(runtime=runtime) is True
+    assert runtime_health_check(runtime=runtime, seconds=60) is True
     runtime.refresh_from_db()
     assert runtime.serves_stats is False, runtime.last_error
     with pytest.raises(InvalidSpec, match="runtime kube reports no CPU statistics.*metrics"):
         _idler()
     assert not ContainerTemplate.objects.filter(name="idler").exists()
     kube.emulator.serve_metrics(True)
-    assert runtime_health_check(runtime=runtime) is True
+    assert runtime_health_check(runtime=runtime, seconds=60) is True
     runtime.refresh_from_db()
     assert runtime.serves_stats is True
     assert _idler().idle_timeout == 600
