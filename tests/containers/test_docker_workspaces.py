@@ -9,8 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -18,6 +16,7 @@ from containers.models import ContainerInstance, Workspace
 from containers.requests.services import container_start, container_stop
 from outbox.models import OutboxEvent
 from tests.containers.test_docker_lifecycle import create, reaches
+from tests.engine_events import created, creations
 from tests.factories import UserFactory
 from tests.processes import wait_for
 
@@ -45,36 +44,6 @@ def said(dock, instance: ContainerInstance, text: str) -> str:
     return logs(dock, instance)
 
 
-@contextlib.contextmanager
-def creations(dock) -> Iterator[list[dict]]:
-    """The engine's container ``create`` events from now until the block ends, read as
-    they come: a later read from a ``since`` gets only the events the engine still
-    holds (its last 256), which other tests on the shared engine can overrun."""
-    seen: list[dict] = []
-    stream = dock.client.events(filters={"type": "container", "event": "create"}, decode=True)
-
-    def read() -> None:
-        with contextlib.suppress(Exception):  # the stream closed at the end of the block
-            seen.extend(stream)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        yield seen
-    finally:
-        stream.close()
-        reader.join(10)
-
-
-def created(seen: list[dict], **attributes: str) -> list[dict]:
-    """The create events in ``seen`` whose container has these attributes (labels, name)."""
-    return [
-        event
-        for event in list(seen)
-        if all(event["Actor"]["Attributes"].get(k) == v for k, v in attributes.items())
-    ]
-
-
 @pytest.mark.parametrize("driver", ["volume", "directory"])
 def test_an_owner_s_instances_share_the_workspace_and_another_owner_sees_nothing(
     dock, owner, gobrave_config, tmp_path, driver
@@ -85,7 +54,7 @@ def test_an_owner_s_instances_share_the_workspace_and_another_owner_sees_nothing
     dock.runtime.save(update_fields=["workspace_driver"])
     bob = UserFactory(username="bob")
     template = dock.template(SHARE, volumes=["$WORKSPACE_PATH:/work"])
-    with creations(dock) as seen, dock.pipeline(container_workspace_root=str(root)):
+    with creations(dock.client) as seen, dock.pipeline(container_workspace_root=str(root)):
         before = set(_volumes(dock))
         assert not root.exists()  # nothing made by hand
         first = create(template, owner)
@@ -98,14 +67,6 @@ def test_an_owner_s_instances_share_the_workspace_and_another_owner_sees_nothing
         assert f"seen: from-{owner.pk}" in said(dock, second, "seen:")
         other = reaches(create(template, bob), "running")
         assert "wrote" in said(dock, other, "uid=")  # bob's own, empty workspace
-        # The stream is in the engine's order: once bob's container's create is read,
-        # every create of the owner's two instances was read before it.
-        wait_for(
-            lambda: created(seen, name=f"gb-{other.pk}"),
-            timeout=30,
-            message=f"the create event of gb-{other.pk}",
-            describe=lambda: [e["Actor"]["Attributes"].get("name") for e in list(seen)],
-        )
 
     uid = 1_000_000 + owner.pk
     assert f"uid={uid} groups={uid}" in logs(dock, first)

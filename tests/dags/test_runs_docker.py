@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from containers.models import ContainerInstance, Workspace
 from dags.services import dag_run_cancel, dag_run_retry_failed
-from tests.containers.test_docker_workspaces import helper_creations
+from tests.engine_events import created, creations
 from tests.processes import wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -21,8 +19,7 @@ KEEP = {
 
 
 def test_diamond_runs_d_after_b_and_c_and_d_reads_what_a_wrote(dags):
-    since = int(time.time()) - 1
-    with dags.dock.pipeline(**KEEP):
+    with creations(dags.dock.client) as seen, dags.dock.pipeline(**KEEP):
         run = dags.start(
             [
                 {"key": "a", "command": ["sh", "-c", "echo from-a > /dag/a.txt"]},
@@ -57,15 +54,18 @@ def test_diamond_runs_d_after_b_and_c_and_d_reads_what_a_wrote(dags):
     env = dags.dock.client.inspect_container(containers["d"][0]["Id"])["Config"]["Env"]
     assert f"DAG_RUN_ID={run.pk}" in env and "DAG_NODE=d" in env
     # The run's volume was made writable once, by the first node's worker, not per node.
-    assert helper_creations(dags.dock, run.workspace_name, since) == 1
+    helpers = created(seen, **{"io.gobrave.workspace": run.workspace_name})
+    assert len(helpers) == 1, helpers
 
 
 def test_retry_failed_after_the_workspace_was_removed_writes_to_a_fresh_one(dags):
     """Under ``dag_node_cleanup_on_dag_finished: delete`` the failed run's volume (and
     gobrave's record of it) is gone; the re-run's node must get a new, writable one."""
-    since = int(time.time()) - 1
     write_then_fail = "touch /dag/x && exit 3"  # exit 1 if /dag is not writable
-    with dags.dock.pipeline(container_dag_node_cleanup_on_dag_finished="delete"):
+    with (
+        creations(dags.dock.client) as seen,
+        dags.dock.pipeline(container_dag_node_cleanup_on_dag_finished="delete"),
+    ):
         run = dags.start([{"key": "w", "command": ["sh", "-c", write_then_fail]}])
         run = dags.ends(run, "failed")
         wait_for(lambda: not dags.volume_exists(run), timeout=60, message="volume removed")
@@ -79,7 +79,8 @@ def test_retry_failed_after_the_workspace_was_removed_writes_to_a_fresh_one(dags
         )
     node = dags.nodes(run)["w"]
     assert (node.exit_code, node.reason) == (3, "exited with code 3"), dags.describe(run)
-    assert helper_creations(dags.dock, run.workspace_name, since) == 2
+    helpers = created(seen, **{"io.gobrave.workspace": run.workspace_name})
+    assert len(helpers) == 2, helpers
 
 
 FAILING = [
