@@ -12,7 +12,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 
-IMAGE = "gobrave-test-busybox:latest"
+from tests.containers.conftest import IMAGE
 
 
 @contextlib.contextmanager

@@ -31,12 +31,16 @@ import requests
 from django.conf import settings
 from django.test import Client
 
-from containers.models import ContainerInstance
 from core.models import Lease
 from tests.containers.conftest import IMAGE
-from tests.engine_connections import engine_connections
-from tests.factories import InstanceFactory, RuntimeFactory, UserFactory, api_token
-from tests.processes import descendants, running_app, wait_for
+from tests.containers.test_web_streams import (
+    _engine_connections,
+    _instance_on,
+    _leases,
+    _web_pids,
+)
+from tests.factories import UserFactory, api_token
+from tests.processes import running_app, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres, pytest.mark.docker]
 
@@ -170,27 +174,6 @@ def _unsent(port: int, clients: list[Stalled]) -> dict[int, int]:
     return {client.port(): unsent.get(client.port(), 0) for client in clients}
 
 
-def _instance_on(container_id: str, owner) -> ContainerInstance:
-    runtime = RuntimeFactory(
-        name=f"docker-{uuid.uuid4().hex[:6]}",
-        driver="docker",
-        base_url="unix:///var/run/docker.sock",
-        labels={"engine": "docker"},
-    )
-    return InstanceFactory(
-        status="running", runtime=runtime, container_id=container_id, owner=owner
-    )
-
-
-def _web_pids(app) -> list[int]:
-    main = app.processes["web"].pid
-    return [main, *descendants(main)]
-
-
-def _engine_connections(app) -> int:
-    return sum(engine_connections(pid) for pid in _web_pids(app))
-
-
 def _rss(app) -> int:
     """The resident memory of the web processes together, in bytes."""
     total = 0
@@ -206,10 +189,6 @@ def _stall(port: int, streams: list[tuple[str, dict]]) -> list[Stalled]:
         status = client.status()
         assert status.startswith(b"HTTP/1.1 200"), status
     return stalled
-
-
-def _leases() -> str:
-    return repr(list(Lease.objects.values("scope", "holder", "expires_at")))
 
 
 def _released(app, viewer: Viewer) -> None:
@@ -248,7 +227,7 @@ def test_stalled_streams_hold_their_places_and_buffer_nothing_while_the_api_answ
     app, port = patient
     base = f"http://127.0.0.1:{port}"
     viewer = Viewer()
-    instance = _instance_on(fast_printer, viewer.user)
+    instance = _instance_on(fast_printer, owner=viewer.user)
     stalled = _stall(port, [viewer.page(instance.pk)] * PER_USER)
     try:
         wait_for(
@@ -272,7 +251,7 @@ def test_stalled_streams_hold_their_places_and_buffer_nothing_while_the_api_answ
             )
             assert answer.status_code == 200, answer.text[:300]
         # A follower that reads gets the new lines.
-        other = _instance_on(fast_printer, stranger.user)
+        other = _instance_on(fast_printer, owner=stranger.user)
         _sees_new_lines(base, stranger, other.pk, after=_last_line(docker_client, fast_printer))
         # The server does not keep what the stalled clients do not take.
         rss, first = _rss(app), _last_line(docker_client, fast_printer)
@@ -300,7 +279,7 @@ def test_a_client_that_reads_nothing_is_dropped_and_its_streams_given_back(stric
     client still holds its socket."""
     app, port = strict
     viewer = Viewer()
-    instance = _instance_on(fast_printer, viewer.user)
+    instance = _instance_on(fast_printer, owner=viewer.user)
     stalled = _stall(port, [viewer.page(instance.pk)] * 2)
     try:
         wait_for(

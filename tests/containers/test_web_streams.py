@@ -54,14 +54,15 @@ def printer(docker_client):
     docker_client.remove_container(container["Id"], force=True)
 
 
-def _instance_on(container_id: str) -> ContainerInstance:
+def _instance_on(container_id: str, **fields) -> ContainerInstance:
+    """A running instance on the machine's engine whose container is ``container_id``."""
     runtime = RuntimeFactory(
         name=f"docker-{uuid.uuid4().hex[:6]}",
         driver="docker",
         base_url="unix:///var/run/docker.sock",
         labels={"engine": "docker"},
     )
-    return InstanceFactory(status="running", runtime=runtime, container_id=container_id)
+    return InstanceFactory(status="running", runtime=runtime, container_id=container_id, **fields)
 
 
 class Follower:
