@@ -16,7 +16,9 @@ one thread of a bounded pool, given back when the response is ready.
    wait for one, as under WSGI.
 
 3. A stream may have to drop its client's connection (one that takes nothing:
-   ``streams.guard.StreamBody``): the scope carries how, under ``DROP_CONNECTION``.
+   ``streams.guard.StreamBody``): the scope carries the server's ``send`` under
+   ``SERVER_SEND``, and ``connection_dropper`` finds the connection behind it, for a
+   stream only.
 
 4. The collector is tuned for a process holding many open streams (``asgi_application``).
 
@@ -41,9 +43,8 @@ from django.db import close_old_connections
 
 GC_THRESHOLDS = (50_000, 20, 100)
 
-# The scope's key for a callable that aborts the request's connection (None when the
-# server gives no way to).
-DROP_CONNECTION = "gobrave.drop_connection"
+# The scope's key for the server's ``send`` (``connection_dropper`` reads it).
+SERVER_SEND = "gobrave.server_send"
 
 
 def connection_dropper(send) -> Callable[[], None] | None:
@@ -78,7 +79,7 @@ class SyncChainASGIHandler(ASGIHandler):
         # request's thread lives in get_response_async only.
         if scope["type"] != "http":
             raise ValueError(f"gobrave serves HTTP only, not {scope['type']}")
-        scope[DROP_CONNECTION] = connection_dropper(send)
+        scope[SERVER_SEND] = send
         await self.handle(scope, receive, send)
 
     def __init__(self) -> None:

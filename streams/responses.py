@@ -15,7 +15,7 @@ from typing import Any
 
 from django.http import StreamingHttpResponse
 
-from core.asgi import DROP_CONNECTION
+from core.asgi import SERVER_SEND, connection_dropper
 from streams.guard import KEEPALIVE, Ended, StreamBody, db_call, guarded
 from streams.services import (
     AccessRule,
@@ -88,7 +88,7 @@ def open_stream(
     )
     content_type = "text/event-stream" if sse else "text/plain; charset=utf-8"
     # The connection is dropped when the client takes nothing for stall_seconds (core.asgi).
-    drop = getattr(request, "scope", {}).get(DROP_CONNECTION)
+    drop = connection_dropper(getattr(request, "scope", {}).get(SERVER_SEND))
     chunks = StreamBody(body, stall=stream_stall_seconds(), drop=drop)
     response = StreamingHttpResponse(chunks, content_type=content_type)
     response["Cache-Control"] = "no-cache"
