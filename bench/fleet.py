@@ -304,7 +304,15 @@ def monitor_settle(bench_id: str, clients: list, since: float, timeout: float = 
         def caught_up(rows=rows, last=last) -> bool:  # a Docker cursor is its time as text
             return int(rows.values_list("position", flat=True).first() or 0) >= last
 
-        c.wait_until(caught_up, timeout=timeout, interval=0.05, what=f"fleet{i}'s cursor")
+        try:
+            c.wait_until(caught_up, timeout=timeout, interval=0.05, what=f"fleet{i}'s cursor")
+        except TimeoutError:
+            cursor = rows.values("position", "seen", "updated_at").first()
+            late = [e for e in events if e["timeNano"] > int((cursor or {}).get("position") or 0)]
+            print(f"   fleet{i}: cursor {cursor}, last event {last}, {len(late)} event(s) past it:")
+            for event in late[:10]:
+                print(f"     {event['timeNano']} {event['Action']} {event['id'][:12]}")
+            raise
 
 
 # --- monitor lag and the reconcile pass -------------------------------------------------------

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import json
 import os
 import random
@@ -52,11 +53,28 @@ def _run(*args: str, check: bool = True, **kwargs) -> subprocess.CompletedProces
     return subprocess.run(args, check=check, capture_output=True, text=True, **kwargs)
 
 
-def _free_subnet() -> int:
+SUBNET_LOCKS = Path("/tmp/gobrave-subnets")
+
+
+def _free_subnet() -> tuple[int, int]:
+    """A 10.251.N.0/30 subnet no other engine uses: not on any interface, and reserved
+    by this engine (``(N, fd)``: an exclusive ``flock`` on N's lock file, held until
+    ``destroy`` or this process ends). Several engines made at once, by threads of one
+    process or by parallel test processes, each get their own N: an address is only
+    put on an interface when the engine starts, so the interfaces alone would let two
+    engines made in a row pick the same N (two runtimes at one address)."""
+    SUBNET_LOCKS.mkdir(exist_ok=True)
     used = _run("ip", "-4", "-o", "addr", "show").stdout
     for n in random.sample(range(256), 256):
-        if f"10.251.{n}." not in used:
-            return n
+        if f"10.251.{n}." in used:
+            continue
+        fd = os.open(SUBNET_LOCKS / f"{n}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # per open file: threads too
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return n, fd
     raise RuntimeError("no free 10.251.N.0/30 subnet")
 
 
@@ -89,7 +107,7 @@ class PrivateDockerd:
     ) -> None:
         self.live_restore, self.gated_runtime, self.tcp = live_restore, gated_runtime, tcp
         self.tls, self.hostname = tls, hostname
-        self.subnet = _free_subnet() if tcp else None
+        self.subnet, self._subnet_lock = _free_subnet() if tcp else (None, None)
         self.address = f"10.251.{self.subnet}.2" if tcp else None
         self.tag = tag = uuid.uuid4().hex[:8]
         self.netns = f"gobrave-{label}-{tag}"
@@ -331,6 +349,9 @@ class PrivateDockerd:
             self._made_netns = False
         if self.tcp:
             _run("ip", "link", "delete", f"gbh{self.tag}", check=False)
+        if self._subnet_lock is not None:
+            os.close(self._subnet_lock)  # the subnet is free again
+            self._subnet_lock = None
         for cgroup in Path("/sys/fs/cgroup").glob(f"*/{self.cgroup_parent}"):
             for below in sorted(cgroup.glob("**/"), key=lambda p: len(str(p)), reverse=True):
                 with contextlib.suppress(OSError):
