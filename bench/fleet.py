@@ -16,7 +16,12 @@ to ``--concurrency``. Figures:
    on the same k engines from ``--concurrency`` threads (``burst.threads_run``), first to
    last start. Creates → running per second, and the ratio; each round's CPU seconds by
    part. Rounds alternate which goes first; between rounds every container is removed,
-   the tables emptied and the monitor caught up.
+   the tables emptied and the monitor caught up. Each layout (``--layouts``) runs its
+   own rounds: ``fleet`` keeps the engines (dockerd, containerd, the shims and what
+   they start) on the upper half of the machine's CPUs and everything else on the rest,
+   as engines on hosts of their own would be: the target (``TARGET_RATIO``) is judged
+   there. ``shared`` lets every process run on every CPU: gobrave's own CPU then comes
+   out of the engines' time, which measures the machine more than the fleet.
 2. **Monitor lag** at the largest k: the N containers of its round are sent SIGTERM at
    once (they exit 0), and each instance's ``stopped`` history row is compared with the
    engine's own ``die`` event time (both on this machine's clock): p50/p99.
@@ -24,7 +29,8 @@ to ``--concurrency``. Figures:
    with N instances running), and the same pass with one engine frozen (SIGSTOP on its
    dockerd), which costs the pass its ``reconcile_engine_timeout`` (``--freeze-timeout``).
 
-    sudo .venv/bin/python bench/fleet.py [--engines 8] [--creates 32] [--concurrency 8]
+    sudo .venv/bin/python bench/fleet.py [--rounds 2] [--engines 8] [--creates 32]
+        [--concurrency 8] [--layouts fleet,shared]
 
 Needs root (network namespaces), ``ip``, ``nsenter``, ``dockerd``, ``openssl``, and
 ``gobrave-test-busybox:latest`` on the machine's engine (scripts/test-engine.sh).
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import os
 import shutil
@@ -60,6 +67,18 @@ COMMAND = ["sh", "-c", "trap 'exit 0' TERM; sleep 600 & wait"]
 TARGET_RATIO = 0.9  # gobrave's throughput over the bare SDK's, at the most engines
 TARGET_LAG_P99 = 1.0  # seconds, engine event -> state row
 ROUNDS_OF = (1, 2, 4, 8)
+# Where the engines run. In a fleet they are hosts of their own: nothing gobrave does
+# takes CPU from them, and the bare SDK's client takes next to none. On one machine
+# that is the engines (dockerd, containerd, the shims and what they start) kept on the
+# upper half of its CPUs, gobrave, PostgreSQL and the bare SDK on the rest: the same
+# engines, with the same CPU, on both sides. "shared": every process on every CPU, so
+# gobrave's own work (~1.5 CPU s a round of 32 creates, its PostgreSQL's included)
+# comes out of the engines' time, where the bare SDK's (~0.1) hardly does.
+FLEET, SHARED = "fleet", "shared"
+LAYOUTS = {
+    FLEET: "engines on CPU(s) of their own (the target's layout)",
+    SHARED: "engines, gobrave and PostgreSQL share every CPU",
+}
 
 
 # --- engines -----------------------------------------------------------------------------
@@ -80,6 +99,22 @@ def start_engines(count: int, pki: Pki) -> list[PrivateDockerd]:
         list(pool.map(lambda engine: engine.start_with(IMAGE), engines))
     print(f"   {count} private engines (TLS, {TLS_PORT}) up in {time.monotonic() - began:.1f} s")
     return engines
+
+
+def engines_pin(engines: list[PrivateDockerd], cpus: set[int]) -> None:
+    """Keep each engine (its dockerd, containerd and shims, and whatever they start from
+    now on: the affinity is inherited) on ``cpus``."""
+    table = c._process_table()
+    children: dict[int, list[int]] = {}
+    for pid, (_, parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    todo = [engine.process.pid for engine in engines]
+    while todo:
+        pid = todo.pop()
+        for task in Path(f"/proc/{pid}/task").glob("*"):  # every thread of it
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.sched_setaffinity(int(task.name), cpus)
+        todo.extend(children.get(pid, []))
 
 
 class _APIClient(docker.APIClient):
@@ -371,10 +406,22 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=180, help="max seconds per round")
     parser.add_argument("--freeze-timeout", type=float, default=2.0)
     parser.add_argument("--keep-db", action="store_true")
+    parser.add_argument(
+        "--layouts",
+        default=f"{FLEET},{SHARED}",
+        help=f"which layouts to run, in order: {FLEET} (the target's), {SHARED}",
+    )
     args = parser.parse_args()
     if reason := missing_tools("openssl"):
         raise SystemExit(f"fleet bench: {reason}")
     counts = [k for k in ROUNDS_OF if k <= args.engines]
+    layouts = args.layouts.split(",")
+    if not set(layouts) <= set(LAYOUTS) or not layouts:
+        raise SystemExit(f"fleet bench: --layouts takes {FLEET} and/or {SHARED}")
+    cores = sorted(os.sched_getaffinity(0))
+    if FLEET in layouts and len(cores) < 2:
+        raise SystemExit(f"fleet bench: the {FLEET!r} layout needs 2 CPUs or more")
+    engine_cpus = set(cores[len(cores) // 2 :])  # the upper half (1 of 2)
     bench_id = f"gbfleet-{os.getpid()}-{int(time.time())}"
     docker.from_env().images.get(IMAGE)  # present, never pulled
 
@@ -401,9 +448,6 @@ def main() -> int:
             c.django_setup(c.app_env(url, settings="gobrave.settings", **config))
             token = fixtures(engines, pki)
             env = c.app_env(url, settings="gobrave.settings", pool=None, **config)
-            results: dict[int, dict[str, list[float]]] = {
-                k: {"bare": [], "ours": []} for k in counts
-            }
             with c.processes("fleet") as procs:
                 port = start_server(
                     procs, "web", "gobrave.asgi:application", env,
@@ -419,62 +463,61 @@ def main() -> int:
                 gobrave_round(port, token, counts[-1], counts[-1], procs, args.timeout)  # warm-up
                 reset(bench_id, clients, since)
                 last_ids: list[str] = []
-                for r in range(args.rounds):
-                    for k in counts:
-                        final = k == counts[-1] and r == args.rounds - 1
-                        # Alternating which goes first; the very last gobrave round goes
-                        # last: its containers stay for the lag and reconcile steps.
-                        flip = (r + counts.index(k)) % 2 and not final
-                        order = ("gobrave", "bare") if flip else ("bare", "gobrave")
-                        for which in order:
-                            since = time.time()
-                            before = c.cpu_by_part(procs)
-                            if which == "bare":
-                                took = bare_round(
-                                    clients[:k],
-                                    bench_id,
-                                    args.creates,
-                                    args.concurrency,
-                                    f"{r}-{k}",
-                                )
-                                results[k]["bare"].append(took)
-                                print(
-                                    f"   {k} engine(s), round {r + 1}: bare    {took:6.2f} s"
-                                    f"  (load {load()})"
-                                )
-                            else:
-                                out = gobrave_round(
-                                    port, token, k, args.creates, procs, args.timeout
-                                )
-                                results[k]["ours"].append(out["total"])
-                                print(
-                                    f"   {k} engine(s), round {r + 1}: gobrave "
-                                    f"{out['total']:6.2f} s (on {out['engines']} engine(s): "
-                                    f"{spread(out['per_engine'])})  (load {load()})"
-                                )
-                                print(f"        {out['phases']}")
-                                last_ids = out["ids"]
-                            # The bare side is this process ("bench"); "postgres" and
-                            # "engine" count every such process on the machine.
-                            spent = c.cpu_spent(before, c.cpu_by_part(procs))
-                            print(f"        CPU seconds: {spent}")
-                            if final and which == "gobrave":
-                                break
-                            reset(bench_id, clients, since)
-                print(f"   throughput (creates -> running per second), median of {args.rounds}:")
-                ratio = 0.0
-                for k in counts:
-                    bare = args.creates / statistics.median(results[k]["bare"])
-                    ours = args.creates / statistics.median(results[k]["ours"])
-                    ratio = ours / bare
+                ratios: dict[str, float] = {}
+                for layout in layouts:
+                    cpus = engine_cpus if layout == FLEET else set(range(os.cpu_count() or 1))
+                    engines_pin(engines, cpus)
+                    print(f"   -- layout {layout!r}: {LAYOUTS[layout]}")
+                    results = {k: {"bare": [], "ours": []} for k in counts}
+                    for r in range(args.rounds):
+                        for k in counts:
+                            final = (
+                                layout == layouts[-1] and k == counts[-1] and r == args.rounds - 1
+                            )
+                            # Alternating which goes first; the very last gobrave round goes
+                            # last: its containers stay for the lag and reconcile steps.
+                            flip = (r + counts.index(k)) % 2 and not final
+                            order = ("gobrave", "bare") if flip else ("bare", "gobrave")
+                            for which in order:
+                                since = time.time()
+                                before = c.cpu_by_part(procs)
+                                tag = f"{layout}-{r}-{k}"
+                                if which == "bare":
+                                    took = bare_round(
+                                        clients[:k], bench_id, args.creates, args.concurrency, tag
+                                    )
+                                    results[k]["bare"].append(took)
+                                    print(
+                                        f"   {k} engine(s), round {r + 1}: bare    {took:6.2f} s"
+                                        f"  (load {load()})"
+                                    )
+                                else:
+                                    out = gobrave_round(
+                                        port, token, k, args.creates, procs, args.timeout
+                                    )
+                                    results[k]["ours"].append(out["total"])
+                                    print(
+                                        f"   {k} engine(s), round {r + 1}: gobrave "
+                                        f"{out['total']:6.2f} s (on {out['engines']} engine(s): "
+                                        f"{spread(out['per_engine'])})  (load {load()})"
+                                    )
+                                    print(f"        {out['phases']}")
+                                    last_ids = out["ids"]
+                                # The bare side is this process ("bench"); "postgres" and
+                                # "engine" count every such process on the machine.
+                                spent = c.cpu_spent(before, c.cpu_by_part(procs))
+                                print(f"        CPU seconds: {spent}")
+                                if final and which == "gobrave":
+                                    break
+                                reset(bench_id, clients, since)
+                    ratios[layout] = throughput_report(results, counts, args, layout)
+                if FLEET in ratios:
+                    ratio = ratios[FLEET]
                     print(
-                        f"     {k} engine(s): gobrave {ours:5.1f}/s, bare SDK {bare:5.1f}/s, "
-                        f"ratio {ratio:.2f}"
+                        f"   at {counts[-1]} engines, engines on CPU(s) of their own: ratio "
+                        f"{ratio:.2f} (target >= {TARGET_RATIO}: "
+                        f"{c.verdict(ratio >= TARGET_RATIO)})"
                     )
-                print(
-                    f"   at {counts[-1]} engines: ratio {ratio:.2f} (target >= {TARGET_RATIO}: "
-                    f"{c.verdict(ratio >= TARGET_RATIO)})"
-                )
                 # The reconcile pass over every engine, its N instances running.
                 c.wait_quiet(busy_below=0.3, timeout=10)
                 took, report = reconcile_pass(bench_id)
@@ -513,6 +556,21 @@ def main() -> int:
             list(pool.map(lambda engine: engine.destroy(), engines))
         shutil.rmtree(pki.directory, ignore_errors=True)
     return 0
+
+
+def throughput_report(results: dict, counts: list[int], args, layout: str) -> float:
+    """Print each engine count's creates -> running per second, gobrave's and the bare
+    SDK's (median of the rounds), and their ratio; returns the ratio at the most engines."""
+    print(f"   throughput ({layout}: creates -> running per second), median of {args.rounds}:")
+    ratio = 0.0
+    for k in counts:
+        bare = args.creates / statistics.median(results[k]["bare"])
+        ours = args.creates / statistics.median(results[k]["ours"])
+        ratio = ours / bare
+        print(
+            f"     {k} engine(s): gobrave {ours:5.1f}/s, bare SDK {bare:5.1f}/s, ratio {ratio:.2f}"
+        )
+    return ratio
 
 
 def load() -> str:
