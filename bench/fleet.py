@@ -420,7 +420,10 @@ def main() -> int:
         raise SystemExit(f"fleet bench: --layouts takes {FLEET} and/or {SHARED}")
     cores = sorted(os.sched_getaffinity(0))
     if FLEET in layouts and len(cores) < 2:
-        raise SystemExit(f"fleet bench: the {FLEET!r} layout needs 2 CPUs or more")
+        raise SystemExit(
+            f"fleet bench: the {FLEET!r} layout needs 2 CPUs or more; on this machine run"
+            f" --layouts {SHARED} (the target is not judged there)"
+        )
     engine_cpus = set(cores[len(cores) // 2 :])  # the upper half (1 of 2)
     bench_id = f"gbfleet-{os.getpid()}-{int(time.time())}"
     docker.from_env().images.get(IMAGE)  # present, never pulled
@@ -465,7 +468,7 @@ def main() -> int:
                 last_ids: list[str] = []
                 ratios: dict[str, float] = {}
                 for layout in layouts:
-                    cpus = engine_cpus if layout == FLEET else set(range(os.cpu_count() or 1))
+                    cpus = engine_cpus if layout == FLEET else set(cores)
                     engines_pin(engines, cpus)
                     print(f"   -- layout {layout!r}: {LAYOUTS[layout]}")
                     results = {k: {"bare": [], "ours": []} for k in counts}
@@ -511,6 +514,11 @@ def main() -> int:
                                     break
                                 reset(bench_id, clients, since)
                     ratios[layout] = throughput_report(results, counts, args, layout)
+                if SHARED in ratios:
+                    print(
+                        f"   at {counts[-1]} engines, every CPU shared: ratio "
+                        f"{ratios[SHARED]:.2f} (gobrave's own CPU comes out of the engines')"
+                    )
                 if FLEET in ratios:
                     ratio = ratios[FLEET]
                     print(
