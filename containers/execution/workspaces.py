@@ -203,6 +203,9 @@ def mounts_check(*, instance: ContainerInstance) -> None:
             )
 
 
+SIZES_BATCH = 500  # rows per UPDATE of ``workspace_sizes_refresh``
+
+
 def workspace_sizes_refresh(*, workspaces: Iterable[Workspace]) -> list[str]:
     """Ask each engine what its workspace volumes hold and record it on the rows
     (``size_bytes``, ``size_checked_at``), so pages show sizes without asking.
@@ -231,7 +234,8 @@ def workspace_sizes_refresh(*, workspaces: Iterable[Workspace]) -> list[str]:
         now = timezone.now()
         for row in rows:
             row.size_bytes, row.size_checked_at = sizes.get(row.source), now
-            Workspace.objects.filter(pk=row.pk).update(
-                size_bytes=row.size_bytes, size_checked_at=now
-            )
+        # One statement per SIZES_BATCH rows (an operator may select thousands), not one each.
+        Workspace.objects.bulk_update(
+            rows, ["size_bytes", "size_checked_at"], batch_size=SIZES_BATCH
+        )
     return problems

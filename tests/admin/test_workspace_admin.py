@@ -78,6 +78,30 @@ def test_a_volume_the_engine_does_not_measure_says_so(remover, workspace, engine
     assert "the engine does not say" in remover.get(reverse(LIST)).content.decode()
 
 
+def test_measuring_many_workspaces_writes_them_in_one_statement(fake_runtime, bob, engine_root):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from containers.execution.workspaces import workspace_sizes_refresh
+
+    rows = [
+        Workspace.objects.create(
+            runtime=fake_runtime, owner=bob, kind="volume", source=f"gb-ws-n-{i}", uid=1, gid=1
+        )
+        for i in range(40)
+    ]
+    sizes = {row.source: 1000 + i for i, row in enumerate(rows) if i % 2 == 0}
+    (engine_root / "volume-sizes.json").write_text(json.dumps(sizes))
+    with CaptureQueriesContext(connection) as queries:
+        assert workspace_sizes_refresh(workspaces=rows) == []
+    writes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+    assert len(writes) == 1, [sql[:120] for sql in writes]
+    got = dict(Workspace.objects.values_list("source", "size_bytes"))
+    assert got == {row.source: sizes.get(row.source) for row in rows}, got
+    unchecked = Workspace.objects.filter(size_checked_at=None).values_list("source", flat=True)
+    assert not unchecked, list(unchecked)
+
+
 def test_drawing_the_list_never_asks_the_engine(remover, workspace, engine_root):
     remover.get(reverse(LIST))
     calls = engine_root / "calls.log"
