@@ -60,6 +60,7 @@ from burst import threads_run
 
 from tests.pki import Pki
 from tests.private_engine import TLS_PORT, PrivateDockerd, missing_tools
+from tests.processes import descendants
 
 IMAGE = "gobrave-test-busybox:latest"
 # Exits 0 on SIGTERM (the monitor-lag step sends it); sleeps without a busy loop.
@@ -104,17 +105,11 @@ def start_engines(count: int, pki: Pki) -> list[PrivateDockerd]:
 def engines_pin(engines: list[PrivateDockerd], cpus: set[int]) -> None:
     """Keep each engine (its dockerd, containerd and shims, and whatever they start from
     now on: the affinity is inherited) on ``cpus``."""
-    table = c._process_table()
-    children: dict[int, list[int]] = {}
-    for pid, (_, parent, _) in table.items():
-        children.setdefault(parent, []).append(pid)
-    todo = [engine.process.pid for engine in engines]
-    while todo:
-        pid = todo.pop()
-        for task in Path(f"/proc/{pid}/task").glob("*"):  # every thread of it
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.sched_setaffinity(int(task.name), cpus)
-        todo.extend(children.get(pid, []))
+    for engine in engines:
+        for pid in [engine.process.pid, *descendants(engine.process.pid)]:
+            for task in Path(f"/proc/{pid}/task").glob("*"):  # every thread of it
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.sched_setaffinity(int(task.name), cpus)
 
 
 class _APIClient(docker.APIClient):
