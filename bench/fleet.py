@@ -460,54 +460,15 @@ def main() -> int:
                 since = time.time()
                 gobrave_round(port, token, counts[-1], counts[-1], procs, args.timeout)  # warm-up
                 reset(bench_id, clients, since)
-                last_ids: list[str] = []
                 ratios: dict[str, float] = {}
+                run = SimpleNamespace(
+                    procs=procs, port=port, token=token, clients=clients, bench_id=bench_id,
+                    counts=counts, args=args,
+                )  # fmt: skip
                 for layout in layouts:
-                    cpus = engine_cpus if layout == FLEET else set(cores)
-                    engines_pin(engines, cpus)
+                    engines_pin(engines, engine_cpus if layout == FLEET else set(cores))
                     print(f"   -- layout {layout!r}: {LAYOUTS[layout]}")
-                    results = {k: {"bare": [], "ours": []} for k in counts}
-                    for r in range(args.rounds):
-                        for k in counts:
-                            final = (
-                                layout == layouts[-1] and k == counts[-1] and r == args.rounds - 1
-                            )
-                            # Alternating which goes first; the very last gobrave round goes
-                            # last: its containers stay for the lag and reconcile steps.
-                            flip = (r + counts.index(k)) % 2 and not final
-                            order = ("gobrave", "bare") if flip else ("bare", "gobrave")
-                            for which in order:
-                                since = time.time()
-                                before = c.cpu_by_part(procs)
-                                tag = f"{layout}-{r}-{k}"
-                                if which == "bare":
-                                    took = bare_round(
-                                        clients[:k], bench_id, args.creates, args.concurrency, tag
-                                    )
-                                    results[k]["bare"].append(took)
-                                    print(
-                                        f"   {k} engine(s), round {r + 1}: bare    {took:6.2f} s"
-                                        f"  (load {load()})"
-                                    )
-                                else:
-                                    out = gobrave_round(
-                                        port, token, k, args.creates, procs, args.timeout
-                                    )
-                                    results[k]["ours"].append(out["total"])
-                                    print(
-                                        f"   {k} engine(s), round {r + 1}: gobrave "
-                                        f"{out['total']:6.2f} s (on {out['engines']} engine(s): "
-                                        f"{spread(out['per_engine'])})  (load {load()})"
-                                    )
-                                    print(f"        {out['phases']}")
-                                    last_ids = out["ids"]
-                                # The bare side is this process ("bench"); "postgres" and
-                                # "engine" count every such process on the machine.
-                                spent = c.cpu_spent(before, c.cpu_by_part(procs))
-                                print(f"        CPU seconds: {spent}")
-                                if final and which == "gobrave":
-                                    break
-                                reset(bench_id, clients, since)
+                    results, last_ids = layout_rounds(run, layout, last=layout == layouts[-1])
                     ratios[layout] = throughput_report(results, counts, args, layout)
                 if SHARED in ratios:
                     print(
@@ -559,6 +520,51 @@ def main() -> int:
             list(pool.map(lambda engine: engine.destroy(), engines))
         shutil.rmtree(pki.directory, ignore_errors=True)
     return 0
+
+
+def layout_rounds(run: SimpleNamespace, layout: str, *, last: bool) -> tuple[dict, list[str]]:
+    """One layout's rounds: for each round and engine count, the bare SDK's and gobrave's
+    (which goes first alternates), each with its CPU by part, the world reset after it.
+    In the ``last`` layout the very last gobrave round goes last and its containers stay
+    (for the lag and reconcile steps). Returns the seconds of each side per engine count,
+    and the ids of that last gobrave round's instances."""
+    args, counts = run.args, run.counts
+    results = {k: {"bare": [], "ours": []} for k in counts}
+    last_ids: list[str] = []
+    for r in range(args.rounds):
+        for k in counts:
+            final = last and k == counts[-1] and r == args.rounds - 1
+            flip = (r + counts.index(k)) % 2 and not final
+            for which in ("gobrave", "bare") if flip else ("bare", "gobrave"):
+                since = time.time()
+                before = c.cpu_by_part(run.procs)
+                if which == "bare":
+                    took = bare_round(
+                        run.clients[:k], run.bench_id, args.creates, args.concurrency,
+                        f"{layout}-{r}-{k}",
+                    )  # fmt: skip
+                    results[k]["bare"].append(took)
+                    print(
+                        f"   {k} engine(s), round {r + 1}: bare    {took:6.2f} s  (load {load()})"
+                    )
+                else:
+                    out = gobrave_round(
+                        run.port, run.token, k, args.creates, run.procs, args.timeout
+                    )
+                    results[k]["ours"].append(out["total"])
+                    print(
+                        f"   {k} engine(s), round {r + 1}: gobrave {out['total']:6.2f} s (on "
+                        f"{out['engines']} engine(s): {spread(out['per_engine'])})  (load {load()})"
+                    )
+                    print(f"        {out['phases']}")
+                    last_ids = out["ids"]
+                # The bare side is this process ("bench"); "postgres" and "engine" count
+                # every such process on the machine.
+                print(f"        CPU seconds: {c.cpu_spent(before, c.cpu_by_part(run.procs))}")
+                if final and which == "gobrave":
+                    break
+                reset(run.bench_id, run.clients, since)
+    return results, last_ids
 
 
 def throughput_report(results: dict, counts: list[int], args, layout: str) -> float:
