@@ -38,7 +38,7 @@ from containers.execution.engine_loss import instance_node_lost
 from containers.execution.observe import apply_observation, target_for
 from containers.models import ContainerEvent, ContainerInstance
 from containers.queues import RequestKind
-from containers.requests.lifecycle import instance_lock, instance_save
+from containers.requests.lifecycle import instance_lock, instance_save_differing
 from containers.states import ACTIVE_SLOTS, IN_FLIGHT, Status
 from core import prepared
 from outbox.models import UNFINISHED, OutboxEvent
@@ -133,20 +133,16 @@ def instance_label(state: ContainerState) -> uuid.UUID | None:
 
 def instance_backfill(instance: ContainerInstance, state: ContainerState | None, node: str) -> None:
     """Fill the node name and container id the engine knows; clear a stale missing mark.
-    On the locked row; written as a prepared statement (``instance_save``), which inside
+    On the locked row; written as a prepared statement (``instance_save_differing``), which inside
     ``prepared.pipelined`` (a monitor's batch) waits for no answer."""
-    changed = []
+    known: dict[str, Any] = {}
     if not instance.runtime_node_name and node:
-        instance.runtime_node_name = node
-        changed.append("runtime_node_name")
+        known["runtime_node_name"] = node
     if state is not None and not instance.container_id:
-        instance.container_id = state.runtime_id
-        changed.append("container_id")
-    if state is not None and instance.runtime_missing:
-        instance.runtime_missing = False
-        changed.append("runtime_missing")
-    if changed:
-        instance_save(instance, tuple(changed))
+        known["container_id"] = state.runtime_id
+    if state is not None:
+        known["runtime_missing"] = False
+    instance_save_differing(instance, **known)
 
 
 def instance_sync(
@@ -369,7 +365,7 @@ def _engine_wait_record(instance: ContainerInstance, state: ContainerState | Non
     if instance.status not in ACTIVE_SLOTS or state is None:
         return
     if state.waiting:
-        _save_differing(
+        instance_save_differing(
             instance,
             engine_waiting_since=instance.engine_waiting_since or timezone.now(),
             engine_placed_at=None,
@@ -379,16 +375,6 @@ def _engine_wait_record(instance: ContainerInstance, state: ContainerState | Non
         instance.engine_placed_at = timezone.now()
         instance.status_reason = ""
         instance.save(update_fields=["engine_placed_at", "status_reason"])
-
-
-def _save_differing(instance: ContainerInstance, **values: Any) -> None:
-    """Set the fields whose value differs from ``values`` and save only those, in the
-    order given (nothing is written when none differs). On the locked row."""
-    changed = [name for name, value in values.items() if getattr(instance, name) != value]
-    for name in changed:
-        setattr(instance, name, values[name])
-    if changed:
-        instance.save(update_fields=changed)
 
 
 # The reason a container whose node stopped reporting shows (its instance keeps its state).
@@ -412,7 +398,7 @@ def _engine_silence_record(
     """
     if state is not None and state.status == "unknown":
         reason = f"{SILENT_PREFIX}{state.error or 'the engine cannot tell its state'}"[:1000]
-        _save_differing(
+        instance_save_differing(
             instance,
             engine_silent_since=instance.engine_silent_since or timezone.now(),
             status_reason=reason,

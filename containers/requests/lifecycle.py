@@ -71,6 +71,18 @@ def instance_save(instance: ContainerInstance, fields: tuple[str, ...]) -> None:
     prepared.update(instance, fields)
 
 
+def instance_save_differing(instance: ContainerInstance, **values: Any) -> tuple[str, ...]:
+    """Set the fields whose value differs from ``values`` and save only those, in the
+    order given (``instance_save``; nothing is written when none differs); returns them.
+    The caller holds the row (``instance_lock``)."""
+    changed = tuple(name for name, value in values.items() if getattr(instance, name) != value)
+    for name in changed:
+        setattr(instance, name, values[name])
+    if changed:
+        instance_save(instance, changed)
+    return changed
+
+
 def container_id_record(
     *, instance_id: uuid.UUID, placed_on: int, runtime_id: str, node: str, status: str
 ) -> bool:

@@ -14,7 +14,7 @@ from containers.engines.base import ContainerState, Engine
 from containers.execution.reconciler import engine_key
 from containers.execution.sync import state_apply
 from containers.models import ContainerInstance
-from containers.requests.lifecycle import instance_lock, instance_save, record
+from containers.requests.lifecycle import instance_lock, instance_save_differing, record
 from containers.states import Status
 
 log = logging.getLogger(__name__)
@@ -114,13 +114,8 @@ def _apply(
                 # scheduled) says nothing of it: the node the monitor may have recorded
                 # meanwhile (the Pod ran before this look) stays.
                 del seen["runtime_node_name"]
-            changed = tuple(
-                name for name, value in seen.items() if getattr(instance, name) != value
-            )
-            for name in changed:
-                setattr(instance, name, seen[name])
-            if changed:  # a create's id and host were recorded before its start
-                instance_save(instance, changed)
+            # (A create's id and host were recorded before its start: usually no change.)
+            instance_save_differing(instance, **seen)
             abandoned = instance.status == Status.FAILED and instance.exit_code is None
             if instance.status == doing:
                 state_apply(instance, state, actor=WORKER)
